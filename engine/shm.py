@@ -1,0 +1,185 @@
+"""Ring files in /dev/shm: creation with ownership checks, mapping, read-only inspection.
+
+A ring is one file: a 4 KiB header page (int64 words, layout below) then the slots.
+Files are created 0600 under a temporary name and renamed into place, so nobody ever
+maps a half-initialised header. We map files directly (not multiprocessing.shared_memory,
+whose resource tracker can unlink a segment when a reader exits before Python 3.13).
+"""
+import mmap
+import os
+import time
+
+import numpy as np
+
+SHM_DIR = "/dev/shm"
+HEADER_BYTES = 4096
+HEADER_WORDS = HEADER_BYTES // 8
+MAGIC = int.from_bytes(b"ENGRING1", "little")
+LAYOUT_VERSION = 1
+
+RING_TICKS = 1     # broadcast: one producer, many consumers, producer never blocks
+RING_SIGNALS = 2   # SPSC: full -> counted drop
+
+# Header words. Each group that one party writes sits on its own 64-byte line.
+H_MAGIC, H_VERSION, H_KIND, H_RECORD_SIZE, H_CAPACITY, H_PID, H_CREATED_NS, H_MAX_CONSUMERS = range(8)
+H_HEARTBEAT_NS = 8     # producer: CLOCK_MONOTONIC ns, refreshed while it runs
+H_STATE = 9            # producer: 0 created, 1 producing, 2 finished (end of stream)
+H_WRITE = 16           # producer: next seq to publish (== records published)
+H_READ = 24            # SPSC consumer: next seq to read
+H_CONSUMER_PID = 25    # SPSC consumer pid
+H_DROPS = 32           # SPSC producer: records dropped because the ring was full
+H_CONSUMERS = 64       # broadcast consumer lines start here, 8 words each:
+C_PID, C_CURSOR, C_LOST, C_GAPS, C_ATTACHED_NS = range(5)
+MAX_CONSUMERS = 32
+
+STATE_CREATED, STATE_PRODUCING, STATE_FINISHED = 0, 1, 2
+STATE_NAMES = {0: "created", 1: "producing", 2: "finished"}
+
+
+class RingError(RuntimeError):
+    """A ring could not be created or opened; the message says why."""
+
+
+def ring_path(name):
+    """A bare name lives in /dev/shm; anything with a slash is a path."""
+    return name if "/" in name else os.path.join(SHM_DIR, name)
+
+
+def pid_alive(pid):
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_header(path):
+    with open(path, "rb") as f:
+        raw = f.read(HEADER_BYTES)
+    if len(raw) < HEADER_BYTES:
+        raise RingError(f"{path}: file is {len(raw)} bytes, shorter than a ring header ({HEADER_BYTES})")
+    hdr = np.frombuffer(raw, np.int64)
+    if int(hdr[H_MAGIC]) != MAGIC:
+        raise RingError(f"{path}: not an engine ring (bad magic)")
+    return hdr
+
+
+def check_owner(path):
+    """Raise RingError if a live process other than us owns the ring at `path`.
+
+    Returns a message when a dead owner's ring is about to be replaced, else None.
+    """
+    if not os.path.exists(path):
+        return None
+    try:
+        hdr = _read_header(path)
+    except RingError as e:
+        return f"replacing {path}: {e}"
+    pid = int(hdr[H_PID])
+    if pid != os.getpid() and pid_alive(pid):
+        hb = int(hdr[H_HEARTBEAT_NS])
+        age = (time.monotonic_ns() - hb) / 1e9 if hb else float("nan")
+        raise RingError(
+            f"ring {path} is owned by live process {pid} (heartbeat {age:.1f} s ago); "
+            f"stop that process or use another --name")
+    return f"replacing ring {path} left by dead process {pid}"
+
+
+def create(path, kind, record_size, capacity, owner_pid=None):
+    """Create (or replace a dead owner's) ring file; returns (mmap, header view)."""
+    if capacity <= 0 or capacity & (capacity - 1):
+        raise RingError(f"ring capacity must be a power of two, got {capacity}")
+    note = check_owner(path)
+    size = HEADER_BYTES + capacity * record_size
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError as e:
+        os.close(fd)
+        os.unlink(tmp)
+        raise RingError(f"cannot size ring {path} to {size} bytes: {e}") from e
+    os.close(fd)
+    hdr = np.frombuffer(mm, np.int64, HEADER_WORDS, 0)
+    hdr[H_VERSION] = LAYOUT_VERSION
+    hdr[H_KIND] = kind
+    hdr[H_RECORD_SIZE] = record_size
+    hdr[H_CAPACITY] = capacity
+    hdr[H_PID] = owner_pid if owner_pid is not None else os.getpid()
+    hdr[H_CREATED_NS] = time.time_ns()
+    hdr[H_MAX_CONSUMERS] = MAX_CONSUMERS if kind == RING_TICKS else 1
+    hdr[H_HEARTBEAT_NS] = time.monotonic_ns()
+    hdr[H_MAGIC] = MAGIC  # last: a header with magic is complete
+    os.rename(tmp, path)
+    return mm, hdr, note
+
+
+def open_rw(path, kind):
+    """Map an existing ring read-write (consumers write their own cursor lines)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        raise RingError(f"no ring at {path}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < HEADER_BYTES:
+            raise RingError(f"{path}: {size} bytes is too short for a ring")
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    hdr = np.frombuffer(mm, np.int64, HEADER_WORDS, 0)
+    _validate(path, hdr, size, kind)
+    return mm, hdr
+
+
+def _validate(path, hdr, size, kind):
+    if int(hdr[H_MAGIC]) != MAGIC:
+        raise RingError(f"{path}: not an engine ring (bad magic)")
+    if int(hdr[H_VERSION]) != LAYOUT_VERSION:
+        raise RingError(f"{path}: layout version {int(hdr[H_VERSION])}, this engine reads {LAYOUT_VERSION}")
+    if kind is not None and int(hdr[H_KIND]) != kind:
+        raise RingError(f"{path}: ring kind {int(hdr[H_KIND])}, expected {kind}")
+    cap, rs = int(hdr[H_CAPACITY]), int(hdr[H_RECORD_SIZE])
+    if cap <= 0 or cap & (cap - 1) or rs != 64 or HEADER_BYTES + cap * rs != size:
+        raise RingError(f"{path}: inconsistent header (capacity {cap}, record size {rs}, file {size} bytes)")
+
+
+def inspect(path):
+    """Header and counters of a ring, read-only (a plain read; never writes)."""
+    hdr = _read_header(path).copy()
+    size = os.path.getsize(path)
+    _validate(path, hdr, size, None)
+    kind = int(hdr[H_KIND])
+    now = time.monotonic_ns()
+    pid = int(hdr[H_PID])
+    info = {
+        "path": path,
+        "kind": {RING_TICKS: "ticks (broadcast)", RING_SIGNALS: "signals (spsc)"}.get(kind, str(kind)),
+        "layout_version": int(hdr[H_VERSION]),
+        "record_size": int(hdr[H_RECORD_SIZE]),
+        "capacity": int(hdr[H_CAPACITY]),
+        "producer_pid": pid,
+        "producer_alive": pid_alive(pid),
+        "heartbeat_age_s": round((now - int(hdr[H_HEARTBEAT_NS])) / 1e9, 3),
+        "state": STATE_NAMES.get(int(hdr[H_STATE]), str(int(hdr[H_STATE]))),
+        "created_unix_ns": int(hdr[H_CREATED_NS]),
+        "write_cursor": int(hdr[H_WRITE]),
+    }
+    if kind == RING_SIGNALS:
+        info.update(read_cursor=int(hdr[H_READ]), consumer_pid=int(hdr[H_CONSUMER_PID]),
+                    drops=int(hdr[H_DROPS]), backlog=int(hdr[H_WRITE] - hdr[H_READ]))
+    else:
+        cons = []
+        for i in range(int(hdr[H_MAX_CONSUMERS])):
+            b = H_CONSUMERS + 8 * i
+            if hdr[b + C_PID]:
+                cons.append({"slot": i, "pid": int(hdr[b + C_PID]), "alive": pid_alive(int(hdr[b + C_PID])),
+                             "cursor": int(hdr[b + C_CURSOR]), "lag": int(hdr[H_WRITE] - hdr[b + C_CURSOR]),
+                             "lost": int(hdr[b + C_LOST]), "gaps": int(hdr[b + C_GAPS])})
+        info["consumers"] = cons
+    return info

@@ -1,0 +1,163 @@
+"""The broadcast tick ring: one producer, any number of consumers, never blocks the producer.
+
+Each 64-byte slot's first word is its sequence number, a seqlock:
+  producer: seq word := BUSY; release fence; write words 1..7; seq word := seq (release store)
+  consumer: s1 = seq word (acquire); copy words 1..7; acquire fence; s2 = seq word;
+            s1 == s2 == expected -> the copy is whole; anything newer -> we were lapped.
+A lapped consumer counts exactly the sequence numbers it skips, hands the caller a
+KIND_GAP tick carrying that count, and resumes half a ring behind the producer.
+"""
+import os
+import time
+
+import numpy as np
+from numba import njit
+
+from . import shm
+from .intrinsics import (compare_exchange, fence_acquire, fence_release, load_acquire,
+                         load_relaxed, store_relaxed, store_release)
+from .records import KIND_GAP, RECORD_WORDS, TICK_DTYPE
+
+BUSY = -1
+POLL_EMPTY, POLL_TICK, POLL_GAP = 0, 1, 2
+_W7_GAP = np.int64(KIND_GAP) << 48  # word 7 = ask_sz | instrument<<32 | kind<<48 | side<<56
+
+
+@njit(nogil=True, inline="always", cache=True)
+def publish(hdr, data, mask, words):
+    """Publish one record (words[1..7]); returns its seq. Producer only."""
+    w = hdr[shm.H_WRITE]
+    base = (w & mask) * RECORD_WORDS
+    store_relaxed(data, base, BUSY)
+    fence_release()
+    for k in range(1, RECORD_WORDS):
+        data[base + k] = words[k]
+    store_release(data, base, w)
+    store_release(hdr, shm.H_WRITE, w + 1)
+    return w
+
+
+@njit(nogil=True, inline="always", cache=True)
+def poll(hdr, data, mask, slot_base, out):
+    """Try to read the consumer's next tick into `out` (int64[8]).
+
+    Returns POLL_EMPTY, POLL_TICK, or POLL_GAP (out holds a gap tick: seq = first lost,
+    price word = how many). The consumer's cursor, lost and gap counters live in its
+    header line at `slot_base`, so anyone can inspect them.
+    """
+    n = load_relaxed(hdr, slot_base + shm.C_CURSOR)
+    base = (n & mask) * RECORD_WORDS
+    s1 = load_acquire(data, base)
+    if s1 == n:
+        for k in range(1, RECORD_WORDS):
+            out[k] = data[base + k]
+        fence_acquire()
+        if load_relaxed(data, base) == n:
+            out[0] = n
+            store_relaxed(hdr, slot_base + shm.C_CURSOR, n + 1)
+            return POLL_TICK
+    elif s1 < n or s1 == BUSY:
+        # Older lap or being written: empty unless the writer is already past us.
+        if load_acquire(hdr, shm.H_WRITE) <= n + mask:
+            return POLL_EMPTY
+    # Lapped: resume half a ring behind the writer and count every seq we skip.
+    w = load_acquire(hdr, shm.H_WRITE)
+    resume = w - ((mask + 1) >> 1)
+    if resume <= n:
+        resume = n + 1
+    lost = resume - n
+    out[0] = n
+    for k in range(1, RECORD_WORDS):
+        out[k] = 0
+    out[3] = lost
+    out[7] = _W7_GAP
+    store_relaxed(hdr, slot_base + shm.C_LOST, load_relaxed(hdr, slot_base + shm.C_LOST) + lost)
+    store_relaxed(hdr, slot_base + shm.C_GAPS, load_relaxed(hdr, slot_base + shm.C_GAPS) + 1)
+    store_relaxed(hdr, slot_base + shm.C_CURSOR, resume)
+    return POLL_GAP
+
+
+@njit(cache=True)
+def _claim_slot(hdr, max_consumers, pid, dead_pid, start):
+    for i in range(max_consumers):
+        b = shm.H_CONSUMERS + 8 * i
+        if compare_exchange(hdr, b + shm.C_PID, dead_pid, pid):
+            store_relaxed(hdr, b + shm.C_LOST, 0)
+            store_relaxed(hdr, b + shm.C_GAPS, 0)
+            store_release(hdr, b + shm.C_CURSOR, start)
+            return i
+    return -1
+
+
+class TickRing:
+    """Producer side: creates the ring file (refusing a live owner's) and publishes."""
+
+    def __init__(self, name, capacity=1 << 18, owner_pid=None):
+        self.path = shm.ring_path(name)
+        self.mm, self.hdr, self.note = shm.create(self.path, shm.RING_TICKS, 64, capacity, owner_pid)
+        self.data = np.frombuffer(self.mm, np.int64, capacity * RECORD_WORDS, shm.HEADER_BYTES)
+        self.mask = capacity - 1
+
+    def heartbeat(self):
+        self.hdr[shm.H_HEARTBEAT_NS] = time.monotonic_ns()
+
+    def set_state(self, state):
+        self.hdr[shm.H_STATE] = state
+        self.heartbeat()
+
+    def consumers(self):
+        return sum(1 for i in range(shm.MAX_CONSUMERS) if self.hdr[shm.H_CONSUMERS + 8 * i + shm.C_PID])
+
+    def unlink(self):
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class TickConsumer:
+    """A consumer's view: maps the ring and claims a consumer line in its header."""
+
+    def __init__(self, name, start="now"):
+        self.path = shm.ring_path(name)
+        self.mm, self.hdr = shm.open_rw(self.path, shm.RING_TICKS)
+        cap = int(self.hdr[shm.H_CAPACITY])
+        self.data = np.frombuffer(self.mm, np.int64, cap * RECORD_WORDS, shm.HEADER_BYTES)
+        self.mask = cap - 1
+        w = int(self.hdr[shm.H_WRITE])
+        begin = w if start == "now" else max(0, w - cap + cap // 8)
+        pid = os.getpid()
+        slot = _claim_slot(self.hdr, int(self.hdr[shm.H_MAX_CONSUMERS]), pid, 0, begin)
+        if slot < 0:  # reclaim a line whose process died
+            for i in range(int(self.hdr[shm.H_MAX_CONSUMERS])):
+                old = int(self.hdr[shm.H_CONSUMERS + 8 * i + shm.C_PID])
+                if not shm.pid_alive(old):
+                    slot = _claim_slot(self.hdr, int(self.hdr[shm.H_MAX_CONSUMERS]), pid, old, begin)
+                    if slot >= 0:
+                        break
+        if slot < 0:
+            raise shm.RingError(f"{self.path}: all {shm.MAX_CONSUMERS} consumer slots are taken by live processes")
+        self.slot = slot
+        self.slot_base = shm.H_CONSUMERS + 8 * slot
+        self.hdr[self.slot_base + shm.C_ATTACHED_NS] = time.monotonic_ns()
+        self.out = np.zeros(RECORD_WORDS, np.int64)
+        self.tick = self.out.view(TICK_DTYPE)
+
+    @property
+    def lost(self):
+        return int(self.hdr[self.slot_base + shm.C_LOST])
+
+    @property
+    def gaps(self):
+        return int(self.hdr[self.slot_base + shm.C_GAPS])
+
+    def producer_state(self):
+        return int(self.hdr[shm.H_STATE])
+
+    def producer_finished(self):
+        """True once the producer marked end of stream and we have read everything."""
+        return (int(self.hdr[shm.H_STATE]) == shm.STATE_FINISHED and
+                int(self.hdr[self.slot_base + shm.C_CURSOR]) >= int(self.hdr[shm.H_WRITE]))
+
+    def close(self):
+        self.hdr[self.slot_base + shm.C_PID] = 0

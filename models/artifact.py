@@ -1,0 +1,180 @@
+"""Model artifacts: a directory with the XGBoost model, compiled library and manifest.
+
+A compiled model is native code. Loading verifies the sha256 of every file the
+manifest lists, the feature schema and the C ABI, then dlopens the *verified bytes*
+(copied into a memfd, so the file cannot change between check and load), and finally
+re-runs the stored validation rows, which must match XGBoost's margins bit for bit.
+"""
+import ctypes
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .schema import schema_hash
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+class ArtifactError(RuntimeError):
+    """An artifact is missing, changed, or does not fit this engine; the message says which."""
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cpu_flags():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted(set(line.split(":", 1)[1].split()) & {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vbmi"})
+    except OSError:
+        pass
+    return []
+
+
+def versions():
+    import numba
+    import tl2cgen
+    import treelite
+    import xgboost
+
+    import engine
+    return {"engine": engine.__version__, "xgboost": xgboost.__version__, "treelite": treelite.__version__,
+            "tl2cgen": tl2cgen.__version__, "numpy": np.__version__, "numba": numba.__version__,
+            "python": platform.python_version()}
+
+
+def write_manifest(art_dir, fields):
+    """Hash every file in the artifact and write the manifest last."""
+    art_dir = Path(art_dir)
+    files = {}
+    for p in sorted(art_dir.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            files[str(p.relative_to(art_dir))] = sha256_file(p)
+    manifest = {"format": FORMAT, **fields, "files": files,
+                "target": {"machine": platform.machine(), "cpu_flags": cpu_flags()}}
+    (art_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def read_manifest(art_dir):
+    path = Path(art_dir) / MANIFEST
+    try:
+        m = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{art_dir}: not a model artifact (no {MANIFEST})") from None
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: unreadable manifest: {e}") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("files"), dict):
+        raise ArtifactError(f"{path}: unknown manifest format {m.get('format') if isinstance(m, dict) else m!r}")
+    return m
+
+
+def verify_files(art_dir, manifest):
+    """Every listed file exists and hashes to the manifest's sha256; returns verified bytes of each."""
+    art_dir = Path(art_dir).resolve()
+    blobs = {}
+    for rel, want in manifest["files"].items():
+        p = (art_dir / rel).resolve()
+        if art_dir not in p.parents:
+            raise ArtifactError(f"{art_dir}: manifest names a file outside the artifact: {rel}")
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            raise ArtifactError(f"{art_dir}: {rel} is listed in the manifest but missing") from None
+        got = hashlib.sha256(data).hexdigest()
+        if got != want:
+            raise ArtifactError(f"{art_dir}: {rel} does not match its manifest hash "
+                                f"(sha256 {got[:16]}..., manifest {want[:16]}...); refusing to load it")
+        blobs[rel] = data
+    return blobs
+
+
+@dataclass
+class Predictor:
+    """A loaded back end: `addr` is engine_predict's address for the numba loop."""
+    lib: ctypes.CDLL
+    addr: int
+    num_feature: int
+    manifest: dict
+    path: str
+    _fd: int
+
+    def predict_margin(self, X):
+        X = np.ascontiguousarray(X, np.float32)
+        if X.ndim != 2 or X.shape[1] != self.num_feature:
+            raise ValueError(f"rows must be float32 [n, {self.num_feature}], got {X.shape}")
+        out = np.empty(X.shape[0], np.float32)
+        self.lib.engine_predict_batch(X.ctypes.data, X.shape[0], out.ctypes.data)
+        return out
+
+    @property
+    def model_id(self):
+        return self.manifest["files"].get("model.json", "")[:12]
+
+
+def _dlopen_bytes(data, label):
+    fd = os.memfd_create(f"engine-model-{label}", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    try:
+        return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW | os.RTLD_LOCAL), fd
+    except OSError as e:
+        os.close(fd)
+        raise ArtifactError(f"cannot load {label}: {e}") from None
+
+
+def load(art_dir, require_schema=True):
+    """Verify and load an artifact's treelite back end; raises ArtifactError on any mismatch."""
+    art_dir = Path(art_dir)
+    m = read_manifest(art_dir)
+    if require_schema:
+        if m.get("generic"):
+            raise ArtifactError(f"{art_dir}: a generic artifact (no engine feature schema) cannot drive the engine")
+        if m.get("schema_hash") != schema_hash():
+            raise ArtifactError(f"{art_dir}: trained on feature schema {str(m.get('schema_hash'))[:12]}, "
+                                f"this engine computes {schema_hash()[:12]}; retrain it")
+    if platform.machine() != m.get("target", {}).get("machine"):
+        raise ArtifactError(f"{art_dir}: built for {m.get('target', {}).get('machine')}, this is {platform.machine()}")
+    lib_rel = m.get("backends", {}).get("treelite")
+    if lib_rel not in m["files"]:
+        raise ArtifactError(f"{art_dir}: manifest has no verified treelite library")
+    blobs = verify_files(art_dir, m)
+    lib, fd = _dlopen_bytes(blobs[lib_rel], art_dir.name)
+    lib.engine_predict_batch.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    lib.engine_predict_batch.restype = None
+    if lib.engine_abi_version() != 1:
+        raise ArtifactError(f"{art_dir}: library C ABI {lib.engine_abi_version()}, engine needs 1")
+    nf = lib.engine_num_feature()
+    if nf != len(m.get("feature_names", [])):
+        raise ArtifactError(f"{art_dir}: library takes {nf} features, manifest names {len(m.get('feature_names', []))}")
+    addr = ctypes.cast(lib.engine_predict, ctypes.c_void_p).value
+    pred = Predictor(lib, addr, nf, m, str(art_dir), fd)
+    _check_validation(art_dir, m, blobs, pred)
+    return pred
+
+
+def _check_validation(art_dir, m, blobs, pred):
+    """Re-run the stored validation rows: the loaded code must reproduce XGBoost exactly."""
+    import io
+    v = m.get("validation", {})
+    if "rows_file" not in v or v["rows_file"] not in blobs:
+        raise ArtifactError(f"{art_dir}: manifest has no verified validation rows")
+    with np.load(io.BytesIO(blobs[v["rows_file"]])) as z:
+        X, want = z["X"], z["margin"]
+    got = pred.predict_margin(X)
+    bad = np.flatnonzero(got.view(np.int32) != want.view(np.int32))
+    if len(bad):
+        i = bad[0]
+        raise ArtifactError(f"{art_dir}: loaded library disagrees with XGBoost on {len(bad)} of {len(X)} "
+                            f"validation rows (row {i}: {got[i]!r} vs {want[i]!r})")

@@ -1,0 +1,110 @@
+"""Train XGBoost and turn a booster into a verified artifact directory."""
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import artifact, compile as tlcompile
+from .schema import schema_hash
+
+
+def log(msg):
+    print(f"[model] {msg}", file=sys.stderr, flush=True)
+
+
+def train(X_train, y_train, X_valid, y_valid, *, trees=200, depth=6, eta=0.1,
+          objective="binary:logistic", feature_names=None, seed=0, progress_every=50):
+    import xgboost as xgb
+
+    params = {"objective": objective, "max_depth": depth, "eta": eta, "tree_method": "hist",
+              "max_bin": 256, "nthread": os.cpu_count() or 1, "seed": seed,
+              "eval_metric": ["logloss", "auc"] if objective.startswith("binary") else ["rmse"]}
+    dtrain = xgb.DMatrix(X_train, y_train, feature_names=list(feature_names) if feature_names else None)
+    dvalid = xgb.DMatrix(X_valid, y_valid, feature_names=list(feature_names) if feature_names else None)
+
+    class Progress(xgb.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            if (epoch + 1) % progress_every == 0 or epoch + 1 == trees:
+                metrics = ", ".join(f"{k} {v[-1]:.4f}" for k, v in evals_log.get("valid", {}).items())
+                log(f"  tree {epoch + 1}/{trees}: valid {metrics}")
+            return False
+
+    return xgb.train(params, dtrain, trees, evals=[(dvalid, "valid")], verbose_eval=False, callbacks=[Progress()])
+
+
+def threshold_rows(booster, X_base, n, rng):
+    """Rows with features set exactly at (and one ulp under) the model's split thresholds."""
+    d = json.loads(booster.save_raw("json"))
+    splits = []
+    for t in d["learner"]["gradient_booster"]["model"]["trees"]:
+        left = np.asarray(t["left_children"])
+        feat = np.asarray(t["split_indices"])[left != -1]
+        thr = np.asarray(t["split_conditions"], np.float32)[left != -1]
+        splits.extend(zip(feat.tolist(), thr.tolist()))
+    if not splits:
+        return X_base[:0]
+    rows = X_base[rng.integers(0, len(X_base), n)].copy()
+    for r in rows:
+        for _ in range(3):
+            f, t = splits[rng.integers(len(splits))]
+            t = np.float32(t)
+            r[f] = t if rng.random() < 0.5 else np.nextafter(t, np.float32(-np.inf))
+    return rows
+
+
+def validation_rows(booster, X_holdout, rng, n=2000):
+    base = X_holdout[rng.permutation(len(X_holdout))[:n]]
+    nan_rows = base[: max(1, n // 4)].copy()
+    nan_rows[rng.random(nan_rows.shape) < 0.3] = np.nan
+    return np.concatenate([base, nan_rows, threshold_rows(booster, base, max(1, n // 4), rng)]).astype(np.float32)
+
+
+def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False, info=None, seed=0):
+    """Compile, check bit-exactness against XGBoost, write the artifact atomically."""
+    import xgboost as xgb
+
+    out_dir = Path(out_dir)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        booster.save_model(str(tmp / "model.json"))
+        log(f"compiling {booster.num_boosted_rounds()} trees with TL2cgen + gcc (takes a few seconds)")
+        t0 = time.time()
+        lib, cinfo = tlcompile.compile_treelite(tmp / "model.json", tmp, len(feature_names))
+        log(f"  compiled in {time.time() - t0:.1f} s")
+        rng = np.random.default_rng(seed)
+        X = validation_rows(booster, X_holdout, rng)
+        want = booster.predict(xgb.DMatrix(X, feature_names=list(feature_names) if not generic else None),
+                               output_margin=True).astype(np.float32)
+        np.savez(tmp / "validation.npz", X=X, margin=want)
+        fields = {
+            "name": out_dir.name, "created_unix": int(time.time()), "generic": generic,
+            "feature_names": list(feature_names), "schema_hash": None if generic else schema_hash(),
+            "num_trees": booster.num_boosted_rounds(), "objective": cinfo["objective"],
+            "base_score": cinfo["base_score"], "versions": artifact.versions(),
+            "compiler": {k: cinfo[k] for k in ("cc", "cc_version", "flags")},
+            "backends": {"treelite": "libpredictor.so", "xgboost": "model.json"},
+            "validation": {"rows_file": "validation.npz", "rows": int(len(X)),
+                           "nan_rows": int(np.isnan(X).any(axis=1).sum())},
+            "training": info or {},
+        }
+        manifest = artifact.write_manifest(tmp, fields)
+        pred = artifact.load(tmp, require_schema=not generic)  # the same checks a user's load runs
+        got = pred.predict_margin(X)
+        exact = bool((got.view(np.int32) == want.view(np.int32)).all())
+        if not exact:
+            raise tlcompile.CompileError("compiled model is not bit-exact with XGBoost")
+        log(f"  bit-exact with XGBoost on {len(X)} validation rows "
+            f"({fields['validation']['nan_rows']} with missing values, split-threshold rows included)")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.rename(tmp, out_dir)
+        return manifest
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

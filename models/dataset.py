@@ -1,0 +1,55 @@
+"""Data sets from ticks with the one shared feature code, labels from future mid moves."""
+import numpy as np
+from numba import njit
+
+from engine import features
+
+
+@njit(cache=True)
+def _featurize(words, state, X, inst_out, mid_out, idx_out):
+    m = 0
+    for t in range(words.shape[0]):
+        w = words[t]
+        inst = features.update(state, w)
+        if inst >= 0 and features.warm(state, inst):
+            features.fill_row(state, inst, w[1], X[m])
+            inst_out[m] = inst
+            mid_out[m] = state[inst, features.S_MID]
+            idx_out[m] = t
+            m += 1
+    return m
+
+
+def featurize(words, n_instruments):
+    """Feature rows for every scored tick (what the live loop would score).
+
+    Returns X (float32 [m, F]), instrument, mid (float64, 1e-9 units), tick index.
+    """
+    n = words.shape[0]
+    X = np.empty((n, features.NUM_FEATURES), np.float32)
+    inst = np.empty(n, np.int64)
+    mid = np.empty(n, np.float64)
+    idx = np.empty(n, np.int64)
+    m = _featurize(words, features.new_state(n_instruments), X, inst, mid, idx)
+    return X[:m], inst[:m], mid[:m], idx[:m]
+
+
+def binary_labels(inst, mid, horizon):
+    """1 if the instrument's mid is higher `horizon` of its scored ticks later, 0 if lower,
+    -1 where flat or past the end (those rows are not trained on)."""
+    y = np.full(len(mid), -1, np.int8)
+    for i in np.unique(inst):
+        rows = np.flatnonzero(inst == i)
+        if len(rows) <= horizon:
+            continue
+        move = mid[rows[horizon:]] - mid[rows[:-horizon]]
+        lab = np.where(move > 0, 1, np.where(move < 0, 0, -1)).astype(np.int8)
+        y[rows[:-horizon]] = lab
+    return y
+
+
+def time_split(n, fractions=(0.7, 0.15, 0.15), embargo=0):
+    """Index ranges (train, valid, test) in time order with `embargo` rows dropped between."""
+    a = int(n * fractions[0])
+    b = a + int(n * fractions[1])
+    return (np.arange(0, max(0, a - embargo)), np.arange(a, max(a, b - embargo)), np.arange(b, n))
