@@ -165,3 +165,13 @@ def clz64(typingctx, v):
         val = context.cast(builder, args[0], sig.args[0], types.int64)
         return builder.ctlz(val, ir.Constant(ir.IntType(1), 0))
     return types.int64(v), codegen
+
+
+@intrinsic
+def f32_bits(typingctx, x):
+    """The IEEE-754 bits of a float32 as int64 (zero-extended), for packing records."""
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[0], sig.args[0], types.float32)
+        bits = builder.bitcast(v, ir.IntType(32))
+        return builder.zext(bits, _I64)
+    return types.int64(x), codegen

@@ -19,6 +19,7 @@ LAYOUT_VERSION = 1
 
 RING_TICKS = 1     # broadcast: one producer, many consumers, producer never blocks
 RING_SIGNALS = 2   # SPSC: full -> counted drop
+RING_CONTROL = 3   # the engine's control block: control words, counters, histograms
 
 # Header words. Each group that one party writes sits on its own 64-byte line.
 H_MAGIC, H_VERSION, H_KIND, H_RECORD_SIZE, H_CAPACITY, H_PID, H_CREATED_NS, H_MAX_CONSUMERS = range(8)
@@ -89,8 +90,11 @@ def check_owner(path):
     return f"replacing ring {path} left by dead process {pid}"
 
 
-def create(path, kind, record_size, capacity, owner_pid=None):
-    """Create (or replace a dead owner's) ring file; returns (mmap, header view)."""
+def create(path, kind, record_size, capacity, owner_pid=None, init=None):
+    """Create (or replace a dead owner's) ring file; returns (mmap, header view, note).
+
+    `init(mm)` runs before the file is renamed into place, so nobody sees it half-made.
+    """
     if capacity <= 0 or capacity & (capacity - 1):
         raise RingError(f"ring capacity must be a power of two, got {capacity}")
     note = check_owner(path)
@@ -114,6 +118,8 @@ def create(path, kind, record_size, capacity, owner_pid=None):
     hdr[H_CREATED_NS] = time.time_ns()
     hdr[H_MAX_CONSUMERS] = MAX_CONSUMERS if kind == RING_TICKS else 1
     hdr[H_HEARTBEAT_NS] = time.monotonic_ns()
+    if init is not None:
+        init(mm)
     hdr[H_MAGIC] = MAGIC  # last: a header with magic is complete
     os.rename(tmp, path)
     return mm, hdr, note
@@ -159,7 +165,8 @@ def inspect(path):
     pid = int(hdr[H_PID])
     info = {
         "path": path,
-        "kind": {RING_TICKS: "ticks (broadcast)", RING_SIGNALS: "signals (spsc)"}.get(kind, str(kind)),
+        "kind": {RING_TICKS: "ticks (broadcast)", RING_SIGNALS: "signals (spsc)",
+                 RING_CONTROL: "engine control block"}.get(kind, str(kind)),
         "layout_version": int(hdr[H_VERSION]),
         "record_size": int(hdr[H_RECORD_SIZE]),
         "capacity": int(hdr[H_CAPACITY]),
@@ -170,7 +177,15 @@ def inspect(path):
         "created_unix_ns": int(hdr[H_CREATED_NS]),
         "write_cursor": int(hdr[H_WRITE]),
     }
-    if kind == RING_SIGNALS:
+    if kind == RING_CONTROL:
+        from . import control
+        info.update(loop_state=control.LOOP_STATE_NAMES.get(int(hdr[control.L_STATE]), "?"),
+                    ticks=int(hdr[control.L_TICKS]), signals=int(hdr[control.L_SIGNALS]),
+                    gaps=int(hdr[control.L_GAPS]), lost=int(hdr[control.L_LOST]),
+                    model_gen=int(hdr[control.CTL_MODEL_GEN]))
+        for k in ("write_cursor", "capacity", "record_size"):
+            info.pop(k)
+    elif kind == RING_SIGNALS:
         info.update(read_cursor=int(hdr[H_READ]), consumer_pid=int(hdr[H_CONSUMER_PID]),
                     drops=int(hdr[H_DROPS]), backlog=int(hdr[H_WRITE] - hdr[H_READ]))
     else:

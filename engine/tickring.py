@@ -89,12 +89,18 @@ def _claim_slot(hdr, max_consumers, pid, dead_pid, start):
     return -1
 
 
+def _mark_slots_busy(mm):
+    # A zeroed slot would read as seq 0: every slot reads "being written" until it is.
+    np.frombuffer(mm, np.int64, offset=shm.HEADER_BYTES)[0::RECORD_WORDS] = BUSY
+
+
 class TickRing:
     """Producer side: creates the ring file (refusing a live owner's) and publishes."""
 
     def __init__(self, name, capacity=1 << 18, owner_pid=None):
         self.path = shm.ring_path(name)
-        self.mm, self.hdr, self.note = shm.create(self.path, shm.RING_TICKS, 64, capacity, owner_pid)
+        self.mm, self.hdr, self.note = shm.create(self.path, shm.RING_TICKS, 64, capacity, owner_pid,
+                                                  init=_mark_slots_busy)
         self.data = np.frombuffer(self.mm, np.int64, capacity * RECORD_WORDS, shm.HEADER_BYTES)
         self.mask = capacity - 1
 
@@ -118,12 +124,21 @@ class TickRing:
 class TickConsumer:
     """A consumer's view: maps the ring and claims a consumer line in its header."""
 
-    def __init__(self, name, start="now"):
+    def __init__(self, name, start=None):
         self.path = shm.ring_path(name)
         self.mm, self.hdr = shm.open_rw(self.path, shm.RING_TICKS)
         cap = int(self.hdr[shm.H_CAPACITY])
         self.data = np.frombuffer(self.mm, np.int64, cap * RECORD_WORDS, shm.HEADER_BYTES)
         self.mask = cap - 1
+        self.out = np.zeros(RECORD_WORDS, np.int64)
+        self.tick = self.out.view(TICK_DTYPE)
+        self.slot = None
+        if start is not None:
+            self.claim(start)
+
+    def claim(self, start="now"):
+        """Take a consumer line; reading starts at the writer ("now") or the oldest safe seq."""
+        cap = self.mask + 1
         w = int(self.hdr[shm.H_WRITE])
         begin = w if start == "now" else max(0, w - cap + cap // 8)
         pid = os.getpid()
@@ -140,8 +155,7 @@ class TickConsumer:
         self.slot = slot
         self.slot_base = shm.H_CONSUMERS + 8 * slot
         self.hdr[self.slot_base + shm.C_ATTACHED_NS] = time.monotonic_ns()
-        self.out = np.zeros(RECORD_WORDS, np.int64)
-        self.tick = self.out.view(TICK_DTYPE)
+        return slot
 
     @property
     def lost(self):
@@ -160,4 +174,6 @@ class TickConsumer:
                 int(self.hdr[self.slot_base + shm.C_CURSOR]) >= int(self.hdr[shm.H_WRITE]))
 
     def close(self):
-        self.hdr[self.slot_base + shm.C_PID] = 0
+        if self.slot is not None:
+            self.hdr[self.slot_base + shm.C_PID] = 0
+            self.slot = None

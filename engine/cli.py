@@ -1,0 +1,200 @@
+"""The `engine` command line."""
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+
+
+def _positive_float(s):
+    v = float(s)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+    return v
+
+
+def _nonneg_float(s):
+    v = float(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+def _pow2(s):
+    v = int(s)
+    if v < 2 or v & (v - 1):
+        raise argparse.ArgumentTypeError(f"must be a power of two >= 2, got {s}")
+    return v
+
+
+def cmd_run(a):
+    from .report import as_json, dumps, table
+    from .runner import RunConfig, run
+
+    cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, strict=a.strict, duration=a.duration, model=a.model,
+                    instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, name=a.name,
+                    signals_out=a.signals_out, thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short),
+                    ring_capacity=a.ring_capacity, keep_rings=a.keep_rings)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    res = run(cfg, stop)
+    print(dumps(as_json(res)) if a.json else table(res), flush=True)
+    return 0
+
+
+def cmd_feed(a):
+    from feeds.process import run_feed
+    from .rt import die_with_parent
+
+    if a.die_with_parent:
+        die_with_parent(signal.SIGTERM)
+    run_feed(a.source, a.ring, rate=0.0 if a.max else a.rate, capacity=a.capacity,
+             wait_consumers=a.wait_consumers, count=a.count, duration=a.duration, keep=a.keep)
+    return 0
+
+
+def cmd_ring_inspect(a):
+    from . import shm
+
+    info = shm.inspect(shm.ring_path(a.name))
+    if a.json:
+        print(json.dumps(info))
+        return 0
+    for k, v in info.items():
+        if k != "consumers":
+            print(f"{k:>18}: {v}")
+    for c in info.get("consumers", []):
+        print(f"{'consumer':>18}: slot {c['slot']} pid {c['pid']} ({'alive' if c['alive'] else 'dead'}) "
+              f"cursor {c['cursor']} lag {c['lag']} lost {c['lost']} gaps {c['gaps']}")
+    return 0
+
+
+def cmd_model_default(a):
+    from models.default import default_model_dir
+    print(default_model_dir())
+    return 0
+
+
+def cmd_model_inspect(a):
+    from models import artifact
+    m = artifact.read_manifest(a.dir)
+    if a.verify:
+        artifact.load(a.dir, require_schema=not m.get("generic"))
+        m["verified"] = True
+    print(json.dumps(m, indent=2))
+    return 0
+
+
+def cmd_signals_show(a):
+    import numpy as np
+    from .records import PRICE_SCALE
+    from .signal_log import read_signals
+
+    s = read_signals(a.file)
+    if a.json:
+        for r in s[: a.limit] if a.limit else s:
+            print(json.dumps({k: (r[k].item()) for k in s.dtype.names}))
+        return 0
+    print(f"{len(s)} signals in {a.file}")
+    print(f"{'seq':>8} {'tick_seq':>10} {'inst':>5} {'side':>5} {'prev':>5} {'score':>9} {'mid':>12} {'tick->signal ns':>16}")
+    for r in s[: a.limit] if a.limit else s:
+        print(f"{r['seq']:>8} {r['tick_seq']:>10} {r['instrument']:>5} {r['side']:>5} {r['prev_side']:>5} "
+              f"{r['score']:>9.5f} {r['mid_px'] / PRICE_SCALE:>12.4f} {int(r['ts_signal'] - r['ts_recv']):>16,}")
+    del np
+    return 0
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="engine", description="Low-latency trading-signal engine.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run the engine: feed -> ring -> pinned strategy loop -> signals",
+                       description="Run the engine end to end. With no --model the default model is used "
+                                   "(trained on the synthetic market and cached on first run). On exit "
+                                   "(--duration over, SIGINT, SIGTERM) prints a summary; progress goes to stderr.")
+    r.add_argument("--core", type=int, default=None, help="CPU core for the strategy thread (default: unpinned)")
+    r.add_argument("--priority", type=int, default=80, help="SCHED_FIFO priority 1-99 (default 80)")
+    r.add_argument("--no-rt", action="store_true",
+                   help="stay SCHED_OTHER (still pinned): for machines where RT throttling would park the loop")
+    r.add_argument("--strict", action="store_true",
+                   help="fail instead of running unpinned/non-RT/unlocked when the process lacks the rights")
+    r.add_argument("--duration", type=_positive_float, default=None, help="seconds to run (default: until stopped)")
+    r.add_argument("--model", default=None, help="model artifact directory (default: the built-in default model)")
+    r.add_argument("--instruments", type=int, default=4, help="synthetic instruments (default 4)")
+    r.add_argument("--rate", type=_nonneg_float, default=50_000.0,
+                   help="synthetic ticks per second, 0 = as fast as possible (default 50000)")
+    r.add_argument("--seed", type=int, default=1, help="synthetic feed seed (default 1)")
+    r.add_argument("--feed", default=None, help="source URI instead of the built-in synthetic feed, e.g. "
+                                                "synthetic://?instruments=8&rate=20000")
+    r.add_argument("--name", default="engine", help="instance name: rings are /dev/shm/NAME.{ticks,signals,ctl}")
+    r.add_argument("--signals-out", default=None,
+                   help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig)")
+    r.add_argument("--enter-long", type=float, default=0.65, help="go long when score >= this (default 0.65)")
+    r.add_argument("--exit-long", type=float, default=0.55, help="leave long when score < this (default 0.55)")
+    r.add_argument("--enter-short", type=float, default=0.35, help="go short when score <= this (default 0.35)")
+    r.add_argument("--exit-short", type=float, default=0.45, help="leave short when score > this (default 0.45)")
+    r.add_argument("--ring-capacity", type=_pow2, default=1 << 18, help="tick ring slots (power of two)")
+    r.add_argument("--keep-rings", action="store_true", help="leave the ring files in /dev/shm on exit")
+    r.add_argument("--json", action="store_true", help="print exactly one JSON object instead of the table")
+    r.set_defaults(fn=cmd_run)
+
+    f = sub.add_parser("feed", help="run a feed handler process writing a tick ring",
+                       description="Publish ticks from SOURCE into a tick ring until the source ends or "
+                                   "SIGINT/SIGTERM. SOURCE: synthetic://?instruments=4&rate=100000&seed=1"
+                                   "&trade_prob=0.1&gap_us=10&count=0")
+    f.add_argument("source")
+    f.add_argument("--ring", default="engine.ticks", help="ring name in /dev/shm or a path (default engine.ticks)")
+    f.add_argument("--rate", type=_nonneg_float, default=None, help="ticks per second (overrides the URI)")
+    f.add_argument("--max", action="store_true", help="publish as fast as possible")
+    f.add_argument("--capacity", type=_pow2, default=1 << 18, help="ring slots (power of two, default 262144)")
+    f.add_argument("--count", type=int, default=None, help="stop after this many ticks")
+    f.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
+    f.add_argument("--wait-consumers", type=int, default=0, help="hold ticks until this many consumers attach")
+    f.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
+    f.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
+    f.set_defaults(fn=cmd_feed)
+
+    g = sub.add_parser("ring", help="ring tools")
+    gs = g.add_subparsers(dest="ring_cmd", required=True, metavar="SUBCOMMAND")
+    gi = gs.add_parser("inspect", help="print a ring's header and counters (read-only)")
+    gi.add_argument("name", help="ring name in /dev/shm (e.g. engine.ticks) or a path")
+    gi.add_argument("--json", action="store_true")
+    gi.set_defaults(fn=cmd_ring_inspect)
+
+    m = sub.add_parser("model", help="model tools")
+    ms = m.add_subparsers(dest="model_cmd", required=True, metavar="SUBCOMMAND")
+    md = ms.add_parser("default", help="build (if needed) the default model and print its directory")
+    md.set_defaults(fn=cmd_model_default)
+    mi = ms.add_parser("inspect", help="print an artifact's manifest")
+    mi.add_argument("dir")
+    mi.add_argument("--verify", action="store_true", help="also verify hashes and bit-exactness")
+    mi.set_defaults(fn=cmd_model_inspect)
+
+    s = sub.add_parser("signals", help="signal file tools")
+    ss = s.add_subparsers(dest="signals_cmd", required=True, metavar="SUBCOMMAND")
+    sh = ss.add_parser("show", help="print the signals in a signal file")
+    sh.add_argument("file")
+    sh.add_argument("--limit", type=int, default=0)
+    sh.add_argument("--json", action="store_true", help="one JSON object per line")
+    sh.set_defaults(fn=cmd_signals_show)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"engine: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The engine's control block in /dev/shm: control words, live counters, latency histograms.
+
+The strategy loop never sees signals or sockets: it polls CTL_CMD and reads the model
+address from here, and publishes its counters and HdrHistogram counts here, so a
+control plane (or `engine stats`) reads them without touching the hot thread.
+"""
+import numpy as np
+
+from . import latency, shm
+
+# control plane -> loop (own cache line)
+CTL_CMD, CTL_MODEL_ADDR, CTL_MODEL_GEN, CTL_LEASE_NS = 40, 41, 42, 43
+CMD_RUN, CMD_STOP, CMD_PAUSE = 0, 1, 2
+# loop -> everyone (own cache line)
+L_STATE, L_TICKS, L_SIGNALS, L_GAPS, L_LOST, L_HEARTBEAT, L_SCORED, L_TID = 48, 49, 50, 51, 52, 53, 54, 55
+LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED = 0, 1, 2, 3, 4
+LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired"}
+
+HIST_BYTES = len(latency.STAGES) * latency.COUNTS_LEN * 8
+_LINES = 1 << (max(1, (HIST_BYTES + 63) // 64) - 1).bit_length()
+
+
+class ControlBlock:
+    def __init__(self, name):
+        self.path = shm.ring_path(name)
+        self.mm, self.hdr, self.note = shm.create(self.path, shm.RING_CONTROL, 64, _LINES)
+        self.hist = np.frombuffer(self.mm, np.int64, len(latency.STAGES) * latency.COUNTS_LEN,
+                                  shm.HEADER_BYTES).reshape(len(latency.STAGES), latency.COUNTS_LEN)
+
+    def counters(self):
+        h = self.hdr
+        return {"ticks": int(h[L_TICKS]), "signals": int(h[L_SIGNALS]), "gaps": int(h[L_GAPS]),
+                "lost": int(h[L_LOST]), "scored": int(h[L_SCORED]),
+                "state": LOOP_STATE_NAMES.get(int(h[L_STATE]), "?")}

@@ -1,0 +1,101 @@
+"""Real-time setup: CPU pinning, SCHED_FIFO, mlockall. Each returns (ok, message).
+
+On Linux, sched_setaffinity and sched_setscheduler with pid 0 act on the calling
+*thread*, which is what lets the strategy thread alone be pinned and real time.
+"""
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+
+MCL_CURRENT, MCL_FUTURE = 1, 2
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def available_cpus():
+    return sorted(os.sched_getaffinity(0))
+
+
+def check_core(core):
+    cpus = available_cpus()
+    if core not in cpus:
+        raise ValueError(f"--core {core} is not available to this process (cores available: "
+                         f"{','.join(map(str, cpus))}; this machine has {os.cpu_count()})")
+
+
+def pin_current_thread(core):
+    try:
+        os.sched_setaffinity(0, {core})
+        return True, f"pinned to core {core}"
+    except OSError as e:
+        return False, f"cannot pin to core {core}: {e.strerror}"
+
+
+def keep_off_core(core):
+    """Move the calling thread (and what it spawns later) off the strategy core."""
+    rest = set(available_cpus()) - {core}
+    if not rest:
+        return False, "only one core: the control plane and feed share the strategy core"
+    os.sched_setaffinity(0, rest)
+    return True, f"control plane and feed on cores {','.join(map(str, sorted(rest)))}"
+
+
+def set_fifo(priority):
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        return True, f"SCHED_FIFO priority {priority}"
+    except PermissionError:
+        return False, "no permission for SCHED_FIFO (needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO grant)"
+    except OSError as e:
+        return False, f"cannot set SCHED_FIFO priority {priority}: {e.strerror}"
+
+
+def set_other():
+    try:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except OSError:
+        pass
+
+
+def policy_name():
+    pol = os.sched_getscheduler(0)
+    return {os.SCHED_FIFO: "SCHED_FIFO", os.SCHED_RR: "SCHED_RR"}.get(pol, "SCHED_OTHER")
+
+
+def mlockall():
+    if _libc.mlockall(MCL_CURRENT | MCL_FUTURE) == 0:
+        return True, "memory locked (mlockall)"
+    err = ctypes.get_errno()
+    return False, f"mlockall failed: {os.strerror(err)} (raise RLIMIT_MEMLOCK or run with CAP_IPC_LOCK)"
+
+
+def munlockall():
+    _libc.munlockall()
+
+
+def die_with_parent(sig):
+    """Ask the kernel to send `sig` to this process when its parent dies."""
+    _libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def thread_sched(pid, tid):
+    """(policy name, last cpu) of a thread, read from /proc: an outside check."""
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state); processor is field 39, policy field 41
+    cpu, policy = int(fields[36]), int(fields[38])
+    return {1: "SCHED_FIFO", 2: "SCHED_RR"}.get(policy, "SCHED_OTHER"), cpu
+
+
+def rt_throttle_note():
+    """A warning when kernel RT throttling will park a spinning SCHED_FIFO thread, else None."""
+    try:
+        runtime = int(Path("/proc/sys/kernel/sched_rt_runtime_us").read_text())
+        period = int(Path("/proc/sys/kernel/sched_rt_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    if runtime < 0 or runtime >= period:
+        return None
+    return (f"kernel RT throttling is on (sched_rt_runtime_us={runtime} of {period}): a spinning SCHED_FIFO "
+            f"thread is parked {(period - runtime) / 1000:.0f} ms every {period / 1e6:g} s, which shows up in "
+            f"the tail; on an isolated core set kernel.sched_rt_runtime_us=-1 (ops/tuning.md) or use --no-rt")

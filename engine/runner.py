@@ -1,0 +1,298 @@
+"""`engine run`: feed process -> tick ring -> pinned real-time strategy thread -> signals.
+
+Start-up order follows DESIGN.md: load (or build) the model, compile the loop, create
+the rings, spawn the feed, then in the strategy thread: pin, lock memory, pre-fault,
+warm the model, switch to SCHED_FIFO, attach to the ring (which releases the feed),
+and run. The main thread (on the other cores) drains signals to the signal file,
+refreshes the loop's lease, and watches the feed, the clock and SIGINT/SIGTERM.
+"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models import artifact
+
+from . import control as C
+from . import features, latency, rt, shm, sigring, strategy
+from .records import SIGNAL_DTYPE
+from .signal_log import SignalLog
+from .tickring import TickConsumer
+
+LEASE_NS = 2_000_000_000  # the loop stops by itself if the main thread goes quiet this long
+DRAIN_PERIOD_S = 0.002
+
+
+def log(msg):
+    print(f"[engine] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunConfig:
+    core: int | None = None
+    priority: int = 80
+    realtime: bool = True
+    strict: bool = False
+    duration: float | None = None
+    model: str | None = None
+    instruments: int = 4
+    rate: float = 50_000.0
+    seed: int = 1
+    feed: str | None = None
+    name: str = "engine"
+    signals_out: str | None = None
+    thresholds: tuple = (0.65, 0.55, 0.35, 0.45)
+    ring_capacity: int = 1 << 18
+    keep_rings: bool = False
+
+
+@dataclass
+class RunResult:
+    counters: dict
+    drops: int
+    core: int | None
+    policy: str
+    backend: str
+    latency: dict
+    signals_path: str
+    model_dir: str
+    run_seconds: float
+    notes: list = field(default_factory=list)
+
+
+class StrategyThread(threading.Thread):
+    def __init__(self, cfg, ring_name, args_fn, predictor):
+        super().__init__(name="strategy", daemon=True)
+        self.cfg, self.ring_name, self.args_fn, self.predictor = cfg, ring_name, args_fn, predictor
+        self.ready = threading.Event()
+        self.error = None
+        self.tid = None
+        self.core = None
+        self.policy = "SCHED_OTHER"
+        self.notes = []
+        self.consumer = None
+        self.exit_state = None
+
+    def _want(self, ok, msg, what):
+        self.notes.append(msg)
+        if not ok:
+            if self.cfg.strict:
+                raise RuntimeError(f"--strict: {msg}")
+            log(f"warning: {msg}; running without {what}")
+
+    def run(self):
+        try:
+            self.tid = threading.get_native_id()
+            if self.cfg.core is not None:
+                ok, msg = rt.pin_current_thread(self.cfg.core)
+                self._want(ok, msg, "pinning")
+                self.core = self.cfg.core if ok else None
+            args = self.args_fn()
+            for a in args:
+                if isinstance(a, np.ndarray) and a.dtype.kind in "if":
+                    strategy.prefault(a)
+            row, out = args[7], args[8]
+            strategy.warm_model(self.predictor.addr, row, out, 20_000)
+            row[:] = 0
+            if self.cfg.realtime:
+                ok, msg = rt.set_fifo(self.cfg.priority)
+                self._want(ok, msg, "SCHED_FIFO")
+            self.policy = rt.policy_name()
+            c = self.consumer = TickConsumer(self.ring_name)
+            strategy.prefault(c.data)
+            # Claiming a consumer line is what releases the feed: ticks start once we are ready.
+            c.claim(start="oldest")
+            self.ready.set()
+            self.exit_state = strategy.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
+        except BaseException as e:  # reported by the main thread
+            self.error = e
+            self.ready.set()
+        finally:
+            rt.set_other()
+
+
+def _spawn_feed(cfg, ring_name):
+    uri = cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
+    cmd = [sys.executable, "-m", "engine.cli", "feed", uri, "--ring", ring_name,
+           "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent"]
+    if cfg.feed is None or "rate=" not in cfg.feed:
+        cmd += ["--rate", f"{cfg.rate:g}"]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(__file__)),
+                                                      env.get("PYTHONPATH")]))
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+
+
+def _wait_ring(path, proc, timeout=60.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"feed process exited with status {proc.returncode} before creating {path}")
+        if os.path.exists(path):
+            try:
+                info = shm.inspect(path)
+                if info["producer_pid"] == proc.pid:
+                    return
+            except shm.RingError:
+                pass
+        time.sleep(0.01)
+    raise RuntimeError(f"feed process did not create {path} within {timeout:.0f} s")
+
+
+def default_signals_path(name):
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "engine", "signals", f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.sig")
+
+
+def load_model(cfg):
+    if cfg.model:
+        model_dir = cfg.model
+    else:
+        from models.default import default_model_dir
+        model_dir = str(default_model_dir())
+    pred = artifact.load(model_dir)
+    log(f"model {pred.model_id} ({pred.manifest['num_trees']} trees) from {model_dir}: "
+        f"verified, bit-exact with XGBoost on {pred.manifest['validation']['rows']} rows")
+    return pred, model_dir
+
+
+def compile_loop():
+    """Trigger numba compilation of the hot functions before anything goes real time."""
+    cap = 16
+    thdr = np.zeros(shm.HEADER_WORDS, np.int64)
+    tdata = np.zeros(cap * 8, np.int64)
+    ctl = np.zeros(shm.HEADER_WORDS, np.int64)
+    ctl[C.CTL_CMD] = C.CMD_STOP
+    ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
+    strategy.run_loop(thdr, tdata, cap - 1, shm.H_CONSUMERS, np.zeros(shm.HEADER_WORDS, np.int64),
+                      np.zeros(cap * 8, np.int64), cap - 1, np.zeros(4, np.int64), ctl, latency.new_counts(),
+                      features.new_state(1), np.zeros(features.NUM_FEATURES, np.float32),
+                      np.zeros(1, np.float32), np.zeros(8, np.int64), np.zeros(8, np.int64),
+                      np.zeros(1, np.int8), strategy.make_cfg())
+
+
+def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
+    stop_event = stop_event or threading.Event()
+    if cfg.core is not None:
+        rt.check_core(cfg.core)
+    notes = []
+    pred, model_dir = load_model(cfg)
+    t0 = time.monotonic()
+    compile_loop()
+    log(f"strategy loop compiled in {time.monotonic() - t0:.2f} s")
+    if cfg.core is not None:
+        ok, msg = rt.keep_off_core(cfg.core)
+        notes.append(msg)
+        if not ok:
+            log(f"warning: {msg}")
+    ok, msg = rt.mlockall()
+    notes.append(msg)
+    if not ok:
+        if cfg.strict:
+            raise RuntimeError(f"--strict: {msg}")
+        log(f"warning: {msg}; running without locked memory")
+
+    ctl_blk = C.ControlBlock(f"{cfg.name}.ctl")
+    sring = sigring.SignalRing(f"{cfg.name}.signals")
+    ring_name = f"{cfg.name}.ticks"
+    shm.check_owner(shm.ring_path(ring_name))  # refuse a live owner before spawning anything
+    for n in (ctl_blk.note, sring.note):
+        if n:
+            log(n)
+    ctl = ctl_blk.hdr
+    ctl[C.CTL_MODEL_ADDR] = pred.addr
+    ctl[C.CTL_MODEL_GEN] = 1
+    ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
+    n_inst = 65536 if cfg.feed else cfg.instruments
+    fstate = features.new_state(n_inst)
+    cfg_arr = strategy.make_cfg(*cfg.thresholds)
+    row = np.zeros(features.NUM_FEATURES, np.float32)
+    out = np.zeros(1, np.float32)
+    tick = np.zeros(8, np.int64)
+    sig = np.zeros(8, np.int64)
+    pos = np.zeros(n_inst, np.int8)
+
+    def args_fn():
+        return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl, ctl_blk.hist,
+                fstate, row, out, tick, sig, pos, cfg_arr)
+
+    sig_path = cfg.signals_out or default_signals_path(cfg.name)
+    slog = SignalLog(sig_path)
+    proc = _spawn_feed(cfg, ring_name)
+    thread = None
+    t_start = time.monotonic()
+    drain_buf = np.zeros((4096, 8), np.int64)
+    try:
+        _wait_ring(shm.ring_path(ring_name), proc)
+        thread = StrategyThread(cfg, ring_name, args_fn, pred)
+        thread.start()
+        thread.ready.wait()
+        if thread.error:
+            raise thread.error
+        log(f"running: core {thread.core if thread.core is not None else 'unpinned'}, {thread.policy}, "
+            f"feed pid {proc.pid}, signals -> {sig_path}")
+        if cfg.realtime and thread.policy == "SCHED_FIFO":
+            note = rt.rt_throttle_note()
+            if note:
+                log(f"warning: {note}")
+                notes.append(note)
+        t_start = time.monotonic()
+        deadline = t_start + cfg.duration if cfg.duration else None
+        feed_done_logged = False
+        while not stop_event.is_set():
+            ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
+            slog.write(drain_buf[: sigring.drain(sring.hdr, sring.data, sring.mask, drain_buf)])
+            if not thread.is_alive():
+                break
+            if deadline and time.monotonic() >= deadline:
+                break
+            if proc.poll() is not None and not feed_done_logged:
+                feed_done_logged = True
+                log(f"feed process exited with status {proc.returncode}")
+            time.sleep(DRAIN_PERIOD_S)
+    finally:
+        ctl[C.CTL_CMD] = C.CMD_STOP
+        t_stop = time.monotonic()
+        if thread is not None:
+            thread.join(timeout=2.0)
+        while True:
+            n = sigring.drain(sring.hdr, sring.data, sring.mask, drain_buf)
+            if not n:
+                break
+            slog.write(drain_buf[:n])
+        slog.close()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if thread is not None and thread.consumer is not None:
+            thread.consumer.close()
+        if not cfg.keep_rings:
+            for p in (sring.path, ctl_blk.path, shm.ring_path(ring_name)):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+        rt.munlockall()
+    if thread is not None and thread.error:
+        raise thread.error
+    counters = ctl_blk.counters()
+    return RunResult(counters=counters, drops=sring.drops, core=thread.core, policy=thread.policy,
+                     backend="treelite", latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
+                     model_dir=model_dir, run_seconds=t_stop - t_start, notes=notes + thread.notes)
+
+
+def signals_of(path):
+    from .signal_log import read_signals
+    return read_signals(path)
+
+
+__all__ = ["RunConfig", "RunResult", "run", "SIGNAL_DTYPE", "signals_of"]

@@ -1,0 +1,55 @@
+"""The signal file: a 64-byte header then raw 64-byte signal records (SIGNAL_DTYPE).
+
+Written by the drainer as signals arrive and flushed on every drain, so a crash loses
+at most the signals still in the ring; a partial trailing record is ignored on read.
+"""
+import os
+import time
+
+import numpy as np
+
+from .records import SIGNAL_DTYPE
+
+MAGIC = b"ENGSIG01"
+HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_size", "<u4"), ("created_unix_ns", "<i8"),
+                   ("pad", "V40")])
+assert HEADER.itemsize == 64
+
+
+class SignalLogError(RuntimeError):
+    pass
+
+
+class SignalLog:
+    def __init__(self, path):
+        self.path = path
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        self.f = open(path, "wb")
+        h = np.zeros(1, HEADER)
+        h["magic"], h["version"], h["record_size"], h["created_unix_ns"] = MAGIC, 1, 64, time.time_ns()
+        self.f.write(h.tobytes())
+        self.count = 0
+
+    def write(self, words):
+        """words: int64 [n, 8] signal records."""
+        if len(words):
+            self.f.write(np.ascontiguousarray(words).tobytes())
+            self.f.flush()
+            self.count += len(words)
+
+    def close(self):
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+
+
+def read_signals(path):
+    raw = np.fromfile(path, np.uint8)
+    if len(raw) < 64:
+        raise SignalLogError(f"{path}: {len(raw)} bytes, too short for a signal file header")
+    h = raw[:64].view(HEADER)[0]
+    if bytes(h["magic"]) != MAGIC or h["record_size"] != 64:
+        raise SignalLogError(f"{path}: not an engine signal file")
+    body = raw[64: 64 + (len(raw) - 64) // 64 * 64]
+    return body.view(SIGNAL_DTYPE)

@@ -1,0 +1,36 @@
+"""Paced publication of generated ticks into the tick ring (numba)."""
+from numba import njit
+
+from engine import shm, tickring
+from engine.intrinsics import cpu_pause, monotonic_ns, store_relaxed
+
+SLEEP_THRESHOLD_NS = 60_000    # further ahead than this: return and let the caller sleep
+MAX_BEHIND_NS = 10_000_000     # more than 10 ms behind schedule: re-anchor, do not burst
+
+
+@njit(nogil=True, cache=True)
+def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns):
+    """Publish buf[i:n] at one tick per interval_ns (0 = as fast as possible).
+
+    Stamps ts_recv (word 2) with CLOCK_MONOTONIC just before each publish. Returns
+    (next index, next due time); returns early when the next tick is far off so the
+    caller can sleep instead of spinning a core.
+    """
+    while i < n:
+        now = monotonic_ns()
+        if interval_ns > 0:
+            if now < next_due:
+                if next_due - now > SLEEP_THRESHOLD_NS:
+                    return i, next_due
+                cpu_pause()
+                continue
+            next_due += interval_ns
+            if now - next_due > MAX_BEHIND_NS:
+                next_due = now
+        buf[i, 2] = now
+        tickring.publish(hdr, data, mask, buf[i])
+        i += 1
+        if (i & 255) == 0:
+            store_relaxed(hdr, shm.H_HEARTBEAT_NS, now)
+    store_relaxed(hdr, shm.H_HEARTBEAT_NS, monotonic_ns())
+    return i, next_due

@@ -1,0 +1,1 @@
+"""Tick files, recording, replay and backtests (issue 5)."""
