@@ -34,15 +34,15 @@ def _alpha(half_life):
 A_FAST, A_MID, A_SLOW, A_VOL, A_FLOW = _alpha(4), _alpha(32), _alpha(256), _alpha(64), _alpha(16)
 
 # State columns per instrument (float64)
+# (an int64 ns timestamp is kept exactly as two 32-bit halves: a float64 near 1.7e18 ns
+#  would resolve only 256 ns)
 (S_QUOTES, S_MID, S_BID, S_ASK, S_BSZ, S_ASZ, S_R_FAST, S_R_MID, S_R_SLOW, S_VAR,
- S_FLOW_NUM, S_FLOW_DEN, S_LAST_TRADE_NS) = range(13)
+ S_FLOW_NUM, S_FLOW_DEN, S_TRADES, S_LAST_TRADE_HI, S_LAST_TRADE_LO) = range(15)
 STATE_WIDTH = 16
 
 
 def new_state(n_instruments):
-    s = np.zeros((n_instruments, STATE_WIDTH), np.float64)
-    s[:, S_LAST_TRADE_NS] = np.nan
-    return s
+    return np.zeros((n_instruments, STATE_WIDTH), np.float64)
 
 
 @njit(nogil=True, cache=True)
@@ -51,7 +51,6 @@ def reset(state):
     for i in range(state.shape[0]):
         for k in range(state.shape[1]):
             state[i, k] = 0.0
-        state[i, S_LAST_TRADE_NS] = np.nan
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -92,7 +91,9 @@ def update(state, w):
         signed = size if side == SIDE_BUY else (-size if side == SIDE_SELL else 0.0)
         s[S_FLOW_NUM] += A_FLOW * (signed - s[S_FLOW_NUM])
         s[S_FLOW_DEN] += A_FLOW * (size - s[S_FLOW_DEN])
-        s[S_LAST_TRADE_NS] = w[1]
+        s[S_TRADES] += 1.0
+        s[S_LAST_TRADE_HI] = w[1] >> 32
+        s[S_LAST_TRADE_LO] = w[1] & 0xFFFFFFFF
         return inst
     return -1
 
@@ -124,8 +125,8 @@ def fill_row(state, inst, ts_event, row):
         row[7] = s[S_FLOW_NUM] / s[S_FLOW_DEN]
     else:
         row[7] = np.nan
-    last = s[S_LAST_TRADE_NS]
-    if last == last:  # not NaN
+    if s[S_TRADES] > 0:
+        last = (np.int64(s[S_LAST_TRADE_HI]) << 32) | np.int64(s[S_LAST_TRADE_LO])
         row[8] = (ts_event - last) * 1e-6
     else:
         row[8] = np.nan

@@ -10,6 +10,7 @@ from pathlib import Path
 
 MCL_CURRENT, MCL_FUTURE = 1, 2
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
@@ -77,6 +78,11 @@ def munlockall():
 def die_with_parent(sig):
     """Ask the kernel to send `sig` to this process when its parent dies."""
     _libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def name_current_thread(name):
+    """Set the OS-level thread name (top -H, /proc/PID/task/TID/comm); 15 bytes at most."""
+    _libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 def thread_sched(pid, tid):

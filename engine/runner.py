@@ -26,6 +26,7 @@ from .tickring import TickConsumer
 
 LEASE_NS = 2_000_000_000  # the loop stops by itself if the main thread goes quiet this long
 DRAIN_PERIOD_S = 0.002
+STRATEGY_THREAD_NAME = "engine-strategy"
 
 
 def log(msg):
@@ -88,6 +89,7 @@ class StrategyThread(threading.Thread):
     def run(self):
         try:
             self.tid = threading.get_native_id()
+            rt.name_current_thread(STRATEGY_THREAD_NAME)
             if self.cfg.core is not None:
                 ok, msg = rt.pin_current_thread(self.cfg.core)
                 self._want(ok, msg, "pinning")
@@ -117,7 +119,7 @@ class StrategyThread(threading.Thread):
 
 
 def _spawn_feed(cfg, ring_name):
-    uri = cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
+    uri = _feed_uri(cfg)
     cmd = [sys.executable, "-m", "engine.cli", "feed", uri, "--ring", ring_name,
            "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent"]
     if cfg.feed is None or "rate=" not in cfg.feed:
@@ -176,10 +178,24 @@ def compile_loop():
                       np.zeros(1, np.int8), strategy.make_cfg())
 
 
+def _feed_uri(cfg):
+    return cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
+
+
 def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
+    """Validate everything, then create rings, spawn the feed, run until stopped; cleans up always."""
     stop_event = stop_event or threading.Event()
+    # 1. everything that can be wrong with the request, before anything is created
     if cfg.core is not None:
         rt.check_core(cfg.core)
+    if cfg.realtime and not 1 <= cfg.priority <= 99:
+        raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
+    cfg_arr = strategy.make_cfg(*cfg.thresholds)
+    from feeds.process import open_source
+    feed_params, _ = open_source(_feed_uri(cfg))
+    ring_name = f"{cfg.name}.ticks"
+    for suffix in ("ctl", "signals", "ticks"):  # refuse a live owner (engine first) before creating anything
+        shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
     notes = []
     pred, model_dir = load_model(cfg)
     t0 = time.monotonic()
@@ -197,37 +213,40 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
             raise RuntimeError(f"--strict: {msg}")
         log(f"warning: {msg}; running without locked memory")
 
-    ctl_blk = C.ControlBlock(f"{cfg.name}.ctl")
-    sring = sigring.SignalRing(f"{cfg.name}.signals")
-    ring_name = f"{cfg.name}.ticks"
-    shm.check_owner(shm.ring_path(ring_name))  # refuse a live owner before spawning anything
-    for n in (ctl_blk.note, sring.note):
-        if n:
-            log(n)
-    ctl = ctl_blk.hdr
-    ctl[C.CTL_MODEL_ADDR] = pred.addr
-    ctl[C.CTL_MODEL_GEN] = 1
-    ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
-    n_inst = 65536 if cfg.feed else cfg.instruments
+    n_inst = feed_params.instruments
     fstate = features.new_state(n_inst)
-    cfg_arr = strategy.make_cfg(*cfg.thresholds)
     row = np.zeros(features.NUM_FEATURES, np.float32)
     out = np.zeros(1, np.float32)
     tick = np.zeros(8, np.int64)
     sig = np.zeros(8, np.int64)
     pos = np.zeros(n_inst, np.int8)
-
-    def args_fn():
-        return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl, ctl_blk.hist,
-                fstate, row, out, tick, sig, pos, cfg_arr)
-
-    sig_path = cfg.signals_out or default_signals_path(cfg.name)
-    slog = SignalLog(sig_path)
-    proc = _spawn_feed(cfg, ring_name)
-    thread = None
-    t_start = time.monotonic()
     drain_buf = np.zeros((4096, 8), np.int64)
+    sig_path = cfg.signals_out or default_signals_path(cfg.name)
+
+    # 2. resources: everything created from here on is removed in the finally block
+    created = []
+    ctl_blk = sring = slog = proc = thread = None
+    t_start = t_stop = time.monotonic()
     try:
+        ctl_blk = C.ControlBlock(f"{cfg.name}.ctl")
+        created.append(ctl_blk.path)
+        sring = sigring.SignalRing(f"{cfg.name}.signals")
+        created.append(sring.path)
+        created.append(shm.ring_path(ring_name))
+        for n in (ctl_blk.note, sring.note):
+            if n:
+                log(n)
+        ctl = ctl_blk.hdr
+        ctl[C.CTL_MODEL_ADDR] = pred.addr
+        ctl[C.CTL_MODEL_GEN] = 1
+        ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
+
+        def args_fn():
+            return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl, ctl_blk.hist,
+                    fstate, row, out, tick, sig, pos, cfg_arr)
+
+        slog = SignalLog(sig_path)
+        proc = _spawn_feed(cfg, ring_name)
         _wait_ring(shm.ring_path(ring_name), proc)
         thread = StrategyThread(cfg, ring_name, args_fn, pred)
         thread.start()
@@ -256,17 +275,19 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
                 log(f"feed process exited with status {proc.returncode}")
             time.sleep(DRAIN_PERIOD_S)
     finally:
-        ctl[C.CTL_CMD] = C.CMD_STOP
         t_stop = time.monotonic()
+        if ctl_blk is not None:
+            ctl_blk.hdr[C.CTL_CMD] = C.CMD_STOP
         if thread is not None:
             thread.join(timeout=2.0)
-        while True:
-            n = sigring.drain(sring.hdr, sring.data, sring.mask, drain_buf)
-            if not n:
-                break
-            slog.write(drain_buf[:n])
-        slog.close()
-        if proc.poll() is None:
+        if slog is not None:
+            while True:
+                n = sigring.drain(sring.hdr, sring.data, sring.mask, drain_buf)
+                if not n:
+                    break
+                slog.write(drain_buf[:n])
+            slog.close()
+        if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=1.0)
@@ -276,16 +297,15 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         if thread is not None and thread.consumer is not None:
             thread.consumer.close()
         if not cfg.keep_rings:
-            for p in (sring.path, ctl_blk.path, shm.ring_path(ring_name)):
+            for p in created:
                 try:
                     os.unlink(p)
                 except FileNotFoundError:
                     pass
         rt.munlockall()
-    if thread is not None and thread.error:
+    if thread.error:
         raise thread.error
-    counters = ctl_blk.counters()
-    return RunResult(counters=counters, drops=sring.drops, core=thread.core, policy=thread.policy,
+    return RunResult(counters=ctl_blk.counters(), drops=sring.drops, core=thread.core, policy=thread.policy,
                      backend="treelite", latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
                      model_dir=model_dir, run_seconds=t_stop - t_start, notes=notes + thread.notes)
 

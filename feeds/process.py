@@ -22,6 +22,15 @@ def open_source(uri):
                      "(real-data feeds are not implemented yet)")
 
 
+def _compile(sim):
+    """JIT the generator and publisher on throwaway state (sim's own state is untouched)."""
+    import copy
+    scratch = np.zeros((4, 8), np.int64)
+    copy.deepcopy(sim).generate(scratch)
+    hdr = np.zeros(shm.HEADER_WORDS, np.int64)
+    publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0)
+
+
 def run_feed(uri, ring_name, *, rate=None, capacity=1 << 18, wait_consumers=0, wait_timeout=60.0,
              count=None, duration=None, keep=False, quiet=False):
     """Publish ticks from `uri` into ring `ring_name` until the source ends or we are stopped."""
@@ -37,6 +46,7 @@ def run_feed(uri, ring_name, *, rate=None, capacity=1 << 18, wait_consumers=0, w
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
 
+    _compile(sim)  # before the ring exists: nobody waits on our JIT
     ring = TickRing(ring_name, capacity)
     say = (lambda m: None) if quiet else (lambda m: print(f"[feed] {m}", file=sys.stderr, flush=True))
     if ring.note:

@@ -1,0 +1,46 @@
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+_counter = itertools.count()
+
+
+def engine_env(**extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def engine_cmd(*args):
+    return [sys.executable, "-m", "engine.cli", *args]
+
+
+def spawn(args, **kw):
+    return subprocess.Popen(args, cwd=ROOT, env=engine_env(), **kw)
+
+
+@pytest.fixture
+def shm_name(request):
+    """A unique /dev/shm name for one test; every file starting with it is removed after."""
+    name = f"enginetest-{os.getpid()}-{next(_counter)}"
+    yield name
+    for p in Path("/dev/shm").glob(name + "*"):
+        p.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """The real default model (built once, cached under $XDG_CACHE_HOME like a user's)."""
+    from models.default import default_model_dir
+    return default_model_dir()
+
+
+def strategy_core():
+    return sorted(os.sched_getaffinity(0))[-1]

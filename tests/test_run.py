@@ -1,0 +1,149 @@
+"""`engine run` as a user runs it: a real process, feed process, rings, pinned RT thread."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import rt
+from engine.latency import STAGES
+from engine.runner import STRATEGY_THREAD_NAME
+from engine.signal_log import read_signals
+
+from .conftest import ROOT, engine_cmd, engine_env, strategy_core
+
+ROOT_USER = os.geteuid() == 0
+STAGE_KEYS = {"p50", "p90", "p99", "p99.9", "p99.99", "max"}
+
+
+def _find_strategy_thread(pid):
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == STRATEGY_THREAD_NAME:
+                return int(task.name)
+        except OSError:
+            continue
+    return None
+
+
+def _wait_line(proc, needle, timeout=120):
+    """Read stderr lines until one contains needle; returns everything read."""
+    seen = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        line = proc.stderr.readline()
+        if not line:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if needle in line:
+            return seen
+    raise AssertionError(f"never saw {needle!r}; stderr so far:\n{''.join(seen)}")
+
+
+def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
+    core = strategy_core()
+    sig_file = tmp_path / "s.sig"
+    proc = subprocess.Popen(engine_cmd("run", "--core", str(core), "--duration", "3", "--rate", "5000",
+                                       "--name", shm_name, "--signals-out", str(sig_file), "--json"),
+                            cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_line(proc, "running:")
+        # check from outside, in /proc, while it runs
+        tid = _find_strategy_thread(proc.pid)
+        assert tid is not None, "no thread named engine-strategy"
+        status = Path(f"/proc/{proc.pid}/task/{tid}/status").read_text()
+        allowed = [l.split(":")[1].strip() for l in status.splitlines() if l.startswith("Cpus_allowed_list")][0]
+        assert allowed == str(core)
+        policy, _ = rt.thread_sched(proc.pid, tid)
+        assert policy == ("SCHED_FIFO" if ROOT_USER else "SCHED_OTHER")
+        # the rings exist while it runs, owner-only
+        for suffix in ("ticks", "signals", "ctl"):
+            assert os.stat(f"/dev/shm/{shm_name}.{suffix}").st_mode & 0o777 == 0o600
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    res = json.loads(out)  # exactly one JSON object on stdout
+    assert {"ticks", "signals", "gaps", "drops", "core", "policy", "backend", "latency_ns"} <= set(res)
+    assert res["ticks"] > 5000, res
+    assert res["signals"] > 0 and res["gaps"] == 0 and res["drops"] == 0
+    assert res["core"] == core and res["backend"] == "treelite"
+    assert res["policy"] == ("SCHED_FIFO" if ROOT_USER else "SCHED_OTHER")
+    assert set(res["latency_ns"]) == set(STAGES)
+    for stage in STAGES:
+        st = res["latency_ns"][stage]
+        assert set(st) == STAGE_KEYS and all(isinstance(v, int) for v in st.values())
+        assert 0 < st["p50"] <= st["p90"] <= st["p99"] <= st["p99.9"] <= st["p99.99"] <= st["max"]
+    # the signal file holds exactly the signals counted, in order, well-formed
+    sigs = read_signals(sig_file)
+    assert len(sigs) == res["signals"]
+    assert np.array_equal(sigs["seq"], np.arange(len(sigs)))
+    assert (np.diff(sigs["tick_seq"].astype(np.int64)) > 0).all()
+    assert set(np.unique(sigs["side"])) <= {-1, 0, 1} and (sigs["side"] != sigs["prev_side"]).all()
+    assert ((sigs["score"] >= 0) & (sigs["score"] <= 1)).all() and (sigs["model_gen"] == 1).all()
+    assert (sigs["ts_signal"] >= sigs["ts_recv"]).all()
+    # hysteresis: a long is entered only at/above the entry threshold
+    assert (sigs["score"][sigs["side"] == 1] >= np.float32(0.65)).all()
+    assert (sigs["score"][sigs["side"] == -1] <= np.float32(0.35)).all()
+    # everything it created in /dev/shm is gone
+    assert not list(Path("/dev/shm").glob(shm_name + "*"))
+
+
+def test_sigterm_stops_within_a_second_with_summary(default_model, shm_name, tmp_path):
+    proc = subprocess.Popen(engine_cmd("run", "--core", str(strategy_core()), "--rate", "5000", "--name", shm_name,
+                                       "--signals-out", str(tmp_path / "s.sig")),
+                            cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_line(proc, "running:")
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        stopped_in = time.monotonic() - t0
+        out = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert stopped_in < 1.0, f"took {stopped_in:.2f} s to stop"
+    assert "ticks" in out and "tick_to_signal" in out and "p99.99" in out
+    assert not list(Path("/dev/shm").glob(shm_name + "*"))
+
+
+def test_second_engine_on_the_same_rings_is_refused(default_model, shm_name, tmp_path):
+    first = subprocess.Popen(engine_cmd("run", "--rate", "1000", "--name", shm_name, "--signals-out",
+                                        str(tmp_path / "a.sig")),
+                             cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_line(first, "running:")
+        second = subprocess.run(engine_cmd("run", "--duration", "1", "--name", shm_name, "--signals-out",
+                                           str(tmp_path / "b.sig")),
+                                cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=120)
+        assert second.returncode != 0
+        assert f"owned by live process {first.pid}" in second.stderr and "Traceback" not in second.stderr
+        assert first.poll() is None  # and the first one was not disturbed
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=10)
+    assert first.returncode == 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--core", "4096"], "--core 4096 is not available"),
+    (["--feed", "synthetic://?instrumentz=3"], "unknown parameter 'instrumentz'"),
+    (["--feed", "itch:/nonexistent"], "unknown source"),
+    (["--model", "/nonexistent-model"], "not a model artifact"),
+    (["--enter-long", "0.4"], "thresholds must satisfy"),
+])
+def test_bad_input_is_a_clear_error(args, needle, shm_name, default_model):
+    r = subprocess.run(engine_cmd("run", "--duration", "1", "--name", shm_name, *args), cwd=ROOT,
+                       env=engine_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
+    assert not list(Path("/dev/shm").glob(shm_name + "*"))
