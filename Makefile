@@ -1,0 +1,33 @@
+# make run   - set up .venv (first time) and run the engine on its built-in default
+# make test  - set up .venv (first time) and run the test suite
+# make bench - set up .venv (first time) and run every benchmark in bench/
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CORE ?= $(shell $(PYTHON) -c "import os; print(max(os.sched_getaffinity(0)))")
+DURATION ?= 10
+BENCH_ARGS ?=
+
+.PHONY: setup run test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(BIN)/engine run --core $(CORE) $(if $(DURATION),--duration $(DURATION))
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	@for b in bench/ring.py bench/model_call.py bench/tick_to_signal.py; do \
+		echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info bench/results
