@@ -24,7 +24,7 @@ from .records import SIGNAL_DTYPE
 from .signal_log import SignalLog
 from .tickring import TickConsumer
 
-LEASE_NS = 2_000_000_000  # the loop stops by itself if the main thread goes quiet this long
+LEASE_NS = 3_000_000_000  # the loop stops by itself if the main thread goes quiet this long
 DRAIN_PERIOD_S = 0.002
 STRATEGY_THREAD_NAME = "engine-strategy"
 
@@ -109,6 +109,8 @@ class StrategyThread(threading.Thread):
             strategy.prefault(c.data)
             # Claiming a consumer line is what releases the feed: ticks start once we are ready.
             c.claim(start="oldest")
+            ctl = args[4]
+            ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
             self.ready.set()
             self.exit_state = strategy.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
         except BaseException as e:  # reported by the main thread
@@ -127,7 +129,10 @@ def _spawn_feed(cfg, ring_name):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(__file__)),
                                                       env.get("PYTHONPATH")]))
-    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    try:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    except OSError as e:
+        raise RuntimeError(f"cannot start the feed process ({cmd[0]}): {e.strerror}") from None
 
 
 def _wait_ring(path, proc, timeout=60.0):
@@ -305,6 +310,9 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         rt.munlockall()
     if thread.error:
         raise thread.error
+    if thread.exit_state == C.LOOP_LEASE_EXPIRED:
+        raise RuntimeError(f"the strategy loop stopped itself: the control thread did not renew its lease "
+                           f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")
     return RunResult(counters=ctl_blk.counters(), drops=sring.drops, core=thread.core, policy=thread.policy,
                      backend="treelite", latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
                      model_dir=model_dir, run_seconds=t_stop - t_start, notes=notes + thread.notes)

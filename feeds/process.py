@@ -8,7 +8,9 @@ import numpy as np
 from engine import shm
 from engine.tickring import TickRing
 
-from .publisher import publish_paced
+from engine.rt import set_timer_slack
+
+from .publisher import publish_all, publish_paced
 from .synthetic import Simulator, parse_uri
 
 BATCH = 4096
@@ -47,6 +49,7 @@ def run_feed(uri, ring_name, *, rate=None, capacity=1 << 18, wait_consumers=0, w
         signal.signal(s, on_signal)
 
     _compile(sim)  # before the ring exists: nobody waits on our JIT
+    set_timer_slack(1000)
     ring = TickRing(ring_name, capacity)
     say = (lambda m: None) if quiet else (lambda m: print(f"[feed] {m}", file=sys.stderr, flush=True))
     if ring.note:
@@ -70,11 +73,7 @@ def run_feed(uri, ring_name, *, rate=None, capacity=1 << 18, wait_consumers=0, w
             if n <= 0:
                 break
             sim.generate(buf[:n])
-            i = 0
-            while i < n and not stop["flag"]:
-                i, next_due = publish_paced(ring.hdr, ring.data, ring.mask, buf, i, n, next_due, interval)
-                if i < n:
-                    time.sleep(max(0.0, (next_due - time.monotonic_ns()) / 1e9 - 50e-6))
+            i, next_due = publish_all(ring, buf, n, next_due, interval, lambda: stop["flag"])
             produced += i
             if deadline and time.monotonic() >= deadline:
                 break

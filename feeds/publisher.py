@@ -1,10 +1,12 @@
 """Paced publication of generated ticks into the tick ring (numba)."""
+import time
+
 from numba import njit
 
 from engine import shm, tickring
 from engine.intrinsics import cpu_pause, monotonic_ns, store_relaxed
 
-SLEEP_THRESHOLD_NS = 60_000    # further ahead than this: return and let the caller sleep
+SLEEP_THRESHOLD_NS = 20_000    # further ahead than this: return and let the caller sleep
 MAX_BEHIND_NS = 10_000_000     # more than 10 ms behind schedule: re-anchor, do not burst
 
 
@@ -33,4 +35,18 @@ def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns):
         if (i & 255) == 0:
             store_relaxed(hdr, shm.H_HEARTBEAT_NS, now)
     store_relaxed(hdr, shm.H_HEARTBEAT_NS, monotonic_ns())
+    return i, next_due
+
+
+def publish_all(ring, buf, n, next_due, interval_ns, stopped=lambda: False):
+    """Publish buf[:n] paced at interval_ns (0 = flat out), sleeping between ticks when the next
+    one is far enough off (call rt.set_timer_slack first for accurate short sleeps).
+    Returns (published, next_due); stops early when stopped() turns true."""
+    i = 0
+    while i < n and not stopped():
+        i, next_due = publish_paced(ring.hdr, ring.data, ring.mask, buf, i, n, next_due, interval_ns)
+        if i < n:
+            ahead = next_due - time.monotonic_ns() - 5_000
+            if ahead > 0:
+                time.sleep(ahead / 1e9)
     return i, next_due

@@ -147,3 +147,24 @@ def test_bad_input_is_a_clear_error(args, needle, shm_name, default_model):
                        env=engine_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
     assert not list(Path("/dev/shm").glob(shm_name + "*"))
+
+
+@pytest.mark.skipif(not ROOT_USER or not Path("/usr/bin/setpriv").exists(),
+                    reason="needs root and setpriv to run without capabilities")
+def test_without_rights_it_says_so_once_and_runs_or_refuses_with_strict(default_model, shm_name, tmp_path):
+    # root with an empty capability bounding set: no CAP_SYS_NICE (SCHED_FIFO) nor CAP_IPC_LOCK (mlockall)
+    no_caps = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    args = engine_cmd("run", "--core", str(strategy_core()), "--duration", "1.5", "--rate", "2000",
+                      "--name", shm_name, "--signals-out", str(tmp_path / "s.sig"), "--json")
+    r = subprocess.run(no_caps + args, cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=300)
+    if "mlockall failed" not in r.stderr and r.returncode == 0 and '"SCHED_FIFO"' in r.stdout:
+        pytest.skip("this machine grants SCHED_FIFO and mlockall without capabilities (rlimits)")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["policy"] == "SCHED_OTHER" and res["core"] == strategy_core() and res["ticks"] > 0
+    assert r.stderr.count("no permission for SCHED_FIFO") == 1
+    assert "mlockall failed" in r.stderr
+    strict = subprocess.run(no_caps + args + ["--strict"], cwd=ROOT, env=engine_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert strict.returncode != 0 and "--strict:" in strict.stderr and "Traceback" not in strict.stderr
+    assert not list(Path("/dev/shm").glob(shm_name + "*"))

@@ -1,0 +1,222 @@
+"""Cross-process tick transport: our shared-memory ring vs multiprocessing.Queue and pyzmq ipc.
+
+Throughput: the producer publishes as fast as it can, the consumer counts (ticks/s from first to
+last tick received). Latency: the producer paces at the same rate for all three and stamps
+CLOCK_MONOTONIC in each message; the consumer subtracts on receipt (one-way latency). The producer
+runs on one core and the consumer on the other.
+"""
+import multiprocessing as mp
+import os
+import struct
+import sys
+import time
+
+import _common  # noqa: F401  (sets sys.path)
+import numpy as np
+from numba import njit
+
+from engine import shm
+from engine.intrinsics import cpu_pause, monotonic_ns
+from engine.tickring import POLL_EMPTY, POLL_TICK, TickConsumer, TickRing
+from engine.tickring import poll as ring_poll
+from engine.rt import set_timer_slack
+from feeds.publisher import publish_all, publish_paced
+
+CORES = sorted(os.sched_getaffinity(0))
+PROD_CORE, CONS_CORE = CORES[0], CORES[-1]
+
+
+def _ring_producer(name, n, interval_ns, ready, spin=False):
+    os.sched_setaffinity(0, {PROD_CORE})
+    buf = np.zeros((n, 8), np.int64)
+    for i in range(0, n, 8):  # touch the buffer and compile before the consumer waits on us
+        buf[i, 1] = i
+    publish_paced(np.zeros(shm.HEADER_WORDS, np.int64), np.zeros(64, np.int64), 7, buf[:4], 0, 4, 0, 0)
+    ring = TickRing(name, 1 << 22)
+    ready.set()
+    while ring.consumers() < 1:
+        time.sleep(0.001)
+    set_timer_slack(1000)
+    if spin:  # a feed handler with a core of its own: never sleeps
+        i, due = 0, time.monotonic_ns()
+        while i < n:
+            i, due = publish_paced(ring.hdr, ring.data, ring.mask, buf, i, n, due, interval_ns)
+    else:
+        publish_all(ring, buf, n, time.monotonic_ns(), interval_ns)
+    ring.set_state(shm.STATE_FINISHED)
+    while ring.consumers():
+        time.sleep(0.01)
+    ring.unlink()
+
+
+@njit(nogil=True, cache=True)
+def _ring_consume(hdr, data, mask, slot_base, out, n, lat):
+    got = 0
+    lost = 0
+    t_first = 0
+    t_last = 0
+    while got + lost < n:
+        st = ring_poll(hdr, data, mask, slot_base, out)
+        if st == POLL_EMPTY:
+            cpu_pause()
+            continue
+        now = monotonic_ns()
+        if st != POLL_TICK:
+            lost += out[3]
+            continue
+        if got == 0:
+            t_first = now
+        t_last = now
+        lat[got] = now - out[2]
+        got += 1
+    return got, lost, t_first, t_last
+
+
+def bench_ring(n, interval_ns, spin=False):
+    name = f"bench-ring-{os.getpid()}"
+    ready = mp.Event()
+    p = mp.Process(target=_ring_producer, args=(name, n, interval_ns, ready, spin))
+    p.start()
+    ready.wait()
+    os.sched_setaffinity(0, {CONS_CORE})
+    c = TickConsumer(name, start="oldest")
+    lat = np.zeros(n, np.int64)
+    got, lost, t0, t1 = _ring_consume(c.hdr, c.data, c.mask, c.slot_base, c.out, n, lat)
+    c.close()
+    p.join()
+    os.sched_setaffinity(0, set(CORES))
+    return got, lost, (got - 1) / ((t1 - t0) / 1e9), lat[:got]
+
+
+def _pace(i, t0, interval_ns):
+    """Sleep (releasing the GIL, so a queue's feeder thread can run) until message i is due."""
+    if interval_ns:
+        ahead = t0 + i * interval_ns - time.monotonic_ns()
+        if ahead > 0:
+            time.sleep(ahead / 1e9)
+
+
+def _mpq_producer(q, n, interval_ns):
+    os.sched_setaffinity(0, {PROD_CORE})
+    set_timer_slack(1000)
+    pad = b"x" * 56
+    t0 = time.monotonic_ns()
+    for i in range(n):
+        _pace(i, t0, interval_ns)
+        q.put(struct.pack("<q", time.monotonic_ns()) + pad)
+    q.put(None)
+
+
+def bench_mp_queue(n, interval_ns):
+    q = mp.Queue(maxsize=1 << 16)
+    p = mp.Process(target=_mpq_producer, args=(q, n, interval_ns))
+    os.sched_setaffinity(0, {CONS_CORE})
+    p.start()
+    lat = np.zeros(n, np.int64)
+    got, t_first = 0, 0
+    while True:
+        m = q.get()
+        now = time.monotonic_ns()
+        if m is None:
+            break
+        if got == 0:
+            t_first = now
+        lat[got] = now - struct.unpack_from("<q", m)[0]
+        got += 1
+        t_last = now
+    p.join()
+    os.sched_setaffinity(0, set(CORES))
+    return got, n - got, (got - 1) / ((t_last - t_first) / 1e9), lat[:got]
+
+
+def _zmq_producer(addr, n, interval_ns):
+    import zmq
+    os.sched_setaffinity(0, {PROD_CORE})
+    set_timer_slack(1000)
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUSH)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.connect(addr)
+    pad = b"x" * 56
+    time.sleep(0.2)
+    t0 = time.monotonic_ns()
+    for i in range(n):
+        _pace(i, t0, interval_ns)
+        s.send(struct.pack("<q", time.monotonic_ns()) + pad)
+    s.send(b"")
+    s.close(linger=-1)
+    ctx.term()
+
+
+def bench_zmq(n, interval_ns):
+    import zmq
+    addr = f"ipc:///tmp/bench-zmq-{os.getpid()}"
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PULL)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.bind(addr)
+    p = mp.Process(target=_zmq_producer, args=(addr, n, interval_ns))
+    os.sched_setaffinity(0, {CONS_CORE})
+    p.start()
+    lat = np.zeros(n, np.int64)
+    got, t_first = 0, 0
+    while True:
+        m = s.recv()
+        now = time.monotonic_ns()
+        if not m:
+            break
+        if got == 0:
+            t_first = now
+        lat[got] = now - struct.unpack_from("<q", m)[0]
+        got += 1
+        t_last = now
+    p.join()
+    s.close()
+    ctx.term()
+    os.sched_setaffinity(0, set(CORES))
+    return got, n - got, (got - 1) / ((t_last - t_first) / 1e9), lat[:got]
+
+
+def main():
+    a = _common.args(__doc__)
+    n_tput = 2_000_000 if a.quick else 10_000_000
+    n_peer_tput = 200_000 if a.quick else 1_000_000
+    rate = 20_000  # every transport can sustain it: latency without queueing
+    n_lat = 40_000 if a.quick else 200_000
+    interval = int(1e9 / rate)
+    mp.set_start_method("fork")
+    res = {}
+    for label, fn, nt in (("ring", bench_ring, n_tput), ("mp_queue", bench_mp_queue, n_peer_tput),
+                          ("zmq_ipc", bench_zmq, n_peer_tput)):
+        print(f"{label}: throughput over {nt:,} messages ...", file=sys.stderr, flush=True)
+        got, lost, tput, _ = fn(nt, 0)
+        print(f"{label}: latency over {n_lat:,} messages at {rate:,}/s ...", file=sys.stderr, flush=True)
+        got_l, lost_l, _, lat = fn(n_lat, interval)
+        res[label] = {"ticks_per_s": round(tput), **_common.pct(lat), "lost": int(lost + lost_l)}
+    if res["ring"]["lost"]:
+        print(f"WARNING: the ring consumer was lapped ({res['ring']['lost']} lost)", file=sys.stderr)
+    # ours with a producer that spins (a feed handler owning its core), at 20k/s and 1M/s
+    _, lost_s, _, lat_s = bench_ring(n_lat, interval, spin=True)
+    _, lost, _, lat = bench_ring(n_lat * 5, 1000, spin=True)
+    metrics = {**res["ring"], "paced_rate_per_s": rate,
+               "spinning_producer_at_20k_per_s": {**_common.pct(lat_s), "lost": int(lost_s)},
+               "spinning_producer_at_1m_per_s": {**_common.pct(lat), "lost": int(lost)}}
+    peers = {"mp_queue": res["mp_queue"], "zmq_ipc": res["zmq_ipc"]}
+    ratios = {}
+    for peer in peers:
+        ratios[f"ring_vs_{peer}_ticks_per_s"] = _common.ratio(res["ring"]["ticks_per_s"], res[peer]["ticks_per_s"], True)
+        for q in ("p50", "p99", "p999"):
+            ratios[f"ring_vs_{peer}_{q}"] = _common.ratio(res["ring"][f"one_way_{q}_ns"], res[peer][f"one_way_{q}_ns"], False)
+    cols = ["ticks_per_s", "one_way_p50_ns", "one_way_p99_ns", "one_way_p999_ns", "one_way_p9999_ns", "one_way_max_ns"]
+    _common.table(f"cross-process transport (latency paced at {rate:,}/s; producer core {PROD_CORE}, "
+                  f"consumer core {CONS_CORE})", cols,
+                  [("ring (ours)", res["ring"]), ("multiprocessing.Queue", res["mp_queue"]),
+                   ("pyzmq ipc PUSH/PULL", res["zmq_ipc"]),
+                   ("ring, spinning producer 20k/s", metrics["spinning_producer_at_20k_per_s"]),
+                   ("ring, spinning producer 1M/s", metrics["spinning_producer_at_1m_per_s"])])
+    print("  (all producers above the last two sleep between messages; ours wakes cold, which costs ~300 ns)")
+    _common.save("ring", metrics, peers, ratios)
+
+
+if __name__ == "__main__":
+    main()

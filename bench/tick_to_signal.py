@@ -1,0 +1,175 @@
+"""Tick to signal: the engine end to end vs the pipeline a Python developer writes first.
+
+Ours: `engine run --json` (feed process -> ring -> pinned loop -> signal ring), at 1k, 10k and 100k
+ticks/s and flat out, twice: SCHED_FIFO (what a tuned box runs; here kernel RT throttling parks it
+50 ms a second) and pinned SCHED_OTHER (--no-rt, the better choice on this untuned VM).
+Peer: a producer thread puts the same synthetic ticks into a queue.Queue at the same rate; a
+consumer thread computes the same features in Python and calls Booster.inplace_predict per tick.
+Latency is receive (enqueue / ring publish) to decision, per scored tick. When the naive consumer
+cannot keep up its queue grows; we stop at the same duration and report the backlog.
+"""
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+import _common
+import numpy as np
+
+from engine import features as F
+from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
+from engine.rt import set_timer_slack
+from models.default import default_model_dir, synthetic_ticks
+
+CORE = max(os.sched_getaffinity(0))
+
+
+def run_engine(rate, duration, no_rt):
+    cmd = [sys.executable, "-m", "engine.cli", "run", "--core", str(CORE), "--duration", str(duration),
+           "--rate", str(rate), "--json", "--name", f"bench-t2s-{os.getpid()}",
+           "--signals-out", f"/tmp/bench-t2s-{os.getpid()}.sig"] + (["--no-rt"] if no_rt else [])
+    env = dict(os.environ, PYTHONPATH=str(_common.ROOT))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration + 120)
+    if r.returncode != 0:
+        raise RuntimeError(f"engine run failed:\n{r.stderr}")
+    os.unlink(f"/tmp/bench-t2s-{os.getpid()}.sig")
+    d = json.loads(r.stdout)
+    t = d["latency_ns"]["tick_to_signal"]
+    return {"ticks_per_s": round(d["ticks"] / d["elapsed_s"]), "tick_to_signal_p50_ns": t["p50"],
+            "tick_to_signal_p99_ns": t["p99"], "tick_to_signal_p999_ns": t["p99.9"],
+            "tick_to_signal_p9999_ns": t["p99.99"], "tick_to_signal_max_ns": t["max"],
+            "model_p50_ns": d["latency_ns"]["model"]["p50"], "gaps": d["gaps"], "lost_ticks": d["lost"],
+            "policy": d["policy"]}
+
+
+class PyFeatures:
+    """The same nine features, the way one writes them first: Python, a dict per instrument."""
+
+    def __init__(self):
+        self.s = {}
+
+    def update(self, w):
+        inst = int(w[7] >> 32) & 0xFFFF
+        kind = int(w[7] >> 48) & 0xFF
+        s = self.s.setdefault(inst, {"n": 0, "mid": 0.0, "rf": 0.0, "rm": 0.0, "rs": 0.0, "var": 0.0,
+                                     "fn": 0.0, "fd": 0.0, "trades": 0, "last": 0})
+        if kind == KIND_QUOTE:
+            bid, ask = float(w[4]), float(w[5])
+            mid = 0.5 * (bid + ask)
+            if s["n"] > 0:
+                r = (mid - s["mid"]) / s["mid"] * 1e4
+                s["rf"] += F.A_FAST * (r - s["rf"])
+                s["rm"] += F.A_MID * (r - s["rm"])
+                s["rs"] += F.A_SLOW * (r - s["rs"])
+                s["var"] += F.A_VOL * (r * r - s["var"])
+            s.update(n=s["n"] + 1, mid=mid, bid=bid, ask=ask, bsz=float(int(w[6]) >> 32), asz=float(int(w[7]) & 0xFFFFFFFF))
+        elif kind == KIND_TRADE:
+            size = float(int(w[6]) & 0xFFFFFFFF)
+            side = int(w[7] >> 56) & 0xFF
+            signed = size if side == SIDE_BUY else -size if side == SIDE_SELL else 0.0
+            s["fn"] += F.A_FLOW * (signed - s["fn"])
+            s["fd"] += F.A_FLOW * (size - s["fd"])
+            s["trades"] += 1
+            s["last"] = int(w[1])
+        else:
+            return None
+        if s["n"] < F.WARMUP_QUOTES:
+            return None
+        tot = s["bsz"] + s["asz"]
+        mid = s["mid"]
+        return np.array([[(s["ask"] - s["bid"]) / mid * 1e4, (s["bsz"] - s["asz"]) / tot,
+                          ((s["bid"] * s["asz"] + s["ask"] * s["bsz"]) / tot - mid) / mid * 1e4,
+                          s["rf"], s["rm"], s["rs"], math.sqrt(s["var"]),
+                          s["fn"] / s["fd"] if s["fd"] > 0 else np.nan,
+                          (int(w[1]) - s["last"]) * 1e-6 if s["trades"] else np.nan]], np.float32)
+
+
+def run_naive(words, rate, duration, booster):
+    q = queue.Queue()
+    lat = []
+    stop = threading.Event()
+    interval = 1e9 / rate
+
+    def producer():
+        set_timer_slack(1000)
+        t0 = time.monotonic_ns()
+        for i in range(len(words)):
+            if stop.is_set():
+                break
+            ahead = t0 + i * interval - time.monotonic_ns()
+            if ahead > 0:
+                time.sleep(ahead / 1e9)
+            q.put((words[i], time.monotonic_ns()))
+
+    def consumer():
+        feats = PyFeatures()
+        pos = {}
+        while not stop.is_set():
+            try:
+                w, t_in = q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            row = feats.update(w)
+            if row is None:
+                continue
+            m = float(booster.inplace_predict(row, predict_type="margin")[0])
+            score = 1.0 / (1.0 + math.exp(-m))
+            inst = int(w[7] >> 32) & 0xFFFF
+            prev = pos.get(inst, 0)
+            new = 1 if score >= 0.65 else -1 if score <= 0.35 else (0 if (prev == 1 and score < 0.55) or (prev == -1 and score > 0.45) else prev)
+            if new != prev:
+                pos[inst] = new  # a real pipeline would publish here
+            lat.append(time.monotonic_ns() - t_in)
+
+    threads = [threading.Thread(target=producer), threading.Thread(target=consumer)]
+    for t in threads:
+        t.start()
+    time.sleep(duration)
+    stop.set()
+    for t in threads:
+        t.join()
+    v = np.array(lat)
+    r = {"ticks_per_s": round(len(v) / duration), "backlog_at_stop": q.qsize(), **_common.pct(v, "tick_to_signal")}
+    return r
+
+
+def main():
+    a = _common.args(__doc__)
+    dur = 2 if a.quick else 8
+    d = default_model_dir()
+    import xgboost as xgb
+    booster = xgb.Booster(model_file=str(d / "model.json"))
+    booster.set_param({"nthread": 1})
+    words, _ = synthetic_ticks("synthetic://?instruments=4&seed=1", 1_000_000)
+    rates = {"1k": 1_000, "10k": 10_000, "100k": 100_000, "full": 0}
+    metrics, peers, ratios = {}, {}, {}
+    rows = []
+    for label, rate in rates.items():
+        for no_rt in (True, False):
+            key = f"at_{label}" + ("" if no_rt else "_fifo")
+            print(f"engine at {label} ({'pinned SCHED_OTHER' if no_rt else 'SCHED_FIFO'}) ...", file=sys.stderr, flush=True)
+            metrics[key] = run_engine(rate, dur, no_rt)
+            rows.append((f"engine {label} {'pinned' if no_rt else 'FIFO'}", metrics[key]))
+        if rate:
+            print(f"naive Python pipeline at {label} ...", file=sys.stderr, flush=True)
+            peers[f"naive_at_{label}"] = run_naive(words, rate, dur, booster)
+            rows.append((f"naive Python {label}", peers[f"naive_at_{label}"]))
+            for q in ("p50", "p99"):
+                ratios[f"engine_vs_naive_at_{label}_{q}"] = _common.ratio(
+                    metrics[f"at_{label}"][f"tick_to_signal_{q}_ns"], peers[f"naive_at_{label}"][f"tick_to_signal_{q}_ns"], False)
+                ratios[f"engine_fifo_vs_naive_at_{label}_{q}"] = _common.ratio(
+                    metrics[f"at_{label}_fifo"][f"tick_to_signal_{q}_ns"], peers[f"naive_at_{label}"][f"tick_to_signal_{q}_ns"], False)
+    _common.table(f"tick to signal, ns ({dur} s per run; engine strategy core {CORE})",
+                  ["ticks_per_s", "tick_to_signal_p50_ns", "tick_to_signal_p99_ns", "tick_to_signal_p999_ns",
+                   "tick_to_signal_max_ns", "backlog_at_stop", "lost_ticks"], rows)
+    _common.save("tick_to_signal", metrics, peers, ratios,
+                 notes="FIFO rows suffer kernel RT throttling on this untuned VM (50 ms parked per second); "
+                       "see ops/tuning.md")
+
+
+if __name__ == "__main__":
+    main()
