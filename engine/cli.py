@@ -1,6 +1,7 @@
 """The `engine` command line."""
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -33,7 +34,7 @@ def cmd_run(a):
     from .runner import RunConfig, run
 
     cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, strict=a.strict, duration=a.duration, model=a.model,
-                    instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, name=a.name,
+                    instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, ring=a.ring, name=a.name,
                     signals_out=a.signals_out, thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short),
                     ring_capacity=a.ring_capacity, keep_rings=a.keep_rings)
     stop = threading.Event()
@@ -42,8 +43,21 @@ def cmd_run(a):
         stop.set()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    res = run(cfg, stop)
-    print(dumps(as_json(res)) if a.json else table(res), flush=True)
+    if not a.json:
+        print(table(run(cfg, stop)), flush=True)
+        return 0
+    # --json promises exactly one JSON object on stdout: whatever a library prints on the way
+    # goes to stderr
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        res = run(cfg, stop)
+    finally:
+        sys.stdout.flush()
+        os.dup2(real_stdout, 1)
+        os.close(real_stdout)
+    print(dumps(as_json(res)), flush=True)
     return 0
 
 
@@ -131,6 +145,9 @@ def build_parser():
     r.add_argument("--seed", type=int, default=1, help="synthetic feed seed (default 1)")
     r.add_argument("--feed", default=None, help="source URI instead of the built-in synthetic feed, e.g. "
                                                 "synthetic://?instruments=8&rate=20000")
+    r.add_argument("--ring", default=None,
+                   help="attach to an existing tick ring (e.g. one `engine feed` writes) instead of spawning a feed; "
+                        "reading starts at its newest tick")
     r.add_argument("--name", default="engine", help="instance name: rings are /dev/shm/NAME.{ticks,signals,ctl}")
     r.add_argument("--signals-out", default=None,
                    help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig)")

@@ -27,6 +27,7 @@ from .tickring import TickConsumer
 LEASE_NS = 3_000_000_000  # the loop stops by itself if the main thread goes quiet this long
 DRAIN_PERIOD_S = 0.002
 STRATEGY_THREAD_NAME = "engine-strategy"
+MAX_INSTRUMENTS = 65536  # feature state for every possible instrument index of an external ring
 
 
 def log(msg):
@@ -45,6 +46,7 @@ class RunConfig:
     rate: float = 50_000.0
     seed: int = 1
     feed: str | None = None
+    ring: str | None = None  # attach to this existing tick ring instead of spawning a feed
     name: str = "engine"
     signals_out: str | None = None
     thresholds: tuple = (0.65, 0.55, 0.35, 0.45)
@@ -67,9 +69,9 @@ class RunResult:
 
 
 class StrategyThread(threading.Thread):
-    def __init__(self, cfg, ring_name, args_fn, predictor):
+    def __init__(self, cfg, ring_name, start, args_fn, predictor):
         super().__init__(name="strategy", daemon=True)
-        self.cfg, self.ring_name, self.args_fn, self.predictor = cfg, ring_name, args_fn, predictor
+        self.cfg, self.ring_name, self.start_at, self.args_fn, self.predictor = cfg, ring_name, start, args_fn, predictor
         self.ready = threading.Event()
         self.error = None
         self.tid = None
@@ -107,8 +109,8 @@ class StrategyThread(threading.Thread):
             self.policy = rt.policy_name()
             c = self.consumer = TickConsumer(self.ring_name)
             strategy.prefault(c.data)
-            # Claiming a consumer line is what releases the feed: ticks start once we are ready.
-            c.claim(start="oldest")
+            # Claiming a consumer line is what releases a spawned feed: ticks start once we are ready.
+            c.claim(start=self.start_at)
             ctl = args[4]
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
             self.ready.set()
@@ -197,9 +199,18 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
     cfg_arr = strategy.make_cfg(*cfg.thresholds)
     from feeds.process import open_source
-    feed_params, _ = open_source(_feed_uri(cfg))
-    ring_name = f"{cfg.name}.ticks"
-    for suffix in ("ctl", "signals", "ticks"):  # refuse a live owner (engine first) before creating anything
+    if cfg.ring:
+        if cfg.feed:
+            raise ValueError("--ring attaches to an existing tick ring; --feed spawns a feed: give one of them")
+        ring_name = cfg.ring
+        TickConsumer(ring_name)  # it must exist and be a tick ring (clear error otherwise)
+        n_inst = MAX_INSTRUMENTS  # whatever the producer publishes
+    else:
+        feed_params, _ = open_source(_feed_uri(cfg))
+        ring_name = f"{cfg.name}.ticks"
+        n_inst = feed_params.instruments
+    own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
+    for suffix in own:  # refuse a live owner (engine first) before creating anything
         shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
     notes = []
     pred, model_dir = load_model(cfg)
@@ -218,7 +229,6 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
             raise RuntimeError(f"--strict: {msg}")
         log(f"warning: {msg}; running without locked memory")
 
-    n_inst = feed_params.instruments
     fstate = features.new_state(n_inst)
     row = np.zeros(features.NUM_FEATURES, np.float32)
     out = np.zeros(1, np.float32)
@@ -237,7 +247,8 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         created.append(ctl_blk.path)
         sring = sigring.SignalRing(f"{cfg.name}.signals")
         created.append(sring.path)
-        created.append(shm.ring_path(ring_name))
+        if not cfg.ring:
+            created.append(shm.ring_path(ring_name))
         for n in (ctl_blk.note, sring.note):
             if n:
                 log(n)
@@ -251,15 +262,17 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
                     fstate, row, out, tick, sig, pos, cfg_arr)
 
         slog = SignalLog(sig_path)
-        proc = _spawn_feed(cfg, ring_name)
-        _wait_ring(shm.ring_path(ring_name), proc)
-        thread = StrategyThread(cfg, ring_name, args_fn, pred)
+        if not cfg.ring:
+            proc = _spawn_feed(cfg, ring_name)
+            _wait_ring(shm.ring_path(ring_name), proc)
+        thread = StrategyThread(cfg, ring_name, "now" if cfg.ring else "oldest", args_fn, pred)
         thread.start()
         thread.ready.wait()
         if thread.error:
             raise thread.error
+        feed = f"feed pid {proc.pid}" if proc else f"ring {shm.ring_path(ring_name)}"
         log(f"running: core {thread.core if thread.core is not None else 'unpinned'}, {thread.policy}, "
-            f"feed pid {proc.pid}, signals -> {sig_path}")
+            f"{feed}, signals -> {sig_path}")
         if cfg.realtime and thread.policy == "SCHED_FIFO":
             note = rt.rt_throttle_note()
             if note:
@@ -269,13 +282,15 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         deadline = t_start + cfg.duration if cfg.duration else None
         feed_done_logged = False
         while not stop_event.is_set():
-            ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
+            now = time.monotonic_ns()
+            ctl[C.CTL_LEASE_NS] = now + LEASE_NS
+            ctl[shm.H_HEARTBEAT_NS] = sring.hdr[shm.H_HEARTBEAT_NS] = now  # we own these two files
             slog.write(drain_buf[: sigring.drain(sring.hdr, sring.data, sring.mask, drain_buf)])
             if not thread.is_alive():
                 break
             if deadline and time.monotonic() >= deadline:
                 break
-            if proc.poll() is not None and not feed_done_logged:
+            if proc is not None and proc.poll() is not None and not feed_done_logged:
                 feed_done_logged = True
                 log(f"feed process exited with status {proc.returncode}")
             time.sleep(DRAIN_PERIOD_S)

@@ -11,10 +11,13 @@ The library exports (C ABI shared by every back end):
   void engine_predict_batch(const float* rows, int64_t n, float* out)
   int  engine_abi_version(void), engine_num_feature(void)
 """
+import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -99,6 +102,34 @@ EXPORT void engine_predict_batch(const float* rows, int64_t n, float* out) {{
 """
 
 
+@contextlib.contextmanager
+def _native_output_held():
+    """Treelite/TL2cgen's C++ logs version chatter straight to fds 1 and 2 (stdout!). Hold both
+    and show what they said on stderr only if the step fails."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    with tempfile.TemporaryFile() as tmp:
+        for fd in saved:
+            os.dup2(tmp.fileno(), fd)
+        try:
+            yield
+        except BaseException:
+            _restore(saved)
+            tmp.seek(0)
+            sys.stderr.write(tmp.read().decode(errors="replace"))
+            raise
+        finally:
+            _restore(saved)
+
+
+def _restore(saved):
+    for fd, dup in list(saved.items()):
+        os.dup2(dup, fd)
+        os.close(dup)
+        del saved[fd]
+
+
 def gcc_version():
     try:
         return subprocess.run([CC, "--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
@@ -112,13 +143,15 @@ def compile_treelite(model_json, out_dir, num_feature):
     import treelite
 
     out_dir = Path(out_dir)
-    tl_model = treelite.frontend.load_xgboost_model(str(model_json))
+    with _native_output_held():
+        tl_model = treelite.frontend.load_xgboost_model(str(model_json))
     if tl_model.num_feature != num_feature:
         raise CompileError(f"model has {tl_model.num_feature} features, expected {num_feature}")
     p, objective = base_score(model_json)
     src_dir = out_dir / "predictor"
     with tempfile.TemporaryDirectory() as tmp:
-        tl2cgen.generate_c_code(tl_model, tmp, params={})
+        with _native_output_held():
+            tl2cgen.generate_c_code(tl_model, tmp, params={})
         src_dir.mkdir(parents=True, exist_ok=True)
         main_c = Path(tmp, "main.c").read_text()
         (src_dir / "main.c").write_text(patch_tl2cgen(main_c))

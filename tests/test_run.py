@@ -141,6 +141,8 @@ def test_second_engine_on_the_same_rings_is_refused(default_model, shm_name, tmp
     (["--feed", "itch:/nonexistent"], "unknown source"),
     (["--model", "/nonexistent-model"], "not a model artifact"),
     (["--enter-long", "0.4"], "thresholds must satisfy"),
+    (["--ring", "no-such-ring-anywhere"], "no ring at /dev/shm/no-such-ring-anywhere"),
+    (["--priority", "0"], "--priority must be 1..99"),
 ])
 def test_bad_input_is_a_clear_error(args, needle, shm_name, default_model):
     r = subprocess.run(engine_cmd("run", "--duration", "1", "--name", shm_name, *args), cwd=ROOT,
@@ -168,3 +170,58 @@ def test_without_rights_it_says_so_once_and_runs_or_refuses_with_strict(default_
                             text=True, timeout=300)
     assert strict.returncode != 0 and "--strict:" in strict.stderr and "Traceback" not in strict.stderr
     assert not list(Path("/dev/shm").glob(shm_name + "*"))
+
+
+def test_run_attaches_to_an_existing_feed_ring(default_model, shm_name, tmp_path):
+    ring = f"{shm_name}.feed"
+    feed = subprocess.Popen(engine_cmd("feed", "synthetic://?instruments=3&seed=4", "--ring", ring, "--rate", "5000"),
+                            cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_line(feed, "->")
+        r = subprocess.run(engine_cmd("run", "--ring", ring, "--duration", "2", "--name", shm_name, "--json",
+                                      "--signals-out", str(tmp_path / "s.sig")),
+                           cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        assert res["ticks"] > 1000 and res["gaps"] == 0 and res["signals"] > 0
+        # the engine neither stopped the feed nor removed its ring, and let go of its consumer line
+        assert feed.poll() is None and Path(f"/dev/shm/{ring}").exists()
+        info = json.loads(subprocess.run(engine_cmd("ring", "inspect", ring, "--json"), cwd=ROOT, env=engine_env(),
+                                         capture_output=True, text=True, timeout=60).stdout)
+        assert info["producer_pid"] == feed.pid and info["consumers"] == [] and info["state"] == "producing"
+    finally:
+        feed.send_signal(signal.SIGTERM)
+        feed.wait(timeout=10)
+    assert feed.returncode == 0 and not Path(f"/dev/shm/{ring}").exists()
+
+
+def test_killed_engine_leaves_no_feed_behind_and_the_next_run_replaces_its_files(default_model, shm_name, tmp_path):
+    first = subprocess.Popen(engine_cmd("run", "--rate", "2000", "--name", shm_name, "--signals-out",
+                                        str(tmp_path / "a.sig")),
+                             cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = _wait_line(first, "running:")
+    feed_pid = int([l for l in lines if "feed pid" in l][0].split("feed pid ")[1].split(",")[0])
+    first.kill()
+    first.wait()
+    t0 = time.monotonic()
+    while Path(f"/proc/{feed_pid}").exists() and time.monotonic() - t0 < 5:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{feed_pid}").exists(), "the feed outlived its engine"
+    r = subprocess.run(engine_cmd("run", "--duration", "1", "--rate", "2000", "--name", shm_name, "--json",
+                                  "--signals-out", str(tmp_path / "b.sig")),
+                       cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "left by dead process" in r.stderr and json.loads(r.stdout)["ticks"] > 0
+
+
+def test_first_run_builds_the_default_model_and_stdout_stays_one_json_object(shm_name, tmp_path):
+    """A fresh cache: the model is trained, compiled and verified with progress on stderr,
+    and nothing the libraries print reaches stdout."""
+    r = subprocess.run(engine_cmd("run", "--duration", "1", "--rate", "2000", "--name", shm_name, "--json",
+                                  "--signals-out", str(tmp_path / "s.sig")),
+                       cwd=ROOT, env=engine_env(XDG_CACHE_HOME=str(tmp_path / "cache")),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "[model] [4/4] compiling and verifying" in r.stderr and "bit-exact with XGBoost" in r.stderr
+    assert json.loads(r.stdout)["ticks"] > 0  # the whole of stdout is one JSON document
+    assert list((tmp_path / "cache" / "engine" / "models").glob("default-*/manifest.json"))
