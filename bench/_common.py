@@ -49,7 +49,7 @@ def save(name, metrics, peers, ratios, notes=None):
         out["notes"] = notes
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"\nratios (> 1 = ours ahead): " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+    print("\nratios (> 1 = ours ahead): " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
     print(f"wrote {path.relative_to(ROOT)}")
     return out
 

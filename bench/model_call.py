@@ -21,7 +21,7 @@ def _time_calls(addr, X, reps, lat):
     row = np.empty(X.shape[1], np.float32)
     out = np.empty(1, np.float32)
     k = 0
-    for r in range(reps):
+    for _ in range(reps):
         for i in range(X.shape[0]):
             row[:] = X[i]
             t0 = monotonic_ns()

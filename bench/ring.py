@@ -107,26 +107,30 @@ def _mpq_producer(q, n, interval_ns):
     q.put(None)
 
 
-def bench_mp_queue(n, interval_ns):
-    q = mp.Queue(maxsize=1 << 16)
-    p = mp.Process(target=_mpq_producer, args=(q, n, interval_ns))
+def _consume_peer(recv, n, producer):
+    """Receive stamped messages until an empty one; returns (got, lost, msgs/s, latencies)."""
     os.sched_setaffinity(0, {CONS_CORE})
-    p.start()
+    producer.start()
     lat = np.zeros(n, np.int64)
-    got, t_first = 0, 0
+    got, t_first, t_last = 0, 0, 0
     while True:
-        m = q.get()
+        m = recv()
         now = time.monotonic_ns()
-        if m is None:
+        if not m:
             break
         if got == 0:
             t_first = now
         lat[got] = now - struct.unpack_from("<q", m)[0]
         got += 1
         t_last = now
-    p.join()
+    producer.join()
     os.sched_setaffinity(0, set(CORES))
     return got, n - got, (got - 1) / ((t_last - t_first) / 1e9), lat[:got]
+
+
+def bench_mp_queue(n, interval_ns):
+    q = mp.Queue(maxsize=1 << 16)
+    return _consume_peer(q.get, n, mp.Process(target=_mpq_producer, args=(q, n, interval_ns)))
 
 
 def _zmq_producer(addr, n, interval_ns):
@@ -155,26 +159,11 @@ def bench_zmq(n, interval_ns):
     s = ctx.socket(zmq.PULL)
     s.setsockopt(zmq.RCVHWM, 0)
     s.bind(addr)
-    p = mp.Process(target=_zmq_producer, args=(addr, n, interval_ns))
-    os.sched_setaffinity(0, {CONS_CORE})
-    p.start()
-    lat = np.zeros(n, np.int64)
-    got, t_first = 0, 0
-    while True:
-        m = s.recv()
-        now = time.monotonic_ns()
-        if not m:
-            break
-        if got == 0:
-            t_first = now
-        lat[got] = now - struct.unpack_from("<q", m)[0]
-        got += 1
-        t_last = now
-    p.join()
-    s.close()
-    ctx.term()
-    os.sched_setaffinity(0, set(CORES))
-    return got, n - got, (got - 1) / ((t_last - t_first) / 1e9), lat[:got]
+    try:
+        return _consume_peer(s.recv, n, mp.Process(target=_zmq_producer, args=(addr, n, interval_ns)))
+    finally:
+        s.close()
+        ctx.term()
 
 
 def main():

@@ -5,7 +5,6 @@ import os
 import signal
 import sys
 import threading
-import time
 
 
 def _positive_float(s):
@@ -105,7 +104,6 @@ def cmd_model_inspect(a):
 
 
 def cmd_signals_show(a):
-    import numpy as np
     from .records import PRICE_SCALE
     from .signal_log import read_signals
 
@@ -119,7 +117,6 @@ def cmd_signals_show(a):
     for r in s[: a.limit] if a.limit else s:
         print(f"{r['seq']:>8} {r['tick_seq']:>10} {r['instrument']:>5} {r['side']:>5} {r['prev_side']:>5} "
               f"{r['score']:>9.5f} {r['mid_px'] / PRICE_SCALE:>12.4f} {int(r['ts_signal'] - r['ts_recv']):>16,}")
-    del np
     return 0
 
 

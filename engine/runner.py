@@ -20,7 +20,6 @@ from models import artifact
 
 from . import control as C
 from . import features, latency, rt, shm, sigring, strategy
-from .records import SIGNAL_DTYPE
 from .signal_log import SignalLog
 from .tickring import TickConsumer
 
@@ -332,10 +331,3 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
                      backend="treelite", latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
                      model_dir=model_dir, run_seconds=t_stop - t_start, notes=notes + thread.notes)
 
-
-def signals_of(path):
-    from .signal_log import read_signals
-    return read_signals(path)
-
-
-__all__ = ["RunConfig", "RunResult", "run", "SIGNAL_DTYPE", "signals_of"]

@@ -18,7 +18,6 @@ from . import control as C
 from . import features, latency, shm, sigring, tickring
 from .intrinsics import (call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed, monotonic_ns,
                          store_relaxed)
-from .records import KIND_GAP
 
 # cfg: float64 thresholds and flags
 CFG_ENTER_LONG, CFG_EXIT_LONG, CFG_ENTER_SHORT, CFG_EXIT_SHORT, CFG_EXIT_ON_EOF = range(5)
@@ -54,6 +53,15 @@ def sigmoid32(margin):
     return np.float32(1.0 / (1.0 + math.exp(-np.float64(margin))))
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _publish_counters(ctl, ticks, signals, gaps, lost, scored):
+    store_relaxed(ctl, C.L_TICKS, ticks)
+    store_relaxed(ctl, C.L_SIGNALS, signals)
+    store_relaxed(ctl, C.L_GAPS, gaps)
+    store_relaxed(ctl, C.L_LOST, lost)
+    store_relaxed(ctl, C.L_SCORED, scored)
+
+
 @njit(nogil=True, cache=True)
 def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist,
              fstate, row, out, tick, sig, pos, cfg):
@@ -74,11 +82,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
             store_relaxed(ctl, C.L_HEARTBEAT, now)
-            store_relaxed(ctl, C.L_TICKS, ticks)
-            store_relaxed(ctl, C.L_SIGNALS, signals)
-            store_relaxed(ctl, C.L_GAPS, gaps)
-            store_relaxed(ctl, C.L_LOST, lost)
-            store_relaxed(ctl, C.L_SCORED, scored)
+            _publish_counters(ctl, ticks, signals, gaps, lost, scored)
             if load_acquire(ctl, C.CTL_CMD) == C.CMD_STOP:
                 break
             if now > load_relaxed(ctl, C.CTL_LEASE_NS):
@@ -133,11 +137,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         latency.record(hist, latency.ST_MODEL, t_model - t_feat)
         latency.record(hist, latency.ST_EMIT, t_emit - t_model)
         latency.record(hist, latency.ST_TOTAL, t_emit - tick[2])
-    store_relaxed(ctl, C.L_TICKS, ticks)
-    store_relaxed(ctl, C.L_SIGNALS, signals)
-    store_relaxed(ctl, C.L_GAPS, gaps)
-    store_relaxed(ctl, C.L_LOST, lost)
-    store_relaxed(ctl, C.L_SCORED, scored)
+    _publish_counters(ctl, ticks, signals, gaps, lost, scored)
     store_relaxed(ctl, C.L_STATE, state)
     return state
 

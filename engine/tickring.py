@@ -165,9 +165,6 @@ class TickConsumer:
     def gaps(self):
         return int(self.hdr[self.slot_base + shm.C_GAPS])
 
-    def producer_state(self):
-        return int(self.hdr[shm.H_STATE])
-
     def producer_finished(self):
         """True once the producer marked end of stream and we have read everything."""
         return (int(self.hdr[shm.H_STATE]) == shm.STATE_FINISHED and

@@ -44,7 +44,7 @@ def threshold_rows(booster, X_base, n, rng):
         left = np.asarray(t["left_children"])
         feat = np.asarray(t["split_indices"])[left != -1]
         thr = np.asarray(t["split_conditions"], np.float32)[left != -1]
-        splits.extend(zip(feat.tolist(), thr.tolist()))
+        splits.extend(zip(feat.tolist(), thr.tolist(), strict=True))
     if not splits:
         return X_base[:0]
     rows = X_base[rng.integers(0, len(X_base), n)].copy()

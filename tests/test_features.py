@@ -34,7 +34,7 @@ def reference_row(history, inst, ts_event):
            _ewma(rets, F.A_FAST), _ewma(rets, F.A_MID), _ewma(rets, F.A_SLOW), math.sqrt(_ewma(rets ** 2, F.A_VOL))]
     if trades:
         sizes = np.array([float(t["size"]) for t in trades])
-        signed = np.array([s if t["side"] == SIDE_BUY else -s for s, t in zip(sizes, trades)])
+        signed = np.array([s if t["side"] == SIDE_BUY else -s for s, t in zip(sizes, trades, strict=True)])
         row += [_ewma(signed, F.A_FLOW) / _ewma(sizes, F.A_FLOW), (ts_event - int(trades[-1]["ts_event"])) * 1e-6]
     else:
         row += [np.nan, np.nan]

@@ -10,9 +10,9 @@ from numba import njit
 
 from engine import shm
 from engine.intrinsics import cpu_pause
-from engine.records import KIND_GAP, TICK_DTYPE
+from engine.records import KIND_GAP
 from engine.sigring import SignalRing, drain, push
-from engine.tickring import POLL_EMPTY, POLL_GAP, POLL_TICK, TickConsumer, TickRing, poll, publish
+from engine.tickring import POLL_EMPTY, POLL_GAP, TickConsumer, TickRing, poll, publish
 
 from .conftest import ROOT, engine_cmd, engine_env, spawn
 
