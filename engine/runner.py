@@ -51,6 +51,7 @@ class RunConfig:
     thresholds: tuple = (0.65, 0.55, 0.35, 0.45)
     ring_capacity: int = 1 << 18
     keep_rings: bool = False
+    warm_every: int = strategy.WARM_EVERY_POLLS
 
 
 @dataclass
@@ -196,7 +197,9 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         rt.check_core(cfg.core)
     if cfg.realtime and not 1 <= cfg.priority <= 99:
         raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
-    cfg_arr = strategy.make_cfg(*cfg.thresholds)
+    if cfg.warm_every < 0:
+        raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
+    cfg_arr = strategy.make_cfg(*cfg.thresholds, warm_every=cfg.warm_every)
     from feeds.process import open_source
     if cfg.ring:
         if cfg.feed:

@@ -20,17 +20,21 @@ from .intrinsics import (call_predict, cpu_pause, f32_bits, load_acquire, load_r
                          store_relaxed)
 
 # cfg: float64 thresholds and flags
-CFG_ENTER_LONG, CFG_EXIT_LONG, CFG_ENTER_SHORT, CFG_EXIT_SHORT, CFG_EXIT_ON_EOF = range(5)
+CFG_ENTER_LONG, CFG_EXIT_LONG, CFG_ENTER_SHORT, CFG_EXIT_SHORT, CFG_EXIT_ON_EOF, CFG_WARM_EVERY = range(6)
 CFG_WIDTH = 8
 HOUSEKEEP_EVERY = 1024
+# While idle, call the model on the last row every this many empty polls (0 = never) and
+# discard the result: keeps its code, data and branch history hot for the next tick.
+WARM_EVERY_POLLS = 0
 
 
-def make_cfg(enter_long=0.65, exit_long=0.55, enter_short=0.35, exit_short=0.45, exit_on_eof=False):
+def make_cfg(enter_long=0.65, exit_long=0.55, enter_short=0.35, exit_short=0.45, exit_on_eof=False,
+             warm_every=WARM_EVERY_POLLS):
     if not (0 < enter_short <= exit_short < exit_long <= enter_long < 1):
         raise ValueError("thresholds must satisfy 0 < enter_short <= exit_short < exit_long <= enter_long < 1 "
                          f"(got {enter_short}, {exit_short}, {exit_long}, {enter_long})")
     cfg = np.zeros(CFG_WIDTH, np.float64)
-    cfg[:5] = (enter_long, exit_long, enter_short, exit_short, 1.0 if exit_on_eof else 0.0)
+    cfg[:6] = (enter_long, exit_long, enter_short, exit_short, 1.0 if exit_on_eof else 0.0, warm_every)
     return cfg
 
 
@@ -74,6 +78,8 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     model = load_acquire(ctl, C.CTL_MODEL_ADDR)
     gen = load_relaxed(ctl, C.CTL_MODEL_GEN)
     exit_on_eof = cfg[CFG_EXIT_ON_EOF] != 0.0
+    warm_every = np.int64(cfg[CFG_WARM_EVERY])
+    idle = 0
     state = C.LOOP_STOPPED
     store_relaxed(ctl, C.L_STATE, C.LOOP_RUNNING)
     it = 0
@@ -98,8 +104,12 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
                     break
         st = tickring.poll(thdr, tdata, tmask, slot_base, tick)
         if st == tickring.POLL_EMPTY:
+            idle += 1
+            if warm_every > 0 and idle % warm_every == 0:
+                call_predict(model, row, out)  # result unused: out is rewritten before it is read
             cpu_pause()
             continue
+        idle = 0
         t_deq = monotonic_ns()
         if st == tickring.POLL_GAP:
             gaps += 1
