@@ -205,12 +205,19 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        rc = args.fn(args)
     except KeyboardInterrupt:
-        return 130
+        rc = 130
     except (ValueError, RuntimeError, OSError) as e:
         print(f"engine: error: {e}", file=sys.stderr)
-        return 2
+        rc = 2
+    if args.cmd in ("run", "feed"):
+        # Everything is flushed, fsynced and unlinked by now. Tearing down an interpreter with
+        # numba/LLVM and XGBoost loaded takes ~300 ms, which a stop "within a second" cannot spare.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 if __name__ == "__main__":

@@ -300,6 +300,8 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         t_stop = time.monotonic()
         if ctl_blk is not None:
             ctl_blk.hdr[C.CTL_CMD] = C.CMD_STOP
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # it exits while we drain and summarise
         if thread is not None:
             thread.join(timeout=2.0)
         if slog is not None:
@@ -309,8 +311,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
                     break
                 slog.write(drain_buf[:n])
             slog.close()
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+        if proc is not None:
             try:
                 proc.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
