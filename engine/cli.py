@@ -35,7 +35,8 @@ def cmd_run(a):
     cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, strict=a.strict, duration=a.duration, model=a.model,
                     instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, ring=a.ring, name=a.name,
                     signals_out=a.signals_out, thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short),
-                    ring_capacity=a.ring_capacity, keep_rings=a.keep_rings, warm_every=a.warm_every)
+                    ring_capacity=a.ring_capacity, keep_rings=a.keep_rings, warm_every=a.warm_every,
+                    backend=a.backend)
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -136,6 +137,9 @@ def build_parser():
                    help="fail instead of running unpinned/non-RT/unlocked when the process lacks the rights")
     r.add_argument("--duration", type=_positive_float, default=None, help="seconds to run (default: until stopped)")
     r.add_argument("--model", default=None, help="model artifact directory (default: the built-in default model)")
+    r.add_argument("--backend", default="auto", choices=("auto", "flat", "treelite", "flat-avx2", "flat-portable"),
+                   help="model back end: auto = the fastest one that is bit-exact on this machine (default); "
+                        "flat = the branch-free kernel (best variant this CPU runs); treelite = TL2cgen code")
     r.add_argument("--instruments", type=int, default=4, help="synthetic instruments (default 4)")
     r.add_argument("--rate", type=_nonneg_float, default=50_000.0,
                    help="synthetic ticks per second, 0 = as fast as possible (default 50000)")

@@ -52,6 +52,7 @@ class RunConfig:
     ring_capacity: int = 1 << 18
     keep_rings: bool = False
     warm_every: int = strategy.WARM_EVERY_POLLS
+    backend: str = "auto"
 
 
 @dataclass
@@ -164,9 +165,10 @@ def load_model(cfg):
     else:
         from models.default import default_model_dir
         model_dir = str(default_model_dir())
-    pred = artifact.load(model_dir)
-    log(f"model {pred.model_id} ({pred.manifest['num_trees']} trees) from {model_dir}: "
-        f"verified, bit-exact with XGBoost on {pred.manifest['validation']['rows']} rows")
+    pred = artifact.load(model_dir, backend=cfg.backend)
+    timing = f" (measured: {', '.join(pred.notes)})" if pred.notes else ""
+    log(f"model {pred.model_id} ({pred.manifest['num_trees']} trees) from {model_dir}: verified, "
+        f"bit-exact with XGBoost on {pred.manifest['validation']['rows']} rows; back end {pred.backend}{timing}")
     return pred, model_dir
 
 
@@ -332,6 +334,6 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         raise RuntimeError(f"the strategy loop stopped itself: the control thread did not renew its lease "
                            f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")
     return RunResult(counters=ctl_blk.counters(), drops=sring.drops, core=thread.core, policy=thread.policy,
-                     backend="treelite", latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
+                     backend=pred.backend, latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
                      model_dir=model_dir, run_seconds=t_stop - t_start, notes=notes + thread.notes)
 

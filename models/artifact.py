@@ -33,14 +33,21 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def cpu_flags():
+def cpu_flag_set():
+    """Every flag this CPU reports (/proc/cpuinfo)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
-                return sorted(set(line.split(":", 1)[1].split()) & {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vbmi"})
+                return set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return []
+    return set()
+
+
+def cpu_flags():
+    """The SIMD flags worth recording in a manifest."""
+    return sorted(cpu_flag_set() & {"sse4_2", "avx", "avx2", "bmi1", "bmi2", "fma", "avx512f", "avx512bw",
+                                    "avx512vbmi"})
 
 
 def versions():
@@ -109,7 +116,9 @@ class Predictor:
     num_feature: int
     manifest: dict
     path: str
+    backend: str
     _fd: int
+    notes: list = None
 
     def predict_margin(self, X):
         X = np.ascontiguousarray(X, np.float32)
@@ -134,9 +143,66 @@ def _dlopen_bytes(data, label):
         raise ArtifactError(f"cannot load {label}: {e}") from None
 
 
-def load(art_dir, require_schema=True):
-    """Verify and load an artifact's treelite back end; raises ArtifactError on any mismatch."""
+BACKEND_CHOICES = ("auto", "flat", "treelite", "flat-avx2", "flat-portable")
+
+
+def _candidates(m, backend, art_dir):
+    """Back ends to try, best first, among those the artifact has and this CPU runs."""
+    have = m.get("backends", {})
+    cpu = cpu_flag_set()
+    runnable = [n for n, b in have.items() if isinstance(b, dict) and set(b.get("requires", [])) <= cpu]
+    if backend == "auto":
+        return runnable
+    if backend == "flat":
+        flat = [n for n in runnable if n.startswith("flat-")]
+        if not flat:
+            raise ArtifactError(f"{art_dir}: no flat back end this CPU can run (artifact has {sorted(have)})")
+        return flat[:1]  # flat variants are listed fastest first
+    if backend not in have:
+        raise ArtifactError(f"{art_dir}: no {backend!r} back end in this artifact (it has {sorted(have)})")
+    if backend not in runnable:
+        missing = sorted(set(have[backend].get("requires", [])) - cpu)
+        raise ArtifactError(f"{art_dir}: back end {backend} needs CPU features {', '.join(missing)} that this "
+                            f"CPU lacks; use --backend flat-portable or treelite")
+    return [backend]
+
+
+def _open_backend(art_dir, m, blobs, name):
+    rel = m["backends"][name]["lib"]
+    if rel not in blobs:
+        raise ArtifactError(f"{art_dir}: {name} library {rel} is not covered by the manifest")
+    lib, fd = _dlopen_bytes(blobs[rel], f"{art_dir.name}-{name}")
+    lib.engine_predict_batch.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    lib.engine_predict_batch.restype = None
+    if lib.engine_abi_version() != 1:
+        raise ArtifactError(f"{art_dir}: {name} library C ABI {lib.engine_abi_version()}, engine needs 1")
+    nf = lib.engine_num_feature()
+    if nf != len(m.get("feature_names", [])):
+        raise ArtifactError(f"{art_dir}: {name} library takes {nf} features, manifest names "
+                            f"{len(m.get('feature_names', []))}")
+    addr = ctypes.cast(lib.engine_predict, ctypes.c_void_p).value
+    pred = Predictor(lib, addr, nf, m, str(art_dir), name, fd, [])
+    _check_validation(art_dir, m, blobs, pred)
+    return pred
+
+
+def _time_rows(pred, X, reps=3):
+    import time
+    best = float("inf")
+    out = np.empty(len(X), np.float32)
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        pred.lib.engine_predict_batch(X.ctypes.data, len(X), out.ctypes.data)
+        best = min(best, (time.perf_counter_ns() - t0) / len(X))
+    return best
+
+
+def load(art_dir, require_schema=True, backend="auto"):
+    """Verify an artifact and load a back end: `auto` validates every back end this CPU runs and
+    keeps the fastest; a name picks one. Raises ArtifactError on any mismatch."""
     art_dir = Path(art_dir)
+    if backend not in BACKEND_CHOICES:
+        raise ArtifactError(f"unknown back end {backend!r} (choose from {', '.join(BACKEND_CHOICES)})")
     m = read_manifest(art_dir)
     if require_schema:
         if m.get("generic"):
@@ -146,22 +212,20 @@ def load(art_dir, require_schema=True):
                                 f"this engine computes {schema_hash()[:12]}; retrain it")
     if platform.machine() != m.get("target", {}).get("machine"):
         raise ArtifactError(f"{art_dir}: built for {m.get('target', {}).get('machine')}, this is {platform.machine()}")
-    lib_rel = m.get("backends", {}).get("treelite")
-    if lib_rel not in m["files"]:
-        raise ArtifactError(f"{art_dir}: manifest has no verified treelite library")
-    blobs = verify_files(art_dir, m)
-    lib, fd = _dlopen_bytes(blobs[lib_rel], art_dir.name)
-    lib.engine_predict_batch.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-    lib.engine_predict_batch.restype = None
-    if lib.engine_abi_version() != 1:
-        raise ArtifactError(f"{art_dir}: library C ABI {lib.engine_abi_version()}, engine needs 1")
-    nf = lib.engine_num_feature()
-    if nf != len(m.get("feature_names", [])):
-        raise ArtifactError(f"{art_dir}: library takes {nf} features, manifest names {len(m.get('feature_names', []))}")
-    addr = ctypes.cast(lib.engine_predict, ctypes.c_void_p).value
-    pred = Predictor(lib, addr, nf, m, str(art_dir), fd)
-    _check_validation(art_dir, m, blobs, pred)
-    return pred
+    names = _candidates(m, backend, art_dir)
+    if not names:
+        raise ArtifactError(f"{art_dir}: no back end this CPU can run")
+    blobs = verify_files(art_dir, m)  # every byte checked before any dlopen
+    preds = [_open_backend(art_dir, m, blobs, n) for n in names]
+    if len(preds) == 1:
+        return preds[0]
+    import io
+    with np.load(io.BytesIO(blobs[m["validation"]["rows_file"]])) as z:
+        X = np.ascontiguousarray(z["X"], np.float32)
+    timed = sorted((_time_rows(p, X), p) for p in preds)
+    best = timed[0][1]
+    best.notes = [f"{p.backend} {ns:.0f} ns/row" for ns, p in timed]
+    return best
 
 
 def _check_validation(art_dir, m, blobs, pred):

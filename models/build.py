@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import artifact, compile as tlcompile
+from . import artifact, compile as tlcompile, flat
 from .schema import schema_hash
 
 
@@ -63,7 +63,8 @@ def validation_rows(booster, X_holdout, rng, n=2000):
     return np.concatenate([base, nan_rows, threshold_rows(booster, base, max(1, n // 4), rng)]).astype(np.float32)
 
 
-def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False, info=None, seed=0):
+def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False, info=None, seed=0,
+                   backends=("treelite", "flat")):
     """Compile, check bit-exactness against XGBoost, write the artifact atomically."""
     import xgboost as xgb
 
@@ -73,10 +74,24 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
     tmp.mkdir(parents=True)
     try:
         booster.save_model(str(tmp / "model.json"))
-        log(f"compiling {booster.num_boosted_rounds()} trees with TL2cgen + gcc (takes a few seconds)")
-        t0 = time.time()
-        lib, cinfo = tlcompile.compile_treelite(tmp / "model.json", tmp, len(feature_names))
-        log(f"  compiled in {time.time() - t0:.1f} s")
+        wanted, backends = set(backends), {}
+        if not wanted or not wanted <= {"treelite", "flat"}:
+            raise ValueError(f"back ends to build: treelite and/or flat, got {sorted(wanted)}")
+        p, objective = tlcompile.base_score(tmp / "model.json")
+        tlcompile.base_margin_c(p, objective)  # refuses unsupported objectives before any work
+        cinfo, finfo = {"objective": objective, "base_score": p}, {}
+        if "flat" in wanted:
+            t0 = time.time()
+            flat_libs, finfo = flat.compile_flat(tmp / "model.json", tmp, len(feature_names))
+            log(f"  flat branch-free kernel ({', '.join(flat_libs)}) compiled in {time.time() - t0:.1f} s")
+            for name in ("avx2", "portable"):  # fastest first
+                backends[f"flat-{name}"] = {"lib": flat_libs[name], "requires": finfo["requires"][name]}
+        if "treelite" in wanted:
+            log(f"compiling {booster.num_boosted_rounds()} trees with TL2cgen + gcc (takes a few seconds)")
+            t0 = time.time()
+            lib, cinfo = tlcompile.compile_treelite(tmp / "model.json", tmp, len(feature_names))
+            log(f"  compiled in {time.time() - t0:.1f} s")
+            backends["treelite"] = {"lib": lib.name, "requires": []}
         rng = np.random.default_rng(seed)
         X = validation_rows(booster, X_holdout, rng)
         want = booster.predict(xgb.DMatrix(X, feature_names=list(feature_names) if not generic else None),
@@ -87,19 +102,25 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
             "feature_names": list(feature_names), "schema_hash": None if generic else schema_hash(),
             "num_trees": booster.num_boosted_rounds(), "objective": cinfo["objective"],
             "base_score": cinfo["base_score"], "versions": artifact.versions(),
-            "compiler": {k: cinfo[k] for k in ("cc", "cc_version", "flags")},
-            "backends": {"treelite": "libpredictor.so", "xgboost": "model.json"},
+            "compiler": {"cc": tlcompile.CC, "cc_version": tlcompile.gcc_version(),
+                         "treelite_flags": tlcompile.CFLAGS if "treelite" in wanted else None},
+            "flat": {k: finfo[k] for k in ("depth", "quantisation", "simd_kernel", "max_thresholds_per_feature",
+                                           "flags")} if finfo else None,
+            "backends": backends,
             "validation": {"rows_file": "validation.npz", "rows": int(len(X)),
                            "nan_rows": int(np.isnan(X).any(axis=1).sum())},
             "training": info or {},
         }
-        manifest = artifact.write_manifest(tmp, fields)
-        pred = artifact.load(tmp, require_schema=not generic)  # the same checks a user's load runs
-        got = pred.predict_margin(X)
-        exact = bool((got.view(np.int32) == want.view(np.int32)).all())
-        if not exact:
-            raise tlcompile.CompileError("compiled model is not bit-exact with XGBoost")
-        log(f"  bit-exact with XGBoost on {len(X)} validation rows "
+        cpu = artifact.cpu_flag_set()
+        runnable = [n for n, b in backends.items() if set(b["requires"]) <= cpu]
+        fields["validation"]["checked_backends"] = runnable
+        artifact.write_manifest(tmp, fields)
+        for name in runnable:  # the same checks a user's load runs, for every back end this CPU runs
+            pred = artifact.load(tmp, require_schema=not generic, backend=name)
+            if not np.array_equal(pred.predict_margin(X).view(np.int32), want.view(np.int32)):
+                raise tlcompile.CompileError(f"the {name} back end is not bit-exact with XGBoost")
+        manifest = artifact.read_manifest(tmp)
+        log(f"  {', '.join(runnable)}: bit-exact with XGBoost on {len(X)} validation rows "
             f"({fields['validation']['nan_rows']} with missing values, split-threshold rows included)")
         if out_dir.exists():
             shutil.rmtree(out_dir)

@@ -27,7 +27,7 @@ def default_key():
     h = hashlib.sha256(json.dumps(DEFAULT, sort_keys=True).encode())
     h.update(schema_hash().encode())
     h.update(json.dumps(artifact.versions(), sort_keys=True).encode())
-    for mod in ("compile.py", "build.py", "dataset.py"):
+    for mod in ("compile.py", "flat.py", "build.py", "dataset.py"):
         h.update((Path(__file__).parent / mod).read_bytes())
     return h.hexdigest()[:16]
 

@@ -74,7 +74,7 @@ def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
     assert {"ticks", "signals", "gaps", "drops", "core", "policy", "backend", "latency_ns"} <= set(res)
     assert res["ticks"] > 5000, res
     assert res["signals"] > 0 and res["gaps"] == 0 and res["drops"] == 0
-    assert res["core"] == core and res["backend"] == "treelite"
+    assert res["core"] == core and res["backend"] in ("flat-avx2", "flat-portable", "treelite")
     assert res["policy"] == ("SCHED_FIFO" if ROOT_USER else "SCHED_OTHER")
     assert set(res["latency_ns"]) == set(STAGES)
     for stage in STAGES:
@@ -225,3 +225,13 @@ def test_first_run_builds_the_default_model_and_stdout_stays_one_json_object(shm
     assert "[model] [4/4] compiling and verifying" in r.stderr and "bit-exact with XGBoost" in r.stderr
     assert json.loads(r.stdout)["ticks"] > 0  # the whole of stdout is one JSON document
     assert list((tmp_path / "cache" / "engine" / "models").glob("default-*/manifest.json"))
+
+
+@pytest.mark.parametrize("backend", ["treelite", "flat-portable"])
+def test_run_with_a_chosen_backend(default_model, shm_name, tmp_path, backend):
+    r = subprocess.run(engine_cmd("run", "--duration", "1.5", "--rate", "3000", "--name", shm_name, "--json",
+                                  "--backend", backend, "--signals-out", str(tmp_path / "s.sig")),
+                       cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["backend"] == backend and res["ticks"] > 0 and res["gaps"] == 0

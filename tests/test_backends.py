@@ -1,0 +1,107 @@
+"""Every back end's float32 margin equals XGBoost's bit for bit, across objectives, depths,
+tree counts, missing values, split-threshold rows, wide quantisation and many features."""
+import json
+
+import numpy as np
+import pytest
+import xgboost as xgb
+
+from engine.features import FEATURE_NAMES
+from models import artifact, flat
+from models.build import build_artifact
+
+
+def _data(n, nf, seed, nan_frac=0.05):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, nf)).astype(np.float32)
+    X[:, 1] = np.round(X[:, 1] * 4) / 4  # a feature with few distinct values: many rows sit on thresholds
+    logit = X[:, 0] + 0.7 * X[:, 1] - 0.5 * X[:, 2] * X[:, 3] + rng.normal(scale=0.8, size=n)
+    X[rng.random(X.shape) < nan_frac] = np.nan
+    return X, logit
+
+
+def _model(objective, depth, trees, nf=9, max_bin=256, seed=0):
+    X, logit = _data(12_000, nf, seed)
+    y = (logit > 0).astype(np.float32) if objective == "binary:logistic" else logit.astype(np.float32)
+    params = {"objective": objective, "max_depth": depth, "eta": 0.1, "tree_method": "hist", "max_bin": max_bin,
+              "nthread": 2, "seed": seed}
+    return xgb.train(params, xgb.DMatrix(X, y), trees)
+
+
+def _check_all_backends(tmp_path, booster, nf, generic, seed=1):
+    names = list(FEATURE_NAMES) if not generic else [f"f{i}" for i in range(nf)]
+    X, _ = _data(5000, nf, seed + 100, nan_frac=0.1)
+    build_artifact(tmp_path / "m", booster, X, feature_names=names, generic=generic, backends=("flat",))
+    man = artifact.read_manifest(tmp_path / "m")
+    want = booster.predict(xgb.DMatrix(X), output_margin=True)
+    checked = []
+    for name in man["validation"]["checked_backends"]:
+        pred = artifact.load(tmp_path / "m", require_schema=not generic, backend=name)
+        got = pred.predict_margin(X)
+        assert np.array_equal(got.view(np.int32), want.view(np.int32)), f"{name} differs from XGBoost"
+        checked.append(name)
+    assert "flat-portable" in checked
+    return man, checked
+
+
+@pytest.mark.parametrize("objective,depth,trees", [
+    ("binary:logistic", 4, 50),
+    ("binary:logistic", 6, 200),
+    ("binary:logistic", 8, 120),
+    ("reg:squarederror", 5, 80),
+    ("reg:squarederror", 7, 60),
+    ("binary:logistic", 4, 1000),
+])
+def test_flat_is_bit_exact(tmp_path, objective, depth, trees):
+    man, checked = _check_all_backends(tmp_path, _model(objective, depth, trees), 9, generic=False)
+    assert man["flat"]["simd_kernel"] == (depth <= 6)
+    if "avx2" in artifact.cpu_flag_set():
+        assert "flat-avx2" in checked  # the SIMD build and the portable one both agree
+
+
+def test_flat_wide_quantisation_and_many_features(tmp_path):
+    """> 254 thresholds on a feature (16-bit ranks) and 24 features: the slower paths, still exact."""
+    b = _model("reg:squarederror", 8, 200, nf=24, max_bin=1024)
+    man, _ = _check_all_backends(tmp_path, b, 24, generic=True)
+    assert man["flat"]["quantisation"] == "uint16_t" and man["flat"]["max_thresholds_per_feature"] > 254
+    assert man["flat"]["simd_kernel"] is False
+
+
+def test_depth_over_ten_is_refused(tmp_path):
+    b = _model("binary:logistic", 11, 3)
+    b.save_model(str(tmp_path / "deep.json"))
+    if max(_tree_depths(tmp_path / "deep.json")) <= flat.MAX_DEPTH:
+        pytest.skip("XGBoost did not grow a tree past depth 10 on this data")
+    with pytest.raises(flat.CompileError, match="depth"):
+        flat.compile_flat(tmp_path / "deep.json", tmp_path / "out", 9)
+
+
+def _depth(left, right, i=0):
+    return 0 if left[i] == -1 else 1 + max(_depth(left, right, left[i]), _depth(left, right, right[i]))
+
+
+def _tree_depths(path):
+    trees = json.loads(path.read_text())["learner"]["gradient_booster"]["model"]["trees"]
+    return [_depth(t["left_children"], t["right_children"]) for t in trees]
+
+
+def test_backend_the_cpu_lacks_is_refused_and_auto_falls_back(tmp_path):
+    _check_all_backends(tmp_path, _model("binary:logistic", 4, 30), 9, generic=False)
+    mpath = tmp_path / "m" / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["backends"]["flat-avx2"]["requires"] = ["avx2", "no_such_cpu_feature"]
+    mpath.write_text(json.dumps(m))
+    with pytest.raises(artifact.ArtifactError, match="needs CPU features no_such_cpu_feature"):
+        artifact.load(tmp_path / "m", backend="flat-avx2")
+    assert artifact.load(tmp_path / "m", backend="flat").backend == "flat-portable"
+    assert artifact.load(tmp_path / "m", backend="auto").backend == "flat-portable"
+
+
+def test_changed_flat_library_is_refused(tmp_path):
+    _check_all_backends(tmp_path, _model("binary:logistic", 4, 30), 9, generic=False)
+    lib = tmp_path / "m" / "libflat_portable.so"
+    data = bytearray(lib.read_bytes())
+    data[-100] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    with pytest.raises(artifact.ArtifactError, match="libflat_portable.so does not match"):
+        artifact.load(tmp_path / "m", backend="flat-portable")
