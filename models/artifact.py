@@ -143,7 +143,7 @@ def _dlopen_bytes(data, label):
         raise ArtifactError(f"cannot load {label}: {e}") from None
 
 
-BACKEND_CHOICES = ("auto", "flat", "treelite", "flat-avx2", "flat-portable")
+BACKEND_CHOICES = ("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable")
 
 
 def _candidates(m, backend, art_dir):

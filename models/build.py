@@ -84,7 +84,7 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
             t0 = time.time()
             flat_libs, finfo = flat.compile_flat(tmp / "model.json", tmp, len(feature_names))
             log(f"  flat branch-free kernel ({', '.join(flat_libs)}) compiled in {time.time() - t0:.1f} s")
-            for name in ("avx2", "portable"):  # fastest first
+            for name in flat.BUILDS:  # fastest first
                 backends[f"flat-{name}"] = {"lib": flat_libs[name], "requires": finfo["requires"][name]}
         if "treelite" in wanted:
             log(f"compiling {booster.num_boosted_rounds()} trees with TL2cgen + gcc (takes a few seconds)")
@@ -104,7 +104,7 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
             "base_score": cinfo["base_score"], "versions": artifact.versions(),
             "compiler": {"cc": tlcompile.CC, "cc_version": tlcompile.gcc_version(),
                          "treelite_flags": tlcompile.CFLAGS if "treelite" in wanted else None},
-            "flat": {k: finfo[k] for k in ("depth", "quantisation", "simd_kernel", "max_thresholds_per_feature",
+            "flat": {k: finfo[k] for k in ("depth", "quantisation", "simd_kernel", "kernels", "max_thresholds_per_feature",
                                            "flags")} if finfo else None,
             "backends": backends,
             "validation": {"rows_file": "validation.npz", "rows": int(len(X)),

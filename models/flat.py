@@ -26,7 +26,9 @@ import numpy as np
 from .compile import ABI_VERSION, CC, CompileError, _native_output_held, base_margin_c, base_score
 
 BUILDS = {
-    # name: (extra flags, cpu flags it needs)
+    # name: (extra flags, cpu flags it needs); fastest first
+    "avx512": (["-O2", "-march=x86-64", "-mavx2", "-mbmi", "-mbmi2", "-mavx512f", "-mavx512bw", "-mavx512vbmi",
+                "-mtune=generic"], ["avx", "avx2", "bmi1", "bmi2", "avx512f", "avx512bw", "avx512vbmi"]),
     "portable": (["-O2", "-march=x86-64", "-mtune=generic"], []),
     "avx2": (["-O2", "-march=x86-64", "-mavx2", "-mbmi", "-mbmi2", "-mtune=generic"], ["avx", "avx2", "bmi1", "bmi2"]),
 }
@@ -105,12 +107,20 @@ def build_tables(model_json, pad_to=None):
             "sel": sel, "thr": thr, "leaves": leaves}
 
 
-SIMD_DEPTH = 6  # the AVX2 kernel: 63 nodes = two 32-byte vectors per tree
+SIMD_DEPTH = 6  # the SIMD kernels: 63 nodes = one 64-byte vector (two 32-byte ones) per tree
 
 
 def simd_ok(tab):
-    """The AVX2 kernel serves depth <= 6, <= 16 features and <= 254 thresholds per feature."""
-    return (tab["depth"] <= SIMD_DEPTH and tab["num_feature"] <= 16 and tab["qmax"] == 255)
+    """The SIMD kernels serve depth <= 6 and <= 254 thresholds per feature; AVX-512 VBMI up to 64
+    features (one vpermb), AVX2 up to 16 (vpshufb looks up 16 bytes)."""
+    return tab["depth"] <= SIMD_DEPTH and tab["num_feature"] <= 64 and tab["qmax"] == 255
+
+
+def kernels(tab):
+    """Which kernel each build runs for this model."""
+    simd = simd_ok(tab)
+    return {"avx512": "avx512vbmi" if simd else "scalar",
+            "avx2": "avx2" if simd and tab["num_feature"] <= 16 else "scalar", "portable": "scalar"}
 
 
 def _blocked_position(bfs):
@@ -137,13 +147,16 @@ def simd_tables(tab):
         feat[:, b] = np.where(f >= nf, f - nf, f)
         dleft[:, b] = np.where(f < nf, 0xFF, 0)
         thr1[:, b] = np.minimum(thr[:, i].astype(np.int64) + 1, 255)
+    dmask = np.zeros(T, np.uint64)
+    for b in range(64):
+        dmask |= (dleft[:, b] != 0).astype(np.uint64) << np.uint64(b)
     walk3 = np.zeros(128, np.uint8)
     for bits in range(128):
         j = 0
         for _ in range(3):
             j = 2 * j + 1 + ((bits >> j) & 1)
         walk3[bits] = j - 7
-    return feat, thr1, dleft, walk3
+    return feat, thr1, dleft, dmask, walk3
 
 
 def _c_array(ctype, name, values, fmt):
@@ -176,11 +189,12 @@ def generate_c(tab, margin_expr):
     src.append(_c_array("float", "LEAF", tab["leaves"].ravel(), _f32))
     use_simd = simd_ok(tab) and depth == SIMD_DEPTH
     if use_simd:
-        feat, thr1, dleft, walk3 = simd_tables(tab)
+        feat, thr1, dleft, dmask, walk3 = simd_tables(tab)
         src.append("#define HAVE_SIMD_TABLES 1\n")
-        src.append(_c_array("uint8_t __attribute__((aligned(32)))", "SFEAT", feat.ravel(), str))
-        src.append(_c_array("uint8_t __attribute__((aligned(32)))", "STHR1", thr1.ravel(), str))
-        src.append(_c_array("uint8_t __attribute__((aligned(32)))", "SDLEFT", dleft.ravel(), str))
+        src.append(_c_array("uint8_t __attribute__((aligned(64)))", "SFEAT", feat.ravel(), str))
+        src.append(_c_array("uint8_t __attribute__((aligned(64)))", "STHR1", thr1.ravel(), str))
+        src.append(_c_array("uint8_t __attribute__((aligned(64)))", "SDLEFT", dleft.ravel(), str))
+        src.append(_c_array("uint64_t", "SDMASK", dmask, lambda v: f"{int(v)}ULL"))
         src.append(_c_array("uint8_t", "WALK3", walk3, str))
     src.append(f"""
 static float g_base_margin;
@@ -199,7 +213,32 @@ static inline int rank_of(float x, int f) {{
 #define STEP(i, t) do {{ uint32_t w_ = (uint32_t)NODE[(t) * NINT + i]; \
   i = 2 * i + 1 + (q[w_ >> SHIFT] > (q_t)(w_ & QMAX)); }} while (0)
 
-#if defined(__AVX2__) && defined(HAVE_SIMD_TABLES)
+#if defined(HAVE_SIMD_TABLES) && defined(__AVX512VBMI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+/* One tree: vpermb gathers all 63 node features from the 64-byte rank vector, compares land in
+   a mask register, then two WALK3 lookups find the leaf. */
+static inline int simd_leaf(__m512i qv, __m512i ff, int t) {{
+  __m512i n = _mm512_permutexvar_epi8(_mm512_load_si512((const void*)(SFEAT + t * 64)), qv);
+  __mmask64 ge = _mm512_cmpge_epu8_mask(n, _mm512_load_si512((const void*)(STHR1 + t * 64)));
+  __mmask64 miss_left = _mm512_cmpeq_epi8_mask(n, ff) & SDMASK[t];  /* missing, default left */
+  uint64_t r = (uint64_t)(ge & ~miss_left);
+  int top = WALK3[r & 127];
+  return top * 8 + WALK3[(r >> (7 + 7 * top)) & 127];
+}}
+
+EXPORT void engine_predict(const float* row, float* out) {{
+  uint8_t q[64] __attribute__((aligned(64))) = {{0}};  /* NaN -> 255: each node's mask decides */
+  for (int f = 0; f < NF; ++f) {{
+    float x = row[f];
+    q[f] = isnan(x) ? 255 : (uint8_t)rank_of(x, f);
+  }}
+  __m512i qv = _mm512_load_si512((const void*)q);
+  __m512i ff = _mm512_set1_epi8((char)0xFF);
+  float s = g_base_margin;  /* XGBoost's order: base margin, then each tree's leaf */
+  for (int t = 0; t < NT; ++t) s += LEAF[t * NLEAF + simd_leaf(qv, ff, t)];
+  out[0] = s;
+}}
+#elif defined(HAVE_SIMD_TABLES) && defined(__AVX2__) && NF <= 16
 #include <immintrin.h>
 /* One tree: gather its 63 node features with a byte shuffle, compare all at once, then find the
    leaf with two lookups in WALK3 (top depth-3 block, then the block below it). */
@@ -307,6 +346,7 @@ def compile_flat(model_json, out_dir, num_feature):
         libs[name] = lib.name
         flags[name] = extra + COMMON_FLAGS
     info = {"depth": tab["depth"], "quantisation": tab["qtype"], "simd_kernel": bool(simd_ok(tab)),
+            "kernels": kernels(tab),
             "max_thresholds_per_feature": int(max((len(g) for g in tab["grids"]), default=0)),
             "flags": flags, "requires": {k: v[1] for k, v in BUILDS.items()}}
     return libs, info

@@ -55,8 +55,11 @@ def _check_all_backends(tmp_path, booster, nf, generic, seed=1):
 def test_flat_is_bit_exact(tmp_path, objective, depth, trees):
     man, checked = _check_all_backends(tmp_path, _model(objective, depth, trees), 9, generic=False)
     assert man["flat"]["simd_kernel"] == (depth <= 6)
-    if "avx2" in artifact.cpu_flag_set():
-        assert "flat-avx2" in checked  # the SIMD build and the portable one both agree
+    cpu = artifact.cpu_flag_set()
+    if "avx2" in cpu:
+        assert "flat-avx2" in checked  # the SIMD builds and the portable one all agree
+    if "avx512vbmi" in cpu:
+        assert "flat-avx512" in checked
 
 
 def test_flat_wide_quantisation_and_many_features(tmp_path):
@@ -89,7 +92,8 @@ def test_backend_the_cpu_lacks_is_refused_and_auto_falls_back(tmp_path):
     _check_all_backends(tmp_path, _model("binary:logistic", 4, 30), 9, generic=False)
     mpath = tmp_path / "m" / "manifest.json"
     m = json.loads(mpath.read_text())
-    m["backends"]["flat-avx2"]["requires"] = ["avx2", "no_such_cpu_feature"]
+    for name in ("flat-avx2", "flat-avx512"):
+        m["backends"][name]["requires"] = ["avx2", "no_such_cpu_feature"]
     mpath.write_text(json.dumps(m))
     with pytest.raises(artifact.ArtifactError, match="needs CPU features no_such_cpu_feature"):
         artifact.load(tmp_path / "m", backend="flat-avx2")

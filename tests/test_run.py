@@ -74,7 +74,7 @@ def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
     assert {"ticks", "signals", "gaps", "drops", "core", "policy", "backend", "latency_ns"} <= set(res)
     assert res["ticks"] > 5000, res
     assert res["signals"] > 0 and res["gaps"] == 0 and res["drops"] == 0
-    assert res["core"] == core and res["backend"] in ("flat-avx2", "flat-portable", "treelite")
+    assert res["core"] == core and res["backend"] in ("flat-avx512", "flat-avx2", "flat-portable", "treelite")
     assert res["policy"] == ("SCHED_FIFO" if ROOT_USER else "SCHED_OTHER")
     assert set(res["latency_ns"]) == set(STAGES)
     for stage in STAGES:
