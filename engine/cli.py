@@ -37,14 +37,15 @@ def cmd_run(a):
                     signals_out=a.signals_out, thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short),
                     ring_capacity=a.ring_capacity, keep_rings=a.keep_rings, warm_every=a.warm_every,
                     backend=a.backend)
-    stop = threading.Event()
+    stop, reload = threading.Event(), threading.Event()
 
     def on_signal(signum, frame):
         stop.set()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, lambda signum, frame: reload.set())  # reload --model, swap between ticks
     if not a.json:
-        print(table(run(cfg, stop)), flush=True)
+        print(table(run(cfg, stop, reload)), flush=True)
         return 0
     # --json promises exactly one JSON object on stdout: whatever a library prints on the way
     # goes to stderr
@@ -52,7 +53,7 @@ def cmd_run(a):
     real_stdout = os.dup(1)
     os.dup2(2, 1)
     try:
-        res = run(cfg, stop)
+        res = run(cfg, stop, reload)
     finally:
         sys.stdout.flush()
         os.dup2(real_stdout, 1)

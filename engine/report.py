@@ -14,7 +14,7 @@ def as_json(res):
         "latency_ns": {s: {c: res.latency[s][c] for c in COLS} for s in STAGES},
         # extras beyond the required keys
         "lost": res.counters["lost"], "scored": res.counters["scored"], "elapsed_s": round(elapsed_s, 3),
-        "signals_file": res.signals_path, "model": res.model_dir,
+        "signals_file": res.signals_path, "model": res.model_dir, "model_swaps": res.swaps,
     }
 
 
@@ -32,6 +32,10 @@ def table(res):
     for s in STAGES:
         st = res.latency[s]
         lines.append(f"  {s:<16}" + "".join(f"{st[k]:>13,}" for k in COLS) + f"{st['count']:>13,}")
+    for sw in res.swaps:
+        lines.append(f"  model swap: generation {sw['generation']} ({sw['backend']}) adopted "
+                     f"{sw['adopted_after_us']:.1f} us after publication" if sw.get("ok") else
+                     f"  model swap failed: {sw.get('error', 'not adopted')}")
     lines.append(f"  signals -> {res.signals_path}")
     lines += [f"  note: {n}" for n in res.notes if "RT throttling" in n]
     return "\n".join(lines)

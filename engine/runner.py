@@ -67,6 +67,7 @@ class RunResult:
     model_dir: str
     run_seconds: float
     notes: list = field(default_factory=list)
+    swaps: list = field(default_factory=list)
 
 
 class StrategyThread(threading.Thread):
@@ -187,13 +188,42 @@ def compile_loop():
                       np.zeros(1, np.int8), strategy.make_cfg())
 
 
+def reload_model(cfg, ctl, loaded, swaps):
+    """SIGHUP: load, verify and validate the model off the hot path, then publish its address and
+    a new generation; the loop adopts it between two ticks. A bad artifact changes nothing."""
+    t0 = time.monotonic()
+    try:
+        pred, model_dir = load_model(cfg)
+    except Exception as e:  # noqa: BLE001 - any failure keeps the running model
+        log(f"reload refused, still running generation {int(ctl[C.CTL_MODEL_GEN])}: {e}")
+        swaps.append({"ok": False, "error": str(e)})
+        return
+    loaded.append(pred)  # the old library stays mapped: the loop may still be inside it
+    gen = int(ctl[C.CTL_MODEL_GEN]) + 1
+    ctl[C.CTL_MODEL_ADDR] = pred.addr
+    t_pub = time.monotonic_ns()
+    ctl[C.CTL_MODEL_GEN] = gen  # after the address: the loop reads generation, then address
+    while int(ctl[C.L_MODEL_GEN]) != gen and time.monotonic_ns() - t_pub < 1_000_000_000:
+        time.sleep(0.0001)
+    adopted = int(ctl[C.L_MODEL_GEN]) == gen
+    lag_us = (int(ctl[C.L_SWAP_NS]) - t_pub) / 1e3 if adopted else None
+    swaps.append({"ok": adopted, "generation": gen, "model": pred.model_id, "backend": pred.backend,
+                  "prepare_ms": round((t_pub / 1e9 - t0) * 1e3, 1), "adopted_after_us": lag_us})
+    log(f"model generation {gen} ({pred.model_id}, {pred.backend}) prepared off the hot path in "
+        f"{(t_pub / 1e9 - t0) * 1e3:.0f} ms; " + (f"adopted by the loop {lag_us:.1f} us after publication"
+                                                   if adopted else "NOT adopted within 1 s"))
+
+
 def _feed_uri(cfg):
     return cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
 
 
-def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
+def run(cfg: RunConfig, stop_event: threading.Event | None = None,
+        reload_event: threading.Event | None = None) -> RunResult:
     """Validate everything, then create rings, spawn the feed, run until stopped; cleans up always."""
     stop_event = stop_event or threading.Event()
+    reload_event = reload_event or threading.Event()
+    swaps = []
     # 1. everything that can be wrong with the request, before anything is created
     if cfg.core is not None:
         rt.check_core(cfg.core)
@@ -218,6 +248,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
     notes = []
     pred, model_dir = load_model(cfg)
+    loaded = [pred]
     t0 = time.monotonic()
     compile_loop()
     log(f"strategy loop compiled in {time.monotonic() - t0:.2f} s")
@@ -259,6 +290,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
         ctl = ctl_blk.hdr
         ctl[C.CTL_MODEL_ADDR] = pred.addr
         ctl[C.CTL_MODEL_GEN] = 1
+        ctl[C.L_MODEL_GEN] = 0
         ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
 
         def args_fn():
@@ -292,6 +324,9 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
             slog.write(drain_buf[: sigring.drain(sring.hdr, sring.data, sring.mask, drain_buf)])
             if not thread.is_alive():
                 break
+            if reload_event.is_set():
+                reload_event.clear()
+                reload_model(cfg, ctl, loaded, swaps)
             if deadline and time.monotonic() >= deadline:
                 break
             if proc is not None and proc.poll() is not None and not feed_done_logged:
@@ -335,5 +370,5 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None) -> RunResult:
                            f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")
     return RunResult(counters=ctl_blk.counters(), drops=sring.drops, core=thread.core, policy=thread.policy,
                      backend=pred.backend, latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
-                     model_dir=model_dir, run_seconds=t_stop - t_start, notes=notes + thread.notes)
+                     model_dir=model_dir, run_seconds=t_stop - t_start, notes=notes + thread.notes, swaps=swaps)
 

@@ -66,6 +66,20 @@ def _publish_counters(ctl, ticks, signals, gaps, lost, scored):
     store_relaxed(ctl, C.L_SCORED, scored)
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _adopt_model(ctl, gen):
+    """If the control plane published a new model generation, adopt it: returns (gen, addr or 0).
+    The generation is stored after the address (release), so reading it first (acquire) makes
+    the address we read the one that goes with it."""
+    g = load_acquire(ctl, C.CTL_MODEL_GEN)
+    if g == gen:
+        return gen, 0
+    addr = load_acquire(ctl, C.CTL_MODEL_ADDR)
+    store_relaxed(ctl, C.L_SWAP_NS, monotonic_ns())
+    store_relaxed(ctl, C.L_MODEL_GEN, g)
+    return g, addr
+
+
 @njit(nogil=True, cache=True)
 def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist,
              fstate, row, out, tick, sig, pos, cfg):
@@ -75,8 +89,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     gaps = load_relaxed(ctl, C.L_GAPS)
     lost = load_relaxed(ctl, C.L_LOST)
     scored = load_relaxed(ctl, C.L_SCORED)
-    model = load_acquire(ctl, C.CTL_MODEL_ADDR)
-    gen = load_relaxed(ctl, C.CTL_MODEL_GEN)
+    gen, model = _adopt_model(ctl, -1)
     exit_on_eof = cfg[CFG_EXIT_ON_EOF] != 0.0
     warm_every = np.int64(cfg[CFG_WARM_EVERY])
     idle = 0
@@ -94,10 +107,9 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             if now > load_relaxed(ctl, C.CTL_LEASE_NS):
                 state = C.LOOP_LEASE_EXPIRED  # nobody is watching us: stop spinning
                 break
-            g = load_acquire(ctl, C.CTL_MODEL_GEN)
-            if g != gen:  # hot swap: the address is data, nothing recompiles
-                model = load_acquire(ctl, C.CTL_MODEL_ADDR)
-                gen = g
+            gen, addr = _adopt_model(ctl, gen)  # hot swap while idle
+            if addr:
+                model = addr
             if exit_on_eof and load_acquire(thdr, shm.H_STATE) == shm.STATE_FINISHED:
                 if load_relaxed(thdr, slot_base + shm.C_CURSOR) >= load_acquire(thdr, shm.H_WRITE):
                     state = C.LOOP_EOF
@@ -122,6 +134,9 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         if inst < 0 or not features.warm(fstate, inst):
             continue
         features.fill_row(fstate, inst, tick[1], row)
+        gen, addr = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
+        if addr:
+            model = addr
         t_feat = monotonic_ns()
         call_predict(model, row, out)
         t_model = monotonic_ns()

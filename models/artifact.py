@@ -200,7 +200,7 @@ def _time_rows(pred, X, reps=3):
 def load(art_dir, require_schema=True, backend="auto"):
     """Verify an artifact and load a back end: `auto` validates every back end this CPU runs and
     keeps the fastest; a name picks one. Raises ArtifactError on any mismatch."""
-    art_dir = Path(art_dir)
+    art_dir = Path(art_dir).resolve()  # once: a symlink flipped mid-load cannot mix two artifacts
     if backend not in BACKEND_CHOICES:
         raise ArtifactError(f"unknown back end {backend!r} (choose from {', '.join(BACKEND_CHOICES)})")
     m = read_manifest(art_dir)

@@ -31,19 +31,21 @@ def _find_strategy_thread(pid):
 
 
 def _wait_line(proc, needle, timeout=120):
-    """Read stderr lines until one contains needle; returns everything read."""
+    """Read stderr lines until one contains needle (a real deadline: never blocks past it)."""
+    import select
     seen = []
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], max(0.0, min(1.0, deadline - time.monotonic())))
+        if not ready:
+            continue
         line = proc.stderr.readline()
         if not line:
-            if proc.poll() is not None:
-                break
-            continue
+            break  # EOF: the process is gone
         seen.append(line)
         if needle in line:
             return seen
-    raise AssertionError(f"never saw {needle!r}; stderr so far:\n{''.join(seen)}")
+    raise AssertionError(f"never saw {needle!r} within {timeout} s; stderr so far:\n{''.join(seen)}")
 
 
 def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
