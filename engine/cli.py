@@ -122,6 +122,37 @@ def cmd_signals_show(a):
     return 0
 
 
+def _backends(s):
+    names = tuple(x.strip() for x in s.split(",") if x.strip())
+    if not names or not set(names) <= {"treelite", "flat"}:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of treelite, flat; got {s!r}")
+    return names
+
+
+def cmd_train(a):
+    from models.training import run_train
+    m = run_train(a.sources, a.out, trees=a.trees, depth=a.depth, eta=a.eta, horizon=a.horizon, unit=a.horizon_unit,
+                  labels=a.labels, dead_band_bps=a.dead_band, objective=a.objective, early_stopping=a.early_stopping,
+                  ticks=a.ticks, backends=a.backends, seed=a.seed)
+    print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], **m["training"]["test_metrics"]}))
+    return 0
+
+
+def cmd_compile(a):
+    from models.training import run_compile
+    m = run_compile(a.model, a.out, generic=a.generic, backends=a.backends)
+    print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], "generic": m["generic"],
+                      "backends": m["validation"]["checked_backends"]}))
+    return 0
+
+
+def cmd_predict(a):
+    from models.training import predict_file
+    used, n = predict_file(a.dir, a.backend, a.input, a.output, a.margin)
+    print(f"{n} rows through {used} -> {a.output} ({'margins' if a.margin else 'scores'})", file=sys.stderr)
+    return 0
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="engine", description="Low-latency trading-signal engine.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -196,6 +227,46 @@ def build_parser():
     mi.add_argument("dir")
     mi.add_argument("--verify", action="store_true", help="also verify hashes and bit-exactness")
     mi.set_defaults(fn=cmd_model_inspect)
+
+    t = sub.add_parser("train", help="train and compile a model from tick sources",
+                       description="Build a data set from SOURCE(s) with the engine's feature code, label it from "
+                                   "future mid moves, split by time (train/validation/test with an embargo), train "
+                                   "XGBoost with early stopping, print test metrics, and write a verified artifact.")
+    t.add_argument("sources", nargs="+", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7")
+    t.add_argument("--out", required=True, help="artifact directory to write")
+    t.add_argument("--trees", type=int, default=200, help="maximum trees (default 200)")
+    t.add_argument("--depth", type=int, default=6, help="tree depth (default 6)")
+    t.add_argument("--eta", type=float, default=0.1, help="learning rate (default 0.1)")
+    t.add_argument("--horizon", type=float, default=20, help="label horizon (default 20)")
+    t.add_argument("--horizon-unit", choices=("ticks", "ms"), default="ticks",
+                   help="horizon in the instrument's scored ticks or in exchange-time milliseconds")
+    t.add_argument("--labels", choices=("binary", "ternary"), default="binary",
+                   help="binary: up/down (flat dropped); ternary: +1/0/-1 with --dead-band")
+    t.add_argument("--dead-band", type=float, default=0.5, help="ternary: |move| in bps counted as flat (default 0.5)")
+    t.add_argument("--objective", choices=("binary:logistic", "reg:squarederror"), default=None,
+                   help="default: binary:logistic for binary labels, reg:squarederror for ternary")
+    t.add_argument("--early-stopping", type=int, default=20, help="rounds without improvement before stopping")
+    t.add_argument("--ticks", type=int, default=400_000, help="ticks per synthetic source without count= (default 400000)")
+    t.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build (default treelite,flat)")
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(fn=cmd_train)
+
+    c = sub.add_parser("compile", help="compile an XGBoost model trained elsewhere into an artifact")
+    c.add_argument("model", help="XGBoost model (.json or .ubj)")
+    c.add_argument("--out", required=True, help="artifact directory to write")
+    c.add_argument("--generic", action="store_true",
+                   help="no engine feature schema: usable for predict and benchmarks, refused by `engine run`")
+    c.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build")
+    c.set_defaults(fn=cmd_compile)
+
+    pr = sub.add_parser("predict", help="score float32 rows from a .npy file through one back end")
+    pr.add_argument("dir", help="model artifact directory")
+    pr.add_argument("--backend", default="auto",
+                    choices=("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable", "xgboost"))
+    pr.add_argument("--input", required=True, help="float32 rows [n, features], NaN = missing (.npy)")
+    pr.add_argument("--output", required=True, help="float32 results (.npy), written atomically")
+    pr.add_argument("--margin", action="store_true", help="raw margins instead of probabilities")
+    pr.set_defaults(fn=cmd_predict)
 
     s = sub.add_parser("signals", help="signal file tools")
     ss = s.add_subparsers(dest="signals_cmd", required=True, metavar="SUBCOMMAND")

@@ -188,6 +188,10 @@ def compile_loop():
                       np.zeros(1, np.int8), strategy.make_cfg())
 
 
+def uses_sigmoid(pred):
+    return pred.manifest.get("objective") == "binary:logistic"
+
+
 def reload_model(cfg, ctl, loaded, swaps):
     """SIGHUP: load, verify and validate the model off the hot path, then publish its address and
     a new generation; the loop adopts it between two ticks. A bad artifact changes nothing."""
@@ -197,6 +201,12 @@ def reload_model(cfg, ctl, loaded, swaps):
     except Exception as e:  # noqa: BLE001 - any failure keeps the running model
         log(f"reload refused, still running generation {int(ctl[C.CTL_MODEL_GEN])}: {e}")
         swaps.append({"ok": False, "error": str(e)})
+        return
+    if uses_sigmoid(pred) != uses_sigmoid(loaded[0]):
+        e = (f"{model_dir}: objective {pred.manifest.get('objective')} scores on another scale than the "
+             f"running {loaded[0].manifest.get('objective')}; restart the engine to change it")
+        log(f"reload refused, still running generation {int(ctl[C.CTL_MODEL_GEN])}: {e}")
+        swaps.append({"ok": False, "error": e})
         return
     loaded.append(pred)  # the old library stays mapped: the loop may still be inside it
     gen = int(ctl[C.CTL_MODEL_GEN]) + 1
@@ -231,7 +241,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
     if cfg.warm_every < 0:
         raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
-    cfg_arr = strategy.make_cfg(*cfg.thresholds, warm_every=cfg.warm_every)
+    cfg_arr = None  # needs the model's objective: built once it is loaded
     from feeds.process import open_source
     if cfg.ring:
         if cfg.feed:
@@ -249,6 +259,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
     notes = []
     pred, model_dir = load_model(cfg)
     loaded = [pred]
+    cfg_arr = strategy.make_cfg(*cfg.thresholds, warm_every=cfg.warm_every, sigmoid=uses_sigmoid(pred))
     t0 = time.monotonic()
     compile_loop()
     log(f"strategy loop compiled in {time.monotonic() - t0:.2f} s")

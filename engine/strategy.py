@@ -20,7 +20,7 @@ from .intrinsics import (call_predict, cpu_pause, f32_bits, load_acquire, load_r
                          store_relaxed)
 
 # cfg: float64 thresholds and flags
-CFG_ENTER_LONG, CFG_EXIT_LONG, CFG_ENTER_SHORT, CFG_EXIT_SHORT, CFG_EXIT_ON_EOF, CFG_WARM_EVERY = range(6)
+CFG_ENTER_LONG, CFG_EXIT_LONG, CFG_ENTER_SHORT, CFG_EXIT_SHORT, CFG_EXIT_ON_EOF, CFG_WARM_EVERY, CFG_SIGMOID = range(7)
 CFG_WIDTH = 8
 HOUSEKEEP_EVERY = 1024
 # While idle, call the model on the last row every this many empty polls (0 = never) and
@@ -29,12 +29,18 @@ WARM_EVERY_POLLS = 0
 
 
 def make_cfg(enter_long=0.65, exit_long=0.55, enter_short=0.35, exit_short=0.45, exit_on_eof=False,
-             warm_every=WARM_EVERY_POLLS):
-    if not (0 < enter_short <= exit_short < exit_long <= enter_long < 1):
-        raise ValueError("thresholds must satisfy 0 < enter_short <= exit_short < exit_long <= enter_long < 1 "
+             warm_every=WARM_EVERY_POLLS, sigmoid=True):
+    """Thresholds apply to the score: a probability (sigmoid of the margin) for logistic models,
+    the raw margin for regression models."""
+    if not enter_short <= exit_short < exit_long <= enter_long:
+        raise ValueError("thresholds must satisfy enter_short <= exit_short < exit_long <= enter_long "
                          f"(got {enter_short}, {exit_short}, {exit_long}, {enter_long})")
+    if sigmoid and not (0 < enter_short and enter_long < 1):
+        raise ValueError("thresholds must satisfy 0 < enter_short <= exit_short < exit_long <= enter_long < 1 "
+                         f"for a probability score (got {enter_short}, {exit_short}, {exit_long}, {enter_long})")
     cfg = np.zeros(CFG_WIDTH, np.float64)
-    cfg[:6] = (enter_long, exit_long, enter_short, exit_short, 1.0 if exit_on_eof else 0.0, warm_every)
+    cfg[:7] = (enter_long, exit_long, enter_short, exit_short, 1.0 if exit_on_eof else 0.0, warm_every,
+               1.0 if sigmoid else 0.0)
     return cfg
 
 
@@ -92,6 +98,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     gen, model = _adopt_model(ctl, -1)
     exit_on_eof = cfg[CFG_EXIT_ON_EOF] != 0.0
     warm_every = np.int64(cfg[CFG_WARM_EVERY])
+    use_sigmoid = cfg[CFG_SIGMOID] != 0.0
     idle = 0
     state = C.LOOP_STOPPED
     store_relaxed(ctl, C.L_STATE, C.LOOP_RUNNING)
@@ -142,7 +149,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         t_model = monotonic_ns()
         scored += 1
         margin = out[0]
-        score = sigmoid32(margin)
+        score = sigmoid32(margin) if use_sigmoid else margin
         prev = pos[inst]
         new = decide(prev, score, cfg)
         if new != prev:

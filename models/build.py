@@ -17,12 +17,15 @@ def log(msg):
 
 
 def train(X_train, y_train, X_valid, y_valid, *, trees=200, depth=6, eta=0.1,
-          objective="binary:logistic", feature_names=None, seed=0, progress_every=50):
+          objective="binary:logistic", feature_names=None, seed=0, progress_every=50, early_stopping=None):
+    """XGBoost hist; with early_stopping, stop after that many rounds without a better validation
+    score and keep only the trees up to the best round."""
     import xgboost as xgb
 
     params = {"objective": objective, "max_depth": depth, "eta": eta, "tree_method": "hist",
               "max_bin": 256, "nthread": os.cpu_count() or 1, "seed": seed,
-              "eval_metric": ["logloss", "auc"] if objective.startswith("binary") else ["rmse"]}
+              # the last metric is the one early stopping watches
+              "eval_metric": ["auc", "logloss"] if objective.startswith("binary") else ["rmse"]}
     dtrain = xgb.DMatrix(X_train, y_train, feature_names=list(feature_names) if feature_names else None)
     dvalid = xgb.DMatrix(X_valid, y_valid, feature_names=list(feature_names) if feature_names else None)
 
@@ -33,7 +36,12 @@ def train(X_train, y_train, X_valid, y_valid, *, trees=200, depth=6, eta=0.1,
                 log(f"  tree {epoch + 1}/{trees}: valid {metrics}")
             return False
 
-    return xgb.train(params, dtrain, trees, evals=[(dvalid, "valid")], verbose_eval=False, callbacks=[Progress()])
+    b = xgb.train(params, dtrain, trees, evals=[(dvalid, "valid")], verbose_eval=False, callbacks=[Progress()],
+                  early_stopping_rounds=early_stopping)
+    if early_stopping and b.best_iteration + 1 < b.num_boosted_rounds():
+        log(f"  early stopping: best validation round {b.best_iteration + 1}")
+        b = b[: b.best_iteration + 1]
+    return b
 
 
 def threshold_rows(booster, X_base, n, rng):
@@ -94,7 +102,7 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
             backends["treelite"] = {"lib": lib.name, "requires": []}
         rng = np.random.default_rng(seed)
         X = validation_rows(booster, X_holdout, rng)
-        want = booster.predict(xgb.DMatrix(X, feature_names=list(feature_names) if not generic else None),
+        want = booster.predict(xgb.DMatrix(X, feature_names=booster.feature_names),
                                output_margin=True).astype(np.float32)
         np.savez(tmp / "validation.npz", X=X, margin=want)
         fields = {

@@ -34,18 +34,50 @@ def featurize(words, n_instruments):
     return X[:m], inst[:m], mid[:m], idx[:m]
 
 
-def binary_labels(inst, mid, horizon):
-    """1 if the instrument's mid is higher `horizon` of its scored ticks later, 0 if lower,
-    -1 where flat or past the end (those rows are not trained on)."""
-    y = np.full(len(mid), -1, np.int8)
+NO_LABEL = -128  # rows without a label (flat binary moves, the end of the data)
+
+
+def _future_mid_by_time(inst, mid, ts, horizon_ns):
+    """Mid of the same instrument at the first scored tick at least horizon_ns later (NaN if none)."""
+    fut = np.full(len(mid), np.nan)
     for i in np.unique(inst):
         rows = np.flatnonzero(inst == i)
-        if len(rows) <= horizon:
-            continue
-        move = mid[rows[horizon:]] - mid[rows[:-horizon]]
-        lab = np.where(move > 0, 1, np.where(move < 0, 0, -1)).astype(np.int8)
-        y[rows[:-horizon]] = lab
+        j = np.searchsorted(ts[rows], ts[rows] + horizon_ns, side="left")
+        ok = j < len(rows)
+        fut[rows[ok]] = mid[rows[j[ok]]]
+    return fut
+
+
+def _future_mid_by_ticks(inst, mid, horizon):
+    fut = np.full(len(mid), np.nan)
+    for i in np.unique(inst):
+        rows = np.flatnonzero(inst == i)
+        if len(rows) > horizon:
+            fut[rows[:-horizon]] = mid[rows[horizon:]]
+    return fut
+
+
+def binary_labels_time(inst, mid, ts, horizon_ns):
+    """As binary_labels, with the horizon in exchange time."""
+    move = _future_mid_by_time(inst, mid, ts, horizon_ns) - mid
+    return np.where(move > 0, 1, np.where(move < 0, 0, NO_LABEL)).astype(np.int8)
+
+
+def ternary_labels(inst, mid, ts, horizon, unit, dead_band_bps):
+    """+1 up, -1 down, 0 within the dead band (|move| <= dead_band_bps of the mid)."""
+    fut = (_future_mid_by_ticks(inst, mid, horizon) if unit == "ticks"
+           else _future_mid_by_time(inst, mid, ts, int(horizon * 1e6)))
+    bps = (fut - mid) / mid * 1e4
+    y = np.where(bps > dead_band_bps, 1, np.where(bps < -dead_band_bps, -1, 0)).astype(np.int8)
+    y[np.isnan(fut)] = NO_LABEL
     return y
+
+
+def binary_labels(inst, mid, horizon):
+    """1 if the instrument's mid is higher `horizon` of its scored ticks later, 0 if lower,
+    NO_LABEL where flat or past the end (those rows are not trained on)."""
+    move = _future_mid_by_ticks(inst, mid, horizon) - mid
+    return np.where(move > 0, 1, np.where(move < 0, 0, NO_LABEL)).astype(np.int8)
 
 
 def time_split(n, fractions=(0.7, 0.15, 0.15), embargo=0):

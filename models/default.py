@@ -48,7 +48,7 @@ def build_default(out_dir):
     log("[2/4] computing features and labels")
     X, inst, mid, _ = dataset.featurize(words, k)
     y = dataset.binary_labels(inst, mid, DEFAULT["horizon"])
-    keep = y >= 0
+    keep = y != dataset.NO_LABEL
     X, y = X[keep], y[keep]
     tr, va, te = dataset.time_split(len(X), embargo=DEFAULT["horizon"] * k)
     log(f"[3/4] training XGBoost: {DEFAULT['trees']} trees, depth {DEFAULT['depth']} on {len(tr):,} rows")

@@ -26,7 +26,7 @@ def second_model(tmp_path_factory):
     words, k = synthetic_ticks("synthetic://?instruments=4&seed=99", 120_000)
     X, inst, mid, _ = dataset.featurize(words, k)
     y = dataset.binary_labels(inst, mid, 10)
-    keep = y >= 0
+    keep = y != dataset.NO_LABEL
     X, y = X[keep], y[keep]
     b = train(X[:30_000], y[:30_000], X[30_000:36_000], y[30_000:36_000], trees=40, depth=4,
               feature_names=FEATURE_NAMES, progress_every=1000)

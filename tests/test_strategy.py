@@ -41,7 +41,7 @@ def _expected_signals(words, pred, cfg):
     pos = {}
     out = []
     for j in range(len(X)):
-        score = strategy.sigmoid32(margins[j])
+        score = strategy.sigmoid32(margins[j]) if cfg[strategy.CFG_SIGMOID] else margins[j]
         prev = pos.get(inst[j], 0)
         new = strategy.decide(prev, score, cfg)
         if new != prev:

@@ -1,0 +1,170 @@
+"""`engine train` and `engine compile`: data sets from sources, XGBoost with early stopping,
+test-split metrics, and verified artifacts."""
+import json
+from pathlib import Path
+
+import numpy as np
+
+from engine import features
+
+from . import dataset
+from .build import build_artifact, log, train
+
+
+def source_ticks(uri, default_ticks):
+    """Tick words from a source URI (synthetic now; real feeds and tick files as they land)."""
+    if uri.startswith("synthetic:"):
+        from feeds.synthetic import Simulator, parse_uri
+        p = parse_uri(uri)
+        words = np.zeros((p.count or default_ticks, 8), np.int64)
+        Simulator(p).generate(words)
+        return words, p.instruments
+    raise ValueError(f"unknown source {uri!r}: training reads synthetic://?... (real feeds are not implemented yet)")
+
+
+def labels_for(inst, mid, ts, horizon, unit, kind, dead_band_bps):
+    if kind == "binary":
+        if unit == "ticks":
+            return dataset.binary_labels(inst, mid, horizon)
+        return dataset.binary_labels_time(inst, mid, ts, int(horizon * 1e6))
+    return dataset.ternary_labels(inst, mid, ts, horizon, unit, dead_band_bps)
+
+
+def build_dataset(sources, *, ticks, horizon, unit, kind, dead_band_bps):
+    """Features and labels per source (state never leaks across sources), concatenated in order."""
+    Xs, ys, n_inst = [], [], 1
+    for uri in sources:
+        words, k = source_ticks(uri, ticks)
+        X, inst, mid, idx = dataset.featurize(words, k)
+        y = labels_for(inst, mid, words[idx, 1], horizon, unit, kind, dead_band_bps)
+        keep = y != dataset.NO_LABEL
+        Xs.append(X[keep])
+        ys.append(y[keep])
+        n_inst = max(n_inst, k)
+        log(f"  {uri}: {len(words):,} ticks -> {int(keep.sum()):,} labelled rows")
+    return np.concatenate(Xs), np.concatenate(ys), n_inst
+
+
+def metrics(objective, y, pred):
+    if objective == "binary:logistic":
+        from .default import _auc
+        p = np.clip(pred.astype(np.float64), 1e-7, 1 - 1e-7)
+        return {"auc": _auc(y, pred), "logloss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))),
+                "accuracy": float(((pred > 0.5) == y).mean())}
+    err = pred - y
+    nz = y != 0
+    return {"rmse": float(np.sqrt(np.mean(err ** 2))),
+            "ic": float(np.corrcoef(pred, y)[0, 1]) if np.std(pred) > 0 and np.std(y) > 0 else float("nan"),
+            "direction_accuracy": float((np.sign(pred[nz]) == np.sign(y[nz])).mean()) if nz.any() else float("nan")}
+
+
+def run_train(sources, out, *, trees=200, depth=6, eta=0.1, horizon=20, unit="ticks", labels="binary",
+              dead_band_bps=0.5, objective=None, early_stopping=20, ticks=400_000, backends=("treelite", "flat"),
+              seed=0):
+    import xgboost as xgb
+    objective = objective or ("binary:logistic" if labels == "binary" else "reg:squarederror")
+    if labels == "ternary" and objective == "binary:logistic":
+        raise ValueError("ternary labels (-1, 0, +1) need a regression objective such as reg:squarederror")
+    log(f"[1/4] building the data set from {len(sources)} source(s): horizon {horizon} {unit}, {labels} labels")
+    X, y, n_inst = build_dataset(sources, ticks=ticks, horizon=horizon, unit=unit, kind=labels,
+                                 dead_band_bps=dead_band_bps)
+    embargo = horizon * n_inst if unit == "ticks" else 0
+    tr, va, te = dataset.time_split(len(X), embargo=embargo)
+    if min(len(tr), len(va), len(te)) < 100:
+        raise ValueError(f"only {len(X)} labelled rows: too few to train, validate and test (give more ticks)")
+    log(f"[2/4] split by time: train {len(tr):,}, validation {len(va):,}, test {len(te):,} "
+        f"(embargo {embargo} rows between them)")
+    log(f"[3/4] training XGBoost {objective}: up to {trees} trees of depth {depth}, early stopping after "
+        f"{early_stopping} rounds without improvement")
+    b = train(X[tr], y[tr], X[va], y[va], trees=trees, depth=depth, eta=eta, objective=objective,
+              feature_names=features.FEATURE_NAMES, seed=seed, early_stopping=early_stopping)
+    used = b.num_boosted_rounds()
+    pred = b.predict(xgb.DMatrix(X[te], feature_names=list(features.FEATURE_NAMES)))
+    m = metrics(objective, y[te].astype(np.float64), pred)
+    log("  test split: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()) + f" ({used} trees kept)")
+    log("[4/4] compiling and verifying")
+    info = {"sources": list(sources), "horizon": horizon, "horizon_unit": unit, "labels": labels,
+            "dead_band_bps": dead_band_bps if labels == "ternary" else None, "trees_kept": used,
+            "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))}, "embargo_rows": embargo,
+            "test_metrics": m}
+    return build_artifact(Path(out), b, X[te], feature_names=features.FEATURE_NAMES, info=info, backends=backends)
+
+
+def run_compile(model_json, out, *, generic=False, backends=("treelite", "flat")):
+    """Compile an XGBoost model trained elsewhere into an artifact."""
+    import xgboost as xgb
+    path = Path(model_json)
+    try:
+        b = xgb.Booster(model_file=str(path))
+    except xgb.core.XGBoostError as e:
+        raise ValueError(f"{path}: not an XGBoost model: {str(e).splitlines()[0]}") from None
+    names = b.feature_names
+    nf = b.num_features()
+    if generic:
+        names = names or [f"f{i}" for i in range(nf)]
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(4000, nf)).astype(np.float32)  # plus split-threshold rows, added by the build
+    else:
+        want = list(features.FEATURE_NAMES)
+        if names != want:
+            got = names or [f"(unnamed {i})" for i in range(nf)]
+            missing = [n for n in want if n not in got]
+            extra = [n for n in got if n not in want]
+            detail = []
+            if missing:
+                detail.append(f"missing {missing}")
+            if extra:
+                detail.append(f"not in the engine's schema {extra}")
+            if not missing and not extra:
+                detail.append(f"same names in another order: {got}")
+            raise ValueError(f"{path}: feature names do not match the engine's schema {want}: "
+                             f"{'; '.join(detail)}. Retrain on the engine's features, or pass --generic "
+                             "(usable for prediction and benchmarks, refused by `engine run`)")
+        words, k = source_ticks("synthetic://?instruments=4&seed=4242", 60_000)
+        X = dataset.featurize(words, k)[0]
+    return build_artifact(Path(out), b, X, feature_names=names, generic=generic, backends=backends,
+                          info={"compiled_from": str(path.resolve())})
+
+
+def read_rows(path, num_feature):
+    try:
+        X = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read a .npy array: {e}") from None
+    if X.ndim != 2 or X.shape[1] != num_feature:
+        raise ValueError(f"{path}: rows must be a 2-d array with {num_feature} columns, got shape {X.shape}")
+    if X.dtype != np.float32:
+        if X.dtype.kind not in "fiu":
+            raise ValueError(f"{path}: rows must be numbers (float32, NaN = missing), got {X.dtype}")
+        X = X.astype(np.float32)
+    return np.ascontiguousarray(X)
+
+
+def predict_file(art_dir, backend, inp, out, margin):
+    """Rows through the chosen back end, one C-ABI call per row; written atomically."""
+    import os
+
+    from . import artifact
+    m = artifact.read_manifest(art_dir)
+    X = read_rows(inp, len(m["feature_names"]))
+    if backend == "xgboost":
+        import xgboost as xgb
+        b = xgb.Booster(model_file=str(Path(art_dir) / "model.json"))
+        artifact.verify_files(art_dir, m)
+        y = np.array([b.inplace_predict(X[i:i + 1], predict_type="margin")[0] for i in range(len(X))], np.float32)
+        used = "xgboost"
+    else:
+        pred = artifact.load(art_dir, require_schema=False, backend=backend)
+        y = pred.predict_margin(X)
+        used = pred.backend
+    if not margin and m.get("objective") == "binary:logistic":
+        y = (np.float32(1) / (np.float32(1) + np.exp(-y))).astype(np.float32)
+    tmp = Path(str(out) + f".tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        np.save(f, y)
+    os.replace(tmp, out)
+    return used, len(y)
+
+
+def describe(manifest):
+    return json.dumps(manifest, indent=2)
