@@ -40,7 +40,7 @@ def _clock_pair(n, lat):
 def main():
     a = _common.args(__doc__)
     d = default_model_dir()
-    pred = artifact.load(d)
+    pred = artifact.load(d, backend="treelite")  # this benchmark is about the TL2cgen library
     words, k = synthetic_ticks("synthetic://?instruments=4&seed=4242", 60_000)
     X, _, _, _ = dataset.featurize(words, k)
     X = np.ascontiguousarray(X[:20_000])

@@ -169,9 +169,11 @@ def build_parser():
                    help="fail instead of running unpinned/non-RT/unlocked when the process lacks the rights")
     r.add_argument("--duration", type=_positive_float, default=None, help="seconds to run (default: until stopped)")
     r.add_argument("--model", default=None, help="model artifact directory (default: the built-in default model)")
-    r.add_argument("--backend", default="auto", choices=("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable"),
+    r.add_argument("--backend", default="auto",
+                   choices=("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable", "xgboost"),
                    help="model back end: auto = the fastest one that is bit-exact on this machine (default); "
-                        "flat = the branch-free kernel (best variant this CPU runs); treelite = TL2cgen code")
+                        "flat = the branch-free kernel (best variant this CPU runs); treelite = TL2cgen code; "
+                        "xgboost = XGBoost's own predictor (reference, ~200 us a tick)")
     r.add_argument("--instruments", type=int, default=4, help="synthetic instruments (default 4)")
     r.add_argument("--rate", type=_nonneg_float, default=50_000.0,
                    help="synthetic ticks per second, 0 = as fast as possible (default 50000)")

@@ -143,7 +143,8 @@ def _dlopen_bytes(data, label):
         raise ArtifactError(f"cannot load {label}: {e}") from None
 
 
-BACKEND_CHOICES = ("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable")
+BACKEND_CHOICES = ("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable", "xgboost")
+REFERENCE_ONLY = {"xgboost"}  # validation back ends `auto` never picks
 
 
 def _candidates(m, backend, art_dir):
@@ -152,7 +153,7 @@ def _candidates(m, backend, art_dir):
     cpu = cpu_flag_set()
     runnable = [n for n, b in have.items() if isinstance(b, dict) and set(b.get("requires", [])) <= cpu]
     if backend == "auto":
-        return runnable
+        return [n for n in runnable if n not in REFERENCE_ONLY]
     if backend == "flat":
         flat = [n for n in runnable if n.startswith("flat-")]
         if not flat:
@@ -172,6 +173,15 @@ def _open_backend(art_dir, m, blobs, name):
     if rel not in blobs:
         raise ArtifactError(f"{art_dir}: {name} library {rel} is not covered by the manifest")
     lib, fd = _dlopen_bytes(blobs[rel], f"{art_dir.name}-{name}")
+    if name == "xgboost":
+        from . import xgb_backend
+        model_rel = m["backends"][name].get("model", "model.json")
+        if model_rel not in blobs:
+            raise ArtifactError(f"{art_dir}: {model_rel} is not covered by the manifest")
+        try:
+            xgb_backend.init(lib, blobs[model_rel], len(m.get("feature_names", [])))
+        except RuntimeError as e:
+            raise ArtifactError(f"{art_dir}: {e}") from None
     lib.engine_predict_batch.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     lib.engine_predict_batch.restype = None
     if lib.engine_abi_version() != 1:

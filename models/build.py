@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import artifact, compile as tlcompile, flat
+from . import artifact, compile as tlcompile, flat, xgb_backend
 from .schema import schema_hash
 
 
@@ -100,6 +100,8 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
             lib, cinfo = tlcompile.compile_treelite(tmp / "model.json", tmp, len(feature_names))
             log(f"  compiled in {time.time() - t0:.1f} s")
             backends["treelite"] = {"lib": lib.name, "requires": []}
+        # the reference, behind the same C ABI (validation only: never chosen by `auto`)
+        backends["xgboost"] = {"lib": xgb_backend.compile_shim(tmp), "requires": [], "model": "model.json"}
         rng = np.random.default_rng(seed)
         X = validation_rows(booster, X_holdout, rng)
         want = booster.predict(xgb.DMatrix(X, feature_names=booster.feature_names),

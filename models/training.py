@@ -147,16 +147,9 @@ def predict_file(art_dir, backend, inp, out, margin):
     from . import artifact
     m = artifact.read_manifest(art_dir)
     X = read_rows(inp, len(m["feature_names"]))
-    if backend == "xgboost":
-        import xgboost as xgb
-        b = xgb.Booster(model_file=str(Path(art_dir) / "model.json"))
-        artifact.verify_files(art_dir, m)
-        y = np.array([b.inplace_predict(X[i:i + 1], predict_type="margin")[0] for i in range(len(X))], np.float32)
-        used = "xgboost"
-    else:
-        pred = artifact.load(art_dir, require_schema=False, backend=backend)
-        y = pred.predict_margin(X)
-        used = pred.backend
+    pred = artifact.load(art_dir, require_schema=False, backend=backend)  # xgboost too: same C ABI
+    y = pred.predict_margin(X)
+    used = pred.backend
     if not margin and m.get("objective") == "binary:logistic":
         y = (np.float32(1) / (np.float32(1) + np.exp(-y))).astype(np.float32)
     tmp = Path(str(out) + f".tmp-{os.getpid()}")

@@ -229,7 +229,7 @@ def test_first_run_builds_the_default_model_and_stdout_stays_one_json_object(shm
     assert list((tmp_path / "cache" / "engine" / "models").glob("default-*/manifest.json"))
 
 
-@pytest.mark.parametrize("backend", ["treelite", "flat-portable"])
+@pytest.mark.parametrize("backend", ["treelite", "flat-portable", "xgboost"])
 def test_run_with_a_chosen_backend(default_model, shm_name, tmp_path, backend):
     r = subprocess.run(engine_cmd("run", "--duration", "1.5", "--rate", "3000", "--name", shm_name, "--json",
                                   "--backend", backend, "--signals-out", str(tmp_path / "s.sig")),

@@ -1,0 +1,45 @@
+"""Benchmark models, built once and cached (the 500x8 TL2cgen build takes minutes)."""
+import os
+from pathlib import Path
+
+import _common  # noqa: F401
+import numpy as np
+
+from engine.features import FEATURE_NAMES
+from models import artifact, dataset
+from models.build import build_artifact, train
+from models.default import cache_root, default_key, default_model_dir, synthetic_ticks
+
+
+def model_dir(trees, depth):
+    """The default model for 200x6; others trained on the synthetic market and cached."""
+    if (trees, depth) == (200, 6):
+        return default_model_dir()
+    d = cache_root() / f"bench-{trees}x{depth}-{default_key()}"
+    if d.exists():
+        try:
+            artifact.verify_files(d, artifact.read_manifest(d))
+            return d
+        except artifact.ArtifactError:
+            pass
+    words, k = synthetic_ticks("synthetic://?instruments=4&seed=20240808&trade_prob=0.1", 600_000)
+    X, inst, mid, _ = dataset.featurize(words, k)
+    y = dataset.binary_labels(inst, mid, 20)
+    keep = y != dataset.NO_LABEL
+    X, y = X[keep], y[keep]
+    n = len(X)
+    b = train(X[: n * 7 // 10], y[: n * 7 // 10], X[n * 7 // 10: n * 85 // 100], y[n * 7 // 10: n * 85 // 100],
+              trees=trees, depth=depth, eta=0.05, feature_names=FEATURE_NAMES, progress_every=100)
+    os.makedirs(d.parent, exist_ok=True)
+    build_artifact(d, b, X[n * 85 // 100:], feature_names=FEATURE_NAMES)
+    return d
+
+
+def test_rows(n=20_000, seed=4242):
+    words, k = synthetic_ticks(f"synthetic://?instruments=4&seed={seed}", 3 * n)
+    X = dataset.featurize(words, k)[0]
+    return np.ascontiguousarray(X[:n])
+
+
+if __name__ == "__main__":
+    print(model_dir(500, 8))
