@@ -1,6 +1,5 @@
 """Benchmark models, built once and cached (the 500x8 TL2cgen build takes minutes)."""
 import os
-from pathlib import Path
 
 import _common  # noqa: F401
 import numpy as np
