@@ -31,21 +31,34 @@ def _find_strategy_thread(pid):
 
 
 def _wait_line(proc, needle, timeout=120):
-    """Read stderr lines until one contains needle (a real deadline: never blocks past it)."""
+    """Read stderr until a line contains needle; a real deadline, never blocks past it.
+
+    Reads raw bytes from the descriptor (select() and a buffered readline() do not mix: two lines
+    arriving together would leave the second in Python's buffer, invisible to select())."""
+    import os
     import select
+    buf = getattr(proc, "_line_buf", "")
+    fd = proc.stderr.fileno()
     seen = []
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], max(0.0, min(1.0, deadline - time.monotonic())))
-        if not ready:
-            continue
-        line = proc.stderr.readline()
-        if not line:
-            break  # EOF: the process is gone
-        seen.append(line)
-        if needle in line:
-            return seen
-    raise AssertionError(f"never saw {needle!r} within {timeout} s; stderr so far:\n{''.join(seen)}")
+    while True:
+        while "\n" in buf:
+            line, buf = buf.split("\n", 1)
+            seen.append(line + "\n")
+            if needle in line:
+                proc._line_buf = buf
+                return seen
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], min(1.0, left))
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break  # EOF: the process is gone
+            buf += chunk.decode(errors="replace")
+    proc._line_buf = buf
+    raise AssertionError(f"never saw {needle!r} within {timeout} s; stderr so far:\n{''.join(seen)}{buf}")
 
 
 def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
