@@ -3,6 +3,9 @@ import os
 
 import _common  # noqa: F401
 import numpy as np
+from numba import njit
+
+from engine.intrinsics import call_predict, monotonic_ns
 
 from engine.features import FEATURE_NAMES
 from models import artifact, dataset
@@ -42,3 +45,18 @@ def test_rows(n=20_000, seed=4242):
 
 if __name__ == "__main__":
     print(model_dir(500, 8))
+
+
+@njit(nogil=True, cache=True)
+def time_calls(addr, X, reps, lat):
+    """Each call through the C ABI function pointer timed from numba, as the strategy loop calls it."""
+    row = np.empty(X.shape[1], np.float32)
+    out = np.empty(1, np.float32)
+    k = 0
+    for _ in range(reps):
+        for i in range(X.shape[0]):
+            row[:] = X[i]
+            t0 = monotonic_ns()
+            call_predict(addr, row, out)
+            lat[k] = monotonic_ns() - t0
+            k += 1

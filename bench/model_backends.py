@@ -14,27 +14,11 @@ import time
 
 import _common
 import numpy as np
-from _models import model_dir, test_rows
-from numba import njit
+from _models import model_dir, test_rows, time_calls
 
-from engine.intrinsics import call_predict, monotonic_ns
 from models import artifact
 
 CORE = max(os.sched_getaffinity(0))
-
-
-@njit(nogil=True, cache=True)
-def _time_calls(addr, X, reps, lat):
-    row = np.empty(X.shape[1], np.float32)
-    out = np.empty(1, np.float32)
-    k = 0
-    for _ in range(reps):
-        for i in range(X.shape[0]):
-            row[:] = X[i]
-            t0 = monotonic_ns()
-            call_predict(addr, row, out)
-            lat[k] = monotonic_ns() - t0
-            k += 1
 
 
 def per_row(d, X, quick):
@@ -44,8 +28,8 @@ def per_row(d, X, quick):
         pred = artifact.load(d, backend=name)
         reps = 3 if quick else 10
         lat = np.zeros(len(X) * reps, np.int64)
-        _time_calls(pred.addr, X[:100], 1, lat)  # warm
-        _time_calls(pred.addr, X, reps, lat)
+        time_calls(pred.addr, X[:100], 1, lat)  # warm
+        time_calls(pred.addr, X, reps, lat)
         res[name] = _common.pct(lat, "model_call")
     import xgboost as xgb
     b = xgb.Booster(model_file=str(d / "model.json"))

@@ -9,25 +9,12 @@ import time
 
 import _common  # noqa: F401
 import numpy as np
+from _models import test_rows, time_calls
 from numba import njit
 
-from engine.intrinsics import call_predict, monotonic_ns
-from models import artifact, dataset
-from models.default import default_model_dir, synthetic_ticks
-
-
-@njit(nogil=True, cache=True)
-def _time_calls(addr, X, reps, lat):
-    row = np.empty(X.shape[1], np.float32)
-    out = np.empty(1, np.float32)
-    k = 0
-    for _ in range(reps):
-        for i in range(X.shape[0]):
-            row[:] = X[i]
-            t0 = monotonic_ns()
-            call_predict(addr, row, out)
-            lat[k] = monotonic_ns() - t0
-            k += 1
+from engine.intrinsics import monotonic_ns
+from models import artifact
+from models.default import default_model_dir
 
 
 @njit(nogil=True, cache=True)
@@ -41,13 +28,11 @@ def main():
     a = _common.args(__doc__)
     d = default_model_dir()
     pred = artifact.load(d, backend="treelite")  # this benchmark is about the TL2cgen library
-    words, k = synthetic_ticks("synthetic://?instruments=4&seed=4242", 60_000)
-    X, _, _, _ = dataset.featurize(words, k)
-    X = np.ascontiguousarray(X[:20_000])
+    X = test_rows()
     reps = 5 if a.quick else 25
     lat = np.zeros(len(X) * reps, np.int64)
-    _time_calls(pred.addr, X[:10], 1, lat)  # compile
-    _time_calls(pred.addr, X, reps, lat)
+    time_calls(pred.addr, X[:10], 1, lat)  # compile
+    time_calls(pred.addr, X, reps, lat)
     clk = np.zeros(100_000, np.int64)
     _clock_pair(len(clk), clk)
     ours = {**_common.pct(lat, "model_call"), "calls": int(len(lat)),

@@ -6,6 +6,8 @@ import signal
 import sys
 import threading
 
+from models.artifact import BACKEND_CHOICES
+
 
 def _positive_float(s):
     v = float(s)
@@ -169,8 +171,7 @@ def build_parser():
                    help="fail instead of running unpinned/non-RT/unlocked when the process lacks the rights")
     r.add_argument("--duration", type=_positive_float, default=None, help="seconds to run (default: until stopped)")
     r.add_argument("--model", default=None, help="model artifact directory (default: the built-in default model)")
-    r.add_argument("--backend", default="auto",
-                   choices=("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable", "xgboost"),
+    r.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                    help="model back end: auto = the fastest one that is bit-exact on this machine (default); "
                         "flat = the branch-free kernel (best variant this CPU runs); treelite = TL2cgen code; "
                         "xgboost = XGBoost's own predictor (reference, ~200 us a tick)")
@@ -263,8 +264,8 @@ def build_parser():
 
     pr = sub.add_parser("predict", help="score float32 rows from a .npy file through one back end")
     pr.add_argument("dir", help="model artifact directory")
-    pr.add_argument("--backend", default="auto",
-                    choices=("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable", "xgboost"))
+    pr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                    help="auto = the fastest bit-exact back end here; xgboost = the reference")
     pr.add_argument("--input", required=True, help="float32 rows [n, features], NaN = missing (.npy)")
     pr.add_argument("--output", required=True, help="float32 results (.npy), written atomically")
     pr.add_argument("--margin", action="store_true", help="raw margins instead of probabilities")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .schema import schema_hash
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -215,6 +214,7 @@ def load(art_dir, require_schema=True, backend="auto"):
         raise ArtifactError(f"unknown back end {backend!r} (choose from {', '.join(BACKEND_CHOICES)})")
     m = read_manifest(art_dir)
     if require_schema:
+        from .schema import schema_hash  # here, not at import: the CLI reads BACKEND_CHOICES cheaply
         if m.get("generic"):
             raise ArtifactError(f"{art_dir}: a generic artifact (no engine feature schema) cannot drive the engine")
         if m.get("schema_hash") != schema_hash():

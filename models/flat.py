@@ -47,10 +47,10 @@ def _trees_from_treelite(model_json):
             raise CompileError("categorical splits are not supported by the flat back end")
         nodes = {n["node_id"]: n for n in t["nodes"]}
         for n in t["nodes"]:
-            if "leaf_value" not in n:
-                if n.get("node_type") != "numerical_test_node" or n.get("comparison_op") != "<":
-                    raise CompileError(f"flat back end handles numerical `<` splits only, got {n.get('node_type')} "
-                                       f"{n.get('comparison_op')}")
+            split = "leaf_value" not in n
+            if split and (n.get("node_type") != "numerical_test_node" or n.get("comparison_op") != "<"):
+                raise CompileError(f"flat back end handles numerical `<` splits only, got {n.get('node_type')} "
+                                   f"{n.get('comparison_op')}")
         trees.append(nodes)
     return trees, d["num_feature"]
 
