@@ -51,6 +51,7 @@ def _check_all_backends(tmp_path, booster, nf, generic, seed=1):
     ("reg:squarederror", 5, 80),
     ("reg:squarederror", 7, 60),
     ("binary:logistic", 4, 1000),
+    ("binary:logistic", 10, 30),
 ])
 def test_flat_is_bit_exact(tmp_path, objective, depth, trees):
     man, checked = _check_all_backends(tmp_path, _model(objective, depth, trees), 9, generic=False)
