@@ -198,15 +198,13 @@ def reload_model(cfg, ctl, loaded, swaps):
     t0 = time.monotonic()
     try:
         pred, model_dir = load_model(cfg)
+        if uses_sigmoid(pred) != uses_sigmoid(loaded[0]):
+            raise ValueError(f"{model_dir}: objective {pred.manifest.get('objective')} scores on another scale "
+                             f"than the running {loaded[0].manifest.get('objective')}; restart the engine to "
+                             "change it")
     except Exception as e:  # noqa: BLE001 - any failure keeps the running model
         log(f"reload refused, still running generation {int(ctl[C.CTL_MODEL_GEN])}: {e}")
         swaps.append({"ok": False, "error": str(e)})
-        return
-    if uses_sigmoid(pred) != uses_sigmoid(loaded[0]):
-        e = (f"{model_dir}: objective {pred.manifest.get('objective')} scores on another scale than the "
-             f"running {loaded[0].manifest.get('objective')}; restart the engine to change it")
-        log(f"reload refused, still running generation {int(ctl[C.CTL_MODEL_GEN])}: {e}")
-        swaps.append({"ok": False, "error": e})
         return
     loaded.append(pred)  # the old library stays mapped: the loop may still be inside it
     gen = int(ctl[C.CTL_MODEL_GEN]) + 1
@@ -222,6 +220,13 @@ def reload_model(cfg, ctl, loaded, swaps):
     log(f"model generation {gen} ({pred.model_id}, {pred.backend}) prepared off the hot path in "
         f"{(t_pub / 1e9 - t0) * 1e3:.0f} ms; " + (f"adopted by the loop {lag_us:.1f} us after publication"
                                                    if adopted else "NOT adopted within 1 s"))
+
+
+def _drain_signals(sring, buf, slog):
+    """Move pending signals from the ring to the signal file; returns how many."""
+    n = sigring.drain(sring.hdr, sring.data, sring.mask, buf)
+    slog.write(buf[:n])
+    return n
 
 
 def _feed_uri(cfg):
@@ -241,7 +246,6 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
     if cfg.warm_every < 0:
         raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
-    cfg_arr = None  # needs the model's objective: built once it is loaded
     from feeds.process import open_source
     if cfg.ring:
         if cfg.feed:
@@ -302,7 +306,6 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         ctl[C.CTL_MODEL_ADDR] = pred.addr
         ctl[C.CTL_MODEL_GEN] = 1
         ctl[C.L_MODEL_GEN] = 0
-        ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
 
         def args_fn():
             return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl, ctl_blk.hist,
@@ -332,7 +335,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             now = time.monotonic_ns()
             ctl[C.CTL_LEASE_NS] = now + LEASE_NS
             ctl[shm.H_HEARTBEAT_NS] = sring.hdr[shm.H_HEARTBEAT_NS] = now  # we own these two files
-            slog.write(drain_buf[: sigring.drain(sring.hdr, sring.data, sring.mask, drain_buf)])
+            _drain_signals(sring, drain_buf, slog)
             if not thread.is_alive():
                 break
             if reload_event.is_set():
@@ -353,11 +356,8 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         if thread is not None:
             thread.join(timeout=2.0)
         if slog is not None:
-            while True:
-                n = sigring.drain(sring.hdr, sring.data, sring.mask, drain_buf)
-                if not n:
-                    break
-                slog.write(drain_buf[:n])
+            while _drain_signals(sring, drain_buf, slog):
+                pass
             slog.close()
         if proc is not None:
             try:

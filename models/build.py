@@ -124,12 +124,11 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
         cpu = artifact.cpu_flag_set()
         runnable = [n for n, b in backends.items() if set(b["requires"]) <= cpu]
         fields["validation"]["checked_backends"] = runnable
-        artifact.write_manifest(tmp, fields)
+        manifest = artifact.write_manifest(tmp, fields)
         for name in runnable:  # the same checks a user's load runs, for every back end this CPU runs
             pred = artifact.load(tmp, require_schema=not generic, backend=name)
             if not np.array_equal(pred.predict_margin(X).view(np.int32), want.view(np.int32)):
                 raise tlcompile.CompileError(f"the {name} back end is not bit-exact with XGBoost")
-        manifest = artifact.read_manifest(tmp)
         log(f"  {', '.join(runnable)}: bit-exact with XGBoost on {len(X)} validation rows "
             f"({fields['validation']['nan_rows']} with missing values, split-threshold rows included)")
         if out_dir.exists():

@@ -62,9 +62,8 @@ def _depth(nodes, i=0):
     return 1 + max(_depth(nodes, n["left_child"]), _depth(nodes, n["right_child"]))
 
 
-def build_tables(model_json, pad_to=None):
+def build_tables(trees, nf, pad_to=None):
     """Quantised, padded, flat arrays for the whole model (numpy), plus the quantisation grid."""
-    trees, nf = _trees_from_treelite(model_json)
     depth = max(1, max(_depth(t) for t in trees), pad_to or 0)
     if depth > MAX_DEPTH:
         raise CompileError(f"trees of depth {depth}: the flat back end goes up to depth {MAX_DEPTH}")
@@ -326,9 +325,10 @@ EXPORT void engine_predict_batch(const float* rows, int64_t n, float* out) {{
 def compile_flat(model_json, out_dir, num_feature):
     """Generate the kernel and build every variant; returns ({build: lib name}, info)."""
     out_dir = Path(out_dir)
-    tab = build_tables(model_json)
+    trees, nf = _trees_from_treelite(model_json)
+    tab = build_tables(trees, nf)
     if simd_ok(tab) and tab["depth"] < SIMD_DEPTH:
-        tab = build_tables(model_json, pad_to=SIMD_DEPTH)  # one kernel shape for every shallow model
+        tab = build_tables(trees, nf, pad_to=SIMD_DEPTH)  # one kernel shape for every shallow model
     if tab["num_feature"] != num_feature:
         raise CompileError(f"model has {tab['num_feature']} features, expected {num_feature}")
     p, objective = base_score(model_json)
