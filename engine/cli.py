@@ -9,6 +9,16 @@ import threading
 from models.artifact import BACKEND_CHOICES
 
 
+SOURCES_HELP = """
+sources:
+  synthetic://?instruments=4&rate=100000&seed=1&trade_prob=0.1&gap_us=10&count=0
+  itch:FILE[?symbols=A,B&date=YYYY-MM-DD&utc_offset=H&on_error=stop|skip]   ITCH 5.0 day file (gzip ok)
+  moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&symbols=..]   live ITCH
+  dbn:FILE[?symbols=ESH4&on_error=stop|skip]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
+  binance:FILE[?size_unit=1e-5]                   raw Binance websocket capture (gzip ok)
+"""
+
+
 def _positive_float(s):
     v = float(s)
     if v <= 0:
@@ -70,9 +80,44 @@ def cmd_feed(a):
 
     if a.die_with_parent:
         die_with_parent(signal.SIGTERM)
-    run_feed(a.source, a.ring, rate=0.0 if a.max else a.rate, capacity=a.capacity,
-             wait_consumers=a.wait_consumers, count=a.count, duration=a.duration, keep=a.keep)
+    run_feed(a.source, a.ring, rate=0.0 if a.max else a.rate, speed=0.0 if a.max else a.speed,
+             capacity=a.capacity, wait_consumers=a.wait_consumers, count=a.count, duration=a.duration,
+             keep=a.keep)
     return 0
+
+
+def cmd_convert(a):
+    from feeds.convert import convert
+    res = convert(a.source, a.out, progress=not a.quiet)
+    if a.json:
+        print(json.dumps(res))
+    else:
+        st = " ".join(f"{k}={v}" for k, v in res["stats"].items() if v)
+        print(f"{res['out']}: {res['ticks']:,} ticks, {len(res['instruments'])} instruments, "
+              f"{res['seconds']:.2f} s" + (f"\n  {st}" if st else "") + (f"\n  {res['note']}" if "note" in res else ""))
+    return 0
+
+
+def cmd_mold_serve(a):
+    from feeds.mold_server import Server
+    from feeds.uri import hostport
+    stop = threading.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda *_: stop.set())
+    srv = Server(a.source, hostport(a.dest), session=a.session.encode(),
+                 rerequest=hostport(a.rerequest) if a.rerequest else None, rate=a.rate,
+                 drop=a.drop, drop_every=a.drop_every, linger=a.linger)
+    res = srv.run(stop.is_set)
+    if a.json:
+        print(json.dumps(res))
+    return 0
+
+
+def _int_list(s):
+    try:
+        return tuple(int(x) for x in s.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated packet numbers, got {s!r}") from None
 
 
 def cmd_ring_inspect(a):
@@ -201,12 +246,14 @@ def build_parser():
 
     f = sub.add_parser("feed", help="run a feed handler process writing a tick ring",
                        description="Publish ticks from SOURCE into a tick ring until the source ends or "
-                                   "SIGINT/SIGTERM. SOURCE: synthetic://?instruments=4&rate=100000&seed=1"
-                                   "&trade_prob=0.1&gap_us=10&count=0")
+                                   "SIGINT/SIGTERM. " + SOURCES_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("source")
     f.add_argument("--ring", default="engine.ticks", help="ring name in /dev/shm or a path (default engine.ticks)")
     f.add_argument("--rate", type=_nonneg_float, default=None, help="ticks per second (overrides the URI)")
-    f.add_argument("--max", action="store_true", help="publish as fast as possible")
+    f.add_argument("--speed", type=_positive_float, default=1.0,
+                   help="file sources: replay at the recorded pace times X (default 1)")
+    f.add_argument("--max", action="store_true", help="publish as fast as possible (any source)")
     f.add_argument("--capacity", type=_pow2, default=1 << 18, help="ring slots (power of two, default 262144)")
     f.add_argument("--count", type=int, default=None, help="stop after this many ticks")
     f.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
@@ -214,6 +261,36 @@ def build_parser():
     f.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
     f.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
     f.set_defaults(fn=cmd_feed)
+
+    cv = sub.add_parser("convert", help="write a source's normalised ticks to .parquet, .csv or ITCH 5.0",
+                        description="Read SOURCE to its end and write its ticks: .parquet or .csv (one column "
+                                    "per tick field, prices int64 at 1e-9, sizes as in the record, seq from 0), "
+                                    ".itch / .itch.gz (ITCH 5.0 messages through the ITCH writer). The output "
+                                    "appears only when complete. " + SOURCES_HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cv.add_argument("source")
+    cv.add_argument("--out", required=True, help="output file: .parquet, .csv, .itch or .itch.gz")
+    cv.add_argument("--quiet", action="store_true", help="no progress lines")
+    cv.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    cv.set_defaults(fn=cmd_convert)
+
+    mo = sub.add_parser("moldudp64", help="MoldUDP64 tools")
+    mos = mo.add_subparsers(dest="mold_cmd", required=True, metavar="SUBCOMMAND")
+    ms_ = mos.add_parser("serve", help="send an ITCH stream as MoldUDP64 packets and answer re-requests",
+                         description="Send SOURCE (itch:FILE, or synthetic://?...&count=N through the ITCH writer) "
+                                     "to --dest as MoldUDP64 (unicast or multicast), then end the session and "
+                                     "linger, answering re-requests on --rerequest. --drop loses chosen packets "
+                                     "on purpose, to test gap handling.")
+    ms_.add_argument("source")
+    ms_.add_argument("--dest", required=True, help="HOST:PORT to send to (a 224-239.x.x.x group for multicast)")
+    ms_.add_argument("--rerequest", default=None, help="HOST:PORT to serve re-requests on (default: none)")
+    ms_.add_argument("--rate", type=_nonneg_float, default=100_000.0, help="messages per second (0 = flat out; default 100000)")
+    ms_.add_argument("--session", default="ENGINE0001", help="session name (10 characters)")
+    ms_.add_argument("--drop", type=_int_list, default=(), help="data packets to drop, by number from 0 (e.g. 3,17)")
+    ms_.add_argument("--drop-every", type=int, default=0, help="drop every Nth data packet")
+    ms_.add_argument("--linger", type=_nonneg_float, default=1.0, help="seconds to keep answering re-requests after the end (default 1)")
+    ms_.add_argument("--json", action="store_true", help="print a summary object")
+    ms_.set_defaults(fn=cmd_mold_serve)
 
     g = sub.add_parser("ring", help="ring tools")
     gs = g.add_subparsers(dest="ring_cmd", required=True, metavar="SUBCOMMAND")

@@ -10,7 +10,7 @@ PRICE_SCALE = 1_000_000_000  # 1.0 in price units == 1e9 in the record
 
 # Tick kinds
 KIND_QUOTE = 1   # top of book changed: bid/ask price and size are the new touch
-KIND_TRADE = 2   # a trade: price/size/side; bid/ask carry the touch before it
+KIND_TRADE = 2   # a trade: price/size/side; bid/ask carry the touch after it
 KIND_STATUS = 3  # instrument or session status change (reserved for feeds)
 KIND_GAP = 4     # ticks were lost: `price` holds how many (seq = first lost)
 

@@ -246,7 +246,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
     if cfg.warm_every < 0:
         raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
-    from feeds.process import open_source
+    from feeds.sources import Synthetic, open_source
     if cfg.ring:
         if cfg.feed:
             raise ValueError("--ring attaches to an existing tick ring; --feed spawns a feed: give one of them")
@@ -254,9 +254,11 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         TickConsumer(ring_name)  # it must exist and be a tick ring (clear error otherwise)
         n_inst = MAX_INSTRUMENTS  # whatever the producer publishes
     else:
-        feed_params, _ = open_source(_feed_uri(cfg))
+        src = open_source(_feed_uri(cfg))  # a bad URI fails here, before anything is created
         ring_name = f"{cfg.name}.ticks"
-        n_inst = feed_params.instruments
+        n_inst = src.params.instruments if isinstance(src, Synthetic) else MAX_INSTRUMENTS
+        if hasattr(src, "sock"):
+            src.sock.close()  # the feed process listens, not us
     own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
     for suffix in own:  # refuse a live owner (engine first) before creating anything
         shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))

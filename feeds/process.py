@@ -1,4 +1,8 @@
-"""The feed-handler process: a source -> the tick ring. `engine feed SOURCE`."""
+"""The feed-handler process: a source -> the tick ring. `engine feed SOURCE`.
+
+Pacing: the simulator publishes at its `rate`; file sources replay at the pace their receive
+times give, scaled by `speed` (or flat out with speed 0); live sources publish as packets come.
+"""
 import signal
 import sys
 import time
@@ -6,55 +10,65 @@ import time
 import numpy as np
 
 from engine import shm
+from engine.rt import set_timer_slack
 from engine.tickring import TickRing
 
-from engine.rt import set_timer_slack
-
-from .publisher import publish_all, publish_paced
-from .synthetic import Simulator, parse_uri
-
-BATCH = 4096
+from .publisher import publish_all, publish_due, publish_paced
+from .sources import Synthetic, open_source
 
 
-def open_source(uri):
-    if uri.startswith("synthetic:"):
-        params = parse_uri(uri)
-        return params, Simulator(params)
-    raise ValueError(f"unknown source {uri!r}: this engine reads synthetic://?... "
-                     "(real-data feeds are not implemented yet)")
-
-
-def _compile(sim):
-    """JIT the generator and publisher on throwaway state (sim's own state is untouched)."""
-    import copy
+def _compile():
+    """JIT the publishers on throwaway state before the ring exists: nobody waits on our JIT."""
     scratch = np.zeros((4, 8), np.int64)
-    copy.deepcopy(sim).generate(scratch)
     hdr = np.zeros(shm.HEADER_WORDS, np.int64)
     publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0)
+    publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4)
 
 
-def run_feed(uri, ring_name, *, rate=None, capacity=1 << 18, wait_consumers=0, wait_timeout=60.0,
-             count=None, duration=None, keep=False, quiet=False):
-    """Publish ticks from `uri` into ring `ring_name` until the source ends or we are stopped."""
-    params, sim = open_source(uri)
-    if rate is not None:
-        params.rate = rate
-    if count is not None:
-        params.count = count
+def _publish_timed(ring, ticks, clock, speed, stopped):
+    """Publish ticks at the pace of their file receive times (word 2) divided by speed."""
+    n = len(ticks)
+    if clock[0] is None:
+        clock[0] = (int(ticks[0, 2]), time.monotonic_ns())
+    t0_file, t0 = clock[0]
+    due = t0 + ((ticks[:, 2] - t0_file) / speed).astype(np.int64)
+    i = 0
+    while i < n and not stopped():
+        i = publish_due(ring.hdr, ring.data, ring.mask, ticks, due, i, n)
+        if i < n:
+            ahead = int(due[i]) - time.monotonic_ns() - 5_000
+            if ahead > 0:
+                time.sleep(min(ahead / 1e9, 0.05))
+    return i
+
+
+def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_consumers=0,
+             wait_timeout=60.0, count=None, duration=None, keep=False, quiet=False):
+    """Publish ticks from `uri` into ring `ring_name` until the source ends or we are stopped.
+    rate: ticks/s for the simulator (0 = flat out); speed: file pace multiplier (0 = flat out)."""
+    src = open_source(uri)
+    if isinstance(src, Synthetic):
+        if rate is not None:
+            src.params.rate = rate
+        if count is not None:
+            src.params.count = count
     stop = {"flag": False}
 
     def on_signal(signum, frame):
         stop["flag"] = True
+        if hasattr(src, "stop"):
+            src.stop()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
 
-    _compile(sim)  # before the ring exists: nobody waits on our JIT
+    _compile()
     set_timer_slack(1000)
     ring = TickRing(ring_name, capacity)
     say = (lambda m: None) if quiet else (lambda m: print(f"[feed] {m}", file=sys.stderr, flush=True))
     if ring.note:
         say(ring.note)
-    say(f"{params.uri()} -> {ring.path} ({capacity} slots)")
+    say(f"{src.uri} -> {ring.path} ({capacity} slots)")
+    stopped = lambda: stop["flag"]  # noqa: E731
     try:
         t_wait = time.monotonic()
         while ring.consumers() < wait_consumers and not stop["flag"]:
@@ -63,22 +77,30 @@ def run_feed(uri, ring_name, *, rate=None, capacity=1 << 18, wait_consumers=0, w
             ring.heartbeat()
             time.sleep(0.001)
         ring.set_state(shm.STATE_PRODUCING)
-        buf = np.zeros((BATCH, 8), np.int64)
-        interval = int(1e9 / params.rate) if params.rate > 0 else 0
         deadline = time.monotonic() + duration if duration else None
-        next_due = time.monotonic_ns()
         produced = 0
-        while not stop["flag"]:
-            n = BATCH if not params.count else min(BATCH, params.count - produced)
-            if n <= 0:
-                break
-            sim.generate(buf[:n])
-            i, next_due = publish_all(ring, buf, n, next_due, interval, lambda: stop["flag"])
+        if isinstance(src, Synthetic):
+            interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
+            next_due = time.monotonic_ns()
+        clock = [None]
+        for ticks in src.batches():
+            if count is not None and not isinstance(src, Synthetic):
+                ticks = ticks[:max(0, count - produced)]
+            if isinstance(src, Synthetic):
+                i, next_due = publish_all(ring, ticks, len(ticks), next_due, interval, stopped)
+            elif src.live or speed == 0:
+                i, _ = publish_all(ring, ticks, len(ticks), 0, 0, stopped)
+            else:
+                i = _publish_timed(ring, ticks, clock, speed, stopped)
             produced += i
-            if deadline and time.monotonic() >= deadline:
+            ring.heartbeat()
+            if stop["flag"] or (deadline and time.monotonic() >= deadline) or (count is not None and produced >= count):
                 break
         ring.set_state(shm.STATE_FINISHED)
         say(f"published {produced} ticks")
+        st = src.stats()
+        if st and not isinstance(src, Synthetic):
+            say(" ".join(f"{k}={v}" for k, v in st.items() if v))
         return produced
     finally:
         if ring.hdr[shm.H_STATE] != shm.STATE_FINISHED:

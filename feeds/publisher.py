@@ -38,6 +38,26 @@ def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns):
     return i, next_due
 
 
+@njit(nogil=True, cache=True)
+def publish_due(hdr, data, mask, buf, due, i, n):
+    """Publish buf[i:n], tick j not before CLOCK_MONOTONIC due[j]; returns early (the next
+    index) when the next tick is far enough off for the caller to sleep. Stamps ts_recv."""
+    while i < n:
+        now = monotonic_ns()
+        if now < due[i]:
+            if due[i] - now > SLEEP_THRESHOLD_NS:
+                break
+            cpu_pause()
+            continue
+        buf[i, 2] = now
+        tickring.publish(hdr, data, mask, buf[i])
+        i += 1
+        if (i & 255) == 0:
+            store_relaxed(hdr, shm.H_HEARTBEAT_NS, now)
+    store_relaxed(hdr, shm.H_HEARTBEAT_NS, monotonic_ns())
+    return i
+
+
 def publish_all(ring, buf, n, next_due, interval_ns, stopped=lambda: False):
     """Publish buf[:n] paced at interval_ns (0 = flat out), sleeping between ticks when the next
     one is far enough off (call rt.set_timer_slack first for accurate short sleeps).

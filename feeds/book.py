@@ -1,0 +1,278 @@
+"""Order books for the feed handlers: price ladders (L2) and an order table on top (L3).
+
+Everything here is numba over flat arrays so a parser calls it per message without Python.
+
+Ladder: one sorted array of levels per book side (book id = instrument * 2 + side, side 0 bid,
+1 ask), stored so the best level is last (bids ascending by price, asks descending): most
+activity is near the touch, so inserts and removals move few levels. Side arrays live in one
+pool; a side that fills up is moved to the pool's end with twice the room by `grow`, which runs
+outside the parser (the parser returns NEED_ROOM instead of allocating).
+
+Order table: open addressing with linear probing and backward-shift deletion (no tombstones,
+so probe chains stay short for a whole trading day of adds and deletes).
+"""
+import numpy as np
+from numba import njit
+
+BID, ASK = 0, 1
+# ladder meta columns
+M_OFF, M_LEN, M_CAP = 0, 1, 2
+# order table value columns
+O_BOOK, O_PRICE, O_QTY = 0, 1, 2
+EMPTY_KEY = np.int64(-(2 ** 63))  # order refs are unsigned 64-bit on the wire; this one never occurs in practice
+
+
+class Ladders:
+    """Price levels for `nbooks` book sides (2 per instrument)."""
+
+    def __init__(self, nbooks, pool=1 << 16):
+        self.meta = np.zeros((nbooks, 3), np.int64)
+        self.px = np.zeros(pool, np.int64)
+        self.qty = np.zeros(pool, np.int64)
+        self.cnt = np.zeros(pool, np.int64)
+        self.used = np.zeros(1, np.int64)
+
+    def arrays(self):
+        return (self.meta, self.px, self.qty, self.cnt, self.used)
+
+    def grow(self, book):
+        """Give book side `book` twice its room (at least 16 levels) at the pool's end."""
+        off, n, cap = self.meta[book]
+        new_cap = max(16, 2 * cap)
+        if self.used[0] + new_cap > len(self.px):
+            self._compact(extra=new_cap)
+        start = self.used[0]
+        for a in (self.px, self.qty, self.cnt):
+            a[start:start + n] = a[off:off + n]
+        self.meta[book] = (start, n, new_cap)
+        self.used[0] = start + new_cap
+
+    def _compact(self, extra):
+        """Rebuild the pool with only live sides (and room for `extra` more levels)."""
+        live = int(self.meta[:, M_CAP].sum())
+        size = max(len(self.px), 1 << 16)
+        while size < 2 * (live + extra):
+            size *= 2
+        px, qty, cnt = (np.zeros(size, np.int64) for _ in range(3))
+        pos = 0
+        for b in np.nonzero(self.meta[:, M_CAP])[0]:
+            off, n, cap = self.meta[b]
+            px[pos:pos + n] = self.px[off:off + n]
+            qty[pos:pos + n] = self.qty[off:off + n]
+            cnt[pos:pos + n] = self.cnt[off:off + n]
+            self.meta[b, M_OFF] = pos
+            pos += cap
+        self.px, self.qty, self.cnt = px, qty, cnt
+        self.used[0] = pos
+
+    def side(self, book):
+        """(prices, qtys, counts) of one side, best first (copies; for tests and tools)."""
+        off, n, _ = self.meta[book]
+        sl = slice(off, off + n)
+        return self.px[sl][::-1].copy(), self.qty[sl][::-1].copy(), self.cnt[sl][::-1].copy()
+
+
+class Orders:
+    """order ref -> (book side, price, open quantity)."""
+
+    def __init__(self, cap=1 << 16):
+        self.keys = np.full(cap, EMPTY_KEY, np.int64)
+        self.vals = np.zeros((cap, 3), np.int64)
+        self.count = np.zeros(1, np.int64)
+
+    def arrays(self):
+        return (self.keys, self.vals, self.count)
+
+    def maybe_grow(self):
+        """Double the table when it is over a third full (the parser asks before it inserts)."""
+        if self.count[0] * 3 < len(self.keys):
+            return False
+        keys, vals = self.keys, self.vals
+        self.keys = np.full(2 * len(keys), EMPTY_KEY, np.int64)
+        self.vals = np.zeros((2 * len(keys), 3), np.int64)
+        _rehash(keys, vals, self.keys, self.vals)
+        return True
+
+
+@njit(nogil=True, cache=True)
+def _rehash(okeys, ovals, keys, vals):
+    for i in range(okeys.shape[0]):
+        if okeys[i] != EMPTY_KEY:
+            j = _find(keys, okeys[i])
+            keys[j] = okeys[i]
+            vals[j, 0] = ovals[i, 0]
+            vals[j, 1] = ovals[i, 1]
+            vals[j, 2] = ovals[i, 2]
+
+
+# --- order table -------------------------------------------------------------------------
+
+@njit(nogil=True, inline="always", cache=True)
+def _slot(key, mask):
+    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing spreads sequential refs
+    return np.int64(h >> np.uint64(17)) & mask
+
+
+@njit(nogil=True, cache=True)
+def _find(keys, key):
+    """Slot holding `key`, or the empty slot where it would go."""
+    mask = keys.shape[0] - 1
+    i = _slot(key, mask)
+    while keys[i] != EMPTY_KEY and keys[i] != key:
+        i = (i + 1) & mask
+    return i
+
+
+@njit(nogil=True, cache=True)
+def order_find(O, key):
+    """Slot of order `key`, or -1."""
+    keys = O[0]
+    i = _find(keys, key)
+    return i if keys[i] == key else -1
+
+
+@njit(nogil=True, cache=True)
+def order_insert(O, key, book, price, qty):
+    """Insert a new order; returns its slot, or -1 if the ref is already live (a duplicate add).
+    The caller made sure the table has room (Orders.maybe_grow)."""
+    keys, vals, count = O
+    i = _find(keys, key)
+    if keys[i] == key:
+        return -1
+    keys[i] = key
+    vals[i, O_BOOK] = book
+    vals[i, O_PRICE] = price
+    vals[i, O_QTY] = qty
+    count[0] += 1
+    return i
+
+
+@njit(nogil=True, cache=True)
+def order_remove(O, i):
+    """Remove the order in slot i, shifting later members of its probe chain back."""
+    keys, vals, count = O
+    mask = keys.shape[0] - 1
+    keys[i] = EMPTY_KEY
+    count[0] -= 1
+    j = i
+    while True:
+        j = (j + 1) & mask
+        if keys[j] == EMPTY_KEY:
+            return
+        home = _slot(keys[j], mask)
+        # move j into the hole at i unless its home lies cyclically in (i, j]
+        if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
+            keys[i] = keys[j]
+            vals[i, 0] = vals[j, 0]
+            vals[i, 1] = vals[j, 1]
+            vals[i, 2] = vals[j, 2]
+            keys[j] = EMPTY_KEY
+            i = j
+
+
+# --- ladders -----------------------------------------------------------------------------
+
+@njit(nogil=True, inline="always", cache=True)
+def _key(book, price):
+    # sort key, ascending with the best level last: bids by price, asks by -price
+    return price if (book & 1) == BID else -price
+
+
+@njit(nogil=True, cache=True)
+def _locate(L, book, price):
+    """(index of the level at `price`, or of where it would be inserted; found?)."""
+    meta, px = L[0], L[1]
+    off = meta[book, M_OFF]
+    n = meta[book, M_LEN]
+    k = _key(book, price)
+    # near the touch first: most updates are within a few levels of it
+    j = off + n - 1
+    stop = off + n - 8 if n > 8 else off
+    while j >= stop:
+        kj = _key(book, px[j])
+        if kj == k:
+            return j, True
+        if kj < k:
+            return j + 1, False
+        j -= 1
+    lo, hi = off, stop  # binary search the rest: [lo, hi)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _key(book, px[mid]) < k:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo, lo < off + n and px[lo] == price
+
+
+@njit(nogil=True, cache=True)
+def has_room(L, book):
+    return L[0][book, M_LEN] < L[0][book, M_CAP]
+
+
+@njit(nogil=True, cache=True)
+def level_add(L, book, price, dqty, dcount):
+    """Add dqty (may be negative) and dcount orders at `price`; a level whose quantity reaches
+    zero or below goes away. Returns the level's new quantity (negative = the book was
+    inconsistent, clamped away). Needs has_room(L, book) when the level may be new."""
+    meta, px, qty, cnt = L[0], L[1], L[2], L[3]
+    j, found = _locate(L, book, price)
+    end = meta[book, M_OFF] + meta[book, M_LEN]
+    if found:
+        q = qty[j] + dqty
+        c = cnt[j] + dcount
+        if q > 0:
+            qty[j] = q
+            cnt[j] = c if c > 0 else 1
+            return q
+        for k in range(j, end - 1):  # remove
+            px[k] = px[k + 1]
+            qty[k] = qty[k + 1]
+            cnt[k] = cnt[k + 1]
+        meta[book, M_LEN] -= 1
+        return q
+    if dqty <= 0:
+        return dqty
+    for k in range(end, j, -1):  # insert at j
+        px[k] = px[k - 1]
+        qty[k] = qty[k - 1]
+        cnt[k] = cnt[k - 1]
+    px[j] = price
+    qty[j] = dqty
+    cnt[j] = dcount if dcount > 0 else 1
+    meta[book, M_LEN] += 1
+    return dqty
+
+
+@njit(nogil=True, cache=True)
+def level_set(L, book, price, q):
+    """Set the quantity at `price` (L2 feeds send absolute sizes); q == 0 removes it.
+    Needs has_room(L, book) when the level may be new."""
+    meta, px, qty = L[0], L[1], L[2]
+    j, found = _locate(L, book, price)
+    if found:
+        return level_add(L, book, price, q - qty[j], 0)
+    if q > 0:
+        return level_add(L, book, price, q, 1)
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def level_clear(L, book):
+    L[0][book, M_LEN] = 0
+
+
+@njit(nogil=True, inline="always", cache=True)
+def best(L, book):
+    """(price, quantity) of the best level, (0, 0) if the side is empty."""
+    meta = L[0]
+    n = meta[book, M_LEN]
+    if n == 0:
+        return np.int64(0), np.int64(0)
+    j = meta[book, M_OFF] + n - 1
+    return L[1][j], L[2][j]
+
+
+@njit(nogil=True, cache=True)
+def depth(L, book):
+    return L[0][book, M_LEN]

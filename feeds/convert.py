@@ -1,0 +1,120 @@
+"""`engine convert SOURCE --out FILE`: a source's normalised ticks to .parquet, .csv, or ITCH 5.0
+(.itch, .itch.gz). Written to a temporary file and renamed, so a failed conversion leaves nothing."""
+import datetime as dt
+import gzip
+import os
+import sys
+import time
+
+import numpy as np
+
+from engine.records import TICK_DTYPE
+
+from .sources import open_source
+from .uri import FeedError
+
+FORMATS = (".parquet", ".csv", ".itch", ".itch.gz")
+COLUMNS = ("seq", "ts_event", "ts_recv", "instrument", "kind", "side", "price", "size",
+           "bid_px", "bid_sz", "ask_px", "ask_sz")
+
+
+def out_format(path):
+    for ext in FORMATS:
+        if path.endswith(ext):
+            return ext
+    raise FeedError(f"{path}: unknown output format (by extension: {', '.join(FORMATS)})")
+
+
+def _table(ticks, seq0):
+    import pyarrow as pa
+    rec = ticks.view(TICK_DTYPE).reshape(-1)
+    cols = {c: rec[c] for c in COLUMNS}
+    cols["seq"] = np.arange(seq0, seq0 + len(rec), dtype=np.uint64)
+    return pa.table(cols)
+
+
+class _Tabular:
+    def __init__(self, path, fmt, source):
+        self.path, self.fmt, self.source = path, fmt, source
+        self.writer = None
+
+    def write(self, ticks, seq0):
+        t = _table(ticks, seq0)
+        if self.writer is None:
+            if self.fmt == ".parquet":
+                import pyarrow.parquet as pq
+                meta = {b"engine.source": self.source.uri.encode()}
+                self.writer = pq.ParquetWriter(self.path, t.schema.with_metadata(meta), compression="zstd")
+            else:
+                import pyarrow.csv as pcsv
+                self.writer = pcsv.CSVWriter(self.path, t.schema)
+        self.writer.write_table(t)
+
+    def close(self):
+        if self.writer is None:  # no ticks: still a valid, empty file with the columns
+            self.write(np.zeros((0, 8), np.int64), 0)
+        meta = self.source.instruments
+        self.writer.close()
+        return meta
+
+
+class _Itch:
+    def __init__(self, path, fmt, source):
+        self.f = gzip.open(path, "wb") if fmt == ".itch.gz" else open(path, "wb")
+        self.source = source
+        self.writer = None
+        self.last_ts = 0
+
+    def write(self, ticks, seq0):
+        from .itch_writer import ItchWriter
+        if not len(ticks):
+            return
+        if self.writer is None:
+            first = int(ticks[0, 1])
+            day = first - first % (86_400 * 10**9)
+            self.writer = ItchWriter(len(self.source.instruments), day,
+                                     [s[:8] for s in self.source.instruments])
+            self.f.write(self.writer.start(first))
+            self.day = dt.datetime.fromtimestamp(day / 1e9, dt.timezone.utc).date().isoformat()
+        for b in self.writer.write(ticks):
+            self.f.write(b)
+        self.last_ts = int(ticks[-1, 1])
+
+    def close(self):
+        if self.writer is not None:
+            self.f.write(self.writer.finish(self.last_ts))
+        self.f.close()
+        return f"read it back as itch:FILE?date={self.day}" if self.writer else None
+
+
+def convert(uri, out, progress=True):
+    """Convert; returns a summary dict. Raises FeedError on bad input (no output left behind)."""
+    fmt = out_format(out)
+    src = open_source(uri)
+    if src.live:
+        raise FeedError(f"{uri}: a live source has no end; record it instead")
+    tmp = f"{out}.tmp-{os.getpid()}"
+    sink = (_Itch if fmt.startswith(".itch") else _Tabular)(tmp, fmt, src)
+    n = 0
+    t0 = last = time.monotonic()
+    try:
+        for ticks in src.batches():
+            sink.write(ticks, n)
+            n += len(ticks)
+            now = time.monotonic()
+            if progress and now - last >= 1.0:
+                last = now
+                print(f"[convert] {n:,} ticks ({n / (now - t0):,.0f}/s)", file=sys.stderr, flush=True)
+        note = sink.close()
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    res = {"source": src.uri, "out": out, "ticks": n, "instruments": list(src.instruments),
+           "seconds": round(time.monotonic() - t0, 3), "stats": src.stats()}
+    if isinstance(note, str):
+        res["note"] = note
+    return res

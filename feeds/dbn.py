@@ -1,0 +1,383 @@
+"""`dbn:FILE` — Databento DBN (v1-v3; zstd or plain): MBO into an L3 book, MBP-1 / MBP-10 and
+trades straight to ticks.
+
+  dbn:FILE?symbols=ESH4&on_error=stop
+  symbols   raw symbols to keep (from the file's symbology; default all instruments)
+  on_error  stop (default): a malformed record is an error naming its byte offset; skip: count it
+
+The metadata header is decoded by the `databento-dbn` package; records are read by the numba
+code below (every length checked before it is read). Quote ticks come at the end of each
+exchange event (a record with F_LAST) when the instrument's top of book changed; trades of the
+event are held until then so they carry the touch after the event, as the record layout says.
+MBO semantics are Databento's: A add, C cancel (size = what is cancelled), M modify, R clear the
+instrument's book, T trade and F fill do not change the book (cancels that follow do), N none.
+ts_recv is the record's ts_recv (capture time).
+"""
+import struct
+
+import numpy as np
+from numba import njit
+
+from engine.records import KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SELL
+
+from . import book, files, uri as U
+from .book import Ladders, Orders
+from .ticks import emit, emit_quote, touch_changed
+
+RT_MBP0, RT_MBP1, RT_MBP10, RT_MBO = 0x00, 0x01, 0x0A, 0xA0
+MIN_LEN = {RT_MBP0: 48, RT_MBP1: 80, RT_MBP10: 368, RT_MBO: 56}
+_MIN = np.zeros(256, np.int64)
+for _r, _l in MIN_LEN.items():
+    _MIN[_r] = _l
+F_LAST = 0x80
+UNDEF_PRICE = np.int64(2**63 - 1)
+
+ST_INPUT, ST_OUT, ST_ROOM_ORDERS, ST_ROOM_LADDER, ST_ERROR = range(5)
+(S_RECORDS, S_SKIPPED, S_UNTRACKED, S_UNKNOWN_ORDER, S_DUP_ORDER, S_BAD_LEN, S_QUOTES, S_TRADES,
+ S_SATURATED, S_CROSSED, S_CLEARS, S_UNDEF_PRICE, S_BAD_SIDE, S_BAD_ACTION, S_INSTRUMENTS,
+ S_NEGATIVE, NSTATS) = range(17)
+STAT_NAMES = ("records", "skipped_rtypes", "untracked", "unknown_order", "duplicate_order", "bad_length",
+              "quotes", "trades", "size_saturated", "crossed_quotes", "clears", "undef_price", "bad_side",
+              "bad_action", "instruments", "negative_level")
+E_SHORT, E_BAD_LEN = 1, 2
+MAX_INSTRUMENTS = 65535
+PENDING = 256  # trades held until their event's F_LAST
+
+
+@njit(nogil=True, inline="always", cache=True)
+def le32(b, i):
+    return np.int64(b[i]) | (np.int64(b[i + 1]) << 8) | (np.int64(b[i + 2]) << 16) | (np.int64(b[i + 3]) << 24)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def le64(b, i):
+    return le32(b, i) | (le32(b, i + 4) << 32)
+
+
+@njit(nogil=True, cache=True)
+def _inst(ids, idx, stats, iid, auto):
+    """Dense index of instrument id `iid` (open addressing), assigning one if `auto`; -1 if not tracked."""
+    mask = ids.shape[0] - 1
+    j = (iid * 0x9E3779B1) & mask
+    while ids[j] != -1:
+        if ids[j] == iid:
+            return idx[j]
+        j = (j + 1) & mask
+    if not auto or stats[S_INSTRUMENTS] >= MAX_INSTRUMENTS:
+        return -1
+    ids[j] = iid
+    idx[j] = stats[S_INSTRUMENTS]
+    stats[S_INSTRUMENTS] += 1
+    return idx[j]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _side(c):
+    return SIDE_BUY if c == 66 else (SIDE_SELL if c == 65 else SIDE_NONE)
+
+
+@njit(nogil=True, cache=True)
+def _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, from_book):
+    """End of an event for `inst`: its held trades (with the touch after), then a quote if the
+    touch changed. from_book=False: `top` was already set from an MBP record."""
+    changed = touch_changed(L, inst, top) if from_book else top[inst, 4] != 0
+    top[inst, 4] = 0
+    k = 0
+    for j in range(npend[0]):
+        if pend[j, 0] == inst:
+            n = emit(out, n, pend[j, 4], tr, inst, KIND_TRADE, pend[j, 3], pend[j, 1], pend[j, 2],
+                     top, stats, S_SATURATED, 1)
+            stats[S_TRADES] += 1
+        else:
+            for q in range(5):
+                pend[k, q] = pend[j, q]
+            k += 1
+    npend[0] = k
+    if changed:
+        stats[S_QUOTES] += 1
+        if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
+            stats[S_CROSSED] += 1
+        n = emit_quote(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _clear(L, O, inst):
+    """Action R: drop every order and level of one instrument."""
+    keys, vals = O[0], O[1]
+    for j in range(keys.shape[0]):  # rare (snapshots, recoveries): a full scan is fine
+        while keys[j] != book.EMPTY_KEY and (vals[j, book.O_BOOK] >> 1) == inst:
+            book.order_remove(O, j)  # backward shift may move another order into j: re-check
+    book.level_clear(L, 2 * inst)
+    book.level_clear(L, 2 * inst + 1)
+
+
+@njit(nogil=True, cache=True)
+def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, stats, err, need, out, n):
+    """Apply DBN records b[pos:end]; returns (pos, n, status) like itch.parse."""
+    strict = cfg[0] != 0
+    auto = cfg[1] != 0
+    while True:
+        if end - pos < 4:
+            return pos, n, ST_INPUT
+        ln = np.int64(b[pos]) * 4
+        if ln < 16:
+            err[0] = E_SHORT
+            err[1] = pos
+            err[3] = ln
+            return pos, n, ST_ERROR  # the framing itself is broken: no way to find the next record
+        if ln > end - pos:
+            return pos, n, ST_INPUT
+        if n + PENDING + 2 > out.shape[0]:
+            return pos, n, ST_OUT
+        rt = b[pos + 1]
+        want = _MIN[rt]
+        if want == 0 and rt != RT_MBP0:
+            stats[S_SKIPPED] += 1
+            pos += ln
+            continue
+        if ln < want:
+            err[0] = E_BAD_LEN
+            err[1] = pos
+            err[2] = rt
+            err[3] = ln
+            if strict:
+                return pos, n, ST_ERROR
+            stats[S_BAD_LEN] += 1
+            pos += ln
+            continue
+        inst = _inst(ids, idx, stats, le32(b, pos + 4), auto)
+        if inst < 0:
+            stats[S_UNTRACKED] += 1
+            pos += ln
+            continue
+        ts = le64(b, pos + 8)
+        if rt == RT_MBO:
+            price = le64(b, pos + 24)
+            size = le32(b, pos + 32)
+            flags = b[pos + 36]
+            action = b[pos + 38]
+            sidec = b[pos + 39]
+            tr = le64(b, pos + 40)
+            oid = le64(b, pos + 16)
+            if action == 65 or action == 77:  # 'A' add, 'M' modify (an unknown order: an add)
+                slot = book.order_find(O, oid)
+                if sidec != 66 and sidec != 65:
+                    stats[S_BAD_SIDE] += 1
+                elif price == UNDEF_PRICE:
+                    stats[S_UNDEF_PRICE] += 1
+                else:
+                    bk = 2 * inst + (book.BID if sidec == 66 else book.ASK)
+                    if O[2][0] * 3 >= O[0].shape[0]:
+                        return pos, n, ST_ROOM_ORDERS
+                    if not book.has_room(L, bk):
+                        need[0] = bk
+                        return pos, n, ST_ROOM_LADDER
+                    if slot >= 0 and action == 65:
+                        stats[S_DUP_ORDER] += 1
+                    else:
+                        if slot >= 0:  # modify: out of the old level, into the new one
+                            vals = O[1]
+                            if book.level_add(L, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE],
+                                              -vals[slot, book.O_QTY], -1) < 0:
+                                stats[S_NEGATIVE] += 1
+                            book.order_remove(O, slot)
+                        elif action == 77:
+                            stats[S_UNKNOWN_ORDER] += 1
+                        if size > 0:
+                            book.order_insert(O, oid, bk, price, size)
+                            book.level_add(L, bk, price, size, 1)
+            elif action == 67:  # 'C' cancel, full or partial
+                slot = book.order_find(O, oid)
+                if slot < 0:
+                    stats[S_UNKNOWN_ORDER] += 1
+                else:
+                    vals = O[1]
+                    have = vals[slot, book.O_QTY]
+                    take = size if size < have else have
+                    if book.level_add(L, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE], -take,
+                                      -1 if take == have else 0) < 0:
+                        stats[S_NEGATIVE] += 1
+                    if take == have:
+                        book.order_remove(O, slot)
+                    else:
+                        vals[slot, book.O_QTY] = have - take
+            elif action == 82:  # 'R' clear
+                _clear(L, O, inst)
+                stats[S_CLEARS] += 1
+            elif action == 84:  # 'T' trade: held until the event's end
+                if npend[0] == PENDING:
+                    n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, True)
+                j = npend[0]
+                pend[j, 0] = inst
+                pend[j, 1] = price
+                pend[j, 2] = size
+                pend[j, 3] = _side(sidec)
+                pend[j, 4] = ts
+                npend[0] = j + 1
+            elif action != 70 and action != 78:  # 'F' fill, 'N' none: no book change
+                stats[S_BAD_ACTION] += 1
+            if flags & F_LAST:
+                n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, True)
+        else:  # MBP-0 (trades), MBP-1, MBP-10: the record carries the touch itself
+            price = le64(b, pos + 16)
+            size = le32(b, pos + 24)
+            action = b[pos + 28]
+            sidec = b[pos + 29]
+            flags = b[pos + 30]
+            tr = le64(b, pos + 32)
+            if rt != RT_MBP0:
+                bp = le64(b, pos + 48)
+                ap = le64(b, pos + 56)
+                bq = le32(b, pos + 64)
+                aq = le32(b, pos + 68)
+                if bp == UNDEF_PRICE:
+                    bp, bq = 0, 0
+                if ap == UNDEF_PRICE:
+                    ap, aq = 0, 0
+                if bp != top[inst, 0] or bq != top[inst, 1] or ap != top[inst, 2] or aq != top[inst, 3]:
+                    top[inst, 0] = bp
+                    top[inst, 1] = bq
+                    top[inst, 2] = ap
+                    top[inst, 3] = aq
+                    top[inst, 4] = 1  # changed since the last quote tick
+            if action == 84:
+                if npend[0] == PENDING:
+                    n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, False)
+                j = npend[0]
+                pend[j, 0] = inst
+                pend[j, 1] = price
+                pend[j, 2] = size
+                pend[j, 3] = _side(sidec)
+                pend[j, 4] = ts
+                npend[0] = j + 1
+            if flags & F_LAST or rt == RT_MBP0:
+                n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, False)
+        stats[S_RECORDS] += 1
+        pos += ln
+
+
+def read_metadata(path, head):
+    """(metadata, offset of the first record) from the first bytes of a decompressed DBN file."""
+    import databento_dbn as dbn
+    if len(head) < 8 or head[:3] != b"DBN":
+        raise U.FeedError(f"{path}: not a DBN file (no 'DBN' signature)")
+    version = head[3]
+    if not 1 <= version <= 3:
+        raise U.FeedError(f"{path}: DBN version {version} is not supported (1-3)")
+    mlen = struct.unpack_from("<I", head, 4)[0]
+    if len(head) < 8 + mlen:
+        raise U.FeedError(f"{path}: truncated DBN metadata ({len(head)} of {8 + mlen} bytes)")
+    try:
+        meta = dbn.Metadata.decode(bytes(head[:8 + mlen]))
+    except Exception as e:
+        raise U.FeedError(f"{path}: bad DBN metadata: {e}") from None
+    return meta, 8 + mlen
+
+
+def symbol_table(meta):
+    """instrument id -> raw symbol, from the metadata's mappings."""
+    out = {}
+    for raw, intervals in (meta.mappings or {}).items():
+        for iv in intervals:
+            try:
+                out[int(iv["symbol"])] = raw
+            except (ValueError, KeyError, TypeError):
+                pass
+    return out
+
+
+class DbnFile:
+    live = False
+
+    def __init__(self, u, path, params):
+        self.uri, self.path = u, path
+        p = U.take(u, params, {"symbols": (U.symbols, ()), "on_error": (U.on_error, "stop")})
+        self.symbols = p["symbols"]
+        self.cfg = np.array([1 if p["on_error"] == "stop" else 0, 0 if self.symbols else 1], np.int64)
+        self.ids = np.full(1 << 17, -1, np.int64)
+        self.idx = np.zeros(1 << 17, np.int64)
+        self.ladders = Ladders(2 * MAX_INSTRUMENTS)
+        self.orders = Orders(1 << 16)
+        self.top = np.zeros((MAX_INSTRUMENTS, 5), np.int64)
+        self.pend = np.zeros((PENDING, 5), np.int64)
+        self.npend = np.zeros(1, np.int64)
+        self.stats_a = np.zeros(NSTATS, np.int64)
+        self.err = np.zeros(4, np.int64)
+        self.need = np.zeros(1, np.int64)
+        self.meta = None
+        self._names = {}
+
+    @property
+    def instruments(self):
+        order = sorted(((int(i), int(j)) for i, j in zip(self.idx, self.ids) if j != -1))
+        return [self._names.get(iid, str(iid)) for _, iid in order]
+
+    def stats(self):
+        return {name: int(v) for name, v in zip(STAT_NAMES, self.stats_a)}
+
+    def _start(self, head):
+        self.meta, off = read_metadata(self.path, head)
+        self._names = symbol_table(self.meta)
+        if self.symbols:
+            wanted = {iid for iid, s in self._names.items() if s in self.symbols}
+            missing = set(self.symbols) - set(self._names.values())
+            if missing:
+                raise U.FeedError(f"{self.path}: no instrument {', '.join(sorted(missing))} in this file "
+                                  f"(it has {', '.join(sorted(set(self._names.values()))) or 'no symbology'})")
+            self.cfg[1] = 1
+            for iid in sorted(wanted):
+                _inst(self.ids, self.idx, self.stats_a, iid, True)
+            self.cfg[1] = 0
+        return off
+
+    def _apply(self, data, pos, out, n):
+        while True:
+            pos, n, st = parse(data, pos, len(data), self.cfg, self.ids, self.idx, self.ladders.arrays(),
+                               self.orders.arrays(), self.top, self.pend, self.npend, self.stats_a,
+                               self.err, self.need, out, n)
+            if st == ST_ROOM_ORDERS:
+                self.orders.maybe_grow()
+            elif st == ST_ROOM_LADDER:
+                self.ladders.grow(int(self.need[0]))
+            else:
+                return pos, n, st
+
+    def error_text(self, base):
+        code, off, rt, ln = (int(x) for x in self.err)
+        if code == E_SHORT:
+            return f"byte {base + off}: record length {ln} is shorter than a record header (16)"
+        return f"byte {base + off}: record type 0x{rt:02x} has length {ln}, its layout needs {MIN_LEN.get(rt)}"
+
+    def batches(self):
+        out = np.zeros((8192, 8), np.int64)
+        n = 0
+        carry = b""
+        base = 0
+        for chunk in files.chunks(self.path):
+            buf = carry + chunk
+            pos = 0
+            if self.meta is None:
+                if len(buf) < 8 or len(buf) < 8 + struct.unpack_from("<I", buf, 4)[0] and buf[:3] == b"DBN":
+                    carry = buf
+                    continue
+                pos = self._start(buf)
+            data = np.frombuffer(buf, np.uint8)
+            while True:
+                pos, n, st = self._apply(data, pos, out, n)
+                if st == ST_OUT:
+                    yield out[:n]
+                    n = 0
+                elif st == ST_ERROR:
+                    raise U.FeedError(f"{self.path}: {self.error_text(base)}")
+                else:
+                    break
+            carry = buf[pos:]
+            base += pos
+        if self.meta is None:
+            self._start(carry)  # raises: too short to be DBN
+        if n:
+            yield out[:n]
+        if carry:
+            raise U.FeedError(f"{self.path}: truncated: the file ends inside a record at byte {base} "
+                              f"({len(carry)} bytes of it)")

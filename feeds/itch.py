@@ -1,0 +1,315 @@
+"""Nasdaq TotalView-ITCH 5.0: length-framed messages -> per-instrument order books -> ticks.
+
+The same parser reads day files (each message preceded by a 2-byte big-endian length) and the
+message blocks of MoldUDP64 packets, which use the same framing.
+
+Policy for bad input (documented in README, tested by tests/test_itch.py and the fuzz test):
+- every length is checked before a byte is read (numba does not bounds-check);
+- a message type the book does not need is skipped by its length and counted;
+- a known type whose length is not the one ITCH 5.0 gives is an error in strict mode (files,
+  by default: "byte N: ..."), or counted and skipped (`?on_error=skip`, and always for live UDP);
+- a file that ends inside a message is truncated: an error naming the offset;
+- updates for an order the book does not know (it was filtered out, or the feed started
+  mid-day) are counted and skipped; an execution larger than the order is clamped and counted.
+"""
+import numpy as np
+from numba import njit
+
+from engine.records import SIDE_BUY, SIDE_SELL, KIND_TRADE
+
+from . import book
+from .book import Ladders, Orders
+from .ticks import emit, emit_quote, touch_changed
+
+# message type -> length (ITCH 5.0 specification, section 1.x); the book needs the first ten
+LENGTHS = {
+    b"S": 12, b"R": 39, b"A": 36, b"F": 40, b"E": 31, b"C": 36, b"X": 23, b"D": 19, b"U": 35,
+    b"P": 44,
+    # skipped by length (listed so the writer and tests can produce them)
+    b"H": 25, b"Y": 20, b"L": 26, b"V": 35, b"W": 12, b"K": 28, b"J": 35, b"h": 21, b"Q": 40,
+    b"B": 19, b"I": 50, b"N": 20, b"O": 48,
+}
+NEEDED = b"SRAFECXDUP"
+_LEN = np.zeros(256, np.int64)  # 0 = a type the book does not need
+for _t in NEEDED:
+    _LEN[_t] = LENGTHS[bytes([_t])]
+
+# parser return status
+ST_INPUT, ST_OUT, ST_ROOM_ORDERS, ST_ROOM_LADDER, ST_ERROR, ST_DONE = range(6)
+# stats
+(S_MSGS, S_SKIPPED, S_UNTRACKED, S_UNKNOWN_ORDER, S_DUP_ORDER, S_OVER_EXEC, S_BAD_LEN, S_QUOTES,
+ S_TRADES, S_SATURATED, S_CROSSED, S_BAD_SIDE, S_INSTRUMENTS, NSTATS) = range(14)
+STAT_NAMES = ("messages", "skipped_types", "untracked", "unknown_order", "duplicate_order",
+              "over_execution", "bad_length", "quotes", "trades", "size_saturated", "crossed_quotes",
+              "bad_side", "instruments")
+# errors (err[0]); err[1] = byte offset, err[2] = message type, err[3] = its length
+E_BAD_LEN, E_ZERO_LEN = 1, 2
+# cfg
+C_STRICT, C_DAY_NS = 0, 1
+MAX_INSTRUMENTS = 65535
+
+
+@njit(nogil=True, inline="always", cache=True)
+def be16(b, i):
+    return (np.int64(b[i]) << 8) | np.int64(b[i + 1])
+
+
+@njit(nogil=True, inline="always", cache=True)
+def be32(b, i):
+    return (np.int64(b[i]) << 24) | (np.int64(b[i + 1]) << 16) | (np.int64(b[i + 2]) << 8) | np.int64(b[i + 3])
+
+
+@njit(nogil=True, inline="always", cache=True)
+def be48(b, i):
+    return (be16(b, i) << 32) | be32(b, i + 2)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def be64(b, i):
+    return (be32(b, i) << 32) | be32(b, i + 4)  # wraps to negative above 2^63: fine for a key
+
+
+PRICE_TO_NANO = 100_000  # ITCH prices have 4 implied decimals; ticks use 1e-9
+
+
+@njit(nogil=True, cache=True)
+def _wanted(b, m, want):
+    if want.shape[0] == 0:
+        return True
+    for r in range(want.shape[0]):
+        same = True
+        for k in range(8):
+            if want[r, k] != b[m + k]:
+                same = False
+                break
+        if same:
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _trade(out, n, ts, tr, inst, resting_side, price, qty, top, stats):
+    # the aggressor is on the other side of the resting order
+    side = SIDE_SELL if resting_side == book.BID else SIDE_BUY
+    stats[S_TRADES] += 1
+    return emit(out, n, ts, tr, inst, KIND_TRADE, side, price, qty, top, stats, S_SATURATED, 1)
+
+
+@njit(nogil=True, cache=True)
+def _emit_quote(out, n, ts, tr, inst, top, stats):
+    stats[S_QUOTES] += 1
+    if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
+        stats[S_CROSSED] += 1
+    return emit_quote(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
+
+
+@njit(nogil=True, cache=True)
+def _quote(L, out, n, ts, tr, inst, top, stats):
+    if touch_changed(L, inst, top):
+        return _emit_quote(out, n, ts, tr, inst, top, stats)
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _reduce(L, O, slot, dq):
+    """Take dq shares off the order in `slot` (removing it when none remain); returns the
+    shares actually taken (clamped to what the order had)."""
+    vals = O[1]
+    bk = vals[slot, book.O_BOOK]
+    have = vals[slot, book.O_QTY]
+    take = dq if dq < have else have
+    left = have - take
+    book.level_add(L, bk, vals[slot, book.O_PRICE], -take, -1 if left == 0 else 0)
+    if left == 0:
+        book.order_remove(O, slot)
+    else:
+        vals[slot, book.O_QTY] = left
+    return take
+
+
+@njit(nogil=True, cache=True)
+def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, stats, err, need,
+          out, n):
+    """Apply length-framed ITCH messages b[pos:end] (at most max_msgs) to the books, writing
+    ticks to out[n:]. ts_recv < 0: stamp ticks with their exchange time.
+
+    Returns (pos, n, messages consumed, status). On ST_INPUT pos is the start of an
+    incomplete message; on ST_OUT / ST_ROOM_* the message at pos was not applied and the
+    caller makes room and calls again; on ST_ERROR err holds what and where.
+    """
+    strict = cfg[C_STRICT] != 0
+    day = cfg[C_DAY_NS]
+    k = 0
+    while k < max_msgs:
+        if end - pos < 2:
+            return pos, n, k, ST_INPUT
+        ln = be16(b, pos)
+        if ln > end - pos - 2:
+            return pos, n, k, ST_INPUT
+        if ln == 0:
+            err[0] = E_ZERO_LEN
+            err[1] = pos
+            if strict:
+                return pos, n, k, ST_ERROR
+            stats[S_BAD_LEN] += 1
+            pos += 2
+            k += 1
+            continue
+        if n + 2 > out.shape[0]:
+            return pos, n, k, ST_OUT
+        m = pos + 2
+        t = b[m]
+        want_len = _LEN[t]
+        if want_len == 0:
+            stats[S_SKIPPED] += 1
+            stats[S_MSGS] += 1
+            pos = m + ln
+            k += 1
+            continue
+        if ln != want_len:
+            err[0] = E_BAD_LEN
+            err[1] = pos
+            err[2] = t
+            err[3] = ln
+            if strict:
+                return pos, n, k, ST_ERROR
+            stats[S_BAD_LEN] += 1
+            pos = m + ln
+            k += 1
+            continue
+        loc = be16(b, m + 1)
+        ts = day + be48(b, m + 5)
+        tr = ts if ts_recv < 0 else ts_recv
+        inst = locmap[loc]
+        if t == 82:  # 'R' stock directory: maybe a new instrument
+            if inst < 0 and stats[S_INSTRUMENTS] < MAX_INSTRUMENTS and _wanted(b, m + 11, want):
+                inst = stats[S_INSTRUMENTS]
+                stats[S_INSTRUMENTS] += 1
+                locmap[loc] = inst
+                for q in range(8):
+                    syms[inst, q] = b[m + 11 + q]
+        elif t == 83:  # 'S' system event: nothing for the book
+            pass
+        elif inst < 0:
+            stats[S_UNTRACKED] += 1
+        elif t == 65 or t == 70:  # 'A', 'F' add order
+            s = b[m + 19]
+            if s != 66 and s != 83:
+                stats[S_BAD_SIDE] += 1
+            else:
+                bk = 2 * inst + (book.BID if s == 66 else book.ASK)
+                if O[2][0] * 3 >= O[0].shape[0]:
+                    return pos, n, k, ST_ROOM_ORDERS
+                if not book.has_room(L, bk):
+                    need[0] = bk
+                    return pos, n, k, ST_ROOM_LADDER
+                qty = be32(b, m + 20)
+                px = be32(b, m + 32) * PRICE_TO_NANO
+                if book.order_insert(O, be64(b, m + 11), bk, px, qty) < 0:
+                    stats[S_DUP_ORDER] += 1
+                else:
+                    book.level_add(L, bk, px, qty, 1)
+                    n = _quote(L, out, n, ts, tr, inst, top, stats)
+        elif t == 69 or t == 67 or t == 88 or t == 68:  # 'E', 'C' executions, 'X' cancel, 'D' delete
+            slot = book.order_find(O, be64(b, m + 11))
+            if slot < 0:
+                stats[S_UNKNOWN_ORDER] += 1
+            else:
+                vals = O[1]
+                bk = vals[slot, book.O_BOOK]
+                oinst = bk >> 1
+                if t == 68:
+                    dq = vals[slot, book.O_QTY]
+                else:
+                    dq = be32(b, m + 19)
+                    if dq > vals[slot, book.O_QTY]:
+                        stats[S_OVER_EXEC] += 1
+                px = vals[slot, book.O_PRICE]
+                resting = bk & 1
+                took = _reduce(L, O, slot, dq)
+                changed = touch_changed(L, oinst, top)  # trade ticks carry the touch after the trade
+                if t == 69:
+                    n = _trade(out, n, ts, tr, oinst, resting, px, took, top, stats)
+                elif t == 67 and b[m + 31] == 89:  # printable 'Y': a trade to count
+                    n = _trade(out, n, ts, tr, oinst, resting, be32(b, m + 32) * PRICE_TO_NANO, took,
+                               top, stats)
+                if changed:
+                    n = _emit_quote(out, n, ts, tr, oinst, top, stats)
+        elif t == 85:  # 'U' replace: the old order goes, a new one (new ref) takes its side
+            slot = book.order_find(O, be64(b, m + 11))
+            if slot < 0:
+                stats[S_UNKNOWN_ORDER] += 1
+            else:
+                bk = O[1][slot, book.O_BOOK]
+                if not book.has_room(L, bk):
+                    need[0] = bk
+                    return pos, n, k, ST_ROOM_LADDER
+                newref = be64(b, m + 19)
+                if book.order_find(O, newref) >= 0:
+                    stats[S_DUP_ORDER] += 1
+                else:
+                    _reduce(L, O, slot, O[1][slot, book.O_QTY])
+                    qty = be32(b, m + 27)
+                    px = be32(b, m + 31) * PRICE_TO_NANO
+                    book.order_insert(O, newref, bk, px, qty)
+                    book.level_add(L, bk, px, qty, 1)
+                    n = _quote(L, out, n, ts, tr, bk >> 1, top, stats)
+        elif t == 80:  # 'P' trade of a non-displayed order: a trade, no book change
+            s = b[m + 19]
+            n = _trade(out, n, ts, tr, inst, book.BID if s == 66 else book.ASK,
+                       be32(b, m + 32) * PRICE_TO_NANO, be32(b, m + 20), top, stats)
+        stats[S_MSGS] += 1
+        pos = m + ln
+        k += 1
+    return pos, n, k, ST_DONE
+
+
+class ItchBooks:
+    """Books and instrument table of one ITCH feed, and a resumable `apply`."""
+
+    def __init__(self, symbols=(), strict=True, day_ns=0):
+        self.cfg = np.array([1 if strict else 0, day_ns], np.int64)
+        self.locmap = np.full(65536, -1, np.int64)
+        self.syms = np.zeros((MAX_INSTRUMENTS, 8), np.uint8)
+        self.want = np.zeros((len(symbols), 8), np.uint8)
+        for i, s in enumerate(symbols):
+            self.want[i] = np.frombuffer(s.encode("ascii").ljust(8)[:8], np.uint8)
+        self.ladders = Ladders(2 * MAX_INSTRUMENTS)
+        self.orders = Orders()
+        self.top = np.zeros((MAX_INSTRUMENTS, 4), np.int64)
+        self.stats = np.zeros(NSTATS, np.int64)
+        self.err = np.zeros(4, np.int64)
+        self.need = np.zeros(1, np.int64)
+
+    def apply(self, buf, pos, end, out, n, max_msgs=1 << 62, ts_recv=-1):
+        """Like `parse`, but makes room itself. Returns (pos, n, consumed, status) with status
+        ST_INPUT, ST_OUT, ST_DONE or ST_ERROR."""
+        done = 0
+        while True:
+            pos, n, k, st = parse(buf, pos, end, max_msgs - done, ts_recv, self.cfg, self.locmap,
+                                  self.syms, self.want, self.ladders.arrays(), self.orders.arrays(),
+                                  self.top, self.stats, self.err, self.need, out, n)
+            done += k
+            if st == ST_ROOM_ORDERS:
+                self.orders.maybe_grow()
+            elif st == ST_ROOM_LADDER:
+                self.ladders.grow(int(self.need[0]))
+            else:
+                return pos, n, done, st
+
+    def error_text(self):
+        code, off, t, ln = (int(x) for x in self.err)
+        if code == E_ZERO_LEN:
+            return f"byte {off}: zero message length"
+        name = chr(t) if 32 < t < 127 else f"0x{t:02x}"
+        return f"byte {off}: message type {name!r} has length {ln}; ITCH 5.0 says {int(_LEN[t])}"
+
+    def instruments(self):
+        k = int(self.stats[S_INSTRUMENTS])
+        return [bytes(self.syms[i]).decode("ascii", "replace").rstrip() for i in range(k)]
+
+    def stats_dict(self):
+        return {name: int(v) for name, v in zip(STAT_NAMES, self.stats)}
+
+    def depth(self, inst, side):
+        return self.ladders.side(2 * inst + side)

@@ -1,0 +1,291 @@
+"""`moldudp64://HOST:PORT` — live ITCH 5.0 over MoldUDP64 (UDP, unicast or multicast).
+
+  moldudp64://239.1.1.1:26400?rerequest=10.0.0.5:26401&symbols=AAPL&iface=0.0.0.0
+  rerequest   HOST:PORT of the session's re-request server: lost messages are asked for again
+              and the packets after a gap are held until they arrive (or `recover_ms` passes)
+  recover_ms  how long to wait for a re-request before declaring the messages lost (default 200)
+  iface       local interface address for a multicast group (default 0.0.0.0)
+  idle_s      stop after this many seconds without a packet (default 0 = never)
+  symbols, date, utc_offset as for itch:FILE.
+
+A packet is a 20-byte header (session: 10 ASCII bytes, sequence number of its first message:
+u64, message count: u16, big-endian) and `count` length-framed messages. Count 0 is a heartbeat
+(its sequence is the next expected), 0xFFFF ends the session. Sequence checks:
+- a packet after a gap: the missing messages are counted; with no re-request server (or when
+  recovery times out) a gap tick carrying their number is emitted and the stream goes on;
+- a duplicate or an overlap is dropped (counted), overlaps message by message;
+- a malformed packet (short header, other session, messages that do not fit) is counted and
+  dropped, and its messages count as lost: a live feed never stops on one bad datagram.
+The first packet sets the starting sequence (a late join is not a gap).
+"""
+import socket
+import struct
+import time
+
+import numpy as np
+
+from engine.intrinsics import monotonic_ns
+
+from . import uri as U
+from .itch import ST_DONE, ST_ERROR, ST_INPUT, ST_OUT, ItchBooks
+from .itch_file import itch_params
+from .ticks import emit_gap
+
+HEADER = struct.Struct(">10sQH")
+HEADER_LEN = 20
+END_OF_SESSION = 0xFFFF
+MAX_PAYLOAD = 1400  # keep packets under a 1500-byte Ethernet MTU
+BATCH = 4096
+
+
+def packet(session, seq, msgs):
+    """A downstream packet with framed messages `msgs` (bytes each, length prefix included)."""
+    return HEADER.pack(session, seq, len(msgs)) + b"".join(msgs)
+
+
+def heartbeat(session, next_seq, end=False):
+    return HEADER.pack(session, next_seq, END_OF_SESSION if end else 0)
+
+
+def request(session, seq, count):
+    return HEADER.pack(session, seq, count)
+
+
+def split_messages(buf, pos, end, count):
+    """Offsets of `count` framed messages in buf[pos:end], or None when they do not fit."""
+    offs = []
+    for _ in range(count):
+        if end - pos < 2:
+            return None
+        ln = int.from_bytes(buf[pos:pos + 2], "big")
+        if ln == 0 or ln > end - pos - 2:
+            return None
+        offs.append(pos)
+        pos += 2 + ln
+    return offs if pos == end else None
+
+
+def is_multicast(host):
+    try:
+        return 224 <= int(host.split(".")[0]) <= 239
+    except ValueError:
+        return False
+
+
+MOLD_STATS = ("packets", "heartbeats", "duplicate_messages", "bad_packets", "gaps", "lost_messages",
+              "rerequests", "recovered_messages")
+
+
+class MoldSource:
+    live = True
+
+    def __init__(self, u, target, params):
+        self.uri = u
+        extra = {"rerequest": (U.hostport, None), "recover_ms": (float, 200.0), "iface": (str, "0.0.0.0"),
+                 "idle_s": (float, 0.0)}
+        p = itch_params(u, params, extra)
+        self.host, self.port = U.hostport(target)
+        self.rerequest = p["rerequest"]
+        self.recover_ns = int(p["recover_ms"] * 1e6)
+        self.idle_s = p["idle_s"]
+        # a live feed never stops on a malformed message: count it and go on
+        self.books = ItchBooks(p["symbols"], strict=False, day_ns=p["day_ns"])
+        self.counts = dict.fromkeys(MOLD_STATS, 0)
+        self.session = None
+        self.expected = None
+        self._asked = (-1, 0)  # (first seq, count) of the outstanding re-request
+        self.stopped = False
+        self.sock = self._bind(p["iface"])
+
+    def _bind(self, iface):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        try:
+            if is_multicast(self.host):
+                s.bind(("", self.port))
+                mreq = socket.inet_aton(self.host) + socket.inet_aton(iface)
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+            else:
+                s.bind((self.host, self.port))
+        except OSError as e:
+            s.close()
+            raise U.FeedError(f"{self.uri}: cannot listen on {self.host}:{self.port}: {e.strerror}") from None
+        s.settimeout(0.05)
+        return s
+
+    @property
+    def instruments(self):
+        return self.books.instruments()
+
+    def stats(self):
+        return {**self.counts, **self.books.stats_dict()}
+
+    def stop(self):
+        self.stopped = True
+
+    # -- per packet ----------------------------------------------------------------------
+
+    def _apply(self, buf, pos, end, count, out, n):
+        """Apply `count` messages; yields full batches via the returned list."""
+        full = []
+        now = monotonic_ns()
+        while count > 0:
+            pos, n, k, st = self.books.apply(buf, pos, end, out, n, max_msgs=count, ts_recv=now)
+            count -= k
+            if st == ST_OUT:
+                full.append(n)
+                n = 0
+                continue
+            if st in (ST_INPUT, ST_ERROR) and count > 0:
+                self.counts["bad_packets"] += 1  # cannot happen after split_messages; belt and braces
+            break
+        return n, full
+
+    def batches(self):
+        out = np.zeros((BATCH, 8), np.int64)
+        n = 0
+        pending = {}         # seq -> (buf, offsets) held while a gap is being recovered
+        gap_deadline = None
+        last_packet = time.monotonic()
+        buf = bytearray(65536)
+        view = memoryview(buf)
+        ended = False
+        while not self.stopped:
+            try:
+                size, addr = self.sock.recvfrom_into(view)
+            except socket.timeout:
+                size = -1
+            now = time.monotonic()
+            if size >= 0:
+                last_packet = now
+                events = self._on_packet(bytes(view[:size]), pending)
+            else:
+                events = []
+                if self.idle_s and now - last_packet > self.idle_s:
+                    break
+            if gap_deadline is None and pending:
+                gap_deadline = monotonic_ns() + self.recover_ns
+            if pending and gap_deadline is not None and monotonic_ns() > gap_deadline:
+                events += self._give_up(pending)
+            if not pending:
+                gap_deadline = None
+            for ev in events:
+                if ev[0] == "msgs":
+                    _, data, offs, first = ev
+                    arr = np.frombuffer(data, np.uint8)
+                    n, full = self._apply(arr, offs[first], len(data), len(offs) - first, out, n)
+                    for f in full:
+                        yield out[:f]
+                elif ev[0] == "gap":
+                    if n + 1 > len(out):
+                        yield out[:n]
+                        n = 0
+                    n = emit_gap(out, n, 0, monotonic_ns(), ev[1])
+                elif ev[0] == "end":
+                    ended = True
+            if n and (size < 0 or n > BATCH // 2):
+                yield out[:n]  # a live feed does not sit on ticks waiting for a full batch
+                n = 0
+            elif size < 0:
+                yield out[:0]  # idle: lets the publisher keep its heartbeat fresh
+            if ended and not pending:
+                break
+        if n:
+            yield out[:n]
+        self.sock.close()
+
+    def _on_packet(self, data, pending):
+        """Sequence bookkeeping for one datagram; returns events in the order to apply them."""
+        c = self.counts
+        if len(data) < HEADER_LEN:
+            c["bad_packets"] += 1
+            return []
+        session, seq, count = HEADER.unpack_from(data)
+        if self.session is None:
+            self.session = session
+        elif session != self.session:
+            c["bad_packets"] += 1
+            return []
+        c["packets"] += 1
+        if count == 0 or count == END_OF_SESSION:
+            c["heartbeats"] += 1
+            ev = self._advance_to(seq, pending, data=None)
+            return ev + ([("end",)] if count == END_OF_SESSION else [])
+        offs = split_messages(data, HEADER_LEN, len(data), count)
+        if offs is None:
+            c["bad_packets"] += 1
+            return []
+        if self.expected is None:
+            self.expected = seq
+        if seq + count <= self.expected:
+            c["duplicate_messages"] += count
+            return []
+        if seq > self.expected:
+            return self._advance_to(seq, pending, data=(data, offs))
+        first = self.expected - seq  # overlap: skip what we already have
+        c["duplicate_messages"] += first
+        if pending:  # a gap is being recovered: this is a retransmission (or the late original)
+            c["recovered_messages"] += count - first
+        self.expected = seq + count
+        ev = [("msgs", data, offs, first)] + self._drain(pending)
+        self._ask(pending)
+        return ev
+
+    def _advance_to(self, seq, pending, data):
+        """A packet (or heartbeat) says messages up to `seq` exist."""
+        if self.expected is None:
+            self.expected = seq
+        if seq <= self.expected:
+            return []
+        pending.setdefault(seq, data if data is not None else (b"", []))
+        if not self.rerequest:
+            return self._lose(seq - self.expected) + self._drain(pending)
+        self._ask(pending)
+        return []
+
+    def _ask(self, pending):
+        """Re-request what is missing before the first held packet (once per starting point)."""
+        if not pending or not self.rerequest:
+            return
+        missing = min(pending) - self.expected
+        if missing > 0 and self._asked[0] != self.expected:
+            self._asked = (self.expected, missing)
+            self.counts["rerequests"] += 1
+            try:
+                self.sock.sendto(request(self.session, self.expected, min(missing, 0xFFFE)), self.rerequest)
+            except OSError:
+                pass  # the server is gone: recovery times out and the gap is emitted
+
+    def _lose(self, missing):
+        self.counts["gaps"] += 1
+        self.counts["lost_messages"] += missing
+        self.expected += missing
+        return [("gap", missing)]
+
+    def _drain(self, pending):
+        """Apply held packets that are now in sequence."""
+        ev = []
+        while pending:
+            seq = min(pending)
+            data, offs = pending[seq]
+            if seq > self.expected:
+                break
+            del pending[seq]
+            count = len(offs)
+            if seq + count <= self.expected:
+                self.counts["duplicate_messages"] += count
+                continue
+            first = self.expected - seq
+            ev.append(("msgs", data, offs, first))
+            self.expected = seq + count
+        return ev
+
+    def _give_up(self, pending):
+        """Recovery timed out: the missing messages are lost; go on from the next held packet."""
+        seq = min(pending)
+        ev = self._lose(seq - self.expected) if seq > self.expected else []
+        self._asked = (-1, 0)
+        ev += self._drain(pending)
+        self._ask(pending)
+        return ev
