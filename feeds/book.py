@@ -37,10 +37,10 @@ class Ladders:
 
     def grow(self, book):
         """Give book side `book` twice its room (at least 16 levels) at the pool's end."""
-        off, n, cap = self.meta[book]
-        new_cap = max(16, 2 * cap)
+        new_cap = max(16, 2 * int(self.meta[book, M_CAP]))
         if self.used[0] + new_cap > len(self.px):
             self._compact(extra=new_cap)
+        off, n, _ = self.meta[book]  # (compaction moves it)
         start = self.used[0]
         for a in (self.px, self.qty, self.cnt):
             a[start:start + n] = a[off:off + n]

@@ -24,10 +24,8 @@ import time
 
 import numpy as np
 
-from engine.intrinsics import monotonic_ns
-
 from . import uri as U
-from .itch import ST_DONE, ST_ERROR, ST_INPUT, ST_OUT, ItchBooks
+from .itch import ST_OUT, ItchBooks
 from .itch_file import itch_params
 from .ticks import emit_gap
 
@@ -95,6 +93,7 @@ class MoldSource:
         self.expected = None
         self._asked = (-1, 0)  # (first seq, count) of the outstanding re-request
         self.stopped = False
+        self.ended = False
         self.sock = self._bind(p["iface"])
 
     def _bind(self, iface):
@@ -126,22 +125,6 @@ class MoldSource:
 
     # -- per packet ----------------------------------------------------------------------
 
-    def _apply(self, buf, pos, end, count, out, n):
-        """Apply `count` messages; yields full batches via the returned list."""
-        full = []
-        now = monotonic_ns()
-        while count > 0:
-            pos, n, k, st = self.books.apply(buf, pos, end, out, n, max_msgs=count, ts_recv=now)
-            count -= k
-            if st == ST_OUT:
-                full.append(n)
-                n = 0
-                continue
-            if st in (ST_INPUT, ST_ERROR) and count > 0:
-                self.counts["bad_packets"] += 1  # cannot happen after split_messages; belt and braces
-            break
-        return n, full
-
     def batches(self):
         out = np.zeros((BATCH, 8), np.int64)
         n = 0
@@ -165,25 +148,13 @@ class MoldSource:
                 if self.idle_s and now - last_packet > self.idle_s:
                     break
             if gap_deadline is None and pending:
-                gap_deadline = monotonic_ns() + self.recover_ns
-            if pending and gap_deadline is not None and monotonic_ns() > gap_deadline:
+                gap_deadline = time.monotonic_ns() + self.recover_ns
+            if pending and gap_deadline is not None and time.monotonic_ns() > gap_deadline:
                 events += self._give_up(pending)
             if not pending:
                 gap_deadline = None
-            for ev in events:
-                if ev[0] == "msgs":
-                    _, data, offs, first = ev
-                    arr = np.frombuffer(data, np.uint8)
-                    n, full = self._apply(arr, offs[first], len(data), len(offs) - first, out, n)
-                    for f in full:
-                        yield out[:f]
-                elif ev[0] == "gap":
-                    if n + 1 > len(out):
-                        yield out[:n]
-                        n = 0
-                    n = emit_gap(out, n, 0, monotonic_ns(), ev[1])
-                elif ev[0] == "end":
-                    ended = True
+            n = yield from self._run(events, out, n)
+            ended = ended or self.ended
             if n and (size < 0 or n > BATCH // 2):
                 yield out[:n]  # a live feed does not sit on ticks waiting for a full batch
                 n = 0
@@ -194,6 +165,34 @@ class MoldSource:
         if n:
             yield out[:n]
         self.sock.close()
+
+    def _run(self, events, out, n):
+        """Apply events to the books, yielding full batches; returns the ticks left in out."""
+        for ev in events:
+            if ev[0] == "msgs":
+                _, data, offs, first = ev
+                arr = np.frombuffer(data, np.uint8)
+                pos, left, stamp = offs[first], len(offs) - first, time.monotonic_ns()
+                while left > 0:
+                    pos, n, k, st = self.books.apply(arr, pos, len(data), out, n, max_msgs=left, ts_recv=stamp)
+                    left -= k
+                    if st != ST_OUT:
+                        break  # ST_DONE (split_messages checked the framing already)
+                    yield out[:n]
+                    n = 0
+            elif ev[0] == "gap":
+                if n + 1 > len(out):
+                    yield out[:n]
+                    n = 0
+                n = emit_gap(out, n, 0, time.monotonic_ns(), ev[1])
+            elif ev[0] == "end":
+                self.ended = True
+        return n
+
+    def datagram(self, data, pending, out, n):
+        """Handle one datagram as the receive loop does (for tests and fuzzing): a generator of
+        full batches that returns the ticks left in out."""
+        return (yield from self._run(self._on_packet(data, pending), out, n))
 
     def _on_packet(self, data, pending):
         """Sequence bookkeeping for one datagram; returns events in the order to apply them."""

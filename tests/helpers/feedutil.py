@@ -1,0 +1,31 @@
+"""Helpers shared by the feed tests: read a whole source, run the CLI."""
+import subprocess
+
+import numpy as np
+
+from engine.records import TICK_DTYPE
+from feeds.sources import open_source
+
+from tests.conftest import ROOT, engine_cmd, engine_env
+
+
+def read_all(uri):
+    """(ticks as a TICK_DTYPE array, the source) — every batch copied out."""
+    src = open_source(uri)
+    parts = [b.copy() for b in src.batches()]
+    words = np.concatenate(parts) if parts else np.zeros((0, 8), np.int64)
+    return words.view(TICK_DTYPE).reshape(-1), src
+
+
+def cli(*args, timeout=300):
+    return subprocess.run(engine_cmd(*args), cwd=ROOT, env=engine_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line_error(res):
+    """The CLI failed the way bad input should: exit 2, one 'engine: error:' line, no traceback."""
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("[")]
+    assert len(lines) == 1 and lines[0].startswith("engine: error: "), res.stderr
+    assert "Traceback" not in res.stderr
+    return lines[0]
