@@ -6,6 +6,8 @@
   recover_ms  how long to wait for a re-request before declaring the messages lost (default 200)
   iface       local interface address for a multicast group (default 0.0.0.0)
   idle_s      stop after this many seconds without a packet (default 0 = never)
+  start       sequence number of the first message expected (default: the first packet's, so a
+              late join is not a gap; start=1 recovers a session from its beginning)
   symbols, date, utc_offset as for itch:FILE.
 
 A packet is a 20-byte header (session: 10 ASCII bytes, sequence number of its first message:
@@ -16,7 +18,6 @@ u64, message count: u16, big-endian) and `count` length-framed messages. Count 0
 - a duplicate or an overlap is dropped (counted), overlaps message by message;
 - a malformed packet (short header, other session, messages that do not fit) is counted and
   dropped, and its messages count as lost: a live feed never stops on one bad datagram.
-The first packet sets the starting sequence (a late join is not a gap).
 """
 import socket
 import struct
@@ -80,7 +81,7 @@ class MoldSource:
     def __init__(self, u, target, params):
         self.uri = u
         extra = {"rerequest": (U.hostport, None), "recover_ms": (float, 200.0), "iface": (str, "0.0.0.0"),
-                 "idle_s": (float, 0.0)}
+                 "idle_s": (float, 0.0), "start": (int, 0)}
         p = itch_params(u, params, extra)
         self.host, self.port = U.hostport(target)
         self.rerequest = p["rerequest"]
@@ -90,7 +91,7 @@ class MoldSource:
         self.books = ItchBooks(p["symbols"], strict=False, day_ns=p["day_ns"])
         self.counts = dict.fromkeys(MOLD_STATS, 0)
         self.session = None
-        self.expected = None
+        self.expected = p["start"] if p["start"] > 0 else None
         self._asked = (-1, 0)  # (first seq, count) of the outstanding re-request
         self.stopped = False
         self.ended = False
