@@ -99,6 +99,7 @@ class BinanceFile:
         self.top = np.zeros((256, 4), np.int64)
         self.st = np.zeros(len(STATS), np.int64)
         self.counts = dict.fromkeys(STATS, 0)
+        self._orphan = None
 
     @property
     def instruments(self):
@@ -115,6 +116,9 @@ class BinanceFile:
             if len(self.insts) >= 256:
                 raise U.FeedError(f"{self.path}: more than 256 symbols in one capture")
             ins = self.insts[symbol] = _Instrument(len(self.insts), symbol)
+            if self._orphan is not None:
+                self._place_snapshot(ins, self._orphan, 0, None, 0)  # nothing held yet: no ticks
+                self._orphan = None
         return ins
 
     # -- book ---------------------------------------------------------------------------
@@ -144,10 +148,17 @@ class BinanceFile:
     # -- messages -------------------------------------------------------------------------
 
     def _snapshot(self, d, recv, out, n):
+        """A REST snapshot carries no symbol: it belongs to the capture's one symbol (the next
+        one seen, when it comes first)."""
+        if not self.insts:
+            self._orphan = d
+            return n
         if len(self.insts) != 1:
-            raise U.FeedError(f"{self.path}: a depth snapshot carries no symbol; this capture has "
-                              f"{len(self.insts) or 'no'} symbols before it, so it cannot be placed")
-        ins = next(iter(self.insts.values()))
+            raise U.FeedError(f"{self.path}: a depth snapshot carries no symbol and this capture has "
+                              f"{len(self.insts)} symbols, so it cannot be placed")
+        return self._place_snapshot(next(iter(self.insts.values())), d, recv, out, n)
+
+    def _place_snapshot(self, ins, d, recv, out, n):
         self.counts["snapshots"] += 1
         self._clear(ins)
         self._set(ins, book.BID, d["bids"])
@@ -156,8 +167,8 @@ class BinanceFile:
         ins.synced = False
         ins.last_u = None
         held, ins.held = ins.held, []
-        for ev, r in held:
-            n = self._depth(ins, ev, r, out, n)
+        for ev, _ in held:  # their effect is known only now that the snapshot is here
+            n = self._depth(ins, ev, recv, out, n)
         return n
 
     def _depth(self, ins, d, recv, out, n):
