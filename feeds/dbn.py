@@ -270,7 +270,9 @@ def read_metadata(path, head):
         raise U.FeedError(f"{path}: truncated DBN metadata ({len(head)} of {8 + mlen} bytes)")
     try:
         meta = dbn.Metadata.decode(bytes(head[:8 + mlen]))
-    except Exception as e:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # the decoder panics (pyo3 PanicException, a BaseException) on some bad input
         raise U.FeedError(f"{path}: bad DBN metadata: {e}") from None
     return meta, 8 + mlen
 

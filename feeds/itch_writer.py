@@ -211,7 +211,7 @@ class ItchWriter:
         return preamble(self.symbols, self._rel(ts_ns))
 
     def _rel(self, ts_ns):
-        t = ts_ns - self.day_ns
+        t = int(ts_ns) - int(self.day_ns)
         if not 0 <= t < 86_400 * 10**9:
             raise ValueError(f"tick time {ts_ns} is not within the ITCH day starting at {self.day_ns}")
         return t

@@ -6,6 +6,9 @@
   recover_ms  how long to wait for a re-request before declaring the messages lost (default 200)
   iface       local interface address for a multicast group (default 0.0.0.0)
   idle_s      stop after this many seconds without a packet (default 0 = never)
+  max_gap     a packet claiming more than this many messages lost is taken as corrupt and
+              dropped (counted in bad_packets), not as a gap that would skip the session ahead
+              (default 1000000)
   start       sequence number of the first message expected (default: the first packet's, so a
               late join is not a gap; start=1 recovers a session from its beginning)
   symbols, date, utc_offset as for itch:FILE.
@@ -81,12 +84,13 @@ class MoldSource:
     def __init__(self, u, target, params):
         self.uri = u
         extra = {"rerequest": (U.hostport, None), "recover_ms": (float, 200.0), "iface": (str, "0.0.0.0"),
-                 "idle_s": (float, 0.0), "start": (int, 0)}
+                 "idle_s": (float, 0.0), "start": (int, 0), "max_gap": (int, 1_000_000)}
         p = itch_params(u, params, extra)
         self.host, self.port = U.hostport(target)
         self.rerequest = p["rerequest"]
         self.recover_ns = int(p["recover_ms"] * 1e6)
         self.idle_s = p["idle_s"]
+        self.max_gap = p["max_gap"]
         # a live feed never stops on a malformed message: count it and go on
         self.books = ItchBooks(p["symbols"], strict=False, day_ns=p["day_ns"])
         self.counts = dict.fromkeys(MOLD_STATS, 0)
@@ -206,6 +210,9 @@ class MoldSource:
             self.session = session
         elif session != self.session:
             c["bad_packets"] += 1
+            return []
+        if seq >= 1 << 62 or (self.expected is not None and seq - self.expected > self.max_gap):
+            c["bad_packets"] += 1  # a sequence number no live session reaches: corrupt or foreign
             return []
         c["packets"] += 1
         if count == 0 or count == END_OF_SESSION:
