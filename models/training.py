@@ -12,14 +12,21 @@ from .build import build_artifact, log, train
 
 
 def source_ticks(uri, default_ticks):
-    """Tick words from a source URI (synthetic now; real feeds and tick files as they land)."""
+    """Tick words from a source URI: the simulator (default_ticks unless count= says), or any
+    file source read to its end."""
     if uri.startswith("synthetic:"):
         from feeds.synthetic import Simulator, parse_uri
         p = parse_uri(uri)
         words = np.zeros((p.count or default_ticks, 8), np.int64)
         Simulator(p).generate(words)
         return words, p.instruments
-    raise ValueError(f"unknown source {uri!r}: training reads synthetic://?... (real feeds are not implemented yet)")
+    from feeds.sources import open_source
+    src = open_source(uri)
+    if src.live:
+        raise ValueError(f"{uri}: a live source has no end to train on; record it first")
+    parts = [b.copy() for b in src.batches()]
+    words = np.concatenate(parts) if parts else np.zeros((0, 8), np.int64)
+    return words, max(1, len(src.instruments))
 
 
 def labels_for(inst, mid, ts, horizon, unit, kind, dead_band_bps):
