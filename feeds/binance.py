@@ -19,7 +19,13 @@ snapshot in the capture. One quote tick per depth event that changes the top of 
 ticks from the trade stream (aggressor: sell when the buyer is the maker). bookTicker messages
 do not become ticks: wherever a ticker and a depth event name the same final update id, the
 ticker's best bid/ask is compared with the book's, and the agreement is counted.
+
+JSON is parsed per line in Python (orjson) along with the continuity checks; what touches the
+book or writes a tick becomes a command in a queue that numba runs in batches of thousands of
+lines, so no per-message Python->numba call is paid.
 """
+from itertools import chain
+
 import numpy as np
 from numba import njit
 
@@ -31,6 +37,7 @@ from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 QTY_SCALE = 10**8
 HOLD_MAX = 100_000  # depth events held while waiting for a snapshot
+MATCH_WINDOW = 50_000  # update ids remembered for the book-ticker cross-check
 
 
 def fixed(s, scale_digits):
@@ -54,15 +61,115 @@ def qty8(s):
 
 
 @njit(nogil=True, cache=True)
-def apply_levels(L, bk, px, qty, i):
-    """Set levels px[i:], qty[i:] (absolute quantities, 0 removes) on book side bk. Returns the
-    index it stopped at: len(px) when done, less when the side needs room first."""
-    while i < px.shape[0]:
-        if qty[i] > 0 and not book.has_room(L, bk):
-            return i
-        book.level_set(L, bk, px[i], qty[i])
+def parse_levels(b, vals):
+    """Parse "p,q,p,q,..." (ASCII decimals) into vals: prices at 1e-9, quantities at 1e-8, exactly.
+    Returns how many numbers, or -1 if one is malformed (not digits[.digits], too many decimals,
+    too long) or vals is too small."""
+    k = 0
+    i = 0
+    n = b.shape[0]
+    while i < n:
+        if k >= vals.shape[0]:
+            return -1
+        scale = 9 if (k & 1) == 0 else 8
+        v = np.int64(0)
+        digits = 0
+        frac = -1
+        while i < n and b[i] != 44:  # ','
+            c = b[i]
+            if c == 46 and frac < 0:  # '.'
+                frac = 0
+            elif 48 <= c <= 57:
+                if frac >= 0:
+                    if frac >= scale:
+                        if c != 48:
+                            return -1  # more precision than the fixed point holds
+                        i += 1
+                        continue
+                    frac += 1
+                digits += 1
+                if digits > 17:
+                    return -1
+                v = v * 10 + (c - 48)
+            else:
+                return -1
+            i += 1
+        if digits == 0:
+            return -1
+        if frac < 0:
+            frac = 0
+        for _ in range(scale - frac):
+            v *= 10
+        vals[k] = v
+        k += 1
+        i += 1  # the comma
+    return k
+
+
+# commands: [op, inst, a, b, ts, recv, c, d]
+OP_DEPTH, OP_SNAPSHOT, OP_TRADE, OP_GAP = 1, 2, 3, 4
+# OP_DEPTH / OP_SNAPSHOT: a = levels offset in vals (pairs), b = bid levels, c = all levels
+# OP_TRADE: a = price, b = qty, c = side;  OP_GAP: a = update ids missed
+R_DONE, R_OUT, R_ROOM = 0, 1, 2
+Q_CMDS = 4096
+(ST_SAT, ST_QUOTES, ST_CROSSED, NST) = range(4)
+
+
+@njit(nogil=True, cache=True)
+def run(L, cmds, ncmd, vals, top, tops, prog, out, n, stats, size_div):
+    """Run commands prog[0].. in order (prog[1] = levels already applied of the current one),
+    writing ticks to out[n:]; tops[i] gets the touch after depth command i. Returns
+    (n, R_DONE | R_OUT | R_ROOM); on R_ROOM prog[2] is the book side that needs room."""
+    i = prog[0]
+    while i < ncmd:
+        if n + 2 > out.shape[0]:
+            prog[0] = i
+            return n, R_OUT
+        c = cmds[i]
+        op = c[0]
+        inst = c[1]
+        if op == OP_DEPTH or op == OP_SNAPSHOT:
+            if op == OP_SNAPSHOT and prog[1] == 0:
+                book.level_clear(L, 2 * inst)
+                book.level_clear(L, 2 * inst + 1)
+            off, nbid, nlev = c[2], c[3], c[6]
+            j = prog[1]
+            while j < nlev:
+                bk = 2 * inst + (book.BID if j < nbid else book.ASK)
+                q = vals[2 * (off + j) + 1]
+                if q > 0 and not book.has_room(L, bk):
+                    prog[0] = i
+                    prog[1] = j
+                    prog[2] = bk
+                    return n, R_ROOM
+                book.level_set(L, bk, vals[2 * (off + j)], q)
+                j += 1
+            prog[1] = 0
+            if op == OP_SNAPSHOT:
+                for k in range(4):
+                    top[inst, k] = -1  # so the first event applied after it always quotes
+            elif touch_changed(L, inst, top):
+                stats[ST_QUOTES] += 1
+                if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
+                    stats[ST_CROSSED] += 1
+                n = emit_quote(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
+            bp, bq = book.best(L, 2 * inst)
+            ap, aq = book.best(L, 2 * inst + 1)
+            tops[i, 0] = bp
+            tops[i, 1] = bq
+            tops[i, 2] = ap
+            tops[i, 3] = aq
+        elif op == OP_TRADE:
+            n = emit(out, n, c[4], c[5], inst, KIND_TRADE, c[6], c[2], c[3], top, stats, ST_SAT, size_div)
+        elif op == OP_GAP:
+            book.level_clear(L, 2 * inst)
+            book.level_clear(L, 2 * inst + 1)
+            for k in range(4):
+                top[inst, k] = 0
+            n = emit_gap(out, n, c[4], c[5], c[2])
         i += 1
-    return i
+    prog[0] = i
+    return n, R_DONE
 
 
 STATS = ("lines", "depth_events", "depth_applied", "depth_dropped_old", "snapshots", "resyncs", "gaps",
@@ -77,7 +184,6 @@ class _Instrument:
         self.snapshot_id = None   # lastUpdateId of the snapshot awaiting its first event
         self.last_u = None
         self.held = []            # depth events waiting for a snapshot
-        self.futures = None
         self.book_tops = {}       # final update id -> (bid, bidq, ask, askq) after that event
         self.ticker_tops = {}     # ticker update ids not yet matched
 
@@ -97,9 +203,17 @@ class BinanceFile:
         self.insts = {}
         self.ladders = Ladders(512)
         self.top = np.zeros((256, 4), np.int64)
-        self.st = np.zeros(len(STATS), np.int64)
+        self.st = np.zeros(NST, np.int64)
         self.counts = dict.fromkeys(STATS, 0)
         self._orphan = None
+        # the command queue
+        self.cmds = np.zeros((Q_CMDS, 8), np.int64)
+        self.tops = np.zeros((Q_CMDS, 4), np.int64)
+        self.vals = np.zeros(1 << 16, np.int64)
+        self.ncmd = 0
+        self.nvals = 0            # level pairs queued
+        self.depth_ids = []       # (command index, instrument, u) of queued depth commands
+        self.prog = np.zeros(3, np.int64)
 
     @property
     def instruments(self):
@@ -107,7 +221,9 @@ class BinanceFile:
 
     def stats(self):
         c = dict(self.counts)
-        c["size_saturated"] = int(self.st[0])
+        c["size_saturated"] = int(self.st[ST_SAT])
+        c["quotes"] = int(self.st[ST_QUOTES])
+        c["crossed_quotes"] = int(self.st[ST_CROSSED])
         return c
 
     def _inst(self, symbol):
@@ -117,62 +233,82 @@ class BinanceFile:
                 raise U.FeedError(f"{self.path}: more than 256 symbols in one capture")
             ins = self.insts[symbol] = _Instrument(len(self.insts), symbol)
             if self._orphan is not None:
-                self._place_snapshot(ins, self._orphan, 0, None, 0)  # nothing held yet: no ticks
+                self._place_snapshot(ins, *self._orphan)
                 self._orphan = None
         return ins
 
-    # -- book ---------------------------------------------------------------------------
+    # -- the queue ------------------------------------------------------------------------
 
-    def _set(self, ins, side, levels):
-        if not levels:
-            return
-        px = np.fromiter((price9(p) for p, _ in levels), np.int64, len(levels))
-        qty = np.fromiter((qty8(q) for _, q in levels), np.int64, len(levels))
-        bk = 2 * ins.idx + side
-        i = 0
+    def _cmd(self, op, inst, a=0, b=0, ts=0, recv=0, c=0):
+        if self.ncmd == len(self.cmds):  # a snapshot replaying many held events: grow
+            self.cmds = np.concatenate([self.cmds, np.zeros_like(self.cmds)])
+            self.tops = np.concatenate([self.tops, np.zeros_like(self.tops)])
+        cm = self.cmds[self.ncmd]
+        cm[0], cm[1], cm[2], cm[3], cm[4], cm[5], cm[6] = op, inst, a, b, ts, recv, c
+        self.ncmd += 1
+
+    def _levels_cmd(self, op, ins, bids, asks, ts, recv):
+        """Queue a depth/snapshot command with its levels parsed into vals (ValueError if any
+        level is malformed: then nothing is queued)."""
+        nlev = len(bids) + len(asks)
+        need = 2 * (self.nvals + nlev)
+        if need > len(self.vals):
+            self.vals = np.concatenate([self.vals, np.zeros(max(need, len(self.vals)), np.int64)])
+        joined = ",".join(chain.from_iterable(chain(bids, asks))).encode()
+        if parse_levels(np.frombuffer(joined, np.uint8), self.vals[2 * self.nvals:]) != 2 * nlev:
+            raise ValueError('a price level is not ["price", "quantity"] in decimals')
+        self._cmd(op, ins.idx, self.nvals, len(bids), ts, recv, nlev)
+        self.nvals += nlev
+
+    def _run(self, out, n):
+        """Run the queue; yields full tick batches; returns the ticks left in out."""
+        self.prog[:] = 0
         while True:
-            i = apply_levels(self.ladders.arrays(), bk, px, qty, i)
-            if i == len(px):
-                return
-            self.ladders.grow(bk)
-
-    def _clear(self, ins):
-        book.level_clear(self.ladders.arrays(), 2 * ins.idx)
-        book.level_clear(self.ladders.arrays(), 2 * ins.idx + 1)
-
-    def _touch(self, ins):
-        bp, bq = book.best(self.ladders.arrays(), 2 * ins.idx)
-        ap, aq = book.best(self.ladders.arrays(), 2 * ins.idx + 1)
-        return int(bp), int(bq), int(ap), int(aq)
+            n, r = run(self.ladders.arrays(), self.cmds, self.ncmd, self.vals, self.top, self.tops, self.prog,
+                       out, n, self.st, self.size_div)
+            if r == R_ROOM:
+                self.ladders.grow(int(self.prog[2]))
+            elif r == R_OUT:
+                yield out[:n]
+                n = 0
+            else:
+                break
+        for i, ins, u_ in self.depth_ids:  # the book-ticker cross-check, in queue order
+            top = tuple(int(x) for x in self.tops[i])
+            ins.book_tops[u_] = top
+            if len(ins.book_tops) > MATCH_WINDOW:  # a ticker matches a depth event near it in time
+                del ins.book_tops[next(iter(ins.book_tops))]
+            t = ins.ticker_tops.pop(u_, None)
+            if t is not None:
+                self._check(top, t)
+        self.ncmd = self.nvals = 0
+        self.depth_ids.clear()
+        return n
 
     # -- messages -------------------------------------------------------------------------
 
-    def _snapshot(self, d, recv, out, n):
+    def _snapshot(self, d, recv):
         """A REST snapshot carries no symbol: it belongs to the capture's one symbol (the next
         one seen, when it comes first)."""
         if not self.insts:
-            self._orphan = d
-            return n
+            self._orphan = (d, recv)
+            return
         if len(self.insts) != 1:
             raise U.FeedError(f"{self.path}: a depth snapshot carries no symbol and this capture has "
                               f"{len(self.insts)} symbols, so it cannot be placed")
-        return self._place_snapshot(next(iter(self.insts.values())), d, recv, out, n)
+        self._place_snapshot(next(iter(self.insts.values())), d, recv)
 
-    def _place_snapshot(self, ins, d, recv, out, n):
+    def _place_snapshot(self, ins, d, recv):
+        sid = int(d["lastUpdateId"])
+        self._levels_cmd(OP_SNAPSHOT, ins, d["bids"], d["asks"], 0, recv)
         self.counts["snapshots"] += 1
-        self._clear(ins)
-        self._set(ins, book.BID, d["bids"])
-        self._set(ins, book.ASK, d["asks"])
-        ins.snapshot_id = int(d["lastUpdateId"])
-        ins.synced = False
-        ins.last_u = None
+        ins.snapshot_id, ins.synced, ins.last_u = sid, False, None
         held, ins.held = ins.held, []
         for ev, _ in held:  # their effect is known only now that the snapshot is here
-            n = self._depth(ins, ev, recv, out, n)
-        return n
+            self._depth(ins, ev, recv)
 
-    def _depth(self, ins, d, recv, out, n):
-        """One diff event: continuity, book, and a quote tick if the touch changed."""
+    def _depth(self, ins, d, recv):
+        """One diff event: continuity, then the book and maybe a quote tick (queued)."""
         U_, u_ = int(d["U"]), int(d["u"])
         fut = "pu" in d
         if ins.snapshot_id is None and not ins.synced:
@@ -180,71 +316,56 @@ class BinanceFile:
                 ins.held.pop(0)
                 self.counts["held_overflow"] += 1
             ins.held.append((d, recv))
-            return n
+            return
         if not ins.synced:
             sid = ins.snapshot_id
             if (u_ < sid) if fut else (u_ <= sid):
                 self.counts["depth_dropped_old"] += 1
-                return n
-            ok = (U_ <= sid <= u_) if fut else (U_ <= sid + 1 <= u_)
-            if not ok:  # the snapshot is older than the stream can bridge
-                return self._lose(ins, d, recv, out, n, U_ - sid - 1)
+                return
+            if not ((U_ <= sid <= u_) if fut else (U_ <= sid + 1 <= u_)):
+                return self._lose(ins, d, recv, U_ - sid - 1)  # the snapshot is older than the stream bridges
             ins.synced, ins.snapshot_id = True, None
-        else:
-            ok = (int(d["pu"]) == ins.last_u) if fut else (U_ == ins.last_u + 1)
-            if not ok:
-                return self._lose(ins, d, recv, out, n, U_ - ins.last_u - 1 if not fut else 1)
+        elif not ((int(d["pu"]) == ins.last_u) if fut else (U_ == ins.last_u + 1)):
+            return self._lose(ins, d, recv, U_ - ins.last_u - 1 if not fut else 1)
+        ts = int(d.get("T") or d["E"]) * 1_000_000
+        self._levels_cmd(OP_DEPTH, ins, d.get("b", ()), d.get("a", ()), ts, recv)
+        self.depth_ids.append((self.ncmd - 1, ins, u_))
         ins.last_u = u_
         self.counts["depth_applied"] += 1
-        self._set(ins, book.BID, d.get("b", ()))
-        self._set(ins, book.ASK, d.get("a", ()))
-        top = self._touch(ins)
-        ins.book_tops[u_] = top
-        t = ins.ticker_tops.pop(u_, None)
-        if t is not None:
-            self._check(top, t)
-        if touch_changed(self.ladders.arrays(), ins.idx, self.top):
-            self.counts["quotes"] += 1
-            if top[0] and top[2] and top[0] >= top[2]:
-                self.counts["crossed_quotes"] += 1
-            ts = int(d.get("T") or d["E"]) * 1_000_000
-            n = emit_quote(out, n, ts, recv, ins.idx, self.top, self.st, 0, self.size_div)
-        return n
 
-    def _lose(self, ins, d, recv, out, n, missed):
+    def _lose(self, ins, d, recv, missed):
         """Out of sync: a gap tick, an empty book, and wait for the next snapshot."""
         self.counts["resyncs"] += 1
         self.counts["gaps"] += 1
-        self._clear(ins)
         ins.synced, ins.snapshot_id, ins.last_u = False, None, None
         ins.held = [(d, recv)]
-        self.top[ins.idx] = 0
-        return emit_gap(out, n, int(d["E"]) * 1_000_000, recv, max(1, missed))
+        self._cmd(OP_GAP, ins.idx, max(1, missed), 0, int(d["E"]) * 1_000_000, recv)
 
     def _check(self, top, t):
         self.counts["ticker_checked"] += 1
-        if top == t:
+        if top == (price9(t[0]), qty8(t[1]), price9(t[2]), qty8(t[3])):
             self.counts["ticker_agree"] += 1
         else:
             self.counts["ticker_disagree"] += 1
 
     def _ticker(self, ins, d):
         self.counts["book_tickers"] += 1
-        t = (price9(d["b"]), qty8(d["B"]), price9(d["a"]), qty8(d["A"]))
+        t = (d["b"], d["B"], d["a"], d["A"])  # parsed only if a depth event shares its id
         u_ = int(d["u"])
         top = ins.book_tops.get(u_)
         if top is not None:
             self._check(top, t)
         else:
             ins.ticker_tops[u_] = t
+            if len(ins.ticker_tops) > MATCH_WINDOW:
+                del ins.ticker_tops[next(iter(ins.ticker_tops))]
 
-    def _trade(self, ins, d, recv, out, n):
+    def _trade(self, ins, d, recv):
         self.counts["trades"] += 1
-        side = SIDE_SELL if d["m"] else SIDE_BUY
-        return emit(out, n, int(d["T"]) * 1_000_000, recv, ins.idx, KIND_TRADE, side, price9(d["p"]),
-                    qty8(d["q"]), self.top, self.st, 0, self.size_div)
+        self._cmd(OP_TRADE, ins.idx, price9(d["p"]), qty8(d["q"]), int(d["T"]) * 1_000_000, recv,
+                  SIDE_SELL if d["m"] else SIDE_BUY)
 
-    def _line(self, line, lineno, out, n):
+    def _line(self, line, lineno):
         import orjson
         self.counts["lines"] += 1
         ts, sep, body = line.partition(b" ")
@@ -257,18 +378,16 @@ class BinanceFile:
                 raise ValueError("the message is not a JSON object")
             d = msg.get("data", msg)
             if "lastUpdateId" in d:
-                return self._snapshot(d, recv, out, n)
+                return self._snapshot(d, recv)
             kind = d.get("e")
             if kind == "depthUpdate":
                 self.counts["depth_events"] += 1
-                return self._depth(self._inst(d["s"]), d, recv, out, n)
+                return self._depth(self._inst(d["s"]), d, recv)
             if kind == "trade":
-                return self._trade(self._inst(d["s"]), d, recv, out, n)
+                return self._trade(self._inst(d["s"]), d, recv)
             if kind == "bookTicker" or (kind is None and "u" in d and "b" in d and "A" in d):
-                self._ticker(self._inst(d["s"]), d)
-                return n
+                return self._ticker(self._inst(d["s"]), d)
             self.counts["other_messages"] += 1
-            return n
         except U.FeedError:
             raise
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:
@@ -276,7 +395,6 @@ class BinanceFile:
                 what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
                 raise U.FeedError(f"{self.path}: line {lineno}: {what}") from None
             self.counts["bad_lines"] += 1
-            return n
 
     def batches(self):
         out = np.zeros((4096, 8), np.int64)
@@ -288,16 +406,16 @@ class BinanceFile:
             carry = lines.pop()
             for line in lines:
                 lineno += 1
-                if not line.strip():
-                    continue
-                n = self._line(line, lineno, out, n)
-                if n + 2 > len(out):
-                    yield out[:n]
-                    n = 0
+                if line.strip():
+                    self._line(line, lineno)
+                    if self.ncmd >= Q_CMDS:
+                        n = yield from self._run(out, n)
+            n = yield from self._run(out, n)
         if carry.strip():
             lineno += 1
             if self.strict and not carry.rstrip().endswith(b"}"):
                 raise U.FeedError(f"{self.path}: truncated: the last line ({lineno}) is cut off")
-            n = self._line(carry, lineno, out, n)
+            self._line(carry, lineno)
+        n = yield from self._run(out, n)
         if n:
             yield out[:n]

@@ -113,7 +113,7 @@ def _slot(key, mask):
     return np.int64(h >> np.uint64(17)) & mask
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _find(keys, key):
     """Slot holding `key`, or the empty slot where it would go."""
     mask = keys.shape[0] - 1
@@ -123,7 +123,7 @@ def _find(keys, key):
     return i
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def order_find(O, key):
     """Slot of order `key`, or -1."""
     keys = O[0]
@@ -178,7 +178,7 @@ def _key(book, price):
     return price if (book & 1) == BID else -price
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _locate(L, book, price):
     """(index of the level at `price`, or of where it would be inserted; found?)."""
     meta, px = L[0], L[1]
@@ -205,7 +205,7 @@ def _locate(L, book, price):
     return lo, lo < off + n and px[lo] == price
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def has_room(L, book):
     return L[0][book, M_LEN] < L[0][book, M_CAP]
 

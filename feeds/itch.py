@@ -87,7 +87,7 @@ def _wanted(b, m, want):
     return False
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _trade(out, n, ts, tr, inst, resting_side, price, qty, top, stats):
     # the aggressor is on the other side of the resting order
     side = SIDE_SELL if resting_side == book.BID else SIDE_BUY
@@ -95,7 +95,7 @@ def _trade(out, n, ts, tr, inst, resting_side, price, qty, top, stats):
     return emit(out, n, ts, tr, inst, KIND_TRADE, side, price, qty, top, stats, S_SATURATED, 1)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _emit_quote(out, n, ts, tr, inst, top, stats):
     stats[S_QUOTES] += 1
     if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
@@ -103,14 +103,14 @@ def _emit_quote(out, n, ts, tr, inst, top, stats):
     return emit_quote(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _quote(L, out, n, ts, tr, inst, top, stats):
     if touch_changed(L, inst, top):
         return _emit_quote(out, n, ts, tr, inst, top, stats)
     return n
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _reduce(L, O, slot, dq):
     """Take dq shares off the order in `slot` (removing it when none remain); returns the
     shares actually taken (clamped to what the order had)."""
@@ -244,14 +244,14 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, st
                 if not book.has_room(L, bk):
                     need[0] = bk
                     return pos, n, k, ST_ROOM_LADDER
-                newref = be64(b, m + 19)
-                if book.order_find(O, newref) >= 0:
+                if O[2][0] * 3 >= O[0].shape[0]:
+                    return pos, n, k, ST_ROOM_ORDERS
+                qty = be32(b, m + 27)
+                px = be32(b, m + 31) * PRICE_TO_NANO
+                if book.order_insert(O, be64(b, m + 19), bk, px, qty) < 0:  # the new ref is live
                     stats[S_DUP_ORDER] += 1
                 else:
-                    _reduce(L, O, slot, O[1][slot, book.O_QTY])
-                    qty = be32(b, m + 27)
-                    px = be32(b, m + 31) * PRICE_TO_NANO
-                    book.order_insert(O, newref, bk, px, qty)
+                    _reduce(L, O, slot, O[1][slot, book.O_QTY])  # an insert moves no other entry
                     book.level_add(L, bk, px, qty, 1)
                     n = _quote(L, out, n, ts, tr, bk >> 1, top, stats)
         elif t == 80:  # 'P' trade of a non-displayed order: a trade, no book change

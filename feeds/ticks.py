@@ -26,7 +26,7 @@ def sat32(q):
     return q, False
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def touch_changed(L, inst, top):
     """Has instrument `inst`'s touch changed since the last quote tick? Updates `top` if so."""
     bp, bq = book.best(L, 2 * inst)
@@ -40,7 +40,7 @@ def touch_changed(L, inst, top):
     return True
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def emit(out, n, ts_event, ts_recv, inst, kind, side, price, size, top, stats, sat_stat, size_div):
     """Write one tick at out[n] carrying `inst`'s last published touch; returns n + 1.
     Quantities are divided by size_div (a feed's size unit) and saturated to uint32 (counted)."""
@@ -51,16 +51,19 @@ def emit(out, n, ts_event, ts_recv, inst, kind, side, price, size, top, stats, s
     w[3] = price
     w[4] = top[inst, T_BID]
     w[5] = top[inst, T_ASK]
-    s, a = sat32(size // size_div)
-    b, c = sat32(top[inst, T_BQ] // size_div)
-    q, d = sat32(top[inst, T_AQ] // size_div)
+    s, b, q = size, top[inst, T_BQ], top[inst, T_AQ]
+    if size_div != 1:  # (feeds whose sizes are already lots pass 1 and skip three divisions)
+        s, b, q = s // size_div, b // size_div, q // size_div
+    s, a = sat32(s)
+    b, c = sat32(b)
+    q, d = sat32(q)
     if a or c or d:
         stats[sat_stat] += 1
     pack_tick_tail(w, s, b, q, inst, kind, side)
     return n + 1
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def emit_quote(out, n, ts_event, ts_recv, inst, top, stats, sat_stat, size_div):
     return emit(out, n, ts_event, ts_recv, inst, KIND_QUOTE, 0, 0, 0, top, stats, sat_stat, size_div)
 

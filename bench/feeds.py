@@ -1,0 +1,259 @@
+"""Feed handlers: parse + book throughput in messages/s on one core, against a pure-Python
+reading of the same data in the same run.
+
+- ITCH 5.0: a synthetic day (one instrument, so meatpy's one-instrument processor sees every
+  message it must) from the ITCH writer. Ours: length framing, every message applied to the
+  order book, ticks written. Peer: meatpy's ITCH50MessageReader + ITCH50MarketProcessor (its
+  limit order book), on the first PEER_MSGS messages of the same file.
+- DBN: the real CME MBO file in ../shared/data. Ours: records -> L3 book -> ticks. Peer:
+  databento-dbn's own decoder, iterating records in Python into a dict order book (Databento's
+  example design, SortedDict levels).
+- Binance: the real spot capture. Ours: orjson per line, numba L2 book. Peer: json + a
+  SortedDict book with the same continuity checks.
+Both sides work from bytes already in memory (decompressed), so neither times gunzip/zstd.
+"""
+import gzip
+import json
+import time
+
+import _common  # noqa: F401
+import numpy as np
+
+from _common import ROOT
+
+DATA = ROOT.parent / "shared" / "data"
+CACHE = ROOT / "bench" / "results" / "cache"
+
+
+def best_of(fn, reps):
+    best = None
+    for _ in range(reps):
+        t = time.perf_counter()
+        r = fn()
+        dt = time.perf_counter() - t
+        best = dt if best is None or dt < best else best
+    return best, r
+
+
+# --- ITCH -------------------------------------------------------------------------------
+
+def itch_file(ticks):
+    from feeds.convert import convert
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"syn1-{ticks}.itch"
+    if not path.exists():
+        convert(f"synthetic://?instruments=1&count={ticks}&seed=21", str(path), progress=False)
+    return path
+
+
+def ours_itch(data):
+    from feeds.itch import ST_OUT, ItchBooks
+    buf = np.frombuffer(data, np.uint8)
+    out = np.zeros((8192, 8), np.int64)
+    books = ItchBooks()
+    pos, n = 0, 0
+    while True:
+        pos, n, _, st = books.apply(buf, pos, len(buf), out, n)
+        if st != ST_OUT:
+            break
+        n = 0
+    return int(books.stats[0])
+
+
+def meatpy_itch(path, limit):
+    import datetime
+    from meatpy.itch50 import ITCH50MessageReader
+    from meatpy.itch50.itch50_market_processor import ITCH50MarketProcessor
+    proc = ITCH50MarketProcessor("SYN0000", datetime.datetime(2023, 11, 14))
+    n = 0
+    with ITCH50MessageReader(path) as reader:
+        for msg in reader:
+            proc.process_message(msg)
+            n += 1
+            if n >= limit:
+                break
+    return n
+
+
+# --- DBN --------------------------------------------------------------------------------
+
+def ours_dbn(raw):
+    from feeds import dbn as D
+    f = D.DbnFile("dbn:mem", "mem", {})
+    off = f._start(raw)
+    out = np.zeros((8192, 8), np.int64)
+    buf = np.frombuffer(raw, np.uint8)
+    pos, n = off, 0
+    while True:
+        pos, n, st = f._apply(buf, pos, out, n)
+        if st != D.ST_OUT:
+            break
+        n = 0
+    return int(f.stats_a[D.S_RECORDS])
+
+
+def python_dbn(raw):
+    """databento-dbn decoding, the book in Python (orders dict + SortedDict levels)."""
+    import databento_dbn as dbn
+    from sortedcontainers import SortedDict
+    dec = dbn.DBNDecoder()
+    dec.write(raw)
+    orders, bids, asks = {}, SortedDict(), SortedDict()
+    n = 0
+    tops = []
+    for r in dec.decode():
+        if not isinstance(r, dbn.MBOMsg):
+            continue
+        n += 1
+        a = r.action
+        if a == "A" or a == "M":
+            if r.order_id in orders:
+                side, px, sz = orders.pop(r.order_id)
+                lv = bids if side == "B" else asks
+                lv[px] -= sz
+                if lv[px] <= 0:
+                    del lv[px]
+            lv = bids if r.side == "B" else asks
+            lv[r.price] = lv.get(r.price, 0) + r.size
+            orders[r.order_id] = (r.side, r.price, r.size)
+        elif a == "C" and r.order_id in orders:
+            side, px, sz = orders[r.order_id]
+            lv = bids if side == "B" else asks
+            take = min(sz, r.size)
+            lv[px] -= take
+            if lv[px] <= 0:
+                del lv[px]
+            if take == sz:
+                del orders[r.order_id]
+            else:
+                orders[r.order_id] = (side, px, sz - take)
+        if r.flags & dbn.F_LAST:
+            tops.append((bids.peekitem(-1) if bids else None, asks.peekitem(0) if asks else None))
+    return n
+
+
+# --- Binance ----------------------------------------------------------------------------
+
+def ours_binance(path):
+    from feeds.binance import BinanceFile
+    src = BinanceFile(f"binance:{path}", str(path), {})
+    for _ in src.batches():
+        pass
+    return src.stats()["lines"]
+
+
+def python_binance(lines):
+    """json + SortedDict book, the same continuity rules (spot), ticks as tuples."""
+    from sortedcontainers import SortedDict
+
+    def num(s):
+        ip, _, fp = s.partition(".")
+        return int(ip) * 10**9 + int(fp.ljust(9, "0")[:9])
+    bids, asks = SortedDict(), SortedDict()
+    held, last, snap, ticks = [], None, None, []
+    top = None
+
+    def apply(d):
+        nonlocal last, top
+        for p, q in d["b"]:
+            px, qty = num(p), num(q)
+            if qty:
+                bids[px] = qty
+            else:
+                bids.pop(px, None)
+        for p, q in d["a"]:
+            px, qty = num(p), num(q)
+            if qty:
+                asks[px] = qty
+            else:
+                asks.pop(px, None)
+        last = d["u"]
+        t = (bids.peekitem(-1) if bids else None, asks.peekitem(0) if asks else None)
+        if t != top:
+            top = t
+            ticks.append(t)
+    for line in lines:
+        ts, _, body = line.partition(b" ")
+        m = json.loads(body)
+        d = m.get("data", m)
+        if "lastUpdateId" in d:
+            snap = d["lastUpdateId"]
+            for p, q in d["bids"]:
+                bids[num(p)] = num(q)
+            for p, q in d["asks"]:
+                asks[num(p)] = num(q)
+            for ev in held:
+                if ev["u"] > snap and (last is not None or ev["U"] <= snap + 1):
+                    apply(ev)
+            continue
+        e = d.get("e")
+        if e == "depthUpdate":
+            if snap is None:
+                held.append(d)
+            elif d["u"] > snap and (last is None or d["U"] == last + 1):
+                apply(d)
+        elif e == "trade":
+            ticks.append((num(d["p"]), num(d["q"]), d["m"]))
+    return len(lines)
+
+
+def main():
+    a = _common.args(__doc__)
+    metrics, peers, ratios, notes = {}, {}, {}, {}
+    rows = []
+    # ITCH
+    ticks = 300_000 if a.quick else 3_000_000
+    path = itch_file(ticks)
+    data = path.read_bytes()
+    ours_itch(data[:10_000])  # compile
+    dt, msgs = best_of(lambda: ours_itch(data), 3)
+    metrics["itch_messages_per_s"] = round(msgs / dt)
+    metrics["itch_messages"] = msgs
+    limit = 50_000 if a.quick else 200_000
+    dtp, pm = best_of(lambda: meatpy_itch(path, limit), 1)
+    peers["meatpy"] = {"itch_messages_per_s": round(pm / dtp)}
+    ratios["itch_vs_meatpy_messages_per_s"] = _common.ratio(metrics["itch_messages_per_s"],
+                                                            peers["meatpy"]["itch_messages_per_s"], True)
+    rows.append(("ITCH 5.0 parse + book", {"ours msgs/s": metrics["itch_messages_per_s"],
+                                           "peer msgs/s": peers["meatpy"]["itch_messages_per_s"]}))
+    # DBN
+    dbn_path = DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+    if dbn_path.exists():
+        import zstandard
+        raw = zstandard.ZstdDecompressor().stream_reader(open(dbn_path, "rb")).read()
+        ours_dbn(raw)
+        dt, recs = best_of(lambda: ours_dbn(raw), 5)
+        metrics["dbn_messages_per_s"] = round(recs / dt)
+        dtp, pr = best_of(lambda: python_dbn(raw), 1 if a.quick else 2)
+        peers["databento_dbn_python"] = {"dbn_messages_per_s": round(pr / dtp)}
+        ratios["dbn_vs_databento_dbn_python_messages_per_s"] = _common.ratio(
+            metrics["dbn_messages_per_s"], peers["databento_dbn_python"]["dbn_messages_per_s"], True)
+        rows.append(("DBN MBO parse + L3 book", {"ours msgs/s": metrics["dbn_messages_per_s"],
+                                                 "peer msgs/s": peers["databento_dbn_python"]["dbn_messages_per_s"]}))
+    else:
+        notes["dbn"] = f"skipped: {dbn_path} not here"
+    # Binance
+    bpath = DATA / "binance" / "spot_btcusdt_20240808.gz"
+    if bpath.exists():
+        raw = gzip.decompress(bpath.read_bytes())
+        plain = CACHE / "spot_btcusdt_20240808.txt"
+        CACHE.mkdir(parents=True, exist_ok=True)
+        plain.write_bytes(raw)
+        lines = raw.split(b"\n")[:-1]
+        ours_binance(plain)
+        dt, n = best_of(lambda: ours_binance(plain), 3)
+        metrics["binance_messages_per_s"] = round(n / dt)
+        dtp, pn = best_of(lambda: python_binance(lines), 3)
+        peers["python_json"] = {"binance_messages_per_s": round(pn / dtp)}
+        ratios["binance_vs_python_json_messages_per_s"] = _common.ratio(
+            metrics["binance_messages_per_s"], peers["python_json"]["binance_messages_per_s"], True)
+        rows.append(("Binance capture + L2 book", {"ours msgs/s": metrics["binance_messages_per_s"],
+                                                   "peer msgs/s": peers["python_json"]["binance_messages_per_s"]}))
+    else:
+        notes["binance"] = f"skipped: {bpath} not here"
+    _common.table("feed handlers, one core (best of runs)", ["ours msgs/s", "peer msgs/s"], rows)
+    _common.save("feeds", metrics, peers, ratios, notes or None)
+
+
+if __name__ == "__main__":
+    main()
