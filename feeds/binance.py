@@ -194,6 +194,7 @@ class BinanceFile:
     def __init__(self, u, path, params):
         import orjson  # noqa: F401 (fail early, with the import error, if missing)
         self.uri, self.path = u, path
+        files.check_readable(path)
         p = U.take(u, params, {"size_unit": (float, 1e-5), "on_error": (U.on_error, "stop")})
         div = p["size_unit"] * QTY_SCALE
         if p["size_unit"] <= 0 or abs(div - round(div)) > 1e-9 or round(div) < 1:

@@ -294,6 +294,7 @@ class DbnFile:
 
     def __init__(self, u, path, params):
         self.uri, self.path = u, path
+        files.check_readable(path)
         p = U.take(u, params, {"symbols": (U.symbols, ()), "on_error": (U.on_error, "stop")})
         self.symbols = p["symbols"]
         self.cfg = np.array([1 if p["on_error"] == "stop" else 0, 0 if self.symbols else 1], np.int64)

@@ -9,6 +9,15 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
+def check_readable(path):
+    """Fail now, with the file's name, rather than in a feed process later."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise FeedError(f"{path}: {e.strerror}") from None
+
+
 def _open(path):
     try:
         f = open(path, "rb")

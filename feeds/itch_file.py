@@ -31,6 +31,7 @@ class ItchFile:
 
     def __init__(self, u, path, params):
         self.uri, self.path = u, path
+        files.check_readable(path)
         p = itch_params(u, params)
         self.books = ItchBooks(p["symbols"], strict=p["on_error"] == "stop", day_ns=p["day_ns"])
         self.bytes_read = 0

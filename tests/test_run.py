@@ -153,7 +153,8 @@ def test_second_engine_on_the_same_rings_is_refused(default_model, shm_name, tmp
 @pytest.mark.parametrize("args,needle", [
     (["--core", "4096"], "--core 4096 is not available"),
     (["--feed", "synthetic://?instrumentz=3"], "unknown parameter 'instrumentz'"),
-    (["--feed", "itch:/nonexistent"], "unknown source"),
+    (["--feed", "itch:/nonexistent"], "/nonexistent: No such file or directory"),
+    (["--feed", "nope://x"], "unknown source scheme 'nope'"),
     (["--model", "/nonexistent-model"], "not a model artifact"),
     (["--enter-long", "0.4"], "thresholds must satisfy"),
     (["--ring", "no-such-ring-anywhere"], "no ring at /dev/shm/no-such-ring-anywhere"),
