@@ -88,7 +88,12 @@ def cmd_feed(a):
 
 def cmd_convert(a):
     from feeds.convert import convert
-    res = convert(a.source, a.out, progress=not a.quiet)
+
+    def wire(src):  # a live source (MoldUDP64) ends on SIGINT/SIGTERM with its file complete
+        if src.live:
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, lambda *_: src.stop())
+    res = convert(a.source, a.out, progress=not a.quiet, on_source=wire)
     if a.json:
         print(json.dumps(res))
     else:
@@ -106,7 +111,7 @@ def cmd_mold_serve(a):
         signal.signal(s, lambda *_: stop.set())
     srv = Server(a.source, hostport(a.dest), session=a.session.encode(),
                  rerequest=hostport(a.rerequest) if a.rerequest else None, rate=a.rate,
-                 drop=a.drop, drop_every=a.drop_every, linger=a.linger)
+                 drop=a.drop, drop_every=a.drop_every, linger=a.linger, iface=a.iface)
     res = srv.run(stop.is_set)
     if a.json:
         print(json.dumps(res))
@@ -266,7 +271,8 @@ def build_parser():
                         description="Read SOURCE to its end and write its ticks: .parquet or .csv (one column "
                                     "per tick field, prices int64 at 1e-9, sizes as in the record, seq from 0), "
                                     ".itch / .itch.gz (ITCH 5.0 messages through the ITCH writer). The output "
-                                    "appears only when complete. " + SOURCES_HELP,
+                                    "appears only when complete; a live source (moldudp64://) runs until its "
+                                    "session ends or SIGINT, then its file is completed. " + SOURCES_HELP,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     cv.add_argument("source")
     cv.add_argument("--out", required=True, help="output file: .parquet, .csv, .itch or .itch.gz")
@@ -289,6 +295,7 @@ def build_parser():
     ms_.add_argument("--drop", type=_int_list, default=(), help="data packets to drop, by number from 0 (e.g. 3,17)")
     ms_.add_argument("--drop-every", type=int, default=0, help="drop every Nth data packet")
     ms_.add_argument("--linger", type=_nonneg_float, default=1.0, help="seconds to keep answering re-requests after the end (default 1)")
+    ms_.add_argument("--iface", default=None, help="local interface address to send multicast from (e.g. 127.0.0.1)")
     ms_.add_argument("--json", action="store_true", help="print a summary object")
     ms_.set_defaults(fn=cmd_mold_serve)
 

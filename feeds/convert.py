@@ -87,12 +87,14 @@ class _Itch:
         return f"read it back as itch:FILE?date={self.day}" if self.writer else None
 
 
-def convert(uri, out, progress=True):
-    """Convert; returns a summary dict. Raises FeedError on bad input (no output left behind)."""
+def convert(uri, out, progress=True, on_source=None):
+    """Convert; returns a summary dict. Raises FeedError on bad input (no output left behind).
+    A live source runs until it ends (MoldUDP64 end of session, idle_s) or its stop() is called
+    (on_source(src) gets it first, e.g. to wire SIGINT): then the file is completed, not dropped."""
     fmt = out_format(out)
     src = open_source(uri)
-    if src.live:
-        raise FeedError(f"{uri}: a live source has no end; record it instead")
+    if on_source:
+        on_source(src)
     tmp = f"{out}.tmp-{os.getpid()}"
     sink = (_Itch if fmt.startswith(".itch") else _Tabular)(tmp, fmt, src)
     n = 0

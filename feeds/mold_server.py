@@ -68,7 +68,7 @@ def itch_stream(uri):
 
 class Server:
     def __init__(self, uri, dest, session=b"ENGINE0001", rerequest=None, rate=100_000.0, drop=(),
-                 drop_every=0, linger=1.0, quiet=False):
+                 drop_every=0, linger=1.0, quiet=False, iface=None):
         self.data, self.offs = itch_stream(uri)
         self.session = session.ljust(10)[:10]
         self.dest = dest
@@ -80,6 +80,8 @@ class Server:
         if is_multicast(dest[0]):
             self.tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
             self.tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+            if iface:
+                self.tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface))
         self.rr = None
         if rerequest:
             self.rr = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -110,3 +110,34 @@ def test_hostile_datagrams_are_counted_and_dropped():
     assert st["bad_packets"] == len(hostile)
     assert st["messages"] == 1 and st["gaps"] == 0 and n == 0
     src.sock.close()
+
+
+def test_multicast_group_into_engine_convert(tmp_path):
+    """A multicast session on loopback, received by `engine convert` (a live source: it ends with
+    the session and writes its file whole)."""
+    import time
+    import pyarrow.parquet as pq
+    from tests.helpers.feedutil import read_all
+    port = free_port()
+    out = tmp_path / "mc.parquet"
+    conv = subprocess.Popen(engine_cmd("convert", f"moldudp64://239.7.7.7:{port}?iface=127.0.0.1&idle_s=60&start=1"
+                                       "&date=2023-11-14", "--out", str(out), "--quiet"),
+                            cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120  # the receiver has bound (and joined) before the session starts
+    while not any(f":{port:04X} " in ln for ln in open("/proc/net/udp")):
+        assert conv.poll() is None and time.monotonic() < deadline, conv.stderr.read() if conv.poll() is not None else "no bind"
+        time.sleep(0.05)
+    srv = subprocess.run(
+        engine_cmd("moldudp64", "serve", SYN, "--dest", f"239.7.7.7:{port}", "--iface", "127.0.0.1", "--linger", "0.6",
+                   "--rate", "50000"), cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=120)
+    assert srv.returncode == 0, srv.stderr
+    _, err = conv.communicate(timeout=60)
+    assert conv.returncode == 0, err
+    f = tmp_path / "same.itch"
+    from tests.helpers.feedutil import cli
+    assert cli("convert", SYN, "--out", str(f), "--quiet").returncode == 0
+    ref, _ = read_all(f"itch:{f}?date=2023-11-14")
+    t = pq.read_table(out)
+    assert t.num_rows == len(ref)
+    for k in FIELDS:
+        assert t.column(k).to_numpy().tolist() == ref[k].tolist(), k
