@@ -6,7 +6,7 @@ from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SEL
 from feeds.uri import FeedError
 
 from tests.conftest import SHARED_DATA
-from tests.helpers.feedutil import cli, one_line_error, read_all
+from tests.helpers.feedutil import check_book_consistent, cli, one_line_error, read_all
 
 dbn = pytest.importorskip("databento_dbn")
 A, S = dbn.Action, dbn.Side
@@ -70,6 +70,14 @@ def test_mbo_events_make_the_book_and_the_ticks(tmp_path, zstd):
     st = src.stats()
     assert st["unknown_order"] == 1 and st["clears"] == 1 and st["skipped_rtypes"] == 1
     assert src.instruments == ["42", "77"]
+
+
+def test_mbp10_records_use_their_top_level(tmp_path):
+    lv = [dbn.BidAskPair((100 - i) * PX, (101 + i) * PX, 7 + i, 9 + i, 1, 1) for i in range(10)]
+    data = meta(dbn.Schema.MBP_10) + bytes(dbn.MBP10Msg(1, 5, 10, 100 * PX, 7, A.ADD, S.BID, depth=0, ts_recv=11,
+                                                          flags=LAST, levels=lv))
+    a, _ = read_all("dbn:" + write(tmp_path, data))
+    assert rows(a) == [(KIND_QUOTE, 0, 0, 0, 0, 100 * PX, 7, 101 * PX, 9)]
 
 
 def test_mbp1_and_trades_records(tmp_path):
@@ -136,6 +144,7 @@ def test_real_cme_file_rebuilds_without_inconsistency():
     for k in ("unknown_order", "duplicate_order", "negative_level", "bad_length", "bad_side", "bad_action"):
         assert st[k] == 0, k
     assert st["records"] > 60_000 and st["quotes"] > 20_000
+    check_book_consistent(src.ladders, src.orders)  # levels == the orders resting on them
     # crossed only in the pre-open (before the opening trade), never once trading runs
     trades = np.nonzero(a["kind"] == KIND_TRADE)[0]
     q = (a["kind"] == KIND_QUOTE) & (a["bid_px"] > 0) & (a["ask_px"] > 0)

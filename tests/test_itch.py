@@ -9,7 +9,7 @@ from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
 from feeds.itch_writer import directory, message, preamble
 from feeds.uri import FeedError
 
-from tests.helpers.feedutil import cli, one_line_error, read_all
+from tests.helpers.feedutil import check_book_consistent, cli, one_line_error, read_all
 
 P = 10**5  # ITCH price units (1e-4) in ticks' 1e-9
 
@@ -41,6 +41,7 @@ def test_round_trip_through_the_writer(tmp_path):
     got, src = read_all(f"itch:{out}?date={date}")
     st = src.stats()
     assert st["unknown_order"] == st["duplicate_order"] == st["crossed_quotes"] == st["bad_length"] == 0
+    check_book_consistent(src.books.ladders, src.books.orders)
     assert src.instruments == ["SYN0000", "SYN0001", "SYN0002"]
     ts, gt = sim[sim["kind"] == KIND_TRADE], got[got["kind"] == KIND_TRADE]
     assert len(ts) > 5000
@@ -111,6 +112,7 @@ def test_every_message_the_book_needs(tmp_path):
     ]
     bids = src.books.depth(0, 0)
     assert list(bids[0]) == [] and list(src.books.depth(0, 1)[1]) == [140]
+    check_book_consistent(src.books.ladders, src.books.orders)
 
 
 def test_bad_length_stops_by_default_and_is_skipped_on_request(tmp_path):

@@ -29,3 +29,26 @@ def one_line_error(res):
     assert len(lines) == 1 and lines[0].startswith("engine: error: "), res.stderr
     assert "Traceback" not in res.stderr
     return lines[0]
+
+
+def check_book_consistent(ladders, orders):
+    """Every price level's quantity and order count equal the sum over the live orders resting
+    there, every quantity is positive, and no order rests on a level that is missing."""
+    from collections import defaultdict
+
+    from feeds import book
+    live = orders.keys != book.EMPTY_KEY
+    assert live.sum() == orders.count[0]
+    agg = defaultdict(lambda: [0, 0])
+    for bk, px, q in orders.vals[live]:
+        assert q > 0, "an order with no quantity left is still in the table"
+        a = agg[(int(bk), int(px))]
+        a[0] += int(q)
+        a[1] += 1
+    seen = {}
+    for bk in np.nonzero(ladders.meta[:, book.M_LEN])[0]:
+        px, qty, cnt = ladders.side(int(bk))
+        assert (qty > 0).all() and (cnt > 0).all()
+        for p, q, c in zip(px.tolist(), qty.tolist(), cnt.tolist()):
+            seen[(int(bk), p)] = [q, c]
+    assert seen == dict(agg)
