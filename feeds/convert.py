@@ -58,9 +58,9 @@ class _Tabular:
         return meta
 
 
-class _Itch:
-    def __init__(self, path, fmt, source):
-        self.f = gzip.open(path, "wb") if fmt == ".itch.gz" else open(path, "wb")
+class ItchSink:
+    def __init__(self, path, fmt, source, fileobj=None):
+        self.f = fileobj or (gzip.open(path, "wb") if fmt == ".itch.gz" else open(path, "wb"))
         self.source = source
         self.writer = None
         self.last_ts = 0
@@ -80,9 +80,12 @@ class _Itch:
             self.f.write(b)
         self.last_ts = int(ticks[-1, 1])
 
-    def close(self):
+    def finish(self):
         if self.writer is not None:
             self.f.write(self.writer.finish(self.last_ts))
+
+    def close(self):
+        self.finish()
         self.f.close()
         return f"read it back as itch:FILE?date={self.day}" if self.writer else None
 
@@ -96,7 +99,7 @@ def convert(uri, out, progress=True, on_source=None):
     if on_source:
         on_source(src)
     tmp = f"{out}.tmp-{os.getpid()}"
-    sink = (_Itch if fmt.startswith(".itch") else _Tabular)(tmp, fmt, src)
+    sink = (ItchSink if fmt.startswith(".itch") else _Tabular)(tmp, fmt, src)
     n = 0
     t0 = last = time.monotonic()
     try:

@@ -102,6 +102,21 @@ def _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, from_book):
 
 
 @njit(nogil=True, cache=True)
+def _hold_trade(L, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, from_book):
+    """Hold a trade until its event ends (flushing the held ones first if the buffer is full)."""
+    if npend[0] == PENDING:
+        n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, from_book)
+    j = npend[0]
+    pend[j, 0] = inst
+    pend[j, 1] = price
+    pend[j, 2] = size
+    pend[j, 3] = _side(sidec)
+    pend[j, 4] = ts
+    npend[0] = j + 1
+    return n
+
+
+@njit(nogil=True, cache=True)
 def _clear(L, O, inst):
     """Action R: drop every order and level of one instrument."""
     keys, vals = O[0], O[1]
@@ -206,15 +221,7 @@ def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, stats, err, need, 
                 _clear(L, O, inst)
                 stats[S_CLEARS] += 1
             elif action == 84:  # 'T' trade: held until the event's end
-                if npend[0] == PENDING:
-                    n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, True)
-                j = npend[0]
-                pend[j, 0] = inst
-                pend[j, 1] = price
-                pend[j, 2] = size
-                pend[j, 3] = _side(sidec)
-                pend[j, 4] = ts
-                npend[0] = j + 1
+                n = _hold_trade(L, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, True)
             elif action != 70 and action != 78:  # 'F' fill, 'N' none: no book change
                 stats[S_BAD_ACTION] += 1
             if flags & F_LAST:
@@ -242,15 +249,7 @@ def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, stats, err, need, 
                     top[inst, 3] = aq
                     top[inst, 4] = 1  # changed since the last quote tick
             if action == 84:
-                if npend[0] == PENDING:
-                    n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, False)
-                j = npend[0]
-                pend[j, 0] = inst
-                pend[j, 1] = price
-                pend[j, 2] = size
-                pend[j, 3] = _side(sidec)
-                pend[j, 4] = ts
-                npend[0] = j + 1
+                n = _hold_trade(L, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, False)
             if flags & F_LAST or rt == RT_MBP0:
                 n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, False)
         stats[S_RECORDS] += 1

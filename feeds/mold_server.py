@@ -40,20 +40,16 @@ def itch_stream(uri):
     if scheme == "itch":
         data = b"".join(files.chunks(target))
     elif scheme == "synthetic":
-        from .convert import _Itch  # the same writer `engine convert` uses
+        import io
+        from .convert import ItchSink  # the same writer `engine convert` uses
         from .sources import Synthetic
         src = Synthetic(uri)
         if not src.params.count:
             raise FeedError(f"{uri}: give count= (the stream is sent whole)")
-        import io
-
-        class _Mem(_Itch):
-            def __init__(self):
-                self.f, self.source, self.writer, self.last_ts = io.BytesIO(), src, None, 0
-        sink = _Mem()
+        sink = ItchSink(None, ".itch", src, fileobj=io.BytesIO())
         for t in src.batches():
             sink.write(t, 0)
-        sink.f.write(sink.writer.finish(sink.last_ts))
+        sink.finish()
         data = sink.f.getvalue()
         print(f"[moldudp64] receivers read it as ...?date={sink.day}", file=sys.stderr, flush=True)
     else:

@@ -7,7 +7,7 @@ number ticks in file order.
 import numpy as np
 from numba import njit
 
-from engine.records import KIND_GAP, KIND_QUOTE, KIND_STATUS, KIND_TRADE, pack_tick_tail
+from engine.records import KIND_GAP, KIND_QUOTE, pack_tick_tail
 
 from . import book
 
@@ -79,17 +79,4 @@ def emit_gap(out, n, ts_event, ts_recv, lost):
     w[4] = 0
     w[5] = 0
     pack_tick_tail(w, 0, 0, 0, 0, KIND_GAP, 0)
-    return n + 1
-
-
-@njit(nogil=True, cache=True)
-def emit_status(out, n, ts_event, ts_recv, inst, code):
-    w = out[n]
-    w[0] = 0
-    w[1] = ts_event
-    w[2] = ts_recv
-    w[3] = code
-    w[4] = 0
-    w[5] = 0
-    pack_tick_tail(w, 0, 0, 0, inst, KIND_STATUS, 0)
     return n + 1
