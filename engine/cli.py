@@ -48,7 +48,7 @@ def cmd_run(a):
                     instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, ring=a.ring, name=a.name,
                     signals_out=a.signals_out, thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short),
                     ring_capacity=a.ring_capacity, keep_rings=a.keep_rings, warm_every=a.warm_every,
-                    backend=a.backend)
+                    backend=a.backend, speed=0.0 if a.max else a.speed)
     stop, reload = threading.Event(), threading.Event()
 
     def on_signal(signum, frame):
@@ -235,8 +235,11 @@ def build_parser():
                    help="attach to an existing tick ring (e.g. one `engine feed` writes) instead of spawning a feed; "
                         "reading starts at its newest tick")
     r.add_argument("--name", default="engine", help="instance name: rings are /dev/shm/NAME.{ticks,signals,ctl}")
+    r.add_argument("--speed", type=_positive_float, default=1.0,
+                   help="file feeds: replay at the recorded pace times X (default 1); the run ends when the file is played")
+    r.add_argument("--max", action="store_true", help="file feeds: publish as fast as possible")
     r.add_argument("--signals-out", default=None,
-                   help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig)")
+                   help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig); a .parquet name also gets a table, one row per signal, written at the end")
     r.add_argument("--enter-long", type=float, default=0.65, help="go long when score >= this (default 0.65)")
     r.add_argument("--exit-long", type=float, default=0.55, help="leave long when score < this (default 0.55)")
     r.add_argument("--enter-short", type=float, default=0.35, help="go short when score <= this (default 0.35)")

@@ -53,6 +53,7 @@ class RunConfig:
     keep_rings: bool = False
     warm_every: int = strategy.WARM_EVERY_POLLS
     backend: str = "auto"
+    speed: float = 1.0  # file feeds: recorded pace times this; 0 = as fast as possible
 
 
 @dataclass
@@ -130,6 +131,7 @@ def _spawn_feed(cfg, ring_name):
            "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent"]
     if cfg.feed is None or "rate=" not in cfg.feed:
         cmd += ["--rate", f"{cfg.rate:g}"]
+    cmd += ["--max"] if cfg.speed == 0 else ["--speed", f"{cfg.speed:g}"]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(__file__)),
                                                       env.get("PYTHONPATH")]))
@@ -257,15 +259,20 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         src = open_source(_feed_uri(cfg))  # a bad URI fails here, before anything is created
         ring_name = f"{cfg.name}.ticks"
         n_inst = src.params.instruments if isinstance(src, Synthetic) else MAX_INSTRUMENTS
+        # a source with an end (a file, a counted simulation) ends the run once it is played
+        finite = not src.live and (not isinstance(src, Synthetic) or src.params.count > 0)
         if hasattr(src, "sock"):
             src.sock.close()  # the feed process listens, not us
+    if cfg.ring:
+        finite = False
     own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
     for suffix in own:  # refuse a live owner (engine first) before creating anything
         shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
     notes = []
     pred, model_dir = load_model(cfg)
     loaded = [pred]
-    cfg_arr = strategy.make_cfg(*cfg.thresholds, warm_every=cfg.warm_every, sigmoid=uses_sigmoid(pred))
+    cfg_arr = strategy.make_cfg(*cfg.thresholds, warm_every=cfg.warm_every, sigmoid=uses_sigmoid(pred),
+                                exit_on_eof=finite)
     t0 = time.monotonic()
     compile_loop()
     log(f"strategy loop compiled in {time.monotonic() - t0:.2f} s")
@@ -289,6 +296,9 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
     pos = np.zeros(n_inst, np.int8)
     drain_buf = np.zeros((4096, 8), np.int64)
     sig_path = cfg.signals_out or default_signals_path(cfg.name)
+    parquet_out = None
+    if sig_path.endswith(".parquet"):  # the raw log goes next to it; the table is written at the end
+        parquet_out, sig_path = sig_path, sig_path[:-len(".parquet")] + ".sig"
 
     # 2. resources: everything created from here on is removed in the finally block
     created = []
@@ -378,6 +388,10 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         rt.munlockall()
     if thread.error:
         raise thread.error
+    if parquet_out:
+        from .signal_log import read_signals, write_signals_parquet
+        write_signals_parquet(parquet_out, read_signals(sig_path))
+        sig_path = parquet_out
     if thread.exit_state == C.LOOP_LEASE_EXPIRED:
         raise RuntimeError(f"the strategy loop stopped itself: the control thread did not renew its lease "
                            f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")

@@ -53,3 +53,32 @@ def read_signals(path):
         raise SignalLogError(f"{path}: not an engine signal file")
     body = raw[64: 64 + (len(raw) - 64) // 64 * 64]
     return body.view(SIGNAL_DTYPE)
+
+
+SIGNAL_COLUMNS = ("seq", "tick_seq", "instrument", "ts_event", "ts_recv", "ts_signal", "mid_px", "score", "margin",
+                  "side", "prev_side", "model_gen")
+
+
+def signals_table(sigs, extra=None):
+    """Signal records (SIGNAL_DTYPE) as a pyarrow table: one row per signal, prices int64 at
+    1e-9, score and margin float32 exactly as the model gave them. `extra`: more columns."""
+    import pyarrow as pa
+    cols = {c: sigs[c] for c in SIGNAL_COLUMNS}
+    cols.update(extra or {})
+    return pa.table(cols)
+
+
+def write_signals_parquet(path, sigs, extra=None, metadata=None):
+    """Write atomically (a temporary file renamed into place)."""
+    import pyarrow.parquet as pq
+    t = signals_table(sigs, extra)
+    if metadata:
+        t = t.replace_schema_metadata({k.encode(): str(v).encode() for k, v in metadata.items()})
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        pq.write_table(t, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -6,8 +6,8 @@ signal -> record five latencies. No Python object, allocation, lock, log line or
 call per tick (clock reads go through the vDSO). Every 1024 iterations it does
 housekeeping: control command, lease, heartbeat, counters, model swap, end of stream.
 
-The same function drives live runs (a ring) and, later, backtests over mapped files,
-so what trades is what was tested.
+The per-tick steps (features_step, decide_step) are shared with the backtest loop
+(replay/backtest.py), so what trades is what was tested.
 """
 import math
 
@@ -86,6 +86,38 @@ def _adopt_model(ctl, gen):
     return g, addr
 
 
+@njit(nogil=True, inline="always", cache=True)
+def features_step(fstate, tick, row):
+    """Fold a tick into its instrument's features; returns the instrument when it is warm and
+    its row is filled (ready to score), else -1. Live loop and backtest share it."""
+    inst = features.update(fstate, tick)
+    if inst < 0 or not features.warm(fstate, inst):
+        return -1
+    features.fill_row(fstate, inst, tick[1], row)
+    return inst
+
+
+@njit(nogil=True, inline="always", cache=True)
+def decide_step(fstate, inst, tick, out, pos, cfg, use_sigmoid, sig, signals, gen):
+    """Score -> position with hysteresis; when it changes, fill the signal record `sig` (all
+    but word 4, the emit time) and return True. Live loop and backtest share it."""
+    margin = out[0]
+    score = sigmoid32(margin) if use_sigmoid else margin
+    prev = pos[inst]
+    new = decide(prev, score, cfg)
+    if new == prev:
+        return False
+    pos[inst] = new
+    sig[0] = signals
+    sig[1] = tick[0]
+    sig[2] = tick[1]
+    sig[3] = tick[2]
+    sig[5] = np.int64((fstate[inst, features.S_BID] + fstate[inst, features.S_ASK]) // 2)
+    sig[6] = f32_bits(score) | (f32_bits(margin) << 32)
+    sig[7] = inst | ((new & 0xFF) << 16) | ((prev & 0xFF) << 24) | ((gen & 0xFFFFFFFF) << 32)
+    return True
+
+
 @njit(nogil=True, cache=True)
 def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist,
              fstate, row, out, tick, sig, pos, cfg):
@@ -137,10 +169,9 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             continue
         ticks += 1
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
-        inst = features.update(fstate, tick)
-        if inst < 0 or not features.warm(fstate, inst):
+        inst = features_step(fstate, tick, row)
+        if inst < 0:
             continue
-        features.fill_row(fstate, inst, tick[1], row)
         gen, addr = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
         if addr:
             model = addr
@@ -148,19 +179,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         call_predict(model, row, out)
         t_model = monotonic_ns()
         scored += 1
-        margin = out[0]
-        score = sigmoid32(margin) if use_sigmoid else margin
-        prev = pos[inst]
-        new = decide(prev, score, cfg)
-        if new != prev:
-            pos[inst] = new
-            sig[0] = signals
-            sig[1] = tick[0]
-            sig[2] = tick[1]
-            sig[3] = tick[2]
-            sig[5] = np.int64((fstate[inst, features.S_BID] + fstate[inst, features.S_ASK]) // 2)
-            sig[6] = f32_bits(score) | (f32_bits(margin) << 32)
-            sig[7] = inst | ((new & 0xFF) << 16) | ((prev & 0xFF) << 24) | ((gen & 0xFFFFFFFF) << 32)
+        if decide_step(fstate, inst, tick, out, pos, cfg, use_sigmoid, sig, signals, gen):
             sig[4] = monotonic_ns()
             sigring.push(shdr, sdata, smask, spstate, sig)
             signals += 1

@@ -13,7 +13,7 @@ from engine.records import TICK_DTYPE
 from .sources import open_source
 from .uri import FeedError
 
-FORMATS = (".parquet", ".csv", ".itch", ".itch.gz")
+FORMATS = (".parquet", ".csv", ".itch", ".itch.gz", ".ticks")
 COLUMNS = ("seq", "ts_event", "ts_recv", "instrument", "kind", "side", "price", "size",
            "bid_px", "bid_sz", "ask_px", "ask_sz")
 
@@ -58,6 +58,22 @@ class _Tabular:
         return meta
 
 
+class TicksSink:
+    """An engine tick file (engine/tickfile.py): seq renumbered, the source's instrument table."""
+
+    def __init__(self, path, fmt, source):
+        from engine.tickfile import TickFileWriter
+        self.source = source
+        self.w = TickFileWriter(path, source.instruments, source.uri)
+
+    def write(self, ticks, seq0):
+        self.w.append(ticks)
+
+    def close(self):
+        self.w.set_instruments(self.source.instruments)
+        self.w.close()
+
+
 class ItchSink:
     def __init__(self, path, fmt, source, fileobj=None):
         self.f = fileobj or (gzip.open(path, "wb") if fmt == ".itch.gz" else open(path, "wb"))
@@ -99,7 +115,7 @@ def convert(uri, out, progress=True, on_source=None):
     if on_source:
         on_source(src)
     tmp = f"{out}.tmp-{os.getpid()}"
-    sink = (ItchSink if fmt.startswith(".itch") else _Tabular)(tmp, fmt, src)
+    sink = (ItchSink if fmt.startswith(".itch") else TicksSink if fmt == ".ticks" else _Tabular)(tmp, fmt, src)
     n = 0
     t0 = last = time.monotonic()
     try:

@@ -5,7 +5,35 @@ import numpy as np
 
 from .uri import FeedError, split
 
-SCHEMES = ("synthetic", "itch", "moldudp64", "dbn", "binance")
+SCHEMES = ("synthetic", "itch", "moldudp64", "dbn", "binance", "tickfile")
+
+
+class TickFileSource:
+    """`tickfile:FILE` — an engine tick file (engine convert ... --out X.ticks, engine record).
+    Batches are copies (publishing stamps ts_recv); backtests map the file directly."""
+    live = False
+
+    def __init__(self, u, path, params):
+        from engine.tickfile import TickFile, TickFileError
+        from .uri import take
+        take(u, params, {})
+        self.uri = u
+        try:
+            self.file = TickFile(path)
+        except TickFileError as e:
+            raise FeedError(str(e)) from None
+        self.instruments = self.file.instruments
+        self.read = 0
+
+    def stats(self):
+        return {"records": len(self.file), "complete": int(self.file.complete)}
+
+    def batches(self, batch=8192):
+        w = self.file.words
+        for i in range(0, len(w), batch):
+            out = w[i:i + batch].copy()
+            self.read += len(out)
+            yield out
 
 
 class Synthetic:
@@ -41,7 +69,7 @@ def open_source(u):
             return Synthetic(u)
         except ValueError as e:
             raise FeedError(str(e)) from None
-    if scheme in ("itch", "dbn", "binance") and not target:
+    if scheme in ("itch", "dbn", "binance", "tickfile") and not target:
         raise FeedError(f"{u}: no file named (e.g. {scheme}:PATH)")
     if scheme == "itch":
         from .itch_file import ItchFile
@@ -55,4 +83,6 @@ def open_source(u):
     if scheme == "binance":
         from .binance import BinanceFile
         return BinanceFile(u, target, params)
+    if scheme == "tickfile":
+        return TickFileSource(u, target, params)
     raise FeedError(f"unknown source scheme {scheme!r} in {u!r} (known: {', '.join(SCHEMES)})")
