@@ -118,6 +118,33 @@ def cmd_mold_serve(a):
     return 0
 
 
+def cmd_backtest(a):
+    from replay.runner import Params, backtest
+    hz = tuple(int(x) for x in a.horizons_ms.split(",") if x.strip())
+    if not hz or min(hz) <= 0:
+        raise ValueError(f"--horizons-ms needs positive milliseconds, got {a.horizons_ms!r}")
+    if a.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {a.workers}")
+    p = Params(model=a.model or _default_model(), backend=a.backend,
+               thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short), horizons_ms=hz,
+               latency_ns=int(a.latency_us * 1000), fee_bps=a.fee_bps)
+    summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
+    if a.json:
+        print(json.dumps(summary, default=str))
+    else:
+        keys = ["files", "ticks", "signals"] + [k for k in summary if k.startswith("hit_rate")] + \
+            ["ic", "pnl", "sharpe", "max_drawdown", "turnover_units", "loop_ticks_per_s"]
+        for k in keys:
+            print(f"  {k:<20} {summary.get(k)}")
+        print(f"  report: {os.path.join(a.out, 'report.md')}")
+    return 0
+
+
+def _default_model():
+    from models.default import default_model_dir
+    return str(default_model_dir())
+
+
 def _int_list(s):
     try:
         return tuple(int(x) for x in s.split(",") if x.strip())
@@ -301,6 +328,30 @@ def build_parser():
     ms_.add_argument("--iface", default=None, help="local interface address to send multicast from (e.g. 127.0.0.1)")
     ms_.add_argument("--json", action="store_true", help="print a summary object")
     ms_.set_defaults(fn=cmd_mold_serve)
+
+    bt = sub.add_parser("backtest", help="run the strategy over tick files and report what its signals were worth",
+                        description="Run the live strategy's own per-tick code (features, model, decision) over "
+                                    "memory-mapped tick files (engine convert ... --out X.ticks, engine record), "
+                                    "deterministically, and write OUT/signals.parquet (one row per signal) and "
+                                    "OUT/report.{md,json} with pnl.png, latency.png, scores.png. Several files run "
+                                    "in parallel on Dask with --workers.")
+    bt.add_argument("files", nargs="+", metavar="FILE.ticks")
+    bt.add_argument("--model", default=None, help="model artifact directory (default: the default model)")
+    bt.add_argument("--out", required=True, help="output directory")
+    bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end (all are bit-exact)")
+    bt.add_argument("--workers", type=int, default=1, help="files in parallel on a Dask LocalCluster of N processes")
+    bt.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
+    bt.add_argument("--latency-us", type=_nonneg_float, default=0.0,
+                    help="the taker strategy acts on the first tick this long after a signal (default 0)")
+    bt.add_argument("--fee-bps", type=_nonneg_float, default=0.0, help="taker fee, basis points of notional (default 0)")
+    bt.add_argument("--horizons-ms", default="100,1000,10000", help="hit-rate horizons, ms (default 100,1000,10000)")
+    bt.add_argument("--enter-long", type=float, default=0.65)
+    bt.add_argument("--exit-long", type=float, default=0.55)
+    bt.add_argument("--enter-short", type=float, default=0.35)
+    bt.add_argument("--exit-short", type=float, default=0.45)
+    bt.add_argument("--quiet", action="store_true", help="no progress lines")
+    bt.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    bt.set_defaults(fn=cmd_backtest)
 
     g = sub.add_parser("ring", help="ring tools")
     gs = g.add_subparsers(dest="ring_cmd", required=True, metavar="SUBCOMMAND")

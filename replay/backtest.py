@@ -93,3 +93,13 @@ def run_file(path, pred, cfg):
     notes = [] if tf.complete else [f"{path}: incomplete (still being written?): read {len(words)} records"]
     res = FileResult(str(path), tf.instruments, len(words), scored, signals, margins, hist, notes)
     return res
+
+
+def warm_up(pred, cfg):
+    """Compile (or load from cache) and run the loop once on a scratch tick, so a timed run times
+    the loop and not the JIT."""
+    w = np.zeros((1, 8), np.int64)
+    w.flags.writeable = False  # mapped files are read-only: numba compiles that type separately
+    backtest_loop(w, 0, features.new_state(1), np.zeros(features.NUM_FEATURES, np.float32), np.zeros(1, np.float32),
+                  pred.addr, np.zeros(1, np.int8), cfg, np.zeros((1, 8), np.int64), 0, 0,
+                  np.zeros(1, np.float32), latency.new_counts())
