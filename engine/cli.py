@@ -140,6 +140,27 @@ def cmd_backtest(a):
     return 0
 
 
+def cmd_record(a):
+    from replay.record import record
+    res = record(a.ring, a.out, start="oldest" if a.from_oldest else "now", core=a.core, duration=a.duration,
+                 wait=a.wait)
+    if a.json:
+        print(json.dumps(res))
+    return 0
+
+
+def cmd_replay(a):
+    from feeds.process import run_feed
+    from feeds.sources import TickFilesSource
+    from .rt import die_with_parent
+    if a.die_with_parent:
+        die_with_parent(signal.SIGTERM)
+    src = TickFilesSource(a.files)
+    run_feed(src.uri, a.ring, speed=0.0 if a.max else a.speed, capacity=a.capacity,
+             wait_consumers=a.wait_consumers, keep=a.keep, source=src)
+    return 0
+
+
 def _default_model():
     from models.default import default_model_dir
     return str(default_model_dir())
@@ -329,6 +350,34 @@ def build_parser():
     ms_.add_argument("--json", action="store_true", help="print a summary object")
     ms_.set_defaults(fn=cmd_mold_serve)
 
+    rc = sub.add_parser("record", help="record a live tick ring into a tick file",
+                        description="Consume ring NAME like any other reader (never slowing its producer; gaps are "
+                                    "recorded with their exact counts) and write FILE.ticks until SIGINT/SIGTERM, "
+                                    "--duration, or the producer's end of stream. The file is always left complete. "
+                                    "Run it off the strategy core (--core pins it).")
+    rc.add_argument("--ring", required=True, help="ring name in /dev/shm or a path")
+    rc.add_argument("--out", required=True, help="tick file to write (.ticks)")
+    rc.add_argument("--from-oldest", action="store_true", help="start at the oldest tick still in the ring (default: now)")
+    rc.add_argument("--core", type=int, default=None, help="pin the recorder to this core")
+    rc.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
+    rc.add_argument("--wait", type=_nonneg_float, default=0.0, help="wait up to this many seconds for the ring to appear")
+    rc.add_argument("--json", action="store_true", help="print a summary object at the end")
+    rc.set_defaults(fn=cmd_record)
+
+    rp = sub.add_parser("replay", help="play tick files into a ring",
+                        description="Publish FILE.ticks (one after another; instruments matched by name) into a "
+                                    "tick ring at the recorded pace times --speed, or flat out with --max, for "
+                                    "end-to-end runs: `engine run --ring NAME` reads it.")
+    rp.add_argument("files", nargs="+", metavar="FILE.ticks")
+    rp.add_argument("--ring", default="engine.ticks", help="ring name (default engine.ticks)")
+    rp.add_argument("--speed", type=_positive_float, default=1.0, help="recorded pace times X (default 1)")
+    rp.add_argument("--max", action="store_true", help="as fast as possible")
+    rp.add_argument("--capacity", type=_pow2, default=1 << 18, help="ring slots (power of two)")
+    rp.add_argument("--wait-consumers", type=int, default=0, help="hold ticks until this many consumers attach")
+    rp.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
+    rp.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
+    rp.set_defaults(fn=cmd_replay)
+
     bt = sub.add_parser("backtest", help="run the strategy over tick files and report what its signals were worth",
                         description="Run the live strategy's own per-tick code (features, model, decision) over "
                                     "memory-mapped tick files (engine convert ... --out X.ticks, engine record), "
@@ -428,7 +477,7 @@ def main(argv=None):
     except (ValueError, RuntimeError, OSError) as e:
         print(f"engine: error: {e}", file=sys.stderr)
         rc = 2
-    if args.cmd in ("run", "feed"):
+    if args.cmd in ("run", "feed", "replay"):
         # Everything is flushed, fsynced and unlinked by now. Tearing down an interpreter with
         # numba/LLVM and XGBoost loaded takes ~300 ms, which a stop "within a second" cannot spare.
         sys.stdout.flush()

@@ -25,12 +25,13 @@ def _compile():
     publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4)
 
 
-def _publish_timed(ring, ticks, clock, speed, stopped):
-    """Publish ticks at the pace of their file receive times (word 2) divided by speed."""
+def _publish_timed(ring, ticks, clock, speed, stopped, segment=0):
+    """Publish ticks at the pace of their file receive times (word 2) divided by speed; a new
+    segment (the next file of a replay) starts a new clock."""
     n = len(ticks)
-    if clock[0] is None:
-        clock[0] = (int(ticks[0, 2]), time.monotonic_ns())
-    t0_file, t0 = clock[0]
+    if clock[0] is None or clock[0][2] != segment:
+        clock[0] = (int(ticks[0, 2]), time.monotonic_ns(), segment)
+    t0_file, t0, _ = clock[0]
     due = t0 + ((ticks[:, 2] - t0_file) / speed).astype(np.int64)
     i = 0
     while i < n and not stopped():
@@ -43,10 +44,11 @@ def _publish_timed(ring, ticks, clock, speed, stopped):
 
 
 def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_consumers=0,
-             wait_timeout=60.0, count=None, duration=None, keep=False, quiet=False):
-    """Publish ticks from `uri` into ring `ring_name` until the source ends or we are stopped.
-    rate: ticks/s for the simulator (0 = flat out); speed: file pace multiplier (0 = flat out)."""
-    src = open_source(uri)
+             wait_timeout=60.0, count=None, duration=None, keep=False, quiet=False, source=None):
+    """Publish ticks from `uri` (or an opened `source`) into ring `ring_name` until the source
+    ends or we are stopped. rate: ticks/s for the simulator (0 = flat out); speed: file pace
+    multiplier (0 = flat out)."""
+    src = source or open_source(uri)
     if isinstance(src, Synthetic):
         if rate is not None:
             src.params.rate = rate
@@ -91,7 +93,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
             elif src.live or speed == 0:
                 i, _ = publish_all(ring, ticks, len(ticks), 0, 0, stopped)
             else:
-                i = _publish_timed(ring, ticks, clock, speed, stopped)
+                i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
             produced += i
             ring.heartbeat()
             if stop["flag"] or (deadline and time.monotonic() >= deadline) or (count is not None and produced >= count):

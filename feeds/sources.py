@@ -61,6 +61,41 @@ class Synthetic:
             yield buf[:n]
 
 
+class TickFilesSource:
+    """Several tick files played one after another (`engine replay A B ...`): instruments are
+    matched by name into one table; each file is paced on its own (`segment` changes between
+    files, so no one waits out the time between two recordings)."""
+    live = False
+
+    def __init__(self, paths):
+        self.files = [TickFileSource(f"tickfile:{p}", p, {}) for p in paths]
+        self.uri = " ".join(f.uri for f in self.files)
+        self.instruments = []
+        self.maps = []
+        for f in self.files:
+            m = []
+            for k, name in enumerate(f.instruments or []):
+                if name not in self.instruments:
+                    self.instruments.append(name)
+                m.append(self.instruments.index(name))
+            self.maps.append(np.array(m, np.int64))
+        self.segment = 0
+
+    def stats(self):
+        return {"files": len(self.files), "records": sum(len(f.file) for f in self.files)}
+
+    def batches(self, batch=8192):
+        for k, (f, m) in enumerate(zip(self.files, self.maps)):
+            self.segment = k
+            for out in f.batches(batch):
+                if len(m) and not np.array_equal(m, np.arange(len(m))):
+                    inst = (out[:, 7] >> 32) & 0xFFFF
+                    known = inst < len(m)
+                    new = np.where(known, m[np.minimum(inst, len(m) - 1)], inst)
+                    out[:, 7] = (out[:, 7] & ~(0xFFFF << 32)) | (new << 32)
+                yield out
+
+
 def open_source(u):
     """The source a URI names; FeedError (one line) when it cannot be opened."""
     scheme, target, params = split(u)
