@@ -130,7 +130,7 @@ def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
     from . import report
     for f in files:  # every input readable before any work starts
         try:
-            TickFile(f, verify=False).close()
+            TickFile(f).close()
         except TickFileError as e:
             raise ValueError(str(e)) from None
     pred = artifact.load(p.model, require_schema=True, backend=p.backend)  # verified, or a clear error now

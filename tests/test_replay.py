@@ -1,0 +1,177 @@
+"""Record, replay, backtest, live/backtest parity, and Dask."""
+import json
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from engine.tickfile import TickFile
+
+from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.helpers.feedutil import cli
+
+REAL = {"binance": SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz",
+        "dbn": SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"}
+
+
+def same_table(a, b):
+    """Equal column by column (NaN equal to NaN, as in the forward returns past the data's end)."""
+    assert a.column_names == b.column_names
+    for c in a.column_names:
+        x, y = a.column(c).to_numpy(zero_copy_only=False), b.column(c).to_numpy(zero_copy_only=False)
+        if x.dtype.kind == "f":
+            assert np.array_equal(x, y, equal_nan=True), c
+        else:
+            assert list(x) == list(y), c
+    return True
+
+
+def ticks_file(tmp_path, uri, name="t.ticks"):
+    out = tmp_path / name
+    res = cli("convert", uri, "--out", str(out), "--quiet")
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def popen(*args):
+    return subprocess.Popen(engine_cmd(*args), cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_replay_into_a_ring_and_record_it_back(tmp_path, shm_name):
+    src = ticks_file(tmp_path, "synthetic://?instruments=2&count=30000&seed=5")
+    rec = tmp_path / "rec.ticks"
+    player = popen("replay", str(src), "--ring", shm_name, "--max", "--wait-consumers", "1")
+    r = cli("record", "--ring", shm_name, "--out", str(rec), "--from-oldest", "--wait", "60", "--json")
+    player.communicate(timeout=60)
+    assert r.returncode == 0 and player.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1]) == {"ticks": 30000, "gaps": 0, "lost": 0, "out": str(rec)}
+    a, b = TickFile(src).ticks, TickFile(rec).ticks
+    for f in a.dtype.names:
+        if f != "ts_recv":  # the replay stamps its publish time
+            assert np.array_equal(a[f], b[f]), f
+
+
+def test_sigterm_leaves_a_complete_file_readable_while_recording(tmp_path, shm_name):
+    src = ticks_file(tmp_path, "synthetic://?instruments=2&count=200000&seed=6&gap_us=50")  # ~10 s of ticks
+    rec = tmp_path / "rec.ticks"
+    player = popen("replay", str(src), "--ring", shm_name, "--wait-consumers", "1")
+    recorder = popen("record", "--ring", shm_name, "--out", str(rec), "--from-oldest", "--wait", "60")
+    try:
+        deadline = time.monotonic() + 60
+        while not (rec.exists() and len(TickFile(rec)) > 1000):
+            assert time.monotonic() < deadline and recorder.poll() is None, "nothing recorded"
+            time.sleep(0.05)
+        live = TickFile(rec)  # while it is being written
+        assert not live.complete
+        n_live = len(live)
+        recorder.send_signal(signal.SIGTERM)
+        recorder.communicate(timeout=30)
+        assert recorder.returncode == 0
+    finally:
+        player.send_signal(signal.SIGTERM)
+        player.communicate(timeout=30)
+    done = TickFile(rec)
+    assert done.complete and n_live <= len(done) < 200000
+    assert np.array_equal(done.ticks["price"][:n_live], live.ticks["price"])
+    assert np.array_equal(done.ticks["price"], TickFile(src).ticks["price"][:len(done)])
+
+
+def _parity(tmp_path, src, core):
+    live = tmp_path / "live.parquet"
+    r = cli("run", "--no-rt", "--core", str(core), "--feed", f"tickfile:{src}", "--max", "--signals-out", str(live),
+            "--name", f"parity{id(tmp_path) % 10**6}", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    run = json.loads(r.stdout)
+    assert run["lost"] == 0 and run["gaps"] == 0 and run["ticks"] == len(TickFile(src))
+    bt = tmp_path / "bt"
+    r = cli("backtest", str(src), "--out", str(bt), "--quiet", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    a, b = pq.read_table(live), pq.read_table(bt / "signals.parquet")
+    assert a.num_rows == b.num_rows > 50
+    assert a.column("tick_seq").to_pylist() == b.column("tick_seq").to_pylist()
+    for col in ("score", "margin"):  # bit for bit
+        assert np.array_equal(a.column(col).to_numpy().view(np.uint32), b.column(col).to_numpy().view(np.uint32)), col
+    for col in ("side", "prev_side", "instrument", "ts_event", "mid_px"):
+        assert a.column(col).to_pylist() == b.column(col).to_pylist(), col
+    return json.loads(r.stdout)
+
+
+def test_live_run_and_backtest_give_the_same_signals_synthetic(tmp_path, default_model):
+    from tests.conftest import strategy_core
+    src = ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12")
+    _parity(tmp_path, src, strategy_core())
+
+
+@pytest.mark.parametrize("feed", ["binance", "dbn"])
+def test_live_run_and_backtest_give_the_same_signals_on_real_data(tmp_path, default_model, feed):
+    if not REAL[feed].exists():
+        pytest.skip("../shared/data is not here (a user's clone); CI has it")
+    from tests.conftest import strategy_core
+    src = ticks_file(tmp_path, f"{feed}:{REAL[feed]}")
+    _parity(tmp_path, src, strategy_core())
+
+
+def test_backtest_is_deterministic_and_reports_everything(tmp_path, default_model):
+    src = ticks_file(tmp_path, "synthetic://?instruments=3&count=60000&seed=8")
+    outs = []
+    for k in range(2):
+        r = cli("backtest", str(src), "--out", str(tmp_path / f"bt{k}"), "--fee-bps", "0.5", "--latency-us", "50",
+                "--horizons-ms", "1,5,20", "--quiet", "--json", timeout=600)  # the simulated day lasts ~0.6 s
+        assert r.returncode == 0, r.stderr
+        outs.append(json.loads(r.stdout))
+    for k in ("signals", "pnl", "ic", "hit_rate_5ms", "max_drawdown", "turnover_units", "fees"):
+        assert outs[0][k] == outs[1][k], k
+    a, b = (pq.read_table(tmp_path / f"bt{k}" / "signals.parquet") for k in range(2))
+    assert same_table(a, b)
+    rep = outs[0]
+    assert rep["signals"] > 100 and rep["fills"] > 0 and rep["turnover_units"] >= rep["fills"]
+    assert 0 <= rep["hit_rate_1ms"] <= 1 and rep["ic"] is not None and rep["max_drawdown"] >= 0
+    for f in ("report.md", "report.json", "pnl.png", "latency.png", "scores.png"):
+        p = tmp_path / "bt0" / f
+        assert p.stat().st_size > 200, f
+    assert (tmp_path / "bt0" / "pnl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (tmp_path / "bt0" / "report.md").read_text()
+    assert "![cumulative PnL](pnl.png)" in md and "hit_rate_5ms" in md
+    cols = a.column_names
+    for c in ("tick_seq", "instrument", "symbol", "ts_event", "score", "side", "fwd_bps_5ms", "fill_px"):
+        assert c in cols, c
+    assert str(a.schema.field("score").type) == "float"
+
+
+def test_fees_and_latency_are_charged(tmp_path, default_model):
+    """The same signals, a worse PnL with fees, fills that move with the latency."""
+    src = ticks_file(tmp_path, "synthetic://?instruments=2&count=40000&seed=9")
+    res = {}
+    for name, extra in {"free": [], "fee": ["--fee-bps", "5"], "slow": ["--latency-us", "5000"]}.items():
+        r = cli("backtest", str(src), "--out", str(tmp_path / name), "--quiet", "--json", *extra, timeout=600)
+        assert r.returncode == 0, r.stderr
+        res[name] = json.loads(r.stdout)
+    assert res["fee"]["signals"] == res["free"]["signals"]
+    assert res["fee"]["fees"] > 0 and res["free"]["fees"] == 0
+    assert res["fee"]["pnl"] == pytest.approx(res["free"]["pnl"] - res["fee"]["fees"], rel=1e-9, abs=1e-6)
+    fa = pq.read_table(tmp_path / "free" / "signals.parquet").column("fill_ts_event").to_numpy()
+    fb = pq.read_table(tmp_path / "slow" / "signals.parquet").column("fill_ts_event").to_numpy()
+    filled = (fa > 0) & (fb > 0)
+    assert filled.any() and (fb[filled] >= fa[filled]).all() and (fb[filled] > fa[filled]).any()
+
+
+def test_dask_workers_merge_to_the_same_result_as_one(tmp_path, default_model):
+    files = [str(ticks_file(tmp_path, f"synthetic://?instruments=2&count=25000&seed={s}", f"f{s}.ticks"))
+             for s in (1, 2, 3)]
+    outs = {}
+    for w in (1, 2):
+        r = cli("backtest", *files, "--out", str(tmp_path / f"w{w}"), "--workers", str(w), "--json",
+                "--horizons-ms", "1,5,20", timeout=600)
+        assert r.returncode == 0, r.stderr
+        outs[w] = json.loads(r.stdout)
+        assert r.stderr.count("files:") >= 3  # progress, one line per file
+    for k in ("signals", "pnl", "ic", "hit_rate_5ms", "max_drawdown", "turnover_units", "ticks"):
+        assert outs[1][k] == outs[2][k] and outs[1][k] is not None, k
+    assert outs[2]["workers"] == 2 and outs[1]["ticks"] == 75000
+    a = pq.read_table(tmp_path / "w1" / "signals.parquet")
+    b = pq.read_table(tmp_path / "w2" / "signals.parquet")
+    assert same_table(a, b) and sorted(set(a.column("file").to_pylist())) == [0, 1, 2]
