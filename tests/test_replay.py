@@ -175,3 +175,19 @@ def test_dask_workers_merge_to_the_same_result_as_one(tmp_path, default_model):
     a = pq.read_table(tmp_path / "w1" / "signals.parquet")
     b = pq.read_table(tmp_path / "w2" / "signals.parquet")
     assert same_table(a, b) and sorted(set(a.column("file").to_pylist())) == [0, 1, 2]
+
+
+def test_backtest_on_an_existing_dask_scheduler(tmp_path, default_model):
+    """--scheduler ADDRESS: the files run on a cluster the command did not start."""
+    from dask.distributed import LocalCluster
+    files = [str(ticks_file(tmp_path, f"synthetic://?instruments=2&count=15000&seed={s}", f"f{s}.ticks")) for s in (4, 5)]
+    one = cli("backtest", *files, "--out", str(tmp_path / "one"), "--json", "--quiet", "--horizons-ms", "1,5,20")
+    assert one.returncode == 0, one.stderr
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        r = cli("backtest", *files, "--out", str(tmp_path / "ext"), "--scheduler", cluster.scheduler_address,
+                "--json", "--horizons-ms", "1,5,20", timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert cluster.scheduler_address in r.stderr
+    a, b = json.loads(one.stdout), json.loads(r.stdout)
+    for k in ("signals", "pnl", "ic", "hit_rate_5ms", "ticks"):
+        assert a[k] == b[k], k
