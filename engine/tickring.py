@@ -114,11 +114,21 @@ class TickRing:
     def consumers(self):
         return sum(1 for i in range(shm.MAX_CONSUMERS) if self.hdr[shm.H_CONSUMERS + 8 * i + shm.C_PID])
 
+    def publish_instruments(self, names):
+        """Write the feed's instrument table beside the ring (NAME.instruments, JSON, replaced
+        atomically) so readers such as `engine record` can name what the indices mean."""
+        import json
+        tmp = f"{self.path}.instruments.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(list(names), f)
+        os.replace(tmp, self.path + ".instruments")
+
     def unlink(self):
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        for p in (self.path, self.path + ".instruments"):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
 
 
 class TickConsumer:
@@ -169,6 +179,15 @@ class TickConsumer:
         """True once the producer marked end of stream and we have read everything."""
         return (int(self.hdr[shm.H_STATE]) == shm.STATE_FINISHED and
                 int(self.hdr[self.slot_base + shm.C_CURSOR]) >= int(self.hdr[shm.H_WRITE]))
+
+    def instruments(self):
+        """The producer's instrument table, if it published one (else [])."""
+        import json
+        try:
+            with open(self.path + ".instruments") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return []
 
     def close(self):
         if self.slot is not None:

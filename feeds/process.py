@@ -72,6 +72,8 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
     say(f"{src.uri} -> {ring.path} ({capacity} slots)")
     stopped = lambda: stop["flag"]  # noqa: E731
     try:
+        if src.instruments:
+            ring.publish_instruments(src.instruments)
         t_wait = time.monotonic()
         while ring.consumers() < wait_consumers and not stop["flag"]:
             if time.monotonic() - t_wait > wait_timeout:
@@ -85,7 +87,11 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
             interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
             next_due = time.monotonic_ns()
         clock = [None]
+        published = len(src.instruments)
         for ticks in src.batches():
+            if len(src.instruments) != published:  # feeds find instruments as they read
+                published = len(src.instruments)
+                ring.publish_instruments(src.instruments)
             if count is not None and not isinstance(src, Synthetic):
                 ticks = ticks[:max(0, count - produced)]
             if isinstance(src, Synthetic):

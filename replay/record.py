@@ -59,11 +59,15 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
     c.claim(start)
     say(f"{c.path} -> {out}")
     deadline = time.monotonic() + duration if duration else None
+    names = list(instruments) or c.instruments()
+    last_look = time.monotonic()
     try:
         while not stop["flag"]:
             n = drain(c.hdr, c.data, c.mask, c.slot_base, buf)
             if n:
                 w.append(buf[:n])
+                if not instruments and (not names or time.monotonic() - last_look > 0.5):  # it may grow
+                    names, last_look = c.instruments() or names, time.monotonic()
                 continue
             if c.producer_finished() or (deadline and time.monotonic() >= deadline):
                 break
@@ -74,6 +78,7 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
                 break
             w.append(buf[:n])
     finally:
+        w.set_instruments(list(instruments) or c.instruments() or names)
         w.close()
         c.close()
     say(f"recorded {w.n} ticks ({c.gaps} gaps, {c.lost} ticks lost)")

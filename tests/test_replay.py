@@ -50,6 +50,7 @@ def test_replay_into_a_ring_and_record_it_back(tmp_path, shm_name):
     assert r.returncode == 0 and player.returncode == 0, r.stderr
     assert json.loads(r.stdout.splitlines()[-1]) == {"ticks": 30000, "gaps": 0, "lost": 0, "out": str(rec)}
     a, b = TickFile(src).ticks, TickFile(rec).ticks
+    assert TickFile(rec).instruments == ["SYN0000", "SYN0001"]  # published beside the ring by the player
     for f in a.dtype.names:
         if f != "ts_recv":  # the replay stamps its publish time
             assert np.array_equal(a[f], b[f]), f
