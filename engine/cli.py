@@ -6,6 +6,8 @@ import signal
 import sys
 import threading
 
+import numpy as np
+
 from models.artifact import BACKEND_CHOICES
 
 
@@ -44,11 +46,17 @@ def cmd_run(a):
     from .report import as_json, dumps, table
     from .runner import RunConfig, run
 
+    from .daemon import runtime_dir
+    _check_run_args(a)
     cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, strict=a.strict, duration=a.duration, model=a.model,
                     instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, ring=a.ring, name=a.name,
                     signals_out=a.signals_out, thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short),
                     ring_capacity=a.ring_capacity, keep_rings=a.keep_rings, warm_every=a.warm_every,
-                    backend=a.backend, speed=0.0 if a.max else a.speed)
+                    backend=a.backend, speed=0.0 if a.max else a.speed,
+                    http=_http_addr(a.http), pub=None if a.pub in (None, "", "none") else a.pub,
+                    token_file=a.token_file or os.path.join(runtime_dir(), f"{a.name}.token"),
+                    hlog=None if a.hlog in ("", "none") else (a.hlog or _default_hlog(a.name)),
+                    hlog_interval=a.hlog_interval, doctor=not a.no_doctor)
     stop, reload = threading.Event(), threading.Event()
 
     def on_signal(signum, frame):
@@ -72,6 +80,126 @@ def cmd_run(a):
         os.close(real_stdout)
     print(dumps(as_json(res)), flush=True)
     return 0
+
+
+def _http_addr(v):
+    if v in (None, "", "none"):
+        return None
+    from feeds.uri import hostport
+    return hostport(v, "HOST:PORT for --http")
+
+
+def _default_hlog(name):
+    import time as _t
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "engine", "latency", f"{name}-{_t.strftime('%Y%m%dT%H%M%S')}.hlog")
+
+
+def _check_run_args(a):
+    """What argparse checks for flags, checked again for values that came from --config."""
+    checks = [(a.priority, lambda v: isinstance(v, int), "--priority must be an integer"),
+              (a.ring_capacity, lambda v: v >= 2 and not v & (v - 1), "ring_capacity must be a power of two >= 2"),
+              (a.hlog_interval, lambda v: v > 0, "hlog_interval must be > 0"),
+              (a.speed, lambda v: v > 0, "speed must be > 0"),
+              (a.rate, lambda v: v >= 0, "rate must be >= 0"),
+              (a.backend, lambda v: v in BACKEND_CHOICES, f"backend must be one of {', '.join(BACKEND_CHOICES)}")]
+    for v, ok, msg in checks:
+        if not ok(v):
+            raise ValueError(f"{msg}, got {v!r}")
+    if a.pub not in (None, "", "none") and not str(a.pub).startswith(("tcp://", "ipc://", "inproc://")):
+        raise ValueError(f"--pub must be a zmq endpoint (tcp://HOST:PORT or ipc://PATH), got {a.pub!r}")
+    if a.core is not None:
+        from .rt import check_core
+        check_core(a.core)
+
+
+def _control(a, method, path):
+    """Call a running engine's control plane; returns (status, JSON)."""
+    import urllib.error
+    import urllib.request
+    from .daemon import runtime_dir
+    host, port = _http_addr(a.http)
+    token_file = a.token_file or os.path.join(runtime_dir(), f"{a.name}.token")
+    try:
+        token = open(token_file).read().strip()
+    except OSError as e:
+        raise ValueError(f"cannot read the control token {token_file}: {e.strerror} (is engine '{a.name}' running "
+                         "as this user? --token-file)") from None
+    req = urllib.request.Request(f"http://{host}:{port}{path}", method=method, data=b"" if method == "POST" else None,
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+    except urllib.error.URLError as e:
+        raise ValueError(f"no engine control plane at http://{host}:{port}: {e.reason}") from None
+
+
+def cmd_ctl(a):
+    code, body = _control(a, "GET" if a.command == "status" else "POST",
+                          "/control/status" if a.command == "status" else f"/control/{a.command}")
+    print(json.dumps(body, indent=None if a.command == "status" else 2, default=str))
+    return 0 if code == 200 else 1
+
+
+def cmd_stats(a):
+    from .report import percentile_table
+    code, body = _control(a, "GET", "/status")
+    if code != 200:
+        raise ValueError(f"engine said {code}: {body.get('error', body)}")
+    if a.json:
+        print(json.dumps(body))
+        return 0
+    c = body["counters"]
+    print(f"engine {body['name']} (pid {body['pid']}): {c['state']}, ready={body['ready']}, ticks {c['ticks']:,}, "
+          f"scored {c['scored']:,}, signals {c['signals']:,}, gaps {c['gaps']}, lost {c['lost']}, "
+          f"drops {body['signal_drops']}; model {body['model']['id']} ({body['model']['backend']}); "
+          f"loop {body['loop']['policy']} core {body['loop']['core']}")
+    print(percentile_table(body["latency_ns"]))
+    return 0
+
+
+def cmd_latency_plot(a):
+    from .latency_plot import plot
+    out = plot(a.file, a.out, stages=a.stage)
+    print(out)
+    return 0
+
+
+def cmd_signals_follow(a):
+    import zmq
+    from .records import SIGNAL_DTYPE
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.SUB)
+    sock.connect(a.follow)
+    for t in a.topic or [""]:
+        sock.setsockopt(zmq.SUBSCRIBE, t.encode())
+    n = 0
+    try:
+        while not a.count or n < a.count:
+            topic, payload = sock.recv_multipart()
+            if len(payload) != 64:
+                print(f"engine: skipped a {len(payload)}-byte message (not a signal record)", file=sys.stderr)
+                continue
+            r = np.frombuffer(payload, SIGNAL_DTYPE)[0]
+            d = {k: r[k].item() for k in SIGNAL_DTYPE.names}
+            d["topic"] = topic.decode(errors="replace")
+            print(json.dumps(d), flush=True)
+            n += 1
+    finally:
+        sock.close(0)
+    return 0
+
+
+def cmd_doctor(a):
+    from .doctor import run_checks, format_table
+    res = run_checks(a.core)
+    if a.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(format_table(res))
+    return 1 if any(r["status"] == "fail" for r in res) else 0
 
 
 def cmd_feed(a):
@@ -261,6 +389,8 @@ def build_parser():
                        description="Run the engine end to end. With no --model the default model is used "
                                    "(trained on the synthetic market and cached on first run). On exit "
                                    "(--duration over, SIGINT, SIGTERM) prints a summary; progress goes to stderr.")
+    r.add_argument("--config", default=None, help="TOML file with any of these options (ops/engine.toml is a "
+                   "commented sample); flags given here win")
     r.add_argument("--core", type=int, default=None, help="CPU core for the strategy thread (default: unpinned)")
     r.add_argument("--priority", type=int, default=80, help="SCHED_FIFO priority 1-99 (default 80)")
     r.add_argument("--no-rt", action="store_true",
@@ -298,6 +428,19 @@ def build_parser():
     r.add_argument("--ring-capacity", type=_pow2, default=1 << 18, help="tick ring slots (power of two)")
     r.add_argument("--keep-rings", action="store_true", help="leave the ring files in /dev/shm on exit")
     r.add_argument("--json", action="store_true", help="print exactly one JSON object instead of the table")
+    r.add_argument("--http", default="127.0.0.1:9464",
+                   help="control plane HTTP: /metrics /health /ready, and /status /control/* with the token "
+                        "(default 127.0.0.1:9464; none = off)")
+    r.add_argument("--pub", default="tcp://127.0.0.1:5556",
+                   help="zmq PUB endpoint for signals: topic = instrument, payload = the 64-byte signal record "
+                        "(default tcp://127.0.0.1:5556; none = off)")
+    r.add_argument("--token-file", default=None,
+                   help="bearer token for /status and /control/* (default $XDG_RUNTIME_DIR/engine/NAME.token, "
+                        "created 0600 if missing)")
+    r.add_argument("--hlog", default=None, help="HdrHistogram interval log (default "
+                   "$XDG_STATE_HOME/engine/latency/NAME-TIME.hlog; none = off)")
+    r.add_argument("--hlog-interval", type=_positive_float, default=10.0, help="seconds per .hlog interval (default 10)")
+    r.add_argument("--no-doctor", action="store_true", help="skip the machine check at start")
     r.set_defaults(fn=cmd_run)
 
     f = sub.add_parser("feed", help="run a feed handler process writing a tick ring",
@@ -458,19 +601,66 @@ def build_parser():
     pr.add_argument("--margin", action="store_true", help="raw margins instead of probabilities")
     pr.set_defaults(fn=cmd_predict)
 
-    s = sub.add_parser("signals", help="signal file tools")
-    ss = s.add_subparsers(dest="signals_cmd", required=True, metavar="SUBCOMMAND")
+    s = sub.add_parser("signals", help="signal tools: show a signal file, or --follow a running engine",
+                       description="engine signals --follow [ENDPOINT] prints a running engine's signals as JSON "
+                                   "lines (from its zmq PUB socket); engine signals show FILE prints a signal file.")
+    s.add_argument("--follow", nargs="?", const="tcp://127.0.0.1:5556", default=None, metavar="ENDPOINT",
+                   help="subscribe to ENDPOINT (default tcp://127.0.0.1:5556)")
+    s.add_argument("--topic", action="append", help="only these instruments (repeatable; default all)")
+    s.add_argument("--count", type=int, default=0, help="stop after N signals")
+    s.set_defaults(fn=cmd_signals_follow)
+    ss = s.add_subparsers(dest="signals_cmd", required=False, metavar="SUBCOMMAND")
     sh = ss.add_parser("show", help="print the signals in a signal file")
     sh.add_argument("file")
     sh.add_argument("--limit", type=int, default=0)
     sh.add_argument("--json", action="store_true", help="one JSON object per line")
     sh.set_defaults(fn=cmd_signals_show)
+
+    def plane_args(q):
+        q.add_argument("--name", default="engine", help="engine name (default engine)")
+        q.add_argument("--http", default="127.0.0.1:9464", help="its control plane (default 127.0.0.1:9464)")
+        q.add_argument("--token-file", default=None, help="its token (default $XDG_RUNTIME_DIR/engine/NAME.token)")
+
+    ct = sub.add_parser("ctl", help="control a running engine: status, pause, resume, reload",
+                        description="pause: the loop keeps reading ticks and features stay current, but nothing is "
+                                    "scored or signalled; resume; reload: verify and swap the model (as SIGHUP). "
+                                    "Authenticated with the engine's token.")
+    ct.add_argument("command", choices=("status", "pause", "resume", "reload"))
+    plane_args(ct)
+    ct.set_defaults(fn=cmd_ctl)
+    st = sub.add_parser("stats", help="a running engine's counters and latency percentiles")
+    plane_args(st)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(fn=cmd_stats)
+    lp = sub.add_parser("latency-plot", help="plot an .hlog's percentile distribution per stage")
+    lp.add_argument("file", help="HdrHistogram interval log (.hlog)")
+    lp.add_argument("--out", required=True, help="PNG to write")
+    lp.add_argument("--stage", action="append", help="only these stages (repeatable; default all)")
+    lp.set_defaults(fn=cmd_latency_plot)
+    dr = sub.add_parser("doctor", help="check how well this machine is tuned for a strategy core",
+                        description="Reads the kernel command line, isolated/nohz_full/rcu_nocbs CPUs, governor, "
+                                    "C-states and PM QoS, THP, IRQ affinity, RT throttling, swap, memlock and RT "
+                                    "limits, clock source and the SMT sibling, and prints pass/warn/fail/n/a with "
+                                    "what it read. Exit status 1 if any check fails.")
+    dr.add_argument("--core", type=int, default=None, help="the strategy core (default: the last one)")
+    dr.add_argument("--json", action="store_true")
+    dr.set_defaults(fn=cmd_doctor)
+    p._run_parser = r
     return p
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.cmd == "signals" and args.follow is None and not args.signals_cmd:
+        parser.error("engine signals: give --follow [ENDPOINT] or a subcommand (show FILE)")
+    if args.cmd == "signals" and args.signals_cmd:
+        args.fn = cmd_signals_show
     try:
+        if args.cmd == "run":
+            from .config import apply
+            apply(args, parser._run_parser, argv)
         rc = args.fn(args)
     except KeyboardInterrupt:
         rc = 130

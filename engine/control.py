@@ -10,13 +10,14 @@ from . import latency, shm
 
 # control plane -> loop (own cache line)
 CTL_CMD, CTL_MODEL_ADDR, CTL_MODEL_GEN, CTL_LEASE_NS = 40, 41, 42, 43
-CMD_RUN, CMD_STOP, CMD_PAUSE = 0, 1, 2
+CMD_RUN, CMD_STOP, CMD_PAUSE, CMD_REATTACH = 0, 1, 2, 3  # pause: features stay warm, no scoring
 # loop -> everyone (own cache line)
 L_STATE, L_TICKS, L_SIGNALS, L_GAPS, L_LOST, L_HEARTBEAT, L_SCORED, L_TID = 48, 49, 50, 51, 52, 53, 54, 55
 # loop -> everyone: the model generation in use and when the loop adopted it (CLOCK_MONOTONIC ns)
 L_MODEL_GEN, L_SWAP_NS = 56, 57
-LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED = 0, 1, 2, 3, 4
-LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired"}
+LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED, LOOP_PAUSED, LOOP_REATTACH = 0, 1, 2, 3, 4, 5, 6
+LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired", 5: "paused",
+                    6: "reattaching"}
 
 HIST_BYTES = len(latency.STAGES) * latency.COUNTS_LEN * 8
 _LINES = 1 << (max(1, (HIST_BYTES + 63) // 64) - 1).bit_length()

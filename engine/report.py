@@ -27,17 +27,22 @@ def table(res):
         f"{res.policy}, backend {res.backend}",
         f"  ticks {c['ticks']:,} ({rate:,.0f}/s)   scored {c['scored']:,}   signals {c['signals']:,}   "
         f"gaps {c['gaps']:,} (ticks lost {c['lost']:,})   drops {res.drops:,}",
-        f"  {'latency (ns)':<16}" + "".join(f"{k:>13}" for k in COLS) + f"{'count':>13}",
-    ]
-    for s in STAGES:
-        st = res.latency[s]
-        lines.append(f"  {s:<16}" + "".join(f"{st[k]:>13,}" for k in COLS) + f"{st['count']:>13,}")
+        percentile_table(res.latency)]
     for sw in res.swaps:
         lines.append(f"  model swap: generation {sw['generation']} ({sw['backend']}) adopted "
                      f"{sw['adopted_after_us']:.1f} us after publication" if sw.get("ok") else
                      f"  model swap failed: {sw.get('error', 'not adopted')}")
     lines.append(f"  signals -> {res.signals_path}")
     lines += [f"  note: {n}" for n in res.notes if "RT throttling" in n]
+    return "\n".join(lines)
+
+
+def percentile_table(lat):
+    """The per-stage percentile table (ns) of a latency summary."""
+    lines = [f"  {'latency (ns)':<16}" + "".join(f"{k:>13}" for k in COLS) + f"{'count':>13}"]
+    for s in STAGES:
+        st = lat[s]
+        lines.append(f"  {s:<16}" + "".join(f"{st[k]:>13,}" for k in COLS) + f"{st['count']:>13,}")
     return "\n".join(lines)
 
 

@@ -54,6 +54,12 @@ class RunConfig:
     warm_every: int = strategy.WARM_EVERY_POLLS
     backend: str = "auto"
     speed: float = 1.0  # file feeds: recorded pace times this; 0 = as fast as possible
+    http: tuple | None = None       # (host, port) of the control plane's HTTP server
+    pub: str | None = None          # zmq PUB endpoint for signals
+    token_file: str | None = None   # bearer token for /status and /control/*
+    hlog: str | None = None         # HdrHistogram interval log path
+    hlog_interval: float = 10.0
+    doctor: bool = True             # check the machine for the core at start (warnings; --strict: fails fatal)
 
 
 @dataclass
@@ -83,6 +89,7 @@ class StrategyThread(threading.Thread):
         self.notes = []
         self.consumer = None
         self.exit_state = None
+        self.reattached = 0
 
     def _want(self, ok, msg, what):
         self.notes.append(msg)
@@ -117,12 +124,41 @@ class StrategyThread(threading.Thread):
             ctl = args[4]
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
             self.ready.set()
-            self.exit_state = strategy.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
+            while True:
+                self.exit_state = strategy.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
+                if self.exit_state != C.LOOP_REATTACH:
+                    break
+                c = self._reattach(c, args)
         except BaseException as e:  # reported by the main thread
             self.error = e
             self.ready.set()
         finally:
             rt.set_other()
+
+
+    def _reattach(self, old, args):
+        """The control plane saw a new ring under our ring's name (the feed was restarted): map
+        it, claim a line (which releases a feed that waits for us) and go on. The data is
+        discontinuous, so features start again, as after a gap. No recompilation."""
+        ctl, fstate = args[4], args[6]
+        old.close()
+        while True:
+            if int(ctl[C.CTL_CMD]) == C.CMD_STOP:
+                return old
+            try:
+                c = TickConsumer(self.ring_name)
+                break
+            except shm.RingError:
+                time.sleep(0.01)  # (blocking, not spinning: this thread may be SCHED_FIFO)
+        strategy.prefault(c.data)
+        c.claim(start="oldest")
+        features.reset(fstate)
+        ctl[C.L_GAPS] += 1
+        self.consumer = c
+        self.reattached += 1
+        if int(ctl[C.CTL_CMD]) == C.CMD_REATTACH:
+            ctl[C.CTL_CMD] = C.CMD_RUN
+        return c
 
 
 def _spawn_feed(cfg, ring_name):
@@ -231,6 +267,27 @@ def _drain_signals(sring, buf, slog):
     return n
 
 
+def check_ports(cfg):
+    """The control plane's ports must be free before anything is created."""
+    import socket
+    wanted = []
+    if cfg.http:
+        wanted.append(("--http", cfg.http[0], cfg.http[1]))
+    if cfg.pub and cfg.pub.startswith("tcp://"):
+        host, _, port = cfg.pub[6:].rpartition(":")
+        if port.isdigit():
+            wanted.append(("--pub", host.strip("[]") or "0.0.0.0", int(port)))
+    for flag, host, port in wanted:
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ValueError(f"{flag} {host}:{port}: {e.strerror} (another engine? pick another port)") from None
+        finally:
+            s.close()
+
+
 def _feed_uri(cfg):
     return cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
 
@@ -265,6 +322,18 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             src.sock.close()  # the feed process listens, not us
     if cfg.ring:
         finite = False
+    check_ports(cfg)
+    if cfg.doctor:
+        from .doctor import run_checks
+        res = run_checks(cfg.core, cfg.priority)
+        bad = [x for x in res if x["status"] in ("warn", "fail")]
+        fails = [x for x in bad if x["status"] == "fail"]
+        if bad:
+            log(f"doctor: {len(fails)} fail, {len(bad) - len(fails)} warn: " +
+                "; ".join(f"{x['check']} ({x['status']})" for x in bad) +
+                f" - `engine doctor --core {cfg.core if cfg.core is not None else ''}` says why".replace("--core  ", ""))
+        if fails and cfg.strict:
+            raise RuntimeError("--strict: engine doctor fails: " + "; ".join(f"{x['check']}: {x['evidence']}" for x in fails))
     own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
     for suffix in own:  # refuse a live owner (engine first) before creating anything
         shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
@@ -302,9 +371,13 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
 
     # 2. resources: everything created from here on is removed in the finally block
     created = []
-    ctl_blk = sring = slog = proc = thread = None
+    ctl_blk = sring = slog = proc = thread = plane = None
     t_start = t_stop = time.monotonic()
+    from . import locks
     try:
+        if cfg.core is not None:
+            locks.acquire("core", cfg.core, cfg.name)
+        locks.acquire("ring", shm.ring_path(ring_name), cfg.name)
         ctl_blk = C.ControlBlock(f"{cfg.name}.ctl")
         created.append(ctl_blk.path)
         sring = sigring.SignalRing(f"{cfg.name}.signals")
@@ -341,24 +414,19 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
                 log(f"warning: {note}")
                 notes.append(note)
         t_start = time.monotonic()
-        deadline = t_start + cfg.duration if cfg.duration else None
-        feed_done_logged = False
-        while not stop_event.is_set():
-            now = time.monotonic_ns()
-            ctl[C.CTL_LEASE_NS] = now + LEASE_NS
-            ctl[shm.H_HEARTBEAT_NS] = sring.hdr[shm.H_HEARTBEAT_NS] = now  # we own these two files
-            _drain_signals(sring, drain_buf, slog)
-            if not thread.is_alive():
-                break
-            if reload_event.is_set():
-                reload_event.clear()
-                reload_model(cfg, ctl, loaded, swaps)
-            if deadline and time.monotonic() >= deadline:
-                break
-            if proc is not None and proc.poll() is not None and not feed_done_logged:
-                feed_done_logged = True
-                log(f"feed process exited with status {proc.returncode}")
-            time.sleep(DRAIN_PERIOD_S)
+        from types import SimpleNamespace
+
+        from .daemon import run_control_plane
+        px = SimpleNamespace(cfg=cfg, ctl_blk=ctl_blk, sring=sring, slog=slog, drain_buf=drain_buf, thread=thread,
+                             proc=proc, ring_name=ring_name, stop_event=stop_event, reload_event=reload_event,
+                             loaded=loaded, swaps=swaps, model_dir=model_dir, lease_ns=LEASE_NS,
+                             drain_period=DRAIN_PERIOD_S, deadline=t_start + cfg.duration if cfg.duration else None,
+                             http=cfg.http, pub=cfg.pub, token_file=cfg.token_file, hlog_path=cfg.hlog,
+                             hlog_interval=cfg.hlog_interval,
+                             reload=lambda: reload_model(cfg, ctl, loaded, swaps),
+                             respawn=(lambda: _spawn_feed(cfg, ring_name)) if not cfg.ring and not finite else None)
+        plane = run_control_plane(px)
+        proc = px.proc
     finally:
         t_stop = time.monotonic()
         if ctl_blk is not None:
@@ -367,9 +435,12 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             proc.send_signal(signal.SIGTERM)  # it exits while we drain and summarise
         if thread is not None:
             thread.join(timeout=2.0)
-        if slog is not None:
+        if plane is not None:
+            plane.finish()  # the last signals (file and zmq) and the last latency interval
+        elif slog is not None:
             while _drain_signals(sring, drain_buf, slog):
                 pass
+        if slog is not None:
             slog.close()
         if proc is not None:
             try:
@@ -386,6 +457,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
                 except FileNotFoundError:
                     pass
         rt.munlockall()
+        locks.release_all()
     if thread.error:
         raise thread.error
     if parquet_out:

@@ -134,6 +134,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     idle = 0
     state = C.LOOP_STOPPED
     store_relaxed(ctl, C.L_STATE, C.LOOP_RUNNING)
+    paused = False
     it = 0
     while True:
         it += 1
@@ -141,8 +142,15 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             now = monotonic_ns()
             store_relaxed(ctl, C.L_HEARTBEAT, now)
             _publish_counters(ctl, ticks, signals, gaps, lost, scored)
-            if load_acquire(ctl, C.CTL_CMD) == C.CMD_STOP:
+            cmd = load_acquire(ctl, C.CTL_CMD)
+            if cmd == C.CMD_STOP:
                 break
+            if cmd == C.CMD_REATTACH:  # the feed's ring was replaced: the thread re-enters on the new one
+                state = C.LOOP_REATTACH
+                break
+            if paused != (cmd == C.CMD_PAUSE):
+                paused = cmd == C.CMD_PAUSE
+                store_relaxed(ctl, C.L_STATE, C.LOOP_PAUSED if paused else C.LOOP_RUNNING)
             if now > load_relaxed(ctl, C.CTL_LEASE_NS):
                 state = C.LOOP_LEASE_EXPIRED  # nobody is watching us: stop spinning
                 break
@@ -170,7 +178,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         ticks += 1
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
         inst = features_step(fstate, tick, row)
-        if inst < 0:
+        if inst < 0 or paused:  # paused: features stay current, nothing is scored or signalled
             continue
         gen, addr = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
         if addr:

@@ -137,6 +137,10 @@ class TickConsumer:
     def __init__(self, name, start=None):
         self.path = shm.ring_path(name)
         self.mm, self.hdr = shm.open_rw(self.path, shm.RING_TICKS)
+        try:
+            self.ino = os.stat(self.path).st_ino  # a feed that restarts puts a new file here
+        except FileNotFoundError:
+            self.ino = None
         cap = int(self.hdr[shm.H_CAPACITY])
         self.data = np.frombuffer(self.mm, np.int64, cap * RECORD_WORDS, shm.HEADER_BYTES)
         self.mask = cap - 1

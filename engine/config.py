@@ -1,0 +1,80 @@
+"""`engine run --config FILE.toml`: every `engine run` option in a TOML file (ops/engine.toml is
+the commented sample). A flag given on the command line wins over the file; the file wins over
+the defaults. Unknown keys, wrong types and bad values are errors naming the file and key."""
+import tomllib
+
+# "section.key" -> (argparse dest, type, invert a boolean flag)
+KEYS = {
+    "name": ("name", str), "core": ("core", int), "priority": ("priority", int), "realtime": ("no_rt", "not"),
+    "strict": ("strict", bool), "duration": ("duration", float),
+    "model.dir": ("model", str), "model.backend": ("backend", str),
+    "feed.uri": ("feed", str), "feed.ring": ("ring", str), "feed.speed": ("speed", float), "feed.max": ("max", bool),
+    "feed.rate": ("rate", float), "feed.instruments": ("instruments", int), "feed.seed": ("seed", int),
+    "feed.ring_capacity": ("ring_capacity", int),
+    "strategy.enter_long": ("enter_long", float), "strategy.exit_long": ("exit_long", float),
+    "strategy.enter_short": ("enter_short", float), "strategy.exit_short": ("exit_short", float),
+    "strategy.warm_every": ("warm_every", int),
+    "control.http": ("http", str), "control.pub": ("pub", str), "control.token_file": ("token_file", str),
+    "logs.signals_out": ("signals_out", str), "logs.hlog": ("hlog", str), "logs.hlog_interval": ("hlog_interval", float),
+    "logs.keep_rings": ("keep_rings", bool),
+}
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", "not": "true or false"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _flatten(d, prefix=""):
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            yield from _flatten(v, key + ".")
+        else:
+            yield key, v
+
+
+def load(path):
+    """{argparse dest: value} from a TOML file."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    out = {}
+    for key, v in _flatten(data):
+        if key not in KEYS:
+            near = [k for k in KEYS if k.split(".")[-1] == key.split(".")[-1]]
+            hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(sorted(KEYS))})"
+            raise ConfigError(f"{path}: unknown key {key!r}{hint}")
+        dest, typ = KEYS[key]
+        ok = (isinstance(v, bool) if typ in (bool, "not") else
+              isinstance(v, int) and not isinstance(v, bool) if typ is int else
+              isinstance(v, (int, float)) and not isinstance(v, bool) if typ is float else isinstance(v, str))
+        if not ok:
+            raise ConfigError(f"{path}: {key} must be {_TYPE_NAMES[typ]}, got {v!r}")
+        out[dest] = (not v) if typ == "not" else (float(v) if typ is float else v)
+    return out
+
+
+def given_on_command_line(parser, argv):
+    """The dests of the options that appear in argv (so a config file does not override them)."""
+    given = set()
+    for action in parser._actions:
+        for opt in action.option_strings:
+            if any(a == opt or a.startswith(opt + "=") for a in argv):
+                given.add(action.dest)
+    return given
+
+
+def apply(args, parser, argv):
+    """Fill args from --config where the command line did not say."""
+    if not getattr(args, "config", None):
+        return args
+    explicit = given_on_command_line(parser, argv)
+    for dest, v in load(args.config).items():
+        if dest not in explicit:
+            setattr(args, dest, v)
+    return args

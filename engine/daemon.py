@@ -1,0 +1,391 @@
+"""The control plane of `engine run`: one asyncio loop (uvloop) on the main thread, never on the
+strategy core. The strategy loop knows nothing of it: they share only the control block.
+
+Every DRAIN_PERIOD_S it renews the loop's lease and drains signals to the signal file and to
+the zmq PUB socket. It serves HTTP (/metrics, /health, /ready; /status and /control/* behind a
+bearer token), writes the HdrHistogram interval log, watches the loop (a watchdog on its
+heartbeat) and the feed (its ring's heartbeat): a dead feed makes /ready false (logged once);
+a spawned feed is started again, and a ring that reappears under the same name is re-attached.
+"""
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+
+import numpy as np
+
+from . import control as C
+from . import latency, shm, sigring
+
+FEED_STALE_NS = 1_000_000_000     # no feed heartbeat for this long: the feed is dead
+LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
+RESPAWN_AFTER_S = 0.5
+STARTUP_GRACE_S = 5.0             # a feed compiling its code at start is not a dead feed
+QUANTILES = (("0.5", 50.0), ("0.9", 90.0), ("0.99", 99.0), ("0.999", 99.9), ("0.9999", 99.99), ("1", 100.0))
+
+
+def log(msg):
+    print(f"[engine] {msg}", file=sys.stderr, flush=True)
+
+
+def runtime_dir():
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    d = os.path.join(base, "engine")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    return d
+
+
+def ensure_token(path):
+    """The control token: read it, or create it (0600) the first time."""
+    try:
+        with open(path) as f:
+            tok = f.read().strip()
+        if tok:
+            return tok
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tok = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(tok + "\n")
+    return tok
+
+
+class ControlPlane:
+    def __init__(self, ctx):
+        self.x = ctx
+        self.cfg = ctx.cfg
+        self.ctl = ctx.ctl_blk.hdr
+        self.paused = False
+        self.feed_dead_since = None
+        self.feed_dead_logged = False
+        self.stall_logged = False
+        self.stalled = False
+        self.respawns = 0
+        self.published = 0
+        self.pub = None
+        self.hlog = None
+        self.token = ensure_token(ctx.token_file) if ctx.http else None
+        self.instruments = []
+        self._inst_mtime = None
+        self.started = time.monotonic()
+
+    # -- the feed ----------------------------------------------------------------------
+
+    def _ring_state(self):
+        """(inode, heartbeat age ns, state) of the ring file now under our ring's name, or None."""
+        path = shm.ring_path(self.x.ring_name)
+        try:
+            st = os.stat(path)
+            hdr = np.fromfile(path, np.int64, shm.HEADER_WORDS) if st.st_size >= shm.HEADER_BYTES else None
+        except OSError:
+            return None
+        if hdr is None or hdr[shm.H_MAGIC] != shm.MAGIC:
+            return None
+        return st.st_ino, time.monotonic_ns() - int(hdr[shm.H_HEARTBEAT_NS]), int(hdr[shm.H_STATE])
+
+    def feed_status(self):
+        """'ok', 'finished', or why the feed is not alive."""
+        c = self.x.thread.consumer
+        if c is None:
+            return "not attached"
+        state = int(c.hdr[shm.H_STATE])
+        if state == shm.STATE_FINISHED:
+            return "finished"
+        proc = self.x.proc
+        if proc is not None and proc.poll() is not None:
+            return f"feed process exited with status {proc.returncode}"
+        age = time.monotonic_ns() - int(c.hdr[shm.H_HEARTBEAT_NS])
+        if age > FEED_STALE_NS and time.monotonic() - self.started > STARTUP_GRACE_S:
+            return f"no heartbeat for {age / 1e9:.1f} s"
+        return "ok"
+
+    def _watch_feed(self):
+        status = self.feed_status()
+        proc = self.x.proc
+        if status in ("ok", "finished"):
+            if self.feed_dead_logged:
+                log("feed is back")
+            self.feed_dead_since, self.feed_dead_logged = None, False
+        else:
+            if self.feed_dead_since is None:
+                self.feed_dead_since = time.monotonic()
+            if not self.feed_dead_logged:
+                log(f"feed is down ({status}); /ready is false until it is back")
+                self.feed_dead_logged = True
+            if (proc is not None and proc.poll() is not None and self.x.respawn is not None
+                    and time.monotonic() - self.feed_dead_since >= RESPAWN_AFTER_S * (1 + self.respawns)):
+                self.respawns += 1
+                self.x.proc = self.x.respawn()
+                log(f"feed restarted (pid {self.x.proc.pid})")
+        # a ring that reappeared under our name, alive: attach to it
+        rs = self._ring_state()
+        c = self.x.thread.consumer
+        if rs is not None and c is not None and status != "ok":
+            ino, age, _ = rs
+            if ino != c.ino and age < FEED_STALE_NS and int(self.ctl[C.CTL_CMD]) != C.CMD_REATTACH:
+                log(f"a new feed ring appeared at {shm.ring_path(self.x.ring_name)}: re-attaching")
+                self.ctl[C.CTL_CMD] = C.CMD_REATTACH
+
+    def _watchdog(self):
+        st = int(self.ctl[C.L_STATE])
+        age = time.monotonic_ns() - int(self.ctl[C.L_HEARTBEAT])
+        self.stalled = st in (C.LOOP_RUNNING, C.LOOP_PAUSED) and age > LOOP_STALL_NS and \
+            int(self.ctl[C.CTL_CMD]) != C.CMD_REATTACH
+        if self.stalled and not self.stall_logged:
+            log(f"watchdog: the strategy loop has not beaten for {age / 1e9:.1f} s (stalled?)")
+            self.stall_logged = True
+        elif not self.stalled and self.stall_logged:
+            log("watchdog: the strategy loop is beating again")
+            self.stall_logged = False
+
+    # -- signals -----------------------------------------------------------------------
+
+    def _topic(self, inst):
+        if inst < len(self.instruments):
+            return self.instruments[inst].encode()
+        return str(inst).encode()
+
+    def _refresh_instruments(self):
+        c = self.x.thread.consumer
+        if c is None:
+            return
+        try:
+            m = os.stat(c.path + ".instruments").st_mtime_ns
+        except OSError:
+            return
+        if m != self._inst_mtime:
+            self._inst_mtime = m
+            self.instruments = c.instruments()
+
+    def drain(self):
+        buf = self.x.drain_buf
+        total = 0
+        while True:
+            n = sigring.drain(self.x.sring.hdr, self.x.sring.data, self.x.sring.mask, buf)
+            if not n:
+                return total
+            self.x.slog.write(buf[:n])
+            if self.pub is not None:
+                import zmq
+                for rec in buf[:n]:
+                    try:  # PUB never blocks: a slow subscriber loses messages at its high-water mark
+                        self.pub.send_multipart([self._topic(int(rec[7]) & 0xFFFF), rec.tobytes()], zmq.NOBLOCK)
+                        self.published += 1
+                    except zmq.Again:
+                        pass
+            total += n
+
+    # -- HTTP ----------------------------------------------------------------------------
+
+    def ready(self):
+        why = []
+        if not self.x.thread.is_alive():
+            why.append("strategy loop not running")
+        if self.stalled:
+            why.append("strategy loop stalled")
+        if not self.x.loaded:
+            why.append("no model")
+        fs = self.feed_status()
+        if fs not in ("ok", "finished"):
+            why.append(f"feed: {fs}")
+        return not why, why
+
+    def status(self):
+        pred = self.x.loaded[-1]
+        ok, why = self.ready()
+        return {"name": self.cfg.name, "pid": os.getpid(), "ready": ok, "not_ready": why,
+                "counters": self.x.ctl_blk.counters(), "signal_drops": int(self.x.sring.drops),
+                "published": self.published, "paused": self.paused, "feed": self.feed_status(),
+                "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,
+                "model": {"id": pred.model_id, "backend": pred.backend, "dir": self.x.model_dir,
+                          "generation": int(self.ctl[C.L_MODEL_GEN])},
+                "loop": {"core": self.x.thread.core, "policy": self.x.thread.policy,
+                         "state": C.LOOP_STATE_NAMES.get(int(self.ctl[C.L_STATE]), "?")},
+                "latency_ns": latency.summary(self.x.ctl_blk.hist)}
+
+    def metrics_text(self):
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        plane = self
+
+        class Collector:
+            def collect(self):
+                c = plane.x.ctl_blk.counters()
+                for name, key, doc in (("engine_ticks", "ticks", "ticks read from the ring"),
+                                       ("engine_signals", "signals", "signals emitted"),
+                                       ("engine_gaps", "gaps", "gap events (ticks lost to a lapped ring or the feed)"),
+                                       ("engine_lost_ticks", "lost", "ticks the loop lost (lapped)"),
+                                       ("engine_scored", "scored", "ticks scored by the model")):
+                    yield CounterMetricFamily(name, doc, value=c[key])
+                yield CounterMetricFamily("engine_drops", "signals dropped on a full signal ring",
+                                          value=int(plane.x.sring.drops))
+                yield CounterMetricFamily("engine_published", "signals published on zmq", value=plane.published)
+                lat = GaugeMetricFamily("engine_latency_ns", "latency percentiles since start, ns",
+                                        labels=["stage", "quantile"])
+                for i, stage in enumerate(latency.STAGES):
+                    h = latency.to_hdrh(plane.x.ctl_blk.hist[i])
+                    total = h.get_total_count()
+                    for q, p in QUANTILES:
+                        v = (h.get_max_value() if p == 100.0 else h.get_value_at_percentile(p)) if total else 0
+                        lat.add_metric([stage, q], float(v))
+                yield lat
+                pred = plane.x.loaded[-1]
+                info = GaugeMetricFamily("engine_model_info", "the model in use", labels=["model_id", "backend", "generation"])
+                info.add_metric([pred.model_id, pred.backend, str(int(plane.ctl[C.L_MODEL_GEN]))], 1.0)
+                yield info
+                t = plane.x.thread
+                yield GaugeMetricFamily("engine_loop_pinned", "1 if the strategy loop is pinned to its core",
+                                        value=1.0 if t.core is not None else 0.0)
+                yield GaugeMetricFamily("engine_loop_fifo", "1 if the strategy loop runs SCHED_FIFO",
+                                        value=1.0 if t.policy == "SCHED_FIFO" else 0.0)
+                ok, _ = plane.ready()
+                yield GaugeMetricFamily("engine_ready", "1 when model, feed and loop are all well", value=float(ok))
+                yield GaugeMetricFamily("engine_paused", "1 while paused", value=float(plane.paused))
+                yield GaugeMetricFamily("engine_loop_stalled", "1 when the watchdog sees no loop heartbeat",
+                                        value=float(plane.stalled))
+                yield CounterMetricFamily("engine_feed_restarts", "times the feed was restarted", value=plane.respawns)
+
+        reg = CollectorRegistry()
+        reg.register(Collector())
+        return generate_latest(reg)
+
+    def _authorized(self, request):
+        got = request.headers.get("Authorization", "")
+        return secrets.compare_digest(got.encode(), f"Bearer {self.token}".encode())
+
+    async def _serve_http(self, host, port):
+        from aiohttp import web
+
+        async def metrics(request):
+            return web.Response(body=self.metrics_text(), content_type="text/plain", charset="utf-8",
+                                headers={"X-Content-Type-Options": "nosniff"})
+
+        async def health(request):
+            alive = self.x.thread.is_alive()
+            return web.Response(status=200 if alive else 503, text="alive\n" if alive else "strategy loop not running\n")
+
+        async def ready(request):
+            ok, why = self.ready()
+            return web.json_response({"ready": ok, "not_ready": why}, status=200 if ok else 503)
+
+        def guarded(fn):
+            async def handler(request):
+                if not self._authorized(request):
+                    return web.json_response({"error": "unauthorized: send 'Authorization: Bearer <token>' "
+                                                       f"(the token is in {self.x.token_file})"}, status=401)
+                return await fn(request)
+            return handler
+
+        async def status(request):
+            return web.json_response(self.status(), dumps=lambda o: json.dumps(o, default=str))
+
+        async def control(request):
+            cmd = request.match_info["cmd"]
+            if cmd == "pause":
+                self.paused = True
+                self.ctl[C.CTL_CMD] = C.CMD_PAUSE
+            elif cmd == "resume":
+                self.paused = False
+                self.ctl[C.CTL_CMD] = C.CMD_RUN
+            elif cmd == "reload":
+                n = len(self.x.swaps)
+                await asyncio.get_running_loop().run_in_executor(None, self.x.reload)
+                res = self.x.swaps[n] if len(self.x.swaps) > n else {}
+                return web.json_response({"ok": bool(res.get("ok")), **res}, status=200 if res.get("ok") else 409,
+                                         dumps=lambda o: json.dumps(o, default=str))
+            elif cmd != "status":
+                return web.json_response({"error": f"unknown command {cmd!r} (status, pause, resume, reload)"},
+                                         status=404)
+            return web.json_response(self.status(), dumps=lambda o: json.dumps(o, default=str))
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/health", health)
+        app.router.add_get("/ready", ready)
+        app.router.add_get("/status", guarded(status))
+        app.router.add_post("/control/{cmd}", guarded(control))
+        app.router.add_get("/control/status", guarded(status))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        return runner
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def main(self):
+        x = self.x
+        http = None
+        if x.http:
+            http = await self._serve_http(*x.http)
+            log(f"http://{x.http[0]}:{x.http[1]}/metrics /health /ready; /status and /control/* need the token in "
+                f"{x.token_file}")
+        if x.pub:
+            import zmq
+            ctx = zmq.Context.instance()
+            self.pub = ctx.socket(zmq.PUB)
+            self.pub.setsockopt(zmq.LINGER, 0)
+            self.pub.setsockopt(zmq.SNDHWM, 100_000)
+            self.pub.bind(x.pub)
+            log(f"signals published on {x.pub} (topic = instrument, payload = the 64-byte signal record)")
+        if x.hlog_path:
+            from .hlog import HlogWriter
+            self.hlog = HlogWriter(x.hlog_path)
+            log(f"latency interval log -> {x.hlog_path} every {x.hlog_interval:g} s")
+        next_hlog = time.monotonic() + x.hlog_interval
+        next_watch = 0.0
+        try:
+            while not x.stop_event.is_set():
+                now = time.monotonic_ns()
+                self.ctl[C.CTL_LEASE_NS] = now + x.lease_ns
+                self.ctl[shm.H_HEARTBEAT_NS] = x.sring.hdr[shm.H_HEARTBEAT_NS] = now  # we own these two files
+                self.drain()
+                if not x.thread.is_alive():
+                    break
+                if x.reload_event.is_set():
+                    x.reload_event.clear()
+                    await asyncio.get_running_loop().run_in_executor(None, x.reload)
+                t = time.monotonic()
+                if x.deadline and t >= x.deadline:
+                    break
+                if t >= next_watch:
+                    next_watch = t + 0.05
+                    self._refresh_instruments()
+                    self._watchdog()
+                    self._watch_feed()
+                    if self.paused and int(self.ctl[C.CTL_CMD]) == C.CMD_RUN:
+                        self.ctl[C.CTL_CMD] = C.CMD_PAUSE  # (a re-attach resets the command)
+                if self.hlog is not None and t >= next_hlog:
+                    next_hlog = t + x.hlog_interval
+                    self.hlog.interval(x.ctl_blk.hist)
+                await asyncio.sleep(x.drain_period)
+        finally:
+            if http is not None:
+                await http.cleanup()
+
+    def finish(self):
+        """After the loop stopped: the last signals and the last interval, then close."""
+        self.drain()
+        if self.hlog is not None:
+            self.hlog.close(self.x.ctl_blk.hist)
+        if self.pub is not None:
+            self.pub.close(0)
+
+
+def run_control_plane(ctx):
+    """Run the control plane until stop, duration, or the loop's end; returns the plane."""
+    plane = ControlPlane(ctx)
+    try:
+        import uvloop
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    with runner:
+        runner.run(plane.main())
+    return plane

@@ -1,0 +1,163 @@
+"""`engine doctor --core N`: how well this machine is set up for a strategy core.
+
+Every check reads what the kernel exposes (procfs, sysfs, rlimits) and reports pass, warn, fail
+or n/a with the evidence it read and, when not pass, what to do (ops/tuning.md has the commands).
+Nothing is changed. `engine run` runs it at start: warnings are logged; with --strict a fail
+stops the run.
+"""
+import glob
+import os
+import resource
+
+from .rt import available_cpus
+
+CPU = "/sys/devices/system/cpu"
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def parse_cpulist(s):
+    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11}"""
+    out = set()
+    for part in (s or "").replace("\n", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            step = 1
+            if ":" in b:
+                b, step = b.split(":", 1)[0], 1
+            out.update(range(int(a), int(b) + 1, step))
+        elif part.isdigit():
+            out.add(int(part))
+    return out
+
+
+def _cmdline_list(cmdline, key):
+    for tok in (cmdline or "").split():
+        if tok.startswith(key + "="):
+            v = tok.split("=", 1)[1]
+            return parse_cpulist(",".join(x for x in v.split(",") if x and x[0].isdigit()))
+    return None
+
+
+def r(check, status, evidence, advice=""):
+    return {"check": check, "status": status, "evidence": evidence, "advice": advice}
+
+
+def run_checks(core=None, priority=80):
+    cpus = available_cpus()
+    if core is None:
+        core = max(cpus)
+    out = []
+    if core not in set(range(os.cpu_count() or 1)):
+        return [r("core", "fail", f"core {core} does not exist (cores 0-{(os.cpu_count() or 1) - 1})")]
+    out.append(r("core", "pass" if core in cpus else "fail",
+                 f"core {core}; this process may run on {','.join(map(str, sorted(cpus)))}",
+                 "" if core in cpus else "the core is outside this process's affinity (cgroup cpuset, taskset)"))
+    cmdline = _read("/proc/cmdline") or ""
+    out.append(r("kernel command line", "pass" if any(k in cmdline for k in ("isolcpus", "nohz_full")) else "warn",
+                 cmdline or "unreadable", "" if "isolcpus" in cmdline else
+                 f"add isolcpus=managed_irq,domain,{core} nohz_full={core} rcu_nocbs={core} (ops/tuning.md)"))
+    for name, path, key in (("isolated CPUs", f"{CPU}/isolated", "isolcpus"),
+                            ("nohz_full CPUs", f"{CPU}/nohz_full", "nohz_full")):
+        v = _read(path)
+        s = parse_cpulist(v) if v not in (None, "(null)") else set()
+        out.append(r(name, "pass" if core in s else "warn", f"{path}: {v or '(none)'}",
+                     "" if core in s else f"boot with {key}={core} so the scheduler and timer tick leave it alone"))
+    rcu = _cmdline_list(cmdline, "rcu_nocbs")
+    out.append(r("rcu_nocbs", "pass" if rcu and core in rcu else "warn",
+                 f"rcu_nocbs={','.join(map(str, sorted(rcu)))}" if rcu else "not on the command line",
+                 "" if rcu and core in rcu else f"boot with rcu_nocbs={core}: RCU callbacks run elsewhere"))
+    gov = _read(f"{CPU}/cpu{core}/cpufreq/scaling_governor")
+    out.append(r("cpu frequency governor", "n/a" if gov is None else "pass" if gov == "performance" else "warn",
+                 f"cpu{core}: {gov}" if gov else "no cpufreq (a VM, or fixed frequency)",
+                 "" if gov in (None, "performance") else f"cpupower -c {core} frequency-set -g performance"))
+    states = sorted(glob.glob(f"{CPU}/cpu{core}/cpuidle/state*"))
+    if not states:
+        out.append(r("C-states", "n/a", f"no cpuidle states for cpu{core} (a VM, or idle=poll)"))
+    else:
+        deep = []
+        for st in states:
+            lat = int(_read(f"{st}/latency") or 0)
+            if lat > 10 and _read(f"{st}/disable") == "0":
+                deep.append(f"{_read(f'{st}/name')} ({lat} us)")
+        out.append(r("C-states", "warn" if deep else "pass",
+                     f"enabled deep states on cpu{core}: {', '.join(deep)}" if deep else "no deep state enabled",
+                     "tuned-adm profile latency-performance, or hold /dev/cpu_dma_latency at 0" if deep else ""))
+    qos = None
+    try:
+        with open("/dev/cpu_dma_latency", "rb") as f:
+            qos = int.from_bytes(f.read(4), "little")
+    except OSError:
+        pass
+    out.append(r("PM QoS (cpu_dma_latency)", "n/a" if qos is None else "pass" if qos <= 10 else "warn",
+                 "unreadable" if qos is None else f"{qos} us",
+                 "" if qos is None or qos <= 10 else "a process holding /dev/cpu_dma_latency at 0 keeps cores out of deep C-states"))
+    thp = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    out.append(r("transparent huge pages", "n/a" if thp is None else "warn" if "[always]" in thp else "pass",
+                 thp or "unreadable", "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (compaction stalls)"
+                 if thp and "[always]" in thp else ""))
+    hits = []
+    for d in glob.glob("/proc/irq/[0-9]*"):
+        aff = parse_cpulist(_read(f"{d}/smp_affinity_list"))
+        if core in aff and len(aff) < (os.cpu_count() or 1) + 1:
+            hits.append(os.path.basename(d))
+    out.append(r("IRQ affinity", "pass" if not hits else "warn",
+                 f"{len(hits)} IRQs may run on core {core}" + (f" (e.g. {', '.join(sorted(hits, key=int)[:8])})" if hits else ""),
+                 f"steer IRQs off core {core}: /proc/irq/*/smp_affinity_list, irqbalance --banirq / IRQBALANCE_BANNED_CPULIST"
+                 if hits else ""))
+    rt_rt = _read("/proc/sys/kernel/sched_rt_runtime_us")
+    rt_p = _read("/proc/sys/kernel/sched_rt_period_us")
+    out.append(r("RT throttling", "n/a" if rt_rt is None else "pass" if rt_rt == "-1" else "warn",
+                 f"sched_rt_runtime_us={rt_rt}, period {rt_p}",
+                 "" if rt_rt in (None, "-1") else "a spinning SCHED_FIFO thread is parked "
+                 f"{(int(rt_p) - int(rt_rt)) / 1000:.0f} ms of every {int(rt_p) / 1000:.0f} ms: "
+                 "sysctl kernel.sched_rt_runtime_us=-1 on an isolated core (or run --no-rt)"))
+    swaps = (_read("/proc/swaps") or "").splitlines()[1:]
+    out.append(r("swap", "warn" if swaps else "pass", f"{len(swaps)} swap areas; swappiness "
+                 f"{_read('/proc/sys/vm/swappiness')}", "swapoff -a, or rely on mlockall (engine run locks its memory)"
+                 if swaps else ""))
+    root = os.geteuid() == 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    ml_ok = soft == resource.RLIM_INFINITY or root
+    out.append(r("memlock limit", "pass" if ml_ok else "fail",
+                 f"RLIMIT_MEMLOCK {'unlimited' if soft == resource.RLIM_INFINITY else soft}" + (" (root)" if root else ""),
+                 "" if ml_ok else "LimitMEMLOCK=infinity in the unit, or memlock unlimited in limits.conf"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_RTPRIO)
+    rt_ok = root or soft >= priority
+    out.append(r("RT priority limit", "pass" if rt_ok else "fail", f"RLIMIT_RTPRIO {soft}" + (" (root)" if root else ""),
+                 "" if rt_ok else f"LimitRTPRIO={priority} in the unit, or rtprio {priority} in limits.conf"))
+    cs = _read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    status = "n/a" if cs is None else "pass" if cs == "tsc" else "warn" if cs in ("kvm-clock", "hyperv_clocksource_tsc_page") else "fail"
+    out.append(r("clock source", status, f"{cs} (available: "
+                 f"{_read('/sys/devices/system/clocksource/clocksource0/available_clocksource')})",
+                 "" if status in ("pass", "n/a") else "tsc is best (clocksource=tsc tsc=reliable); "
+                 "hpet/acpi_pm cost a system call per clock read" if status == "fail" else
+                 "a paravirtual clock: vDSO reads work, tsc would be cheaper"))
+    sib = parse_cpulist(_read(f"{CPU}/cpu{core}/topology/thread_siblings_list")) - {core}
+    if not sib:
+        out.append(r("SMT sibling", "pass", f"cpu{core} has no hyperthread sibling"))
+    else:
+        iso = parse_cpulist(_read(f"{CPU}/isolated"))
+        out.append(r("SMT sibling", "pass" if sib <= iso else "warn", f"cpu{core} shares its core with "
+                     f"cpu{','.join(map(str, sorted(sib)))}", "" if sib <= iso else
+                     "isolate the sibling too (and keep it idle), or disable SMT"))
+    return out
+
+
+def format_table(res):
+    w = max(len(x["check"]) for x in res)
+    lines = []
+    for x in res:
+        lines.append(f"{x['status'].upper():<5} {x['check']:<{w}}  {x['evidence']}")
+        if x["advice"]:
+            lines.append(f"{'':<5} {'':<{w}}  -> {x['advice']}")
+    return "\n".join(lines)
