@@ -73,6 +73,7 @@ class ControlPlane:
         self.instruments = []
         self._inst_mtime = None
         self.started = time.monotonic()
+        self.lost_at_attach = None
 
     # -- the feed ----------------------------------------------------------------------
 
@@ -99,6 +100,8 @@ class ControlPlane:
         proc = self.x.proc
         if proc is not None and proc.poll() is not None:
             return f"feed process exited with status {proc.returncode}"
+        if self.lost_at_attach is not None and self.x.thread.reattached == self.lost_at_attach:
+            return "waiting for the feed's new ring"
         age = time.monotonic_ns() - int(c.hdr[shm.H_HEARTBEAT_NS])
         if age > FEED_STALE_NS and time.monotonic() - self.started > STARTUP_GRACE_S:
             return f"no heartbeat for {age / 1e9:.1f} s"
@@ -110,10 +113,11 @@ class ControlPlane:
         if status in ("ok", "finished"):
             if self.feed_dead_logged:
                 log("feed is back")
-            self.feed_dead_since, self.feed_dead_logged = None, False
+            self.feed_dead_since, self.feed_dead_logged, self.lost_at_attach = None, False, None
         else:
             if self.feed_dead_since is None:
                 self.feed_dead_since = time.monotonic()
+                self.lost_at_attach = self.x.thread.reattached  # up again only on a new ring
             if not self.feed_dead_logged:
                 log(f"feed is down ({status}); /ready is false until it is back")
                 self.feed_dead_logged = True

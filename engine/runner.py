@@ -444,7 +444,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             slog.close()
         if proc is not None:
             try:
-                proc.wait(timeout=1.0)
+                proc.wait(timeout=0.3)  # it has nothing to flush; we remove its ring ourselves
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
