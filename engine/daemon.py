@@ -23,7 +23,6 @@ from . import latency, shm, sigring
 FEED_STALE_NS = 1_000_000_000     # no feed heartbeat for this long: the feed is dead
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
 RESPAWN_AFTER_S = 0.5
-STARTUP_GRACE_S = 5.0             # a feed compiling its code at start is not a dead feed
 QUANTILES = (("0.5", 50.0), ("0.9", 90.0), ("0.99", 99.0), ("0.999", 99.9), ("0.9999", 99.99), ("1", 100.0))
 
 
@@ -103,7 +102,7 @@ class ControlPlane:
         if self.lost_at_attach is not None and self.x.thread.reattached == self.lost_at_attach:
             return "waiting for the feed's new ring"
         age = time.monotonic_ns() - int(c.hdr[shm.H_HEARTBEAT_NS])
-        if age > FEED_STALE_NS and time.monotonic() - self.started > STARTUP_GRACE_S:
+        if age > FEED_STALE_NS:
             return f"no heartbeat for {age / 1e9:.1f} s"
         return "ok"
 
@@ -176,6 +175,8 @@ class ControlPlane:
             self.x.slog.write(buf[:n])
             if self.pub is not None:
                 import zmq
+                if int(((buf[:n, 7] & 0xFFFF)).max()) >= len(self.instruments):
+                    self._refresh_instruments()  # a feed names instruments as it finds them
                 for rec in buf[:n]:
                     try:  # PUB never blocks: a slow subscriber loses messages at its high-water mark
                         self.pub.send_multipart([self._topic(int(rec[7]) & 0xFFFF), rec.tobytes()], zmq.NOBLOCK)
@@ -344,6 +345,7 @@ class ControlPlane:
             log(f"latency interval log -> {x.hlog_path} every {x.hlog_interval:g} s")
         next_hlog = time.monotonic() + x.hlog_interval
         next_watch = 0.0
+        self._refresh_instruments()
         try:
             while not x.stop_event.is_set():
                 now = time.monotonic_ns()

@@ -51,11 +51,12 @@ def to_hdrh(counts_row):
     """An hdrh histogram holding a copy of one stage's counts."""
     h = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIG_FIGS)
     view = np.ctypeslib.as_array(h.counts)
-    view[:] = counts_row
-    nz = np.flatnonzero(counts_row)
+    view[:] = counts_row  # one copy: the live loop may be adding to counts_row meanwhile
+    nz = np.flatnonzero(view)
     if len(nz):
-        # (sic) hdrh's spelling; without this its percentiles see nothing
-        h.set_internal_tacking_values(int(nz[0]), int(nz[-1]), int(counts_row.sum()))
+        # (sic) hdrh's spelling; without this its percentiles see nothing. Totals from the copy,
+        # or a percentile near 100 looks for counts that are not there and answers 0.
+        h.set_internal_tacking_values(int(nz[0]), int(nz[-1]), int(view.sum()))
     return h
 
 

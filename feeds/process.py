@@ -64,6 +64,10 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
         signal.signal(s, on_signal)
 
     _compile()
+    # The first batch before the ring exists: parsers and the simulator compile on first use, and
+    # a ring whose heartbeat stops for seconds while that happens would look like a dead feed.
+    batches = src.batches()
+    first = next(batches, None)
     set_timer_slack(1000)
     ring = TickRing(ring_name, capacity)
     say = (lambda m: None) if quiet else (lambda m: print(f"[feed] {m}", file=sys.stderr, flush=True))
@@ -88,7 +92,8 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
             next_due = time.monotonic_ns()
         clock = [None]
         published = len(src.instruments)
-        for ticks in src.batches():
+        import itertools
+        for ticks in itertools.chain([] if first is None else [first], batches):
             if len(src.instruments) != published:  # feeds find instruments as they read
                 published = len(src.instruments)
                 ring.publish_instruments(src.instruments)

@@ -1,0 +1,90 @@
+"""A real `engine run` daemon for tests: free ports, its own token, stderr to a file."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from tests.conftest import ROOT, engine_cmd, engine_env
+
+
+def free_tcp_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    def __init__(self, tmp_path, name, *extra, core=None):
+        self.http_port, self.pub_port = free_tcp_port(), free_tcp_port()
+        self.http = f"127.0.0.1:{self.http_port}"
+        self.pub = f"tcp://127.0.0.1:{self.pub_port}"
+        self.token_file = tmp_path / f"{name}.token"
+        self.err_path = tmp_path / f"{name}.err"
+        self.sig_path = tmp_path / f"{name}.sig"
+        self.hlog = tmp_path / f"{name}.hlog"
+        args = ["run", "--no-rt", "--name", name, "--http", self.http, "--pub", self.pub, "--token-file",
+                str(self.token_file), "--signals-out", str(self.sig_path), "--hlog", str(self.hlog), *extra]
+        if core is not None:
+            args += ["--core", str(core)]
+        self.err = open(self.err_path, "w")
+        self.proc = subprocess.Popen(engine_cmd(*args), cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE,
+                                     stderr=self.err, text=True)
+
+    def log(self):
+        return self.err_path.read_text()
+
+    def wait_for(self, text, timeout=120):
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            assert self.proc.poll() is None, f"engine exited ({self.proc.returncode}):\n{self.log()}"
+            assert time.monotonic() < deadline, f"never saw {text!r}:\n{self.log()}"
+            time.sleep(0.05)
+
+    def get(self, path, token=None, method="GET"):
+        """(status, body bytes)"""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        req = urllib.request.Request(f"http://{self.http}{path}", method=method, headers=headers,
+                                     data=b"" if method == "POST" else None)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def token(self):
+        return self.token_file.read_text().strip()
+
+    def status(self):
+        code, body = self.get("/status", self.token())
+        assert code == 200, body
+        return json.loads(body)
+
+    def stop(self, timeout=10):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        out = self.proc.stdout.read()
+        self.err.close()
+        return out
+
+    def feed_pid(self):
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                if b"feed" in cmd and any(c.endswith(b".ticks") for c in cmd) and str(self.proc.pid).encode() and \
+                        int(open(f"/proc/{pid}/stat").read().split()[3]) == self.proc.pid:
+                    return int(pid)
+        return None
