@@ -20,7 +20,7 @@ import numpy as np
 from . import control as C
 from . import latency, shm, sigring
 
-FEED_STALE_NS = 1_000_000_000     # no feed heartbeat for this long: the feed is dead
+FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
 RESPAWN_AFTER_S = 0.5
 QUANTILES = (("0.5", 50.0), ("0.9", 90.0), ("0.99", 99.0), ("0.999", 99.9), ("0.9999", 99.99), ("1", 100.0))

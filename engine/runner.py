@@ -322,7 +322,6 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             src.sock.close()  # the feed process listens, not us
     if cfg.ring:
         finite = False
-    check_ports(cfg)
     if cfg.doctor:
         from .doctor import run_checks
         res = run_checks(cfg.core, cfg.priority)
@@ -337,6 +336,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
     own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
     for suffix in own:  # refuse a live owner (engine first) before creating anything
         shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
+    check_ports(cfg)
     notes = []
     pred, model_dir = load_model(cfg)
     loaded = [pred]
