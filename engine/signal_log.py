@@ -40,7 +40,10 @@ class SignalLog:
 
     def close(self):
         self.f.flush()
-        os.fsync(self.f.fileno())
+        try:
+            os.fsync(self.f.fileno())
+        except OSError:  # not a file that syncs (/dev/null, a pipe): nothing to make durable
+            pass
         self.f.close()
 
 
