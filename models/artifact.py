@@ -142,7 +142,7 @@ def _dlopen_bytes(data, label):
         raise ArtifactError(f"cannot load {label}: {e}") from None
 
 
-BACKEND_CHOICES = ("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable", "xgboost")
+BACKEND_CHOICES = ("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable", "xgboost", "fpga-sim")
 REFERENCE_ONLY = {"xgboost"}  # validation back ends `auto` never picks
 
 
@@ -222,6 +222,9 @@ def load(art_dir, require_schema=True, backend="auto"):
                                 f"this engine computes {schema_hash()[:12]}; retrain it")
     if platform.machine() != m.get("target", {}).get("machine"):
         raise ArtifactError(f"{art_dir}: built for {m.get('target', {}).get('machine')}, this is {platform.machine()}")
+    if backend == "fpga-sim":  # the HLS kernel's emulation: generated from this artifact on first use
+        from fpga.backend import load as load_fpga_sim
+        return load_fpga_sim(art_dir, m, verify_files(art_dir, m))
     names = _candidates(m, backend, art_dir)
     if not names:
         raise ArtifactError(f"{art_dir}: no back end this CPU can run")
