@@ -206,8 +206,10 @@ def load_model(cfg):
         model_dir = str(default_model_dir())
     pred = artifact.load(model_dir, backend=cfg.backend)
     timing = f" (measured: {', '.join(pred.notes)})" if pred.notes else ""
-    log(f"model {pred.model_id} ({pred.manifest['num_trees']} trees) from {model_dir}: verified, "
-        f"bit-exact with XGBoost on {pred.manifest['validation']['rows']} rows; back end {pred.backend}{timing}")
+    exact = ("the fixed-point emulation, bit-exact with its golden model and within its proven bound of XGBoost"
+             if pred.backend == "fpga-sim" else f"bit-exact with XGBoost on {pred.manifest['validation']['rows']} rows")
+    log(f"model {pred.model_id} ({pred.manifest['num_trees']} trees) from {model_dir}: verified, {exact}; "
+        f"back end {pred.backend}{timing}")
     return pred, model_dir
 
 
