@@ -512,17 +512,21 @@ def build_parser():
                                    "SIGINT/SIGTERM. " + SOURCES_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("source")
-    f.add_argument("--ring", default="engine.ticks", help="ring name in /dev/shm or a path (default engine.ticks)")
+    def publisher_args(q):
+        """What every process that writes a tick ring takes."""
+        q.add_argument("--ring", default="engine.ticks", help="ring name in /dev/shm or a path (default engine.ticks)")
+        q.add_argument("--speed", type=_positive_float, default=1.0,
+                       help="files: the recorded pace times X (default 1)")
+        q.add_argument("--max", action="store_true", help="publish as fast as possible")
+        q.add_argument("--capacity", type=_pow2, default=1 << 18, help="ring slots (power of two, default 262144)")
+        q.add_argument("--wait-consumers", type=int, default=0, help="hold ticks until this many consumers attach")
+        q.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
+        q.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
+
+    publisher_args(f)
     f.add_argument("--rate", type=_nonneg_float, default=None, help="ticks per second (overrides the URI)")
-    f.add_argument("--speed", type=_positive_float, default=1.0,
-                   help="file sources: replay at the recorded pace times X (default 1)")
-    f.add_argument("--max", action="store_true", help="publish as fast as possible (any source)")
-    f.add_argument("--capacity", type=_pow2, default=1 << 18, help="ring slots (power of two, default 262144)")
     f.add_argument("--count", type=int, default=None, help="stop after this many ticks")
     f.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
-    f.add_argument("--wait-consumers", type=int, default=0, help="hold ticks until this many consumers attach")
-    f.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
-    f.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
     f.set_defaults(fn=cmd_feed)
 
     cv = sub.add_parser("convert", help="write a source's normalised ticks to .parquet, .csv or ITCH 5.0",
@@ -576,13 +580,7 @@ def build_parser():
                                     "tick ring at the recorded pace times --speed, or flat out with --max, for "
                                     "end-to-end runs: `engine run --ring NAME` reads it.")
     rp.add_argument("files", nargs="+", metavar="FILE.ticks")
-    rp.add_argument("--ring", default="engine.ticks", help="ring name (default engine.ticks)")
-    rp.add_argument("--speed", type=_positive_float, default=1.0, help="recorded pace times X (default 1)")
-    rp.add_argument("--max", action="store_true", help="as fast as possible")
-    rp.add_argument("--capacity", type=_pow2, default=1 << 18, help="ring slots (power of two)")
-    rp.add_argument("--wait-consumers", type=int, default=0, help="hold ticks until this many consumers attach")
-    rp.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
-    rp.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
+    publisher_args(rp)
     rp.set_defaults(fn=cmd_replay)
 
     bt = sub.add_parser("backtest", help="run the strategy over tick files and report what its signals were worth",
