@@ -278,7 +278,8 @@ def check_ports(cfg):
     if cfg.pub and cfg.pub.startswith("tcp://"):
         host, _, port = cfg.pub[6:].rpartition(":")
         if port.isdigit():
-            wanted.append(("--pub", host.strip("[]") or "0.0.0.0", int(port)))
+            host = host.strip("[]")
+            wanted.append(("--pub", "0.0.0.0" if host in ("", "*") else host, int(port)))
     for flag, host, port in wanted:
         s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
