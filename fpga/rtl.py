@@ -213,13 +213,15 @@ def resources(out_dir, timeout=900):
     if r.returncode:
         return {"error": r.stderr[-500:]}
     cells = {}
-    for ln in r.stdout.splitlines():
+    for ln in r.stdout.splitlines():  # `stat` lists "  <count> <cell type>" or "  <cell type> <count>"
         parts = ln.split()
-        if len(parts) == 2 and parts[1].isdigit() and parts[0].isupper() or (len(parts) == 2 and parts[0].startswith(("LUT", "FD", "CARRY", "MUX", "DSP"))):
-            try:
-                cells[parts[0]] = int(parts[1])
-            except ValueError:
-                pass
+        if len(parts) != 2:
+            continue
+        a, b = parts
+        if b.isdigit() and a[:1].isupper():
+            cells[a] = int(b)
+        elif a.isdigit() and b[:1].isupper():
+            cells[b] = int(a)
     luts = sum(v for k, v in cells.items() if k.startswith("LUT"))
     ffs = sum(v for k, v in cells.items() if k.startswith("FD"))
     return {"luts": luts, "ffs": ffs, "carry4": cells.get("CARRY4", 0) + cells.get("CARRY8", 0), "cells": cells}

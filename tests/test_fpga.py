@@ -269,3 +269,9 @@ def test_engine_runs_through_the_fpga_emulation(default_model, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["backend"] == "fpga-sim" and res["scored"] > 100
+
+
+@pytest.mark.skipif(shutil.which("yosys") is None, reason="Yosys not installed (apt-get install yosys); CI installs it")
+def test_yosys_gives_a_resource_estimate(small_dir):
+    res = rtl.resources(str(small_dir), timeout=600)
+    assert res["luts"] > 100 and res["ffs"] > 100 and "CARRY4" in res["cells"]
