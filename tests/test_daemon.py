@@ -264,3 +264,35 @@ def test_doctor_reports_every_check_with_evidence():
     assert want in throttle["evidence"] and throttle["status"] == ("pass" if want == "-1" else "warn")
     bad = cli("doctor", "--core", "4096")
     assert bad.returncode == 1 and "FAIL" in bad.stdout
+
+
+def test_watchdog_notices_a_stalled_loop(daemon):
+    """Stop only the strategy thread (ptrace interrupt on its TID: the control plane keeps
+    running), see the watchdog report it, let it go, see it recover."""
+    import ctypes
+    import os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.restype = ctypes.c_long
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH = 0x4206, 0x4207, 17
+    tid = next(int(t) for t in os.listdir(f"/proc/{daemon.proc.pid}/task")
+               if open(f"/proc/{daemon.proc.pid}/task/{t}/comm").read().strip() == "engine-strategy")
+    if libc.ptrace(PTRACE_SEIZE, tid, None, None) != 0:
+        pytest.skip(f"cannot ptrace the strategy thread here (errno {ctypes.get_errno()})")
+    try:
+        assert libc.ptrace(PTRACE_INTERRUPT, tid, None, None) == 0
+        os.waitpid(tid, 0x40000000)  # __WALL: the thread is now stopped, the rest of the engine runs on
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            code, body = daemon.get("/ready")
+            if code == 503 and b"stalled" in body:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"/ready never said stalled:\n{daemon.log()}")
+        assert sample(metrics(daemon), "engine_loop_stalled") == 1
+    finally:
+        libc.ptrace(PTRACE_DETACH, tid, None, None)
+    _wait_ready(daemon, True, 10)
+    assert "watchdog: the strategy loop has not beaten" in daemon.log()
+    assert "watchdog: the strategy loop is beating again" in daemon.log()
