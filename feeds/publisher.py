@@ -10,6 +10,17 @@ SLEEP_THRESHOLD_NS = 20_000    # further ahead than this: return and let the cal
 MAX_BEHIND_NS = 10_000_000     # more than 10 ms behind schedule: re-anchor, do not burst
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _publish_one(hdr, data, mask, buf, i, now):
+    """Stamp ts_recv with `now`, publish buf[i], beat the heartbeat every 256 ticks; returns i + 1."""
+    buf[i, 2] = now
+    tickring.publish(hdr, data, mask, buf[i])
+    i += 1
+    if (i & 255) == 0:
+        store_relaxed(hdr, shm.H_HEARTBEAT_NS, now)
+    return i
+
+
 @njit(nogil=True, cache=True)
 def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns):
     """Publish buf[i:n] at one tick per interval_ns (0 = as fast as possible).
@@ -29,11 +40,7 @@ def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns):
             next_due += interval_ns
             if now - next_due > MAX_BEHIND_NS:
                 next_due = now
-        buf[i, 2] = now
-        tickring.publish(hdr, data, mask, buf[i])
-        i += 1
-        if (i & 255) == 0:
-            store_relaxed(hdr, shm.H_HEARTBEAT_NS, now)
+        i = _publish_one(hdr, data, mask, buf, i, now)
     store_relaxed(hdr, shm.H_HEARTBEAT_NS, monotonic_ns())
     return i, next_due
 
@@ -49,11 +56,7 @@ def publish_due(hdr, data, mask, buf, due, i, n):
                 break
             cpu_pause()
             continue
-        buf[i, 2] = now
-        tickring.publish(hdr, data, mask, buf[i])
-        i += 1
-        if (i & 255) == 0:
-            store_relaxed(hdr, shm.H_HEARTBEAT_NS, now)
+        i = _publish_one(hdr, data, mask, buf, i, now)
     store_relaxed(hdr, shm.H_HEARTBEAT_NS, monotonic_ns())
     return i
 
