@@ -66,12 +66,17 @@ def instrument_count(tf):
     return max(n, 1)
 
 
-def run_file(path, pred, cfg):
-    """Backtest one tick file with a loaded model (models.artifact.load); returns FileResult."""
-    try:
-        tf = TickFile(path)
-    except TickFileError as e:
-        raise ValueError(str(e)) from None
+def run_file(src, pred, cfg):
+    """Backtest one tick file (a path, or a TickFile already open) with a loaded model
+    (models.artifact.load); returns FileResult."""
+    if isinstance(src, TickFile):
+        tf, path = src, src.path
+    else:
+        path = src
+        try:
+            tf = TickFile(path)
+        except TickFileError as e:
+            raise ValueError(str(e)) from None
     words = tf.words
     fstate = features.new_state(instrument_count(tf))
     row = np.zeros(features.NUM_FEATURES, np.float32)

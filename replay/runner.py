@@ -37,18 +37,21 @@ def backtest_one(path, p):
     """Backtest and evaluate one tick file; a picklable dict (runs on a Dask worker as is)."""
     from engine import strategy
     from engine.runner import uses_sigmoid
-    from engine.tickfile import TickFile
+    from engine.tickfile import TickFile, TickFileError
 
     from .backtest import run_file, warm_up
     from .evaluate import evaluate_file
     pred = _model(p)
     cfg = strategy.make_cfg(*p.thresholds, sigmoid=uses_sigmoid(pred))
     warm_up(pred, cfg)
+    try:
+        tf = TickFile(path)  # every block's CRC checked here, once, where the file is read
+    except TickFileError as e:
+        raise ValueError(str(e)) from None
     t0 = time.perf_counter()
-    res = run_file(path, pred, cfg)
+    res = run_file(tf, pred, cfg)
     loop_s = time.perf_counter() - t0
-    words = TickFile(path, verify=False).words  # verified by run_file just now
-    part, cols = evaluate_file(words, res, p.horizons_ms, p.latency_ns, p.fee_bps)
+    part, cols = evaluate_file(tf.words, res, p.horizons_ms, p.latency_ns, p.fee_bps)
     return {"path": str(path), "instruments": res.instruments, "signals": res.signals, "cols": cols, "part": part,
             "hist": res.hist, "notes": res.notes, "loop_seconds": loop_s, "backend": pred.backend,
             "model_id": pred.model_id, "scores": _score_sample(res.margins, uses_sigmoid(pred))}
@@ -125,18 +128,17 @@ def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
     """Check inputs, run, merge, write out_dir/{signals.parquet, report.json, report.md, *.png}."""
     from engine.signal_log import write_signals_parquet
     from engine.tickfile import TickFile, TickFileError
-    from models import artifact
 
     from . import report
-    for f in files:  # every input readable before any work starts
+    for f in files:  # every input is a tick file before any work starts (its CRCs: where it is read)
         try:
-            TickFile(f).close()
+            TickFile(f, verify=False).close()
         except TickFileError as e:
             raise ValueError(str(e)) from None
-    pred = artifact.load(p.model, require_schema=True, backend=p.backend)  # verified, or a clear error now
-    os.makedirs(out_dir, exist_ok=True)
+    pred = _model(p)  # verified, or a clear error now (and loaded once when the files run here)
     t0 = time.monotonic()
     results = run_tasks(files, p, workers, scheduler, progress)
+    os.makedirs(out_dir, exist_ok=True)  # only once every file ran: a bad input leaves nothing
     sigs, extra, summary, grid, equity, hist, scores = merge(results, p)
     summary.update({"model": p.model, "model_id": pred.model_id, "backend": results[0]["backend"] if results else None,
                     "latency_ns": p.latency_ns, "fee_bps": p.fee_bps, "horizons_ms": list(p.horizons_ms),
