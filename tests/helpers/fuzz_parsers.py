@@ -22,6 +22,12 @@ from feeds.uri import FeedError
 PER_EXAMPLE = 25
 
 
+def fuzz_settings(cases):
+    """Enough examples for `cases` inputs, reproducible, no deadline (compiles happen inside)."""
+    return settings(max_examples=max(1, cases // PER_EXAMPLE), deadline=None, database=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+
+
 def mutate(rng, data):
     b = bytearray(data)
     op = rng.integers(7)
@@ -58,8 +64,7 @@ def itch_seeds():
 def run_itch(cases, seeds):
     out = np.zeros((16, 8), np.int64)  # small: the out-of-room path runs all the time
 
-    @settings(max_examples=max(1, cases // PER_EXAMPLE), deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @fuzz_settings(cases)
     @given(st.integers(0, 2**63 - 1), st.sampled_from(range(len(seeds))), st.booleans())
     def one(seed, which, strict):
         rng = np.random.default_rng(seed)
@@ -99,8 +104,7 @@ def run_mold(cases, seeds):
     out = np.zeros((16, 8), np.int64)
     counter = [0]
 
-    @settings(max_examples=max(1, cases // PER_EXAMPLE), deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @fuzz_settings(cases)
     @given(st.integers(0, 2**63 - 1), st.booleans())
     def one(seed, rerequest):
         rng = np.random.default_rng(seed)
@@ -152,8 +156,7 @@ def run_dbn(cases, _):
     out = np.zeros((D.PENDING + 64, 8), np.int64)
     counter = [0]
 
-    @settings(max_examples=max(1, cases // PER_EXAMPLE), deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @fuzz_settings(cases)
     @given(st.integers(0, 2**63 - 1), st.booleans())
     def one(seed, strict):
         rng = np.random.default_rng(seed)
