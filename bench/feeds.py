@@ -11,6 +11,10 @@ reading of the same data in the same run.
 - Binance: the real spot capture. Ours: orjson per line, numba L2 book. Peer: json + a
   SortedDict book with the same continuity checks.
 Both sides work from bytes already in memory (decompressed), so neither times gunzip/zstd.
+
+Depth cost: each of ours runs at depth 0 (quotes and trades only, the peers' output) and at
+depth 10 (the default: level ticks for the top 10 levels a side, engine/records.py), on the same
+input; the synthetic market's own generation is timed both ways too (per market event).
 """
 import gzip
 import json
@@ -23,6 +27,17 @@ from _common import ROOT
 
 DATA = ROOT.parent / "shared" / "data"
 CACHE = ROOT / "bench" / "results" / "cache"
+
+
+def best_of_pair(fn0, fn1, reps):
+    """Best times of two runs alternated, so machine noise hits both alike."""
+    b0 = b1 = None
+    for _ in range(reps):
+        t0, r0 = best_of(fn0, 1)
+        t1, r1 = best_of(fn1, 1)
+        b0 = t0 if b0 is None else min(b0, t0)
+        b1 = t1 if b1 is None else min(b1, t1)
+    return (b0, r0), (b1, r1)
 
 
 def best_of(fn, reps):
@@ -40,17 +55,17 @@ def best_of(fn, reps):
 def itch_file(ticks):
     from feeds.convert import convert
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"syn1-{ticks}.itch"
+    path = CACHE / f"syn1-depth10-{ticks}.itch"  # an order per level of the market's top 10
     if not path.exists():
-        convert(f"synthetic://?instruments=1&count={ticks}&seed=21", str(path), progress=False)
+        convert(f"synthetic://?instruments=1&count={ticks}&seed=21&depth=10", str(path), progress=False)
     return path
 
 
-def ours_itch(data):
+def ours_itch(data, depth=0):
     from feeds.itch import ST_OUT, ItchBooks
     buf = np.frombuffer(data, np.uint8)
     out = np.zeros((8192, 8), np.int64)
-    books = ItchBooks()
+    books = ItchBooks(depth=depth)
     pos, n = 0, 0
     while True:
         pos, n, _, st = books.apply(buf, pos, len(buf), out, n)
@@ -77,9 +92,9 @@ def meatpy_itch(path, limit):
 
 # --- DBN --------------------------------------------------------------------------------
 
-def ours_dbn(raw):
+def ours_dbn(raw, depth=0):
     from feeds import dbn as D
-    f = D.DbnFile("dbn:/dev/null", "/dev/null", {})
+    f = D.DbnFile("dbn:/dev/null", "/dev/null", {"depth": str(depth)})
     off = f._start(raw)
     out = np.zeros((8192, 8), np.int64)
     buf = np.frombuffer(raw, np.uint8)
@@ -134,9 +149,9 @@ def python_dbn(raw):
 
 # --- Binance ----------------------------------------------------------------------------
 
-def ours_binance(path):
+def ours_binance(path, depth=0):
     from feeds.binance import BinanceFile
-    src = BinanceFile(f"binance:{path}", str(path), {})
+    src = BinanceFile(f"binance:{path}", str(path), {"depth": str(depth)})
     for _ in src.batches():
         pass
     return src.stats()["lines"]
@@ -197,6 +212,16 @@ def python_binance(lines):
     return len(lines)
 
 
+def synthetic_events(depth, events):
+    """Simulate at least `events` market events (their ticks written) at this depth; returns how many."""
+    from feeds.synthetic import G_EVENTS, Simulator, parse_uri
+    sim = Simulator(parse_uri(f"synthetic://?instruments=4&seed=3&depth={depth}"))
+    out = np.zeros((8192, 8), np.int64)
+    while sim.g[G_EVENTS] < events:
+        sim.generate(out)
+    return int(sim.g[G_EVENTS])
+
+
 def main():
     a = _common.args(__doc__)
     metrics, peers, ratios, notes = {}, {}, {}, {}
@@ -206,9 +231,10 @@ def main():
     path = itch_file(ticks)
     data = path.read_bytes()
     ours_itch(data[:10_000])  # compile
-    dt, msgs = best_of(lambda: ours_itch(data), 3)
+    (dt, msgs), (dt10, _) = best_of_pair(lambda: ours_itch(data), lambda: ours_itch(data, 10), 9)
     metrics["itch_messages_per_s"] = round(msgs / dt)
     metrics["itch_messages"] = msgs
+    metrics["itch_depth10_messages_per_s"] = round(msgs / dt10)
     limit = 50_000 if a.quick else 200_000
     dtp, pm = best_of(lambda: meatpy_itch(path, limit), 1)
     peers["meatpy"] = {"itch_messages_per_s": round(pm / dtp)}
@@ -222,8 +248,9 @@ def main():
         import zstandard
         raw = zstandard.ZstdDecompressor().stream_reader(open(dbn_path, "rb")).read()
         ours_dbn(raw)
-        dt, recs = best_of(lambda: ours_dbn(raw), 5)
+        (dt, recs), (dt10, _) = best_of_pair(lambda: ours_dbn(raw), lambda: ours_dbn(raw, 10), 25)
         metrics["dbn_messages_per_s"] = round(recs / dt)
+        metrics["dbn_depth10_messages_per_s"] = round(recs / dt10)
         dtp, pr = best_of(lambda: python_dbn(raw), 1 if a.quick else 2)
         peers["databento_dbn_python"] = {"dbn_messages_per_s": round(pr / dtp)}
         ratios["dbn_vs_databento_dbn_python_messages_per_s"] = _common.ratio(
@@ -241,8 +268,9 @@ def main():
         plain.write_bytes(raw)
         lines = raw.split(b"\n")[:-1]
         ours_binance(plain)
-        dt, n = best_of(lambda: ours_binance(plain), 3)
+        (dt, n), (dt10, _) = best_of_pair(lambda: ours_binance(plain), lambda: ours_binance(plain, 10), 9)
         metrics["binance_messages_per_s"] = round(n / dt)
+        metrics["binance_depth10_messages_per_s"] = round(n / dt10)
         dtp, pn = best_of(lambda: python_binance(lines), 3)
         peers["python_json"] = {"binance_messages_per_s": round(pn / dtp)}
         ratios["binance_vs_python_json_messages_per_s"] = _common.ratio(
@@ -252,6 +280,22 @@ def main():
     else:
         notes["binance"] = f"skipped: {bpath} not here"
     _common.table("feed handlers, one core (best of runs)", ["ours msgs/s", "peer msgs/s"], rows)
+    # depth: the same inputs with level ticks for the top 10 levels a side
+    events = 300_000 if a.quick else 3_000_000
+    synthetic_events(0, 10_000)
+    synthetic_events(10, 10_000)  # compile
+    (dt, ev), (dt10, ev10) = best_of_pair(lambda: synthetic_events(0, events), lambda: synthetic_events(10, events), 5)
+    metrics["synthetic_depth0_events_per_s"] = round(ev / dt)
+    metrics["synthetic_depth10_events_per_s"] = round(ev10 / dt10)
+    drows = []
+    for feed, unit in (("itch", "msgs"), ("dbn", "msgs"), ("binance", "msgs"), ("synthetic", "events")):
+        k0 = f"{feed}_messages_per_s" if unit == "msgs" else "synthetic_depth0_events_per_s"
+        k10 = f"{feed}_depth10_messages_per_s" if unit == "msgs" else "synthetic_depth10_events_per_s"
+        if k0 in metrics and k10 in metrics:
+            metrics[f"{feed}_depth10_cost_pct"] = round(100 * (metrics[k0] / metrics[k10] - 1), 1)
+            drows.append((f"{feed} ({unit}/s)", {"depth 0": metrics[k0], "depth 10": metrics[k10],
+                                                 "cost %": metrics[f"{feed}_depth10_cost_pct"]}))
+    _common.table("depth: parse + book (+ level ticks) at depth 0 and 10", ["depth 0", "depth 10", "cost %"], drows)
     _common.save("feeds", metrics, peers, ratios, notes or None)
 
 

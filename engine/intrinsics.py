@@ -113,7 +113,20 @@ def cpu_pause(typingctx):
     return types.void(), codegen
 
 
-CLOCK_MONOTONIC = 1
+CLOCK_REALTIME, CLOCK_MONOTONIC = 0, 1
+
+
+def _clock_ns(clock_id):
+    def codegen(context, builder, sig, args):
+        ts_t = ir.LiteralStructType([_I64, _I64])
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ts_t.as_pointer()])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "clock_gettime")
+        ts = cgutils.alloca_once(builder, ts_t)
+        builder.call(fn, [ir.Constant(ir.IntType(32), clock_id), ts])
+        sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
+        nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
+        return builder.add(builder.mul(sec, ir.Constant(_I64, 1_000_000_000)), nsec)
+    return codegen
 
 
 @intrinsic
@@ -123,16 +136,13 @@ def monotonic_ns(typingctx):
     CLOCK_MONOTONIC is what Python's time.monotonic_ns() reads, so timestamps taken
     here, in another process's numba code and in Python all compare directly.
     """
-    def codegen(context, builder, sig, args):
-        ts_t = ir.LiteralStructType([_I64, _I64])
-        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ts_t.as_pointer()])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "clock_gettime")
-        ts = cgutils.alloca_once(builder, ts_t)
-        builder.call(fn, [ir.Constant(ir.IntType(32), CLOCK_MONOTONIC), ts])
-        sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
-        nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
-        return builder.add(builder.mul(sec, ir.Constant(_I64, 1_000_000_000)), nsec)
-    return types.int64(), codegen
+    return types.int64(), _clock_ns(CLOCK_MONOTONIC)
+
+
+@intrinsic
+def realtime_ns(typingctx):
+    """clock_gettime(CLOCK_REALTIME) in ns (wall clock, as time.time_ns()), through the vDSO."""
+    return types.int64(), _clock_ns(CLOCK_REALTIME)
 
 
 @intrinsic

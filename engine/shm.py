@@ -25,12 +25,14 @@ RING_CONTROL = 3   # the engine's control block: control words, counters, histog
 H_MAGIC, H_VERSION, H_KIND, H_RECORD_SIZE, H_CAPACITY, H_PID, H_CREATED_NS, H_MAX_CONSUMERS = range(8)
 H_HEARTBEAT_NS = 8     # producer: CLOCK_MONOTONIC ns, refreshed while it runs
 H_STATE = 9            # producer: 0 created, 1 producing, 2 finished (end of stream)
+H_DEPTH = 10           # tick rings: levels a side of the depth window the ticks carry (records.py)
 H_WRITE = 16           # producer: next seq to publish (== records published)
 H_READ = 24            # SPSC consumer: next seq to read
 H_CONSUMER_PID = 25    # SPSC consumer pid
 H_DROPS = 32           # SPSC producer: records dropped because the ring was full
 H_CONSUMERS = 64       # broadcast consumer lines start here, 8 words each:
 C_PID, C_CURSOR, C_LOST, C_GAPS, C_ATTACHED_NS = range(5)
+C_RESYNC = 5           # the consumer bumps it to have the producer re-send every depth window
 MAX_CONSUMERS = 32
 
 STATE_CREATED, STATE_PRODUCING, STATE_FINISHED = 0, 1, 2
@@ -177,6 +179,8 @@ def inspect(path):
         "created_unix_ns": int(hdr[H_CREATED_NS]),
         "write_cursor": int(hdr[H_WRITE]),
     }
+    if kind == RING_TICKS:
+        info["depth"] = int(hdr[H_DEPTH])
     if kind == RING_CONTROL:
         from . import control
         info.update(loop_state=control.LOOP_STATE_NAMES.get(int(hdr[control.L_STATE]), "?"),
@@ -195,6 +199,7 @@ def inspect(path):
             if hdr[b + C_PID]:
                 cons.append({"slot": i, "pid": int(hdr[b + C_PID]), "alive": pid_alive(int(hdr[b + C_PID])),
                              "cursor": int(hdr[b + C_CURSOR]), "lag": int(hdr[H_WRITE] - hdr[b + C_CURSOR]),
-                             "lost": int(hdr[b + C_LOST]), "gaps": int(hdr[b + C_GAPS])})
+                             "lost": int(hdr[b + C_LOST]), "gaps": int(hdr[b + C_GAPS]),
+                             "resyncs": int(hdr[b + C_RESYNC])})
         info["consumers"] = cons
     return info

@@ -8,7 +8,9 @@ Layout (little-endian):
     24    u64 layout hash              32  i64 created (ns since the epoch)
     40    u64 records (when complete)  48  u64 index offset (when complete; 0 while written)
     56    u32 metadata length          60  u32 CRC32 of bytes 0..59 and the metadata
-    64    metadata: JSON {"source", "instruments": [names by index], "fields": [...]}
+    64    metadata: JSON {"source", "instruments": [names by index], "fields": [...], "depth"}
+          (depth: levels a side of the depth window the ticks carry, engine/records.py; a file
+          without it is read as depth 0)
     header size: records, each a TICK_DTYPE (engine/records.py)
     index offset: blocks of BLOCK records, each int64 [first record, min ts_event, max ts_event,
           CRC32 of its bytes]; then "ENGTIDX1", u64 blocks, u32 CRC32 of the index
@@ -69,9 +71,9 @@ class TickFileWriter:
     """Append ticks to a new tick file; `close()` writes the index and marks it complete.
     Readers may map the file while it is written."""
 
-    def __init__(self, path, instruments=(), source=""):
+    def __init__(self, path, instruments=(), source="", depth=0):
         self.path = str(path)
-        self.meta = {"source": source, "instruments": list(instruments), "fields": FIELDS}
+        self.meta = {"source": source, "instruments": list(instruments), "fields": FIELDS, "depth": int(depth)}
         self.created = time.time_ns()
         self.f = open(self.path, "wb")
         # room for an instrument table that grows as a feed finds instruments (set_instruments)
@@ -191,6 +193,11 @@ class TickFile:
     @property
     def source(self):
         return self.meta.get("source", "")
+
+    @property
+    def depth(self):
+        """Levels a side of the depth window in the ticks (0: none, or a file from before depth)."""
+        return int(self.meta.get("depth", 0))
 
     def __len__(self):
         return len(self.words)

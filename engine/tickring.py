@@ -6,6 +6,12 @@ Each 64-byte slot's first word is its sequence number, a seqlock:
             s1 == s2 == expected -> the copy is whole; anything newer -> we were lapped.
 A lapped consumer counts exactly the sequence numbers it skips, hands the caller a
 KIND_GAP tick carrying that count, and resumes half a ring behind the producer.
+
+Depth windows (engine/records.py): the header's H_DEPTH word says how many levels a side the
+ticks carry. A consumer whose books are void (it was lapped, or it joined mid-stream) bumps its
+line's C_RESYNC word; the producer looks at those words between batches and re-sends every
+window (each instrument's next event starts with a clear tick and carries its whole window).
+poll bumps it on a lap, claim when it starts after the beginning of the stream.
 """
 import os
 import time
@@ -66,6 +72,7 @@ def poll(hdr, data, mask, slot_base, out):
     if resume <= n:
         resume = n + 1
     lost = resume - n
+    request_resync(hdr, slot_base)  # our books are void now: ask for every depth window again
     out[0] = n
     for k in range(1, RECORD_WORDS):
         out[k] = 0
@@ -75,6 +82,12 @@ def poll(hdr, data, mask, slot_base, out):
     store_relaxed(hdr, slot_base + shm.C_GAPS, load_relaxed(hdr, slot_base + shm.C_GAPS) + 1)
     store_relaxed(hdr, slot_base + shm.C_CURSOR, resume)
     return POLL_GAP
+
+
+@njit(nogil=True, inline="always", cache=True)
+def request_resync(hdr, slot_base):
+    """Ask the producer to re-send every depth window (our line's C_RESYNC; only we write it)."""
+    store_release(hdr, slot_base + shm.C_RESYNC, load_relaxed(hdr, slot_base + shm.C_RESYNC) + 1)
 
 
 @njit(cache=True)
@@ -95,14 +108,34 @@ def _mark_slots_busy(mm):
 
 
 class TickRing:
-    """Producer side: creates the ring file (refusing a live owner's) and publishes."""
+    """Producer side: creates the ring file (refusing a live owner's) and publishes. depth: the
+    levels a side of the depth window the ticks carry (the source's `depth`)."""
 
-    def __init__(self, name, capacity=1 << 18, owner_pid=None):
+    def __init__(self, name, capacity=1 << 18, owner_pid=None, depth=0):
+        def init(mm):
+            _mark_slots_busy(mm)
+            np.frombuffer(mm, np.int64, shm.HEADER_WORDS)[shm.H_DEPTH] = depth
         self.path = shm.ring_path(name)
-        self.mm, self.hdr, self.note = shm.create(self.path, shm.RING_TICKS, 64, capacity, owner_pid,
-                                                  init=_mark_slots_busy)
+        self.mm, self.hdr, self.note = shm.create(self.path, shm.RING_TICKS, 64, capacity, owner_pid, init=init)
         self.data = np.frombuffer(self.mm, np.int64, capacity * RECORD_WORDS, shm.HEADER_BYTES)
         self.mask = capacity - 1
+        self._resync_seen = self._resync_words()
+
+    @property
+    def depth(self):
+        return int(self.hdr[shm.H_DEPTH])
+
+    def _resync_words(self):
+        return self.hdr[shm.H_CONSUMERS + shm.C_RESYNC::8][:shm.MAX_CONSUMERS].copy()
+
+    def resync_requested(self):
+        """Has any consumer asked for the depth windows again since we last looked? (Between
+        batches, never per tick.)"""
+        now = self._resync_words()
+        if np.array_equal(now, self._resync_seen):
+            return False
+        self._resync_seen = now
+        return True
 
     def heartbeat(self):
         self.hdr[shm.H_HEARTBEAT_NS] = time.monotonic_ns()
@@ -169,7 +202,22 @@ class TickConsumer:
         self.slot = slot
         self.slot_base = shm.H_CONSUMERS + 8 * slot
         self.hdr[self.slot_base + shm.C_ATTACHED_NS] = time.monotonic_ns()
+        if begin > 0:  # the depth windows were sent before we came: ask for them again
+            self.request_resync()
         return slot
+
+    @property
+    def depth(self):
+        """Levels a side of the depth window the producer's ticks carry (0: none)."""
+        return int(self.hdr[shm.H_DEPTH])
+
+    def request_resync(self):
+        """Have the producer re-send every depth window (e.g. after our books were voided)."""
+        request_resync(self.hdr, self.slot_base)
+
+    @property
+    def resyncs(self):
+        return int(self.hdr[self.slot_base + shm.C_RESYNC])
 
     @property
     def lost(self):

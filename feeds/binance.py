@@ -2,11 +2,12 @@
 in ns, a space, the JSON message (combined-stream form {"stream", "data"}, or a REST depth
 snapshot {"lastUpdateId", "bids", "asks"}); gzip or plain.
 
-  binance:FILE?size_unit=1e-5&on_error=stop
+  binance:FILE?size_unit=1e-5&on_error=stop&depth=10
   size_unit  the quantity one record size unit stands for (default 1e-5, BTC's step on spot;
              quantities are kept exactly at 1e-8 in the book and divided down for the record)
   on_error   stop (default): a line that is not "<ns> <json>" is an error naming its line number;
              skip: count it and go on
+  depth      book levels per side published as level ticks, 0..32 (default 10; 0 = none)
 
 The depth stream is applied to an L2 book with Binance's documented continuity checks:
 - spot: after the snapshot, drop events with u <= lastUpdateId; the first applied event must
@@ -20,6 +21,12 @@ ticks from the trade stream (aggressor: sell when the buyer is the maker). bookT
 do not become ticks: wherever a ticker and a depth event name the same final update id, the
 ticker's best bid/ask is compared with the book's, and the agreement is counted.
 
+Depth (engine/records.py): each depth event is a book event (level ticks, then the quote or a
+book tick). A snapshot emits a clear tick, its whole window and a book tick carrying the book's
+touch (stamped with the capture's receive time: a REST snapshot has no event time). A gap tick
+voids every book downstream, so every window is re-sent (after a clear tick) by its
+instrument's next event; a trade is an event too, so a stale window goes out before it.
+
 JSON is parsed per line in Python (orjson) along with the continuity checks; what touches the
 book or writes a tick becomes a command in a queue that numba runs in batches of thousands of
 lines, so no per-message Python->numba call is paid.
@@ -31,8 +38,9 @@ from numba import njit
 
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 
-from . import book, files, uri as U
+from . import book, depth, files, uri as U
 from .book import Ladders
+from .depth import Windows
 from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 QTY_SCALE = 10**8
@@ -116,13 +124,15 @@ Q_CMDS = 4096
 
 
 @njit(nogil=True, cache=True)
-def run(L, cmds, ncmd, vals, top, tops, prog, out, n, stats, size_div):
+def run(L, cmds, ncmd, vals, top, tops, prog, W, out, n, stats, size_div):
     """Run commands prog[0].. in order (prog[1] = levels already applied of the current one),
-    writing ticks to out[n:]; tops[i] gets the touch after depth command i. Returns
-    (n, R_DONE | R_OUT | R_ROOM); on R_ROOM prog[2] is the book side that needs room."""
+    writing ticks to out[n:]; tops[i] gets the touch after depth command i. W: the depth windows.
+    Returns (n, R_DONE | R_OUT | R_ROOM); on R_ROOM prog[2] is the book side that needs room
+    (nothing of the command was written yet: its ticks come once all its levels are in)."""
+    room = 2 + depth.room(W[0].shape[1])
     i = prog[0]
     while i < ncmd:
-        if n + 2 > out.shape[0]:
+        if n + room > out.shape[0]:
             prog[0] = i
             return n, R_OUT
         c = cmds[i]
@@ -143,16 +153,26 @@ def run(L, cmds, ncmd, vals, top, tops, prog, out, n, stats, size_div):
                     prog[2] = bk
                     return n, R_ROOM
                 book.level_set(L, bk, vals[2 * (off + j)], q)
+                depth.changed(W, bk, vals[2 * (off + j)])
                 j += 1
             prog[1] = 0
             if op == OP_SNAPSHOT:
+                if W[0].shape[1] > 0:  # a clear tick, the whole window, a book tick with the touch
+                    depth.mark_stale(W, inst)
+                    n, nl = depth.publish(W, L, inst, c[4], c[5], out, n, stats, ST_SAT, size_div)
+                    touch_changed(L, inst, top)
+                    n = depth.emit_book(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
                 for k in range(4):
                     top[inst, k] = -1  # so the first event applied after it always quotes
-            elif touch_changed(L, inst, top):
-                stats[ST_QUOTES] += 1
-                if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
-                    stats[ST_CROSSED] += 1
-                n = emit_quote(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
+            else:
+                n, nl = depth.publish(W, L, inst, c[4], c[5], out, n, stats, ST_SAT, size_div)
+                if touch_changed(L, inst, top):
+                    stats[ST_QUOTES] += 1
+                    if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
+                        stats[ST_CROSSED] += 1
+                    n = emit_quote(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
+                elif nl:
+                    n = depth.emit_book(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
             bp, bq = book.best(L, 2 * inst)
             ap, aq = book.best(L, 2 * inst + 1)
             tops[i, 0] = bp
@@ -160,13 +180,17 @@ def run(L, cmds, ncmd, vals, top, tops, prog, out, n, stats, size_div):
             tops[i, 2] = ap
             tops[i, 3] = aq
         elif op == OP_TRADE:
+            n, nl = depth.publish(W, L, inst, c[4], c[5], out, n, stats, ST_SAT, size_div)  # stale only
             n = emit(out, n, c[4], c[5], inst, KIND_TRADE, c[6], c[2], c[3], top, stats, ST_SAT, size_div)
+            if nl:
+                n = depth.emit_book(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
         elif op == OP_GAP:
             book.level_clear(L, 2 * inst)
             book.level_clear(L, 2 * inst + 1)
             for k in range(4):
                 top[inst, k] = 0
             n = emit_gap(out, n, c[4], c[5], c[2])
+            depth.forget(W)  # the consumer voids every book: every window is re-sent
         i += 1
     prog[0] = i
     return n, R_DONE
@@ -195,7 +219,8 @@ class BinanceFile:
         import orjson  # noqa: F401 (fail early, with the import error, if missing)
         self.uri, self.path = u, path
         files.check_readable(path)
-        p = U.take(u, params, {"size_unit": (float, 1e-5), "on_error": (U.on_error, "stop")})
+        p = U.take(u, params, {"size_unit": (float, 1e-5), "on_error": (U.on_error, "stop"),
+                               "depth": (U.depth, U.DEFAULT_DEPTH)})
         div = p["size_unit"] * QTY_SCALE
         if p["size_unit"] <= 0 or abs(div - round(div)) > 1e-9 or round(div) < 1:
             raise U.FeedError(f"{u}: size_unit must be a power of ten between 1e-8 and 1, got {p['size_unit']}")
@@ -203,6 +228,8 @@ class BinanceFile:
         self.strict = p["on_error"] == "stop"
         self.insts = {}
         self.ladders = Ladders(512)
+        self.depth = p["depth"]
+        self.windows = Windows(512, self.depth)
         self.top = np.zeros((256, 4), np.int64)
         self.st = np.zeros(NST, np.int64)
         self.counts = dict.fromkeys(STATS, 0)
@@ -219,6 +246,10 @@ class BinanceFile:
     @property
     def instruments(self):
         return [i.symbol for i in sorted(self.insts.values(), key=lambda i: i.idx)]
+
+    def resync(self):
+        """A consumer asked for every window again (feeds/process.py)."""
+        self.windows.forget()
 
     def stats(self):
         c = dict(self.counts)
@@ -266,7 +297,7 @@ class BinanceFile:
         self.prog[:] = 0
         while True:
             n, r = run(self.ladders.arrays(), self.cmds, self.ncmd, self.vals, self.top, self.tops, self.prog,
-                       out, n, self.st, self.size_div)
+                       self.windows.arrays(), out, n, self.st, self.size_div)
             if r == R_ROOM:
                 self.ladders.grow(int(self.prog[2]))
             elif r == R_OUT:
@@ -301,7 +332,7 @@ class BinanceFile:
 
     def _place_snapshot(self, ins, d, recv):
         sid = int(d["lastUpdateId"])
-        self._levels_cmd(OP_SNAPSHOT, ins, d["bids"], d["asks"], 0, recv)
+        self._levels_cmd(OP_SNAPSHOT, ins, d["bids"], d["asks"], recv, recv)  # no event time: the capture's
         self.counts["snapshots"] += 1
         ins.snapshot_id, ins.synced, ins.last_u = sid, False, None
         held, ins.held = ins.held, []
@@ -397,8 +428,13 @@ class BinanceFile:
                 raise U.FeedError(f"{self.path}: line {lineno}: {what}") from None
             self.counts["bad_lines"] += 1
 
+    OUT_ROWS = 4096  # tick batch size (tests make it small to run the out-of-room path)
+
     def batches(self):
-        out = np.zeros((4096, 8), np.int64)
+        if self.OUT_ROWS < 2 + depth.room(self.depth):
+            raise ValueError(f"a tick buffer of {self.OUT_ROWS} rows cannot hold one event's ticks "
+                             f"at depth {self.depth}")
+        out = np.zeros((self.OUT_ROWS, 8), np.int64)
         n = 0
         carry = b""
         lineno = 0

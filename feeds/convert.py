@@ -59,12 +59,13 @@ class _Tabular:
 
 
 class TicksSink:
-    """An engine tick file (engine/tickfile.py): seq renumbered, the source's instrument table."""
+    """An engine tick file (engine/tickfile.py): seq renumbered, the source's instrument table
+    and depth window."""
 
     def __init__(self, path, fmt, source):
         from engine.tickfile import TickFileWriter
         self.source = source
-        self.w = TickFileWriter(path, source.instruments, source.uri)
+        self.w = TickFileWriter(path, source.instruments, source.uri, depth=getattr(source, "depth", 0))
 
     def write(self, ticks, seq0):
         self.w.append(ticks)
@@ -89,7 +90,7 @@ class ItchSink:
             first = int(ticks[0, 1])
             day = first - first % (86_400 * 10**9)
             self.writer = ItchWriter(len(self.source.instruments), day,
-                                     [s[:8] for s in self.source.instruments])
+                                     [s[:8] for s in self.source.instruments], depth=getattr(self.source, "depth", 0))
             self.f.write(self.writer.start(first))
             self.day = dt.datetime.fromtimestamp(day / 1e9, dt.timezone.utc).date().isoformat()
         for b in self.writer.write(ticks):

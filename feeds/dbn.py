@@ -1,9 +1,12 @@
 """`dbn:FILE` — Databento DBN (v1-v3; zstd or plain): MBO into an L3 book, MBP-1 / MBP-10 and
 trades straight to ticks.
 
-  dbn:FILE?symbols=ESH4&on_error=stop
+  dbn:FILE?symbols=ESH4&on_error=stop&depth=10
   symbols   raw symbols to keep (from the file's symbology; default all instruments)
   on_error  stop (default): a malformed record is an error naming its byte offset; skip: count it
+  depth     book levels per side published as level ticks, 0..32 (default 10; 0 = none), capped
+            by what the file has: MBO any, MBP-10 10, MBP-1/TBBO 1, trades and others 0
+            (`.depth` says what is published; the metadata is read when the source is opened)
 
 The metadata header is decoded by the `databento-dbn` package; records are read by the numba
 code below (every length checked before it is read). Quote ticks come at the end of each
@@ -12,6 +15,12 @@ event are held until then so they carry the touch after the event, as the record
 MBO semantics are Databento's: A add, C cancel (size = what is cancelled), M modify, R clear the
 instrument's book, T trade and F fill do not change the book (cancels that follow do), N none.
 ts_recv is the record's ts_recv (capture time).
+
+Depth (engine/records.py): a book event ends with the record carrying F_LAST; its level ticks
+come first, then the held trades, then the quote or a book tick. Action R marks the instrument's
+window stale, so that event starts with a clear tick and re-sends the window. MBP-1/MBP-10
+records have their levels set into a per-instrument ladder (cleared per record) so the same
+window diff applies.
 """
 import struct
 
@@ -20,12 +29,15 @@ from numba import njit
 
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SELL
 
-from . import book, files, uri as U
+from . import book, depth, files, uri as U
 from .book import Ladders, Orders
+from .depth import Windows
 from .ticks import emit, emit_quote, touch_changed
 
 RT_MBP0, RT_MBP1, RT_MBP10, RT_MBO = 0x00, 0x01, 0x0A, 0xA0
 MIN_LEN = {RT_MBP0: 48, RT_MBP1: 80, RT_MBP10: 368, RT_MBO: 56}
+# levels a schema carries per side: what `depth=` is capped to (others: none)
+SCHEMA_DEPTH = {"mbo": U.MAX_DEPTH, "mbp-10": 10, "mbp-1": 1, "tbbo": 1}
 _MIN = np.zeros(256, np.int64)
 for _r, _l in MIN_LEN.items():
     _MIN[_r] = _l
@@ -77,9 +89,11 @@ def _side(c):
 
 
 @njit(nogil=True, cache=True)
-def _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, from_book):
-    """End of an event for `inst`: its held trades (with the touch after), then a quote if the
-    touch changed. from_book=False: `top` was already set from an MBP record."""
+def _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, from_book):
+    """End of an event for `inst`: its level ticks, its held trades (with the touch after), then
+    a quote if the touch changed, else a book tick if levels did. from_book=False: `top` was
+    already set from an MBP record."""
+    n, nl = depth.publish(W, L, inst, ts, tr, out, n, stats, S_SATURATED, 1)
     changed = touch_changed(L, inst, top) if from_book else top[inst, 4] != 0
     top[inst, 4] = 0
     k = 0
@@ -98,14 +112,24 @@ def _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, from_book):
         if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
             stats[S_CROSSED] += 1
         n = emit_quote(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
+    elif nl:
+        n = depth.emit_book(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
     return n
 
 
 @njit(nogil=True, cache=True)
-def _hold_trade(L, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, from_book):
+def _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, from_book):
     """Hold a trade until its event ends (flushing the held ones first if the buffer is full)."""
     if npend[0] == PENDING:
-        n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, from_book)
+        n = _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, from_book)
+    if npend[0] == PENDING:  # all held for other instruments (hostile input): let the oldest go
+        n = emit(out, n, pend[0, 4], tr, pend[0, 0], KIND_TRADE, pend[0, 3], pend[0, 1], pend[0, 2],
+                 top, stats, S_SATURATED, 1)
+        stats[S_TRADES] += 1
+        for j in range(PENDING - 1):
+            for q in range(5):
+                pend[j, q] = pend[j + 1, q]
+        npend[0] = PENDING - 1
     j = npend[0]
     pend[j, 0] = inst
     pend[j, 1] = price
@@ -128,10 +152,27 @@ def _clear(L, O, inst):
 
 
 @njit(nogil=True, cache=True)
-def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, stats, err, need, out, n):
-    """Apply DBN records b[pos:end]; returns (pos, n, status) like itch.parse."""
+def _mbp_levels(L, b, pos, inst, nlev, N):
+    """Set an MBP record's levels (at most N a side) into the instrument's cleared ladder."""
+    for s in range(2):
+        bk = 2 * inst + s
+        book.level_clear(L, bk)
+        for k in range(nlev if nlev < N else N):
+            at = pos + 48 + 32 * k
+            px = le64(b, at + 8 * s)
+            if px == UNDEF_PRICE:
+                break
+            book.level_set(L, bk, px, le32(b, at + 16 + 4 * s))
+
+
+@njit(nogil=True, cache=True)
+def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, W, stats, err, need, out, n):
+    """Apply DBN records b[pos:end]; returns (pos, n, status) like itch.parse. W: the depth
+    windows (feeds/depth.py)."""
     strict = cfg[0] != 0
     auto = cfg[1] != 0
+    N = W[0].shape[1]
+    room = PENDING + 4 + 2 * depth.room(N)  # a record may end two events (a full trade buffer, F_LAST)
     while True:
         if end - pos < 4:
             return pos, n, ST_INPUT
@@ -143,7 +184,7 @@ def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, stats, err, need, 
             return pos, n, ST_ERROR  # the framing itself is broken: no way to find the next record
         if ln > end - pos:
             return pos, n, ST_INPUT
-        if n + PENDING + 2 > out.shape[0]:
+        if n + room > out.shape[0]:
             return pos, n, ST_OUT
         rt = b[pos + 1]
         want = _MIN[rt]
@@ -196,12 +237,14 @@ def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, stats, err, need, 
                             if book.level_add(L, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE],
                                               -vals[slot, book.O_QTY], -1) < 0:
                                 stats[S_NEGATIVE] += 1
+                            depth.changed(W, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE])
                             book.order_remove(O, slot)
                         elif action == 77:
                             stats[S_UNKNOWN_ORDER] += 1
                         if size > 0:
                             book.order_insert(O, oid, bk, price, size)
                             book.level_add(L, bk, price, size, 1)
+                            depth.changed(W, bk, price)
             elif action == 67:  # 'C' cancel, full or partial
                 slot = book.order_find(O, oid)
                 if slot < 0:
@@ -213,20 +256,30 @@ def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, stats, err, need, 
                     if book.level_add(L, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE], -take,
                                       -1 if take == have else 0) < 0:
                         stats[S_NEGATIVE] += 1
+                    depth.changed(W, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE])
                     if take == have:
                         book.order_remove(O, slot)
                     else:
                         vals[slot, book.O_QTY] = have - take
             elif action == 82:  # 'R' clear
                 _clear(L, O, inst)
+                depth.mark_stale(W, inst)  # the event's level ticks start with a clear tick
                 stats[S_CLEARS] += 1
             elif action == 84:  # 'T' trade: held until the event's end
-                n = _hold_trade(L, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, True)
+                n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, True)
             elif action != 70 and action != 78:  # 'F' fill, 'N' none: no book change
                 stats[S_BAD_ACTION] += 1
             if flags & F_LAST:
-                n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, True)
+                n = _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, True)
         else:  # MBP-0 (trades), MBP-1, MBP-10: the record carries the touch itself
+            if N > 0 and rt != RT_MBP0:
+                nlev = 10 if rt == RT_MBP10 else 1
+                for s in range(2):  # room for the record's levels, before anything is applied
+                    if L[0][2 * inst + s, book.M_CAP] < nlev:
+                        need[0] = 2 * inst + s
+                        return pos, n, ST_ROOM_LADDER
+                _mbp_levels(L, b, pos, inst, nlev, N)
+                depth.changed_all(W, inst)
             price = le64(b, pos + 16)
             size = le32(b, pos + 24)
             action = b[pos + 28]
@@ -249,9 +302,9 @@ def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, stats, err, need, 
                     top[inst, 3] = aq
                     top[inst, 4] = 1  # changed since the last quote tick
             if action == 84:
-                n = _hold_trade(L, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, False)
+                n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, False)
             if flags & F_LAST or rt == RT_MBP0:
-                n = _flush_event(L, inst, ts, tr, top, pend, npend, stats, out, n, False)
+                n = _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, False)
         stats[S_RECORDS] += 1
         pos += ln
 
@@ -276,6 +329,20 @@ def read_metadata(path, head):
     return meta, 8 + mlen
 
 
+def _peek_metadata(path):
+    """The file's metadata, or None when it has none to read yet (an empty or short file:
+    batches() then fails with the reason, as for any bad file)."""
+    head = b""
+    try:
+        for chunk in files.chunks(path, 1 << 16):
+            head += chunk
+            if len(head) >= 8 and (head[:3] != b"DBN" or len(head) >= 8 + struct.unpack_from("<I", head, 4)[0]):
+                break
+        return read_metadata(path, head)[0]
+    except U.FeedError:
+        return None
+
+
 def symbol_table(meta):
     """instrument id -> raw symbol, from the metadata's mappings."""
     out = {}
@@ -294,8 +361,10 @@ class DbnFile:
     def __init__(self, u, path, params):
         self.uri, self.path = u, path
         files.check_readable(path)
-        p = U.take(u, params, {"symbols": (U.symbols, ()), "on_error": (U.on_error, "stop")})
+        p = U.take(u, params, {"symbols": (U.symbols, ()), "on_error": (U.on_error, "stop"),
+                               "depth": (U.depth, U.DEFAULT_DEPTH)})
         self.symbols = p["symbols"]
+        self.want_depth = p["depth"]
         self.cfg = np.array([1 if p["on_error"] == "stop" else 0, 0 if self.symbols else 1], np.int64)
         self.ids = np.full(1 << 17, -1, np.int64)
         self.idx = np.zeros(1 << 17, np.int64)
@@ -309,6 +378,19 @@ class DbnFile:
         self.need = np.zeros(1, np.int64)
         self.meta = None
         self._names = {}
+        self.depth = self._schema_depth(_peek_metadata(path))
+        self.windows = Windows(2 * MAX_INSTRUMENTS, self.depth)
+
+    def _schema_depth(self, meta):
+        """Levels a side to publish: what was asked, capped by what the file's schema carries
+        (as asked when the schema is unknown: no metadata yet, or several schemas)."""
+        if meta is None or meta.schema is None:
+            return self.want_depth
+        return min(self.want_depth, SCHEMA_DEPTH.get(str(meta.schema), 0))
+
+    def resync(self):
+        """A consumer asked for every window again (feeds/process.py)."""
+        self.windows.forget()
 
     @property
     def instruments(self):
@@ -321,6 +403,9 @@ class DbnFile:
     def _start(self, head):
         self.meta, off = read_metadata(self.path, head)
         self._names = symbol_table(self.meta)
+        d = self._schema_depth(self.meta)
+        if d != self.depth:
+            self.depth, self.windows = d, Windows(2 * MAX_INSTRUMENTS, d)
         if self.symbols:
             wanted = {iid for iid, s in self._names.items() if s in self.symbols}
             missing = set(self.symbols) - set(self._names.values())
@@ -334,10 +419,12 @@ class DbnFile:
         return off
 
     def _apply(self, data, pos, out, n):
+        if len(out) < PENDING + 4 + 2 * depth.room(self.depth):
+            raise ValueError(f"a tick buffer of {len(out)} rows cannot hold one record's ticks at depth {self.depth}")
         while True:
             pos, n, st = parse(data, pos, len(data), self.cfg, self.ids, self.idx, self.ladders.arrays(),
-                               self.orders.arrays(), self.top, self.pend, self.npend, self.stats_a,
-                               self.err, self.need, out, n)
+                               self.orders.arrays(), self.top, self.pend, self.npend, self.windows.arrays(),
+                               self.stats_a, self.err, self.need, out, n)
             if st == ST_ROOM_ORDERS:
                 self.orders.maybe_grow()
             elif st == ST_ROOM_LADDER:
@@ -351,8 +438,10 @@ class DbnFile:
             return f"byte {base + off}: record length {ln} is shorter than a record header (16)"
         return f"byte {base + off}: record type 0x{rt:02x} has length {ln}, its layout needs {MIN_LEN.get(rt)}"
 
+    OUT_ROWS = 8192  # tick batch size (tests make it small to run the out-of-room path)
+
     def batches(self):
-        out = np.zeros((8192, 8), np.int64)
+        out = np.zeros((self.OUT_ROWS, 8), np.int64)
         n = 0
         carry = b""
         base = 0

@@ -17,8 +17,9 @@ from numba import njit
 
 from engine.records import SIDE_BUY, SIDE_SELL, KIND_TRADE
 
-from . import book
+from . import book, depth
 from .book import Ladders, Orders
+from .depth import Windows
 from .ticks import emit, emit_quote, touch_changed
 
 # message type -> length (ITCH 5.0 specification, section 1.x); the book needs the first ten
@@ -104,14 +105,19 @@ def _emit_quote(out, n, ts, tr, inst, top, stats):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _quote(L, out, n, ts, tr, inst, top, stats):
+def _end(L, W, out, n, ts, tr, inst, top, stats):
+    """End of a book event without a trade: its level ticks, then a quote (touch changed) or a
+    book tick (only deeper levels did)."""
+    n, nl = depth.publish(W, L, inst, ts, tr, out, n, stats, S_SATURATED, 1)
     if touch_changed(L, inst, top):
         return _emit_quote(out, n, ts, tr, inst, top, stats)
+    if nl:
+        return depth.emit_book(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
     return n
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _reduce(L, O, slot, dq):
+def _reduce(L, W, O, slot, dq):
     """Take dq shares off the order in `slot` (removing it when none remain); returns the
     shares actually taken (clamped to what the order had)."""
     vals = O[1]
@@ -120,6 +126,7 @@ def _reduce(L, O, slot, dq):
     take = dq if dq < have else have
     left = have - take
     book.level_add(L, bk, vals[slot, book.O_PRICE], -take, -1 if left == 0 else 0)
+    depth.changed(W, bk, vals[slot, book.O_PRICE])
     if left == 0:
         book.order_remove(O, slot)
     else:
@@ -128,10 +135,11 @@ def _reduce(L, O, slot, dq):
 
 
 @njit(nogil=True, cache=True)
-def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, stats, err, need,
+def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, W, stats, err, need,
           out, n):
     """Apply length-framed ITCH messages b[pos:end] (at most max_msgs) to the books, writing
-    ticks to out[n:]. ts_recv < 0: stamp ticks with their exchange time.
+    ticks to out[n:]. ts_recv < 0: stamp ticks with their exchange time. W: the depth windows
+    (feeds/depth.py); each message that changes a book (or trades) is one book event.
 
     Returns (pos, n, messages consumed, status). On ST_INPUT pos is the start of an
     incomplete message; on ST_OUT / ST_ROOM_* the message at pos was not applied and the
@@ -139,6 +147,7 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, st
     """
     strict = cfg[C_STRICT] != 0
     day = cfg[C_DAY_NS]
+    room = 2 + depth.room(W[0].shape[1])  # a message writes a trade, a quote and its level ticks
     k = 0
     while k < max_msgs:
         if end - pos < 2:
@@ -155,7 +164,7 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, st
             pos += 2
             k += 1
             continue
-        if n + 2 > out.shape[0]:
+        if n + room > out.shape[0]:
             return pos, n, k, ST_OUT
         m = pos + 2
         t = b[m]
@@ -209,7 +218,8 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, st
                     stats[S_DUP_ORDER] += 1
                 else:
                     book.level_add(L, bk, px, qty, 1)
-                    n = _quote(L, out, n, ts, tr, inst, top, stats)
+                    depth.changed(W, bk, px)
+                    n = _end(L, W, out, n, ts, tr, inst, top, stats)
         elif t == 69 or t == 67 or t == 88 or t == 68:  # 'E', 'C' executions, 'X' cancel, 'D' delete
             slot = book.order_find(O, be64(b, m + 11))
             if slot < 0:
@@ -226,7 +236,8 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, st
                         stats[S_OVER_EXEC] += 1
                 px = vals[slot, book.O_PRICE]
                 resting = bk & 1
-                took = _reduce(L, O, slot, dq)
+                took = _reduce(L, W, O, slot, dq)
+                n, nl = depth.publish(W, L, oinst, ts, tr, out, n, stats, S_SATURATED, 1)
                 changed = touch_changed(L, oinst, top)  # trade ticks carry the touch after the trade
                 if t == 69:
                     n = _trade(out, n, ts, tr, oinst, resting, px, took, top, stats)
@@ -235,6 +246,8 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, st
                                top, stats)
                 if changed:
                     n = _emit_quote(out, n, ts, tr, oinst, top, stats)
+                elif nl:
+                    n = depth.emit_book(out, n, ts, tr, oinst, top, stats, S_SATURATED, 1)
         elif t == 85:  # 'U' replace: the old order goes, a new one (new ref) takes its side
             slot = book.order_find(O, be64(b, m + 11))
             if slot < 0:
@@ -251,13 +264,18 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, st
                 if book.order_insert(O, be64(b, m + 19), bk, px, qty) < 0:  # the new ref is live
                     stats[S_DUP_ORDER] += 1
                 else:
-                    _reduce(L, O, slot, O[1][slot, book.O_QTY])  # an insert moves no other entry
+                    _reduce(L, W, O, slot, O[1][slot, book.O_QTY])  # an insert moves no other entry
                     book.level_add(L, bk, px, qty, 1)
-                    n = _quote(L, out, n, ts, tr, bk >> 1, top, stats)
+                    depth.changed(W, bk, px)
+                    n = _end(L, W, out, n, ts, tr, bk >> 1, top, stats)
         elif t == 80:  # 'P' trade of a non-displayed order: a trade, no book change
             s = b[m + 19]
+            # (a stale window, after a gap, is re-sent before the trade like any event's)
+            n, nl = depth.publish(W, L, inst, ts, tr, out, n, stats, S_SATURATED, 1)
             n = _trade(out, n, ts, tr, inst, book.BID if s == 66 else book.ASK,
                        be32(b, m + 32) * PRICE_TO_NANO, be32(b, m + 20), top, stats)
+            if nl:
+                n = depth.emit_book(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
         stats[S_MSGS] += 1
         pos = m + ln
         k += 1
@@ -267,7 +285,7 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, st
 class ItchBooks:
     """Books and instrument table of one ITCH feed, and a resumable `apply`."""
 
-    def __init__(self, symbols=(), strict=True, day_ns=0):
+    def __init__(self, symbols=(), strict=True, day_ns=0, depth=0):
         self.cfg = np.array([1 if strict else 0, day_ns], np.int64)
         self.locmap = np.full(65536, -1, np.int64)
         self.syms = np.zeros((MAX_INSTRUMENTS, 8), np.uint8)
@@ -277,6 +295,7 @@ class ItchBooks:
         self.ladders = Ladders(2 * MAX_INSTRUMENTS)
         self.orders = Orders()
         self.top = np.zeros((MAX_INSTRUMENTS, 4), np.int64)
+        self.windows = Windows(2 * MAX_INSTRUMENTS, depth)
         self.stats = np.zeros(NSTATS, np.int64)
         self.err = np.zeros(4, np.int64)
         self.need = np.zeros(1, np.int64)
@@ -284,11 +303,15 @@ class ItchBooks:
     def apply(self, buf, pos, end, out, n, max_msgs=1 << 62, ts_recv=-1):
         """Like `parse`, but makes room itself. Returns (pos, n, consumed, status) with status
         ST_INPUT, ST_OUT, ST_DONE or ST_ERROR."""
+        if len(out) < 2 + depth.room(self.windows.depth):
+            raise ValueError(f"a tick buffer of {len(out)} rows cannot hold one message's ticks at depth "
+                             f"{self.windows.depth}")
         done = 0
         while True:
             pos, n, k, st = parse(buf, pos, end, max_msgs - done, ts_recv, self.cfg, self.locmap,
                                   self.syms, self.want, self.ladders.arrays(), self.orders.arrays(),
-                                  self.top, self.stats, self.err, self.need, out, n)
+                                  self.top, self.windows.arrays(), self.stats, self.err, self.need,
+                                  out, n)
             done += k
             if st == ST_ROOM_ORDERS:
                 self.orders.maybe_grow()
@@ -296,6 +319,11 @@ class ItchBooks:
                 self.ladders.grow(int(self.need[0]))
             else:
                 return pos, n, done, st
+
+    def forget(self):
+        """After a gap tick or on a resync request: every instrument's next event re-sends its
+        window (feeds/depth.py)."""
+        self.windows.forget()
 
     def error_text(self):
         code, off, t, ln = (int(x) for x in self.err)

@@ -7,6 +7,8 @@
   utc_offset  hours the exchange's midnight is from UTC (Nasdaq: -5, or -4 in summer; default 0)
   on_error    stop (default): a malformed message is an error naming its byte offset;
               skip: count it and go on
+  depth       book levels per side published as level ticks, 0..32 (default 10; 0 = none):
+              each message that changes a book is one book event (engine/records.py)
 ts_recv is the exchange time: an ITCH file carries no receive time.
 """
 import numpy as np
@@ -19,7 +21,7 @@ BATCH = 4096
 
 def itch_params(u, params, extra=None):
     known = {"symbols": (U.symbols, ()), "date": (U.date_ns, 0), "utc_offset": (float, 0.0),
-             "on_error": (U.on_error, "stop")}
+             "on_error": (U.on_error, "stop"), "depth": (U.depth, U.DEFAULT_DEPTH)}
     known.update(extra or {})
     p = U.take(u, params, known)
     p["day_ns"] = p["date"] - int(p["utc_offset"] * 3600 * 10**9) if p["date"] else 0
@@ -33,7 +35,9 @@ class ItchFile:
         self.uri, self.path = u, path
         files.check_readable(path)
         p = itch_params(u, params)
-        self.books = ItchBooks(p["symbols"], strict=p["on_error"] == "stop", day_ns=p["day_ns"])
+        self.books = ItchBooks(p["symbols"], strict=p["on_error"] == "stop", day_ns=p["day_ns"],
+                               depth=p["depth"])
+        self.depth = p["depth"]
         self.bytes_read = 0
 
     @property
@@ -42,6 +46,10 @@ class ItchFile:
 
     def stats(self):
         return self.books.stats_dict()
+
+    def resync(self):
+        """A consumer asked for every window again (feeds/process.py)."""
+        self.books.forget()
 
     def batches(self):
         """int64[n, 8] tick batches (the buffer is reused: consume each before the next)."""

@@ -11,7 +11,8 @@
               (default 1000000)
   start       sequence number of the first message expected (default: the first packet's, so a
               late join is not a gap; start=1 recovers a session from its beginning)
-  symbols, date, utc_offset as for itch:FILE.
+  symbols, date, utc_offset, depth as for itch:FILE. A gap tick voids every book downstream, so
+  after one each instrument's next event re-sends its depth window (after a clear tick).
 
 A packet is a 20-byte header (session: 10 ASCII bytes, sequence number of its first message:
 u64, message count: u16, big-endian) and `count` length-framed messages. Count 0 is a heartbeat
@@ -92,7 +93,8 @@ class MoldSource:
         self.idle_s = p["idle_s"]
         self.max_gap = p["max_gap"]
         # a live feed never stops on a malformed message: count it and go on
-        self.books = ItchBooks(p["symbols"], strict=False, day_ns=p["day_ns"])
+        self.books = ItchBooks(p["symbols"], strict=False, day_ns=p["day_ns"], depth=p["depth"])
+        self.depth = p["depth"]
         self.counts = dict.fromkeys(MOLD_STATS, 0)
         self.session = None
         self.expected = p["start"] if p["start"] > 0 else None
@@ -127,6 +129,10 @@ class MoldSource:
 
     def stop(self):
         self.stopped = True
+
+    def resync(self):
+        """A consumer asked for every window again (feeds/process.py)."""
+        self.books.forget()
 
     # -- per packet ----------------------------------------------------------------------
 
@@ -190,6 +196,7 @@ class MoldSource:
                     yield out[:n]
                     n = 0
                 n = emit_gap(out, n, 0, time.monotonic_ns(), ev[1])
+                self.books.forget()  # the consumer voids every book: windows are re-sent
             elif ev[0] == "end":
                 self.ended = True
         return n

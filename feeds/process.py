@@ -2,6 +2,10 @@
 
 Pacing: the simulator publishes at its `rate`; file sources replay at the pace their receive
 times give, scaled by `speed` (or flat out with speed 0); live sources publish as packets come.
+
+Depth: the ring's header carries the source's `depth`. Between batches (never per tick) the feed
+looks at the consumers' resync words and, when one changed, has the source re-send every depth
+window (`src.resync()`: each instrument's next event sends a clear tick and its whole window).
 """
 import signal
 import sys
@@ -69,7 +73,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
     batches = src.batches()
     first = next(batches, None)
     set_timer_slack(1000)
-    ring = TickRing(ring_name, capacity)
+    ring = TickRing(ring_name, capacity, depth=getattr(src, "depth", 0))
     say = (lambda m: None) if quiet else (lambda m: print(f"[feed] {m}", file=sys.stderr, flush=True))
     if ring.note:
         say(ring.note)
@@ -107,6 +111,8 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
                 i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
             produced += i
             ring.heartbeat()
+            if ring.resync_requested():  # a consumer's books are void: re-send every depth window
+                src.resync()
             if stop["flag"] or (deadline and time.monotonic() >= deadline) or (count is not None and produced >= count):
                 break
         ring.set_state(shm.STATE_FINISHED)

@@ -1,6 +1,8 @@
 """Every source the engine reads, by URI. A source has `uri`, `live` (paced by arrival, not by a
-clock), `instruments` (names, by dense index), `stats()` and `batches()`, which yields int64[n, 8]
-tick words (a reused buffer: consume each batch before asking for the next)."""
+clock), `instruments` (names, by dense index), `depth` (levels a side of the depth window its
+ticks carry, engine/records.py), `stats()`, `resync()` (re-send every depth window: each
+instrument's next event sends a clear tick and its whole window) and `batches()`, which yields
+int64[n, 8] tick words (a reused buffer: consume each batch before asking for the next)."""
 import numpy as np
 
 from .uri import FeedError, split
@@ -23,7 +25,11 @@ class TickFileSource:
         except TickFileError as e:
             raise FeedError(str(e)) from None
         self.instruments = self.file.instruments
+        self.depth = self.file.depth  # the file's: its ticks are replayed as recorded
         self.read = 0
+
+    def resync(self):
+        pass  # a recording cannot re-send what it did not record
 
     def stats(self):
         return {"records": len(self.file), "complete": int(self.file.complete)}
@@ -47,6 +53,13 @@ class Synthetic:
         self.instruments = [f"SYN{i:04d}" for i in range(self.params.instruments)]
         self.produced = 0
 
+    @property
+    def depth(self):
+        return self.params.depth
+
+    def resync(self):
+        self.sim.resync()
+
     def stats(self):
         return {"ticks": self.produced}
 
@@ -64,12 +77,18 @@ class Synthetic:
 class TickFilesSource:
     """Several tick files played one after another (`engine replay A B ...`): instruments are
     matched by name into one table; each file is paced on its own (`segment` changes between
-    files, so no one waits out the time between two recordings)."""
+    files, so no one waits out the time between two recordings). The files must have the same
+    depth; with depth, each file after the first starts with a clear tick per instrument."""
     live = False
 
     def __init__(self, paths):
         self.files = [TickFileSource(f"tickfile:{p}", p, {}) for p in paths]
         self.uri = " ".join(f.uri for f in self.files)
+        depths = {f.depth for f in self.files}
+        if len(depths) > 1:
+            raise FeedError("tick files of different depth cannot be replayed as one stream: "
+                            + ", ".join(f"{p} (depth {f.depth})" for p, f in zip(paths, self.files)))
+        self.depth = depths.pop() if depths else 0
         self.instruments = []
         self.maps = []
         for f in self.files:
@@ -81,12 +100,17 @@ class TickFilesSource:
             self.maps.append(np.array(m, np.int64))
         self.segment = 0
 
+    def resync(self):
+        pass
+
     def stats(self):
         return {"files": len(self.files), "records": sum(len(f.file) for f in self.files)}
 
     def batches(self, batch=8192):
         for k, (f, m) in enumerate(zip(self.files, self.maps)):
             self.segment = k
+            if k and self.depth and len(m) and len(f.file):
+                yield self._clears(f.file.words[0], m)
             for out in f.batches(batch):
                 if len(m) and not np.array_equal(m, np.arange(len(m))):
                     inst = (out[:, 7] >> 32) & 0xFFFF
@@ -94,6 +118,18 @@ class TickFilesSource:
                     new = np.where(known, m[np.minimum(inst, len(m) - 1)], inst)
                     out[:, 7] = (out[:, 7] & ~(0xFFFF << 32)) | (new << 32)
                 yield out
+
+
+    @staticmethod
+    def _clears(first, m):
+        """A clear tick for each instrument of the next file (stamped like its first tick): its
+        depth windows start from empty, so the books the previous file left must go."""
+        from engine.records import KIND_LEVEL, pack_tick_tail
+        out = np.zeros((len(m), 8), np.int64)
+        out[:, 1], out[:, 2] = first[1], first[2]
+        for j, inst in enumerate(m):
+            pack_tick_tail(out[j], 0, 0, 0, int(inst), KIND_LEVEL, 0)
+        return out
 
 
 def open_source(u):

@@ -58,3 +58,15 @@ def hostport(s, what="HOST:PORT"):
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise FeedError(f"{s!r} is not {what}")
     return host.strip("[]"), int(port)
+
+
+MAX_DEPTH = 32  # most book levels per side a source publishes (records.py, KIND_LEVEL)
+DEFAULT_DEPTH = 10
+
+
+def depth(s):
+    """Levels per side in the published depth window: 0 (none) .. MAX_DEPTH."""
+    d = int(s)
+    if not 0 <= d <= MAX_DEPTH:
+        raise ValueError(f"must be 0..{MAX_DEPTH}")
+    return d

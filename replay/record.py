@@ -55,7 +55,7 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
     stop = {"flag": False}
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.__setitem__("flag", True))
-    w = TickFileWriter(out, instruments, source=f"ring:{c.path}")
+    w = TickFileWriter(out, instruments, source=f"ring:{c.path}", depth=c.depth)
     c.claim(start)
     say(f"{c.path} -> {out}")
     deadline = time.monotonic() + duration if duration else None

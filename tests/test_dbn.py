@@ -6,7 +6,7 @@ from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SEL
 from feeds.uri import FeedError
 
 from tests.conftest import SHARED_DATA
-from tests.helpers.feedutil import check_book_consistent, cli, one_line_error, read_all
+from tests.helpers.feedutil import check_book_consistent, cli, one_line_error, read_all, without_depth
 
 dbn = pytest.importorskip("databento_dbn")
 A, S = dbn.Action, dbn.Side
@@ -50,7 +50,7 @@ def _mbo_day():
 
 def rows(a):
     return [(int(r["kind"]), int(r["instrument"]), int(r["price"]), int(r["size"]), int(r["side"]),
-             int(r["bid_px"]), int(r["bid_sz"]), int(r["ask_px"]), int(r["ask_sz"])) for r in a]
+             int(r["bid_px"]), int(r["bid_sz"]), int(r["ask_px"]), int(r["ask_sz"])) for r in without_depth(a)]
 
 
 @pytest.mark.parametrize("zstd", [False, True])

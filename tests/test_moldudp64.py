@@ -13,7 +13,7 @@ from feeds.sources import open_source
 
 from tests.conftest import ROOT, engine_cmd, engine_env
 
-SYN = "synthetic://?instruments=2&count=3000&seed=3"
+SYN = "synthetic://?instruments=2&count=9000&seed=3"  # (with depth: about 3000 quotes and trades)
 FIELDS = ("ts_event", "instrument", "kind", "side", "price", "size", "bid_px", "bid_sz", "ask_px", "ask_sz")
 
 

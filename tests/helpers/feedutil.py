@@ -3,7 +3,7 @@ import subprocess
 
 import numpy as np
 
-from engine.records import TICK_DTYPE
+from engine.records import KIND_BOOK, KIND_LEVEL, TICK_DTYPE
 from feeds.sources import open_source
 
 from tests.conftest import ROOT, engine_cmd, engine_env
@@ -15,6 +15,12 @@ def read_all(uri):
     parts = [b.copy() for b in src.batches()]
     words = np.concatenate(parts) if parts else np.zeros((0, 8), np.int64)
     return words.view(TICK_DTYPE).reshape(-1), src
+
+
+def without_depth(a):
+    """The ticks a depth-0 source writes: level and book ticks dropped (quotes and trades are the
+    same with or without depth)."""
+    return a[(a["kind"] != KIND_LEVEL) & (a["kind"] != KIND_BOOK)]
 
 
 def cli(*args, timeout=300):

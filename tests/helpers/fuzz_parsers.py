@@ -68,7 +68,7 @@ def run_itch(cases, seeds):
     @given(st.integers(0, 2**63 - 1), st.sampled_from(range(len(seeds))), st.booleans())
     def one(seed, which, strict):
         rng = np.random.default_rng(seed)
-        books = itch.ItchBooks(strict=strict)
+        books = itch.ItchBooks(strict=strict, depth=3)  # depth 3: a message's ticks just fit in `out`
         for _ in range(PER_EXAMPLE):
             data = np.frombuffer(mutate(rng, seeds[which]), np.uint8)
             pos, n = 0, 0
@@ -109,7 +109,7 @@ def run_mold(cases, seeds):
     def one(seed, rerequest):
         rng = np.random.default_rng(seed)
         src = MoldSource(f"moldudp64://127.0.0.1:{port}" + ("?rerequest=127.0.0.1:9" if rerequest else ""),
-                         f"127.0.0.1:{port}", {"rerequest": "127.0.0.1:9"} if rerequest else {})
+                         f"127.0.0.1:{port}", {"rerequest": "127.0.0.1:9", "depth": "3"} if rerequest else {"depth": "3"})
         pending, n = {}, 0
         try:
             for _ in range(PER_EXAMPLE):
@@ -160,7 +160,7 @@ def run_dbn(cases, _):
     @given(st.integers(0, 2**63 - 1), st.booleans())
     def one(seed, strict):
         rng = np.random.default_rng(seed)
-        f = D.DbnFile("dbn:/dev/null", "/dev/null", {} if strict else {"on_error": "skip"})
+        f = D.DbnFile("dbn:/dev/null", "/dev/null", {"depth": "3"} if strict else {"on_error": "skip", "depth": "3"})
         for _ in range(PER_EXAMPLE):
             if rng.random() < 0.1:  # the metadata header
                 try:
