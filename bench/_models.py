@@ -7,39 +7,44 @@ from numba import njit
 
 from engine.intrinsics import call_predict, monotonic_ns
 
-from engine.features import FEATURE_NAMES
+from engine.strategy_build import load_host
 from models import artifact, dataset
 from models.build import build_artifact, train
-from models.default import cache_root, default_key, default_model_dir, synthetic_ticks
+from models.default import DEFAULT, cache_root, default_key, default_model_dir
+from models.training import source_ticks
 
 
 def model_dir(trees, depth):
-    """The default model for 200x6; others trained on the synthetic market and cached."""
+    """The built-in strategy's default model for 200x6; others trained on the synthetic market
+    with the built-in strategy and cached."""
     if (trees, depth) == (200, 6):
         return default_model_dir()
-    d = cache_root() / f"bench-{trees}x{depth}-{default_key()}"
+    host = load_host()
+    d = cache_root() / f"bench-{trees}x{depth}-{default_key(host.strategy)}"
     if d.exists():
         try:
             artifact.verify_files(d, artifact.read_manifest(d))
             return d
         except artifact.ArtifactError:
             pass
-    words, k = synthetic_ticks("synthetic://?instruments=4&seed=20240808&trade_prob=0.1", 600_000)
-    X, inst, mid, _ = dataset.featurize(words, k)
+    words, k, levels, _ = source_ticks(DEFAULT["source"], DEFAULT["ticks"], host.strategy)
+    X, inst, mid, _ = dataset.featurize(host, words, k, levels)
     y = dataset.binary_labels(inst, mid, 20)
     keep = y != dataset.NO_LABEL
     X, y = X[keep], y[keep]
     n = len(X)
     b = train(X[: n * 7 // 10], y[: n * 7 // 10], X[n * 7 // 10: n * 85 // 100], y[n * 7 // 10: n * 85 // 100],
-              trees=trees, depth=depth, eta=0.05, feature_names=FEATURE_NAMES, progress_every=100)
+              trees=trees, depth=depth, eta=0.05, feature_names=host.strategy.features, progress_every=100)
     os.makedirs(d.parent, exist_ok=True)
-    build_artifact(d, b, X[n * 85 // 100:], feature_names=FEATURE_NAMES)
+    build_artifact(d, b, X[n * 85 // 100:], feature_names=host.strategy.features, strategy=host.strategy.identity())
     return d
 
 
 def test_rows(n=20_000, seed=4242):
-    words, k = synthetic_ticks(f"synthetic://?instruments=4&seed={seed}", 3 * n)
-    X = dataset.featurize(words, k)[0]
+    """Feature rows of the built-in strategy on the synthetic market (the distribution it trades on)."""
+    host = load_host()
+    words, k, levels, _ = source_ticks(f"synthetic://?instruments=4&seed={seed}", 3 * n, host.strategy)
+    X = dataset.featurize(host, words, k, levels)[0]
     return np.ascontiguousarray(X[:n])
 
 

@@ -36,8 +36,8 @@ def peer_python():
 
 
 def ours(reps):
-    from engine import strategy
     from engine.runner import uses_sigmoid
+    from engine.strategy_build import load_host
     from feeds.convert import convert
     from models import artifact
     from models.default import default_model_dir
@@ -46,13 +46,14 @@ def ours(reps):
     ticks = CACHE / "usdm_btcusdt_20240808.ticks"
     if not ticks.exists():
         convert(f"binance:{DATA}?size_unit=1e-3", str(ticks), progress=False)
-    pred = artifact.load(str(default_model_dir()), backend="auto")
-    cfg = strategy.make_cfg(sigmoid=uses_sigmoid(pred))
-    warm_up(pred, cfg)
+    host = load_host()
+    pred = artifact.load(str(default_model_dir(host.strategy)), backend="auto", strategy=host.strategy)
+    cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
+    warm_up(pred, host, cfg)
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        r = run_file(str(ticks), pred, cfg)
+        r = run_file(str(ticks), pred, host, cfg)
         times.append(time.perf_counter() - t)
     return r.ticks, r.scored, min(times), float(np.median(times)), pred
 

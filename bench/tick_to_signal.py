@@ -7,6 +7,9 @@ Peer: a producer thread puts the same synthetic ticks into a queue.Queue at the 
 consumer thread computes the same features in Python and calls Booster.inplace_predict per tick.
 Latency is receive (enqueue / ring publish) to decision, per scored tick. When the naive consumer
 cannot keep up its queue grows; we stop at the same duration and report the backlog.
+The engine runs the built-in strategy as a strategy file (strategies/microstructure.py) through the
+strategy host; what that costs against the v1 loop with the features built in is measured in the
+same run, the loop alone (bench/strategy_host.py's comparison, printed last).
 """
 import json
 import math
@@ -20,10 +23,14 @@ import time
 import _common
 import numpy as np
 
-from engine import features as F
 from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
 from engine.rt import set_timer_slack
-from models.default import default_model_dir, synthetic_ticks
+from engine.strategy_load import load
+from models.default import default_model_dir
+from models.training import source_ticks
+
+F = load("microstructure").module  # the built-in strategy's constants, for the Python peer
+WARMUP_QUOTES = int(load("microstructure").values["warmup"])
 
 CORE = max(os.sched_getaffinity(0))
 
@@ -77,7 +84,7 @@ class PyFeatures:
             s["last"] = int(w[1])
         else:
             return None
-        if s["n"] < F.WARMUP_QUOTES:
+        if s["n"] < WARMUP_QUOTES:
             return None
         tot = s["bsz"] + s["asz"]
         mid = s["mid"]
@@ -144,7 +151,7 @@ def main():
     import xgboost as xgb
     booster = xgb.Booster(model_file=str(d / "model.json"))
     booster.set_param({"nthread": 1})
-    words, _ = synthetic_ticks("synthetic://?instruments=4&seed=1", 1_000_000)
+    words = source_ticks("synthetic://?instruments=4&seed=1&depth=0", 1_000_000)[0]
     rates = {"1k": 1_000, "10k": 10_000, "100k": 100_000, "full": 0}
     metrics, peers, ratios = {}, {}, {}
     rows = []
@@ -166,6 +173,12 @@ def main():
     _common.table(f"tick to signal, ns ({dur} s per run; engine strategy core {CORE})",
                   ["ticks_per_s", "tick_to_signal_p50_ns", "tick_to_signal_p99_ns", "tick_to_signal_p999_ns",
                    "tick_to_signal_max_ns", "backlog_at_stop", "lost_ticks"], rows)
+    import strategy_host
+    print("\nthe loop alone: v1 (features built in) vs the strategy host, same run ...", file=sys.stderr, flush=True)
+    host_cmp = strategy_host.compare(reps=5 if a.quick else 15, n=300_000 if a.quick else 1_000_000)
+    metrics["loop_alone"] = host_cmp["metrics"]
+    peers["v1_loop"] = host_cmp["peers"]["v1_loop"]
+    ratios.update(host_cmp["ratios"])
     _common.save("tick_to_signal", metrics, peers, ratios,
                  notes="FIFO rows suffer kernel RT throttling on this untuned VM (50 ms parked per second); "
                        "see ops/tuning.md")

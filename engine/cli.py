@@ -14,11 +14,14 @@ from models.artifact import BACKEND_CHOICES
 
 SOURCES_HELP = """
 sources:
-  synthetic://?instruments=4&rate=100000&seed=1&trade_prob=0.1&gap_us=10&count=0
-  itch:FILE[?symbols=A,B&date=YYYY-MM-DD&utc_offset=H&on_error=stop|skip]   ITCH 5.0 day file (gzip ok)
-  moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&symbols=..]   live ITCH
-  dbn:FILE[?symbols=ESH4&on_error=stop|skip]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
-  binance:FILE[?size_unit=1e-5]                   raw Binance websocket capture (gzip ok)
+  synthetic://?instruments=4&rate=100000&seed=1&trade_prob=0.1&gap_us=10&count=0&depth=10
+  itch:FILE[?symbols=A,B&date=YYYY-MM-DD&utc_offset=H&on_error=stop|skip&depth=10]   ITCH 5.0 day file (gzip ok)
+  moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&symbols=..&depth=10]   live ITCH
+  dbn:FILE[?symbols=ESH4&on_error=stop|skip&depth=10]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
+  binance:FILE[?size_unit=1e-5&depth=10]                   raw Binance websocket capture (gzip ok)
+  tickfile:FILE                                            an engine tick file (engine convert, engine record)
+  depth=0..32: book levels a side sent as level ticks (0 = none; capped by what the data has); commands
+  that run a strategy ask for what it reads (0 for a touch-only strategy) unless the URI says
 """
 
 
@@ -43,6 +46,28 @@ def _pow2(s):
     return v
 
 
+STRATEGY_HELP = ("strategy: a built-in name (microstructure, depth_imbalance) or a .py file written to the "
+                 "contract in README 'Strategies' (default microstructure)")
+
+
+def strategy_args(q):
+    """--strategy and --param: every command that runs a strategy's code takes them."""
+    q.add_argument("--strategy", default=None, metavar="NAME|FILE.py", help=STRATEGY_HELP)
+    q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="set one of the strategy's PARAMS for this run (repeatable); unknown names are an error")
+
+
+def _overrides(a):
+    """--param NAME=VALUE (repeatable), over [strategy.params] from --config."""
+    from .strategy_load import parse_params
+    return {**(getattr(a, "param_table", None) or {}), **parse_params(a.param)}
+
+
+def _host(a):
+    from .strategy_build import load_host
+    return load_host(a.strategy, _overrides(a))
+
+
 def cmd_run(a):
     from .report import as_json, dumps, table
     from .runner import RunConfig, run
@@ -51,7 +76,7 @@ def cmd_run(a):
     _check_run_args(a)
     cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, strict=a.strict, duration=a.duration, model=a.model,
                     instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, ring=a.ring, name=a.name,
-                    signals_out=a.signals_out, thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short),
+                    signals_out=a.signals_out, strategy=a.strategy, params=_overrides(a),
                     ring_capacity=a.ring_capacity, keep_rings=a.keep_rings, warm_every=a.warm_every,
                     backend=a.backend, speed=0.0 if a.max else a.speed,
                     http=_http_addr(a.http), pub=None if a.pub in (None, "", "none") else a.pub,
@@ -170,7 +195,7 @@ def cmd_latency_plot(a):
 
 def cmd_signals_follow(a):
     import zmq
-    from .records import SIGNAL_DTYPE
+    from .records import SIGNAL_DTYPE, signal_dict
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.SUB)
     sock.connect(a.follow)
@@ -180,11 +205,12 @@ def cmd_signals_follow(a):
     try:
         while not a.count or n < a.count:
             topic, payload = sock.recv_multipart()
-            if len(payload) != 64:
-                print(f"engine: skipped a {len(payload)}-byte message (not a signal record)", file=sys.stderr)
+            if len(payload) != SIGNAL_DTYPE.itemsize:
+                print(f"engine: skipped a {len(payload)}-byte message (not a {SIGNAL_DTYPE.itemsize}-byte signal record)",
+                      file=sys.stderr)
                 continue
             r = np.frombuffer(payload, SIGNAL_DTYPE)[0]
-            d = {k: r[k].item() for k in SIGNAL_DTYPE.names}
+            d = signal_dict(r)
             d["topic"] = topic.decode(errors="replace")
             print(json.dumps(d), flush=True)
             n += 1
@@ -254,8 +280,7 @@ def cmd_backtest(a):
         raise ValueError(f"--horizons-ms needs positive milliseconds, got {a.horizons_ms!r}")
     if a.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {a.workers}")
-    p = Params(model=a.model or _default_model(), backend=a.backend,
-               thresholds=(a.enter_long, a.exit_long, a.enter_short, a.exit_short), horizons_ms=hz,
+    p = Params(model=a.model, backend=a.backend, strategy=a.strategy, params=_overrides(a), horizons_ms=hz,
                latency_ns=int(a.latency_us * 1000), fee_bps=a.fee_bps)
     summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
     if a.json:
@@ -293,8 +318,12 @@ def cmd_replay(a):
 def cmd_fpga_generate(a):
     from fpga.export import generate
     from fpga.fixed import FixedPointError
+    strategy = None
+    if a.strategy or a.param:
+        from .strategy_load import load
+        strategy = load(a.strategy, _overrides(a))
     try:
-        m = generate(a.model, a.out, leaf_bits=a.leaf_bits, max_width=a.max_width,
+        m = generate(a.model, a.out, leaf_bits=a.leaf_bits, max_width=a.max_width, strategy=strategy,
                      say=lambda msg: print(f"[fpga] {msg}", file=sys.stderr, flush=True))
     except FixedPointError as e:
         raise ValueError(str(e)) from None
@@ -353,11 +382,6 @@ def cmd_fpga_build(a):
     return 0
 
 
-def _default_model():
-    from models.default import default_model_dir
-    return str(default_model_dir())
-
-
 def _int_list(s):
     try:
         return tuple(int(x) for x in s.split(",") if x.strip())
@@ -387,29 +411,42 @@ def cmd_model_default(a):
     return 0
 
 
+def _strategy_now(ident):
+    """Does the strategy file the model was trained for still hold that strategy?"""
+    if not isinstance(ident, dict):
+        return "no strategy (generic)"
+    from .strategy_load import StrategyError, load
+    try:
+        s = load(ident.get("file"))
+    except StrategyError as e:
+        return f"cannot load it now: {e}"
+    return "unchanged" if s.sha256 == ident.get("sha256") else f"changed since (now sha256 {s.sha256[:12]}): refused"
+
+
 def cmd_model_inspect(a):
     from models import artifact
     m = artifact.read_manifest(a.dir)
     if a.verify:
-        artifact.load(a.dir, require_schema=not m.get("generic"))
+        artifact.load(a.dir)
         m["verified"] = True
+        m["strategy_now"] = _strategy_now(m.get("strategy"))
     print(json.dumps(m, indent=2))
     return 0
 
 
 def cmd_signals_show(a):
-    from .records import PRICE_SCALE
+    from .records import PRICE_SCALE, signal_dict
     from .signal_log import read_signals
 
     s = read_signals(a.file)
     if a.json:
         for r in s[: a.limit] if a.limit else s:
-            print(json.dumps({k: (r[k].item()) for k in s.dtype.names}))
+            print(json.dumps(signal_dict(r)))
         return 0
     print(f"{len(s)} signals in {a.file}")
-    print(f"{'seq':>8} {'tick_seq':>10} {'inst':>5} {'side':>5} {'prev':>5} {'score':>9} {'mid':>12} {'tick->signal ns':>16}")
+    print(f"{'seq':>8} {'tick_seq':>10} {'inst':>5} {'position':>9} {'prev':>9} {'score':>9} {'mid':>12} {'tick->signal ns':>16}")
     for r in s[: a.limit] if a.limit else s:
-        print(f"{r['seq']:>8} {r['tick_seq']:>10} {r['instrument']:>5} {r['side']:>5} {r['prev_side']:>5} "
+        print(f"{r['seq']:>8} {r['tick_seq']:>10} {r['instrument']:>5} {r['position']:>9} {r['prev_position']:>9} "
               f"{r['score']:>9.5f} {r['mid_px'] / PRICE_SCALE:>12.4f} {int(r['ts_signal'] - r['ts_recv']):>16,}")
     return 0
 
@@ -423,7 +460,12 @@ def _backends(s):
 
 def cmd_train(a):
     from models.training import run_train
-    m = run_train(a.sources, a.out, trees=a.trees, depth=a.depth, eta=a.eta, horizon=a.horizon, unit=a.horizon_unit,
+    for flag, v, ok in (("--trees", a.trees, a.trees >= 1), ("--depth", a.depth, 1 <= a.depth <= 16),
+                        ("--eta", a.eta, a.eta > 0), ("--horizon", a.horizon, a.horizon > 0),
+                        ("--ticks", a.ticks, a.ticks >= 1), ("--early-stopping", a.early_stopping, a.early_stopping >= 1)):
+        if not ok:
+            raise ValueError(f"{flag} {v}: must be {'1..16' if flag == '--depth' else '> 0'}")
+    m = run_train(a.sources, a.out, host=_host(a), trees=a.trees, depth=a.depth, eta=a.eta, horizon=a.horizon, unit=a.horizon_unit,
                   labels=a.labels, dead_band_bps=a.dead_band, objective=a.objective, early_stopping=a.early_stopping,
                   ticks=a.ticks, backends=a.backends, seed=a.seed)
     print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], **m["training"]["test_metrics"]}))
@@ -432,9 +474,17 @@ def cmd_train(a):
 
 def cmd_compile(a):
     from models.training import run_compile
-    m = run_compile(a.model, a.out, generic=a.generic, backends=a.backends)
+    m = run_compile(a.model, a.out, host=None if a.generic else _host(a), generic=a.generic, backends=a.backends)
     print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], "generic": m["generic"],
                       "backends": m["validation"]["checked_backends"]}))
+    return 0
+
+
+def cmd_features(a):
+    from models.features_out import write_features
+    res = write_features(_host(a), a.sources, a.out, ticks=a.ticks, progress=not a.quiet)
+    print(json.dumps(res) if a.json else f"{res['out']}: {res['rows']:,} rows x {res['features']} features from "
+          f"{res['ticks']:,} ticks ({res['sources']} source(s)), strategy {res['strategy']}")
     return 0
 
 
@@ -462,7 +512,8 @@ def build_parser():
     r.add_argument("--strict", action="store_true",
                    help="fail instead of running unpinned/non-RT/unlocked when the process lacks the rights")
     r.add_argument("--duration", type=_positive_float, default=None, help="seconds to run (default: until stopped)")
-    r.add_argument("--model", default=None, help="model artifact directory (default: the built-in default model)")
+    r.add_argument("--model", default=None, help="model artifact directory, trained for --strategy (default: the "
+                   "strategy's default model, trained on the synthetic market and cached on first use)")
     r.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                    help="model back end: auto = the fastest one that is bit-exact on this machine (default); "
                         "flat = the branch-free kernel (best variant this CPU runs); treelite = TL2cgen code; "
@@ -482,10 +533,7 @@ def build_parser():
     r.add_argument("--max", action="store_true", help="file feeds: publish as fast as possible")
     r.add_argument("--signals-out", default=None,
                    help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig); a .parquet name also gets a table, one row per signal, written at the end")
-    r.add_argument("--enter-long", type=float, default=0.65, help="go long when score >= this (default 0.65)")
-    r.add_argument("--exit-long", type=float, default=0.55, help="leave long when score < this (default 0.55)")
-    r.add_argument("--enter-short", type=float, default=0.35, help="go short when score <= this (default 0.35)")
-    r.add_argument("--exit-short", type=float, default=0.45, help="leave short when score > this (default 0.45)")
+    strategy_args(r)
     r.add_argument("--warm-every", type=int, default=2048,
                    help="while idle, run the model on the last row every N empty polls to keep it hot "
                         "(halves p50 at low tick rates); 0 = never (default 2048)")
@@ -590,7 +638,7 @@ def build_parser():
                                     "OUT/report.{md,json} with pnl.png, latency.png, scores.png. Several files run "
                                     "in parallel on Dask with --workers.")
     bt.add_argument("files", nargs="+", metavar="FILE.ticks")
-    bt.add_argument("--model", default=None, help="model artifact directory (default: the default model)")
+    bt.add_argument("--model", default=None, help="model artifact directory (default: the strategy's default model)")
     bt.add_argument("--out", required=True, help="output directory")
     bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end (all are bit-exact)")
     bt.add_argument("--workers", type=int, default=1, help="files in parallel on a Dask LocalCluster of N processes")
@@ -599,10 +647,7 @@ def build_parser():
                     help="the taker strategy acts on the first tick this long after a signal (default 0)")
     bt.add_argument("--fee-bps", type=_nonneg_float, default=0.0, help="taker fee, basis points of notional (default 0)")
     bt.add_argument("--horizons-ms", default="100,1000,10000", help="hit-rate horizons, ms (default 100,1000,10000)")
-    bt.add_argument("--enter-long", type=float, default=0.65)
-    bt.add_argument("--exit-long", type=float, default=0.55)
-    bt.add_argument("--enter-short", type=float, default=0.35)
-    bt.add_argument("--exit-short", type=float, default=0.45)
+    strategy_args(bt)
     bt.add_argument("--quiet", action="store_true", help="no progress lines")
     bt.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     bt.set_defaults(fn=cmd_backtest)
@@ -623,11 +668,14 @@ def build_parser():
     mi.add_argument("--verify", action="store_true", help="also verify hashes and bit-exactness")
     mi.set_defaults(fn=cmd_model_inspect)
 
-    t = sub.add_parser("train", help="train and compile a model from tick sources",
-                       description="Build a data set from SOURCE(s) with the engine's feature code, label it from "
-                                   "future mid moves, split by time (train/validation/test with an embargo), train "
-                                   "XGBoost with early stopping, print test metrics, and write a verified artifact.")
+    t = sub.add_parser("train", help="train and compile a model for a strategy from tick sources",
+                       description="Build a data set from SOURCE(s) with the strategy's own code (the rows `engine "
+                                   "features` writes), label it from future mid moves, split by time (train/validation/"
+                                   "test with an embargo), train XGBoost with early stopping, print test metrics, and "
+                                   "write a verified artifact that records the strategy it was trained for. "
+                                   + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("sources", nargs="+", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7")
+    strategy_args(t)
     t.add_argument("--out", required=True, help="artifact directory to write")
     t.add_argument("--trees", type=int, default=200, help="maximum trees (default 200)")
     t.add_argument("--depth", type=int, default=6, help="tree depth (default 6)")
@@ -650,9 +698,23 @@ def build_parser():
     c.add_argument("model", help="XGBoost model (.json or .ubj)")
     c.add_argument("--out", required=True, help="artifact directory to write")
     c.add_argument("--generic", action="store_true",
-                   help="no engine feature schema: usable for predict and benchmarks, refused by `engine run`")
+                   help="no strategy: usable for predict and benchmarks, refused by `engine run`")
     c.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build")
+    strategy_args(c)
     c.set_defaults(fn=cmd_compile)
+
+    fe = sub.add_parser("features", help="write a strategy's feature rows (the data set `engine train` uses)",
+                        description="Run the strategy over SOURCE(s) exactly as training does and write one row per "
+                                    "tick it scores: seq, ts_event, ts_recv, instrument, symbol (and source, with "
+                                    "several), then every feature by name. The output appears only when complete. "
+                                    + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    fe.add_argument("sources", nargs="+", metavar="SOURCE")
+    fe.add_argument("--out", required=True, help="output file: .parquet or .csv")
+    strategy_args(fe)
+    fe.add_argument("--ticks", type=int, default=400_000, help="ticks per synthetic source without count= (default 400000)")
+    fe.add_argument("--quiet", action="store_true", help="no progress lines")
+    fe.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    fe.set_defaults(fn=cmd_features)
 
     pr = sub.add_parser("predict", help="score float32 rows from a .npy file through one back end")
     pr.add_argument("dir", help="model artifact directory")
@@ -716,6 +778,10 @@ def build_parser():
     fg.add_argument("model", help="engine model artifact directory, or an XGBoost .json model")
     fg.add_argument("--out", required=True, help="directory to write (replaced whole when complete)")
     fg.add_argument("--leaf-bits", type=int, default=16, help="fractional bits of the rounded leaves (default 16)")
+    fg.add_argument("--strategy", default=None, metavar="NAME|FILE.py",
+                    help="check the model was trained for this strategy and takes its FEATURES (default: the "
+                         "strategy the artifact records)")
+    fg.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help=argparse.SUPPRESS)
     fg.add_argument("--max-width", type=int, default=None,
                     help="cap every feature's integer width (default: as wide as exactness needs, up to 127)")
     fg.set_defaults(fn=cmd_fpga_generate)

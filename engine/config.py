@@ -11,9 +11,7 @@ KEYS = {
     "feed.uri": ("feed", str), "feed.ring": ("ring", str), "feed.speed": ("speed", float), "feed.max": ("max", bool),
     "feed.rate": ("rate", float), "feed.instruments": ("instruments", int), "feed.seed": ("seed", int),
     "feed.ring_capacity": ("ring_capacity", int),
-    "strategy.enter_long": ("enter_long", float), "strategy.exit_long": ("exit_long", float),
-    "strategy.enter_short": ("enter_short", float), "strategy.exit_short": ("exit_short", float),
-    "strategy.warm_every": ("warm_every", int),
+    "strategy.name": ("strategy", str), "strategy.warm_every": ("warm_every", int),
     "control.http": ("http", str), "control.pub": ("pub", str), "control.token_file": ("token_file", str),
     "logs.signals_out": ("signals_out", str), "logs.hlog": ("hlog", str), "logs.hlog_interval": ("hlog_interval", float),
     "logs.keep_rings": ("keep_rings", bool),
@@ -44,6 +42,12 @@ def load(path):
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     out = {}
+    params = data.get("strategy", {}).pop("params", None) if isinstance(data.get("strategy"), dict) else None
+    if params is not None:  # [strategy.params]: the strategy's own names, checked against its PARAMS later
+        if not isinstance(params, dict) or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                                               for v in params.values()):
+            raise ConfigError(f"{path}: [strategy.params] must map parameter names to numbers")
+        out["param_table"] = {str(k): float(v) for k, v in params.items()}
     for key, v in _flatten(data):
         if key not in KEYS:
             near = [k for k in KEYS if k.split(".")[-1] == key.split(".")[-1]]

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import control as C
 from . import latency, shm, sigring
+from .records import SW_GEN_INST_SIDES
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
@@ -175,11 +176,12 @@ class ControlPlane:
             self.x.slog.write(buf[:n])
             if self.pub is not None:
                 import zmq
-                if int(((buf[:n, 7] & 0xFFFF)).max()) >= len(self.instruments):
+                if int(((buf[:n, SW_GEN_INST_SIDES] >> 32) & 0xFFFF).max()) >= len(self.instruments):
                     self._refresh_instruments()  # a feed names instruments as it finds them
                 for rec in buf[:n]:
                     try:  # PUB never blocks: a slow subscriber loses messages at its high-water mark
-                        self.pub.send_multipart([self._topic(int(rec[7]) & 0xFFFF), rec.tobytes()], zmq.NOBLOCK)
+                        self.pub.send_multipart([self._topic((int(rec[SW_GEN_INST_SIDES]) >> 32) & 0xFFFF), rec.tobytes()],
+                                                zmq.NOBLOCK)
                         self.published += 1
                     except zmq.Again:
                         pass
@@ -338,7 +340,7 @@ class ControlPlane:
             self.pub.setsockopt(zmq.LINGER, 0)
             self.pub.setsockopt(zmq.SNDHWM, 100_000)
             self.pub.bind(x.pub)
-            log(f"signals published on {x.pub} (topic = instrument, payload = the 64-byte signal record)")
+            log(f"signals published on {x.pub} (topic = instrument, payload = the 128-byte signal record)")
         if x.hlog_path:
             from .hlog import HlogWriter
             self.hlog = HlogWriter(x.hlog_path)

@@ -15,6 +15,7 @@ def as_json(res):
         # extras beyond the required keys
         "lost": res.counters["lost"], "scored": res.counters["scored"], "elapsed_s": round(elapsed_s, 3),
         "signals_file": res.signals_path, "model": res.model_dir, "model_swaps": res.swaps,
+        "strategy": res.strategy,
     }
 
 
@@ -24,7 +25,8 @@ def table(res):
     rate = c["ticks"] / elapsed_s if elapsed_s > 0 else 0.0
     lines = [
         f"engine run: {elapsed_s:.1f} s, core {res.core if res.core is not None else 'unpinned'} "
-        f"{res.policy}, backend {res.backend}",
+        f"{res.policy}, backend {res.backend}, strategy {res.strategy['name']} "
+        f"(sha256 {res.strategy['sha256'][:12]})",
         f"  ticks {c['ticks']:,} ({rate:,.0f}/s)   scored {c['scored']:,}   signals {c['signals']:,}   "
         f"gaps {c['gaps']:,} (ticks lost {c['lost']:,})   drops {res.drops:,}",
         percentile_table(res.latency)]

@@ -19,7 +19,8 @@ import numpy as np
 from models import artifact
 
 from . import control as C
-from . import features, latency, rt, shm, sigring, strategy
+from . import latency, rt, shm, sigring, warmup
+from .records import SIGNAL_WORDS
 from .signal_log import SignalLog
 from .tickring import TickConsumer
 
@@ -48,10 +49,11 @@ class RunConfig:
     ring: str | None = None  # attach to this existing tick ring instead of spawning a feed
     name: str = "engine"
     signals_out: str | None = None
-    thresholds: tuple = (0.65, 0.55, 0.35, 0.45)
+    strategy: str | None = None     # a built-in name or a .py file (default: microstructure)
+    params: dict = field(default_factory=dict)  # strategy parameter overrides
     ring_capacity: int = 1 << 18
     keep_rings: bool = False
-    warm_every: int = strategy.WARM_EVERY_POLLS
+    warm_every: int = 0
     backend: str = "auto"
     speed: float = 1.0  # file feeds: recorded pace times this; 0 = as fast as possible
     http: tuple | None = None       # (host, port) of the control plane's HTTP server
@@ -72,15 +74,17 @@ class RunResult:
     latency: dict
     signals_path: str
     model_dir: str
+    strategy: dict
     run_seconds: float
     notes: list = field(default_factory=list)
     swaps: list = field(default_factory=list)
 
 
 class StrategyThread(threading.Thread):
-    def __init__(self, cfg, ring_name, start, args_fn, predictor):
+    def __init__(self, cfg, ring_name, start, args_fn, predictor, host):
         super().__init__(name="strategy", daemon=True)
         self.cfg, self.ring_name, self.start_at, self.args_fn, self.predictor = cfg, ring_name, start, args_fn, predictor
+        self.host = host
         self.ready = threading.Event()
         self.error = None
         self.tid = None
@@ -109,23 +113,23 @@ class StrategyThread(threading.Thread):
             args = self.args_fn()
             for a in args:
                 if isinstance(a, np.ndarray) and a.dtype.kind in "if":
-                    strategy.prefault(a)
-            row, out = args[7], args[8]
-            strategy.warm_model(self.predictor.addr, row, out, 20_000)
+                    warmup.prefault(a)
+            row, out = args[A_ROW], args[A_OUT]
+            warmup.warm_model(self.predictor.addr, row, out, 20_000)
             row[:] = 0
             if self.cfg.realtime:
                 ok, msg = rt.set_fifo(self.cfg.priority)
                 self._want(ok, msg, "SCHED_FIFO")
             self.policy = rt.policy_name()
             c = self.consumer = TickConsumer(self.ring_name)
-            strategy.prefault(c.data)
+            warmup.prefault(c.data)
             # Claiming a consumer line is what releases a spawned feed: ticks start once we are ready.
             c.claim(start=self.start_at)
-            ctl = args[4]
+            ctl = args[A_CTL]
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
             self.ready.set()
             while True:
-                self.exit_state = strategy.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
+                self.exit_state = self.host.mod.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
                 if self.exit_state != C.LOOP_REATTACH:
                     break
                 c = self._reattach(c, args)
@@ -140,7 +144,7 @@ class StrategyThread(threading.Thread):
         """The control plane saw a new ring under our ring's name (the feed was restarted): map
         it, claim a line (which releases a feed that waits for us) and go on. The data is
         discontinuous, so features start again, as after a gap. No recompilation."""
-        ctl, fstate = args[4], args[6]
+        ctl = args[A_CTL]
         old.close()
         while True:
             if int(ctl[C.CTL_CMD]) == C.CMD_STOP:
@@ -150,9 +154,9 @@ class StrategyThread(threading.Thread):
                 break
             except shm.RingError:
                 time.sleep(0.01)  # (blocking, not spinning: this thread may be SCHED_FIFO)
-        strategy.prefault(c.data)
+        warmup.prefault(c.data)
         c.claim(start="oldest")
-        features.reset(fstate)
+        self.host.mod.host_reset(*args[A_FSTATE:A_FSTATE + 3])
         ctl[C.L_GAPS] += 1
         self.consumer = c
         self.reattached += 1
@@ -161,8 +165,7 @@ class StrategyThread(threading.Thread):
         return c
 
 
-def _spawn_feed(cfg, ring_name):
-    uri = _feed_uri(cfg)
+def _spawn_feed(cfg, ring_name, uri):
     cmd = [sys.executable, "-m", "engine.cli", "feed", uri, "--ring", ring_name,
            "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent"]
     if cfg.feed is None or "rate=" not in cfg.feed:
@@ -198,13 +201,15 @@ def default_signals_path(name):
     return os.path.join(base, "engine", "signals", f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.sig")
 
 
-def load_model(cfg):
+def load_model(cfg, strategy):
+    """The verified model for this strategy: --model, or the strategy's default model (trained
+    on the synthetic market and cached on first use)."""
     if cfg.model:
         model_dir = cfg.model
     else:
         from models.default import default_model_dir
-        model_dir = str(default_model_dir())
-    pred = artifact.load(model_dir, backend=cfg.backend)
+        model_dir = str(default_model_dir(strategy))
+    pred = artifact.load(model_dir, backend=cfg.backend, strategy=strategy)
     timing = f" (measured: {', '.join(pred.notes)})" if pred.notes else ""
     exact = ("the fixed-point emulation, bit-exact with its golden model and within its proven bound of XGBoost"
              if pred.backend == "fpga-sim" else f"bit-exact with XGBoost on {pred.manifest['validation']['rows']} rows")
@@ -213,31 +218,17 @@ def load_model(cfg):
     return pred, model_dir
 
 
-def compile_loop():
-    """Trigger numba compilation of the hot functions before anything goes real time."""
-    cap = 16
-    thdr = np.zeros(shm.HEADER_WORDS, np.int64)
-    tdata = np.zeros(cap * 8, np.int64)
-    ctl = np.zeros(shm.HEADER_WORDS, np.int64)
-    ctl[C.CTL_CMD] = C.CMD_STOP
-    ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS
-    strategy.run_loop(thdr, tdata, cap - 1, shm.H_CONSUMERS, np.zeros(shm.HEADER_WORDS, np.int64),
-                      np.zeros(cap * 8, np.int64), cap - 1, np.zeros(4, np.int64), ctl, latency.new_counts(),
-                      features.new_state(1), np.zeros(features.NUM_FEATURES, np.float32),
-                      np.zeros(1, np.float32), np.zeros(8, np.int64), np.zeros(8, np.int64),
-                      np.zeros(1, np.int8), strategy.make_cfg())
-
-
 def uses_sigmoid(pred):
     return pred.manifest.get("objective") == "binary:logistic"
 
 
-def reload_model(cfg, ctl, loaded, swaps):
+def reload_model(cfg, strategy, ctl, loaded, swaps):
     """SIGHUP: load, verify and validate the model off the hot path, then publish its address and
-    a new generation; the loop adopts it between two ticks. A bad artifact changes nothing."""
+    a new generation; the loop adopts it between two ticks. A bad artifact (or one trained for
+    another strategy) changes nothing."""
     t0 = time.monotonic()
     try:
-        pred, model_dir = load_model(cfg)
+        pred, model_dir = load_model(cfg, strategy)
         if uses_sigmoid(pred) != uses_sigmoid(loaded[0]):
             raise ValueError(f"{model_dir}: objective {pred.manifest.get('objective')} scores on another scale "
                              f"than the running {loaded[0].manifest.get('objective')}; restart the engine to "
@@ -291,8 +282,14 @@ def check_ports(cfg):
             s.close()
 
 
-def _feed_uri(cfg):
-    return cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
+def _feed_uri(cfg, strategy=None):
+    """The source the feed process reads, with the book levels the strategy needs."""
+    uri = cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
+    return strategy.source_uri(uri) if strategy is not None else uri
+
+
+# indices into the loop's argument tuple (StrategyThread.args_fn): after the ring's own four
+A_CTL, A_FSTATE, A_ROW, A_OUT = 4, 6, 9, 10
 
 
 def run(cfg: RunConfig, stop_event: threading.Event | None = None,
@@ -309,14 +306,22 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
     if cfg.warm_every < 0:
         raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
     from feeds.sources import Synthetic, open_source
+
+    from .strategy_build import load_host
+    host = load_host(cfg.strategy, cfg.params)  # a broken strategy file fails here, before anything
+    strat = host.strategy
     if cfg.ring:
         if cfg.feed:
             raise ValueError("--ring attaches to an existing tick ring; --feed spawns a feed: give one of them")
         ring_name = cfg.ring
-        TickConsumer(ring_name)  # it must exist and be a tick ring (clear error otherwise)
+        probe = TickConsumer(ring_name)  # it must exist and be a tick ring (clear error otherwise)
+        levels = int(getattr(probe, "depth", 0))
         n_inst = MAX_INSTRUMENTS  # whatever the producer publishes
+        feed_uri = None
     else:
-        src = open_source(_feed_uri(cfg))  # a bad URI fails here, before anything is created
+        feed_uri = _feed_uri(cfg, strat)
+        src = open_source(feed_uri)  # a bad URI fails here, before anything is created
+        levels = int(getattr(src, "depth", 0))
         ring_name = f"{cfg.name}.ticks"
         n_inst = src.params.instruments if isinstance(src, Synthetic) else MAX_INSTRUMENTS
         # a source with an end (a file, a counted simulation) ends the run once it is played
@@ -341,13 +346,16 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
     check_ports(cfg)
     notes = []
-    pred, model_dir = load_model(cfg)
+    hs = host.state(n_inst, levels)  # DEPTH beyond what the stream carries fails here
+    pred, model_dir = load_model(cfg, strat)
+    strat.check_scale(uses_sigmoid(pred))
     loaded = [pred]
-    cfg_arr = strategy.make_cfg(*cfg.thresholds, warm_every=cfg.warm_every, sigmoid=uses_sigmoid(pred),
-                                exit_on_eof=finite)
-    t0 = time.monotonic()
-    compile_loop()
-    log(f"strategy loop compiled in {time.monotonic() - t0:.2f} s")
+    cfg_arr = host.loop_cfg(exit_on_eof=finite, warm_every=cfg.warm_every, sigmoid=uses_sigmoid(pred))
+    t1 = time.monotonic()
+    host.compile_live()
+    log(f"strategy {strat.describe()} from {strat.path}: compiled into the loop in "
+        f"{host.compile_seconds + time.monotonic() - t1:.2f} s; "
+        f"params " + ", ".join(f"{k}={v:g}" for k, v in strat.values.items()))
     if cfg.core is not None:
         ok, msg = rt.keep_off_core(cfg.core)
         notes.append(msg)
@@ -360,13 +368,12 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             raise RuntimeError(f"--strict: {msg}")
         log(f"warning: {msg}; running without locked memory")
 
-    fstate = features.new_state(n_inst)
-    row = np.zeros(features.NUM_FEATURES, np.float32)
+    row = host.new_row()
     out = np.zeros(1, np.float32)
     tick = np.zeros(8, np.int64)
-    sig = np.zeros(8, np.int64)
-    pos = np.zeros(n_inst, np.int8)
-    drain_buf = np.zeros((4096, 8), np.int64)
+    sig = np.zeros(SIGNAL_WORDS, np.int64)
+    pvals = host.params()
+    drain_buf = np.zeros((4096, SIGNAL_WORDS), np.int64)
     sig_path = cfg.signals_out or default_signals_path(cfg.name)
     parquet_out = None
     if sig_path.endswith(".parquet"):  # the raw log goes next to it; the table is written at the end
@@ -395,15 +402,15 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         ctl[C.CTL_MODEL_GEN] = 1
         ctl[C.L_MODEL_GEN] = 0
 
-        def args_fn():
+        def args_fn():  # (A_* name positions in this tuple)
             return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl, ctl_blk.hist,
-                    fstate, row, out, tick, sig, pos, cfg_arr)
+                    *hs.arrays(), row, out, tick, sig, pvals, cfg_arr)
 
         slog = SignalLog(sig_path)
         if not cfg.ring:
-            proc = _spawn_feed(cfg, ring_name)
+            proc = _spawn_feed(cfg, ring_name, feed_uri)
             _wait_ring(shm.ring_path(ring_name), proc)
-        thread = StrategyThread(cfg, ring_name, "now" if cfg.ring else "oldest", args_fn, pred)
+        thread = StrategyThread(cfg, ring_name, "now" if cfg.ring else "oldest", args_fn, pred, host)
         thread.start()
         thread.ready.wait()
         if thread.error:
@@ -426,8 +433,9 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
                              drain_period=DRAIN_PERIOD_S, deadline=t_start + cfg.duration if cfg.duration else None,
                              http=cfg.http, pub=cfg.pub, token_file=cfg.token_file, hlog_path=cfg.hlog,
                              hlog_interval=cfg.hlog_interval,
-                             reload=lambda: reload_model(cfg, ctl, loaded, swaps),
-                             respawn=(lambda: _spawn_feed(cfg, ring_name)) if not cfg.ring and not finite else None)
+                             reload=lambda: reload_model(cfg, strat, ctl, loaded, swaps),
+                             respawn=(lambda: _spawn_feed(cfg, ring_name, feed_uri)) if not cfg.ring and not finite
+                             else None)
         plane = run_control_plane(px)
         proc = px.proc
     finally:
@@ -472,5 +480,5 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
                            f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")
     return RunResult(counters=ctl_blk.counters(), drops=sring.drops, core=thread.core, policy=thread.policy,
                      backend=pred.backend, latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
-                     model_dir=model_dir, run_seconds=t_stop - t_start, notes=notes + thread.notes, swaps=swaps)
+                     model_dir=model_dir, strategy=strat.identity(), run_seconds=t_stop - t_start, notes=notes + thread.notes, swaps=swaps)
 

@@ -1,4 +1,4 @@
-"""The signal file: a 64-byte header then raw 64-byte signal records (SIGNAL_DTYPE).
+"""The signal file: a 64-byte header then raw signal records (SIGNAL_DTYPE, 128 bytes each).
 
 Written by the drainer as signals arrive and flushed on every drain, so a crash loses
 at most the signals still in the ring; a partial trailing record is ignored on read.
@@ -8,7 +8,10 @@ import time
 
 import numpy as np
 
-from .records import SIGNAL_DTYPE
+from .records import SIGNAL_DTYPE, SIGNAL_WORDS
+
+RECORD = SIGNAL_DTYPE.itemsize
+VERSION = 2  # 1: 64-byte records, before positions in units
 
 MAGIC = b"ENGSIG01"
 HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_size", "<u4"), ("created_unix_ns", "<i8"),
@@ -27,12 +30,12 @@ class SignalLog:
         os.makedirs(d, exist_ok=True)
         self.f = open(path, "wb")
         h = np.zeros(1, HEADER)
-        h["magic"], h["version"], h["record_size"], h["created_unix_ns"] = MAGIC, 1, 64, time.time_ns()
+        h["magic"], h["version"], h["record_size"], h["created_unix_ns"] = MAGIC, VERSION, RECORD, time.time_ns()
         self.f.write(h.tobytes())
         self.count = 0
 
     def write(self, words):
-        """words: int64 [n, 8] signal records."""
+        """words: int64 [n, SIGNAL_WORDS] signal records."""
         if len(words):
             self.f.write(np.ascontiguousarray(words).tobytes())
             self.f.flush()
@@ -52,14 +55,17 @@ def read_signals(path):
     if len(raw) < 64:
         raise SignalLogError(f"{path}: {len(raw)} bytes, too short for a signal file header")
     h = raw[:64].view(HEADER)[0]
-    if bytes(h["magic"]) != MAGIC or h["record_size"] != 64:
+    if bytes(h["magic"]) != MAGIC:
         raise SignalLogError(f"{path}: not an engine signal file")
-    body = raw[64: 64 + (len(raw) - 64) // 64 * 64]
+    if h["record_size"] != RECORD:
+        raise SignalLogError(f"{path}: a signal file of {int(h['record_size'])}-byte records (version "
+                             f"{int(h['version'])}, an older engine); this engine reads {RECORD}-byte records")
+    body = raw[64: 64 + (len(raw) - 64) // RECORD * RECORD]
     return body.view(SIGNAL_DTYPE)
 
 
-SIGNAL_COLUMNS = ("seq", "tick_seq", "instrument", "ts_event", "ts_recv", "ts_signal", "mid_px", "score", "margin",
-                  "side", "prev_side", "model_gen")
+SIGNAL_COLUMNS = ("seq", "tick_seq", "instrument", "ts_event", "ts_recv", "ts_signal", "ts_wall", "mid_px", "score",
+                  "margin", "position", "prev_position", "side", "prev_side", "folded", "model_gen")
 
 
 def signals_table(sigs, extra=None):

@@ -68,12 +68,29 @@ def probe_rows(trees, n_random=2000, seed=0):
     return X
 
 
-def generate(src, out_dir, leaf_bits=16, max_width=None, say=lambda m: None):
-    """Write an FPGA directory for `src`; returns its manifest dict. Raises FixedPointError."""
+def _check_strategy(src, art, trees, strategy):
+    """The kernel's input row is the strategy's feature row: same count, and an artifact must
+    have been trained for that strategy."""
+    if art is not None:
+        from models.artifact import ArtifactError, check_strategy
+        try:
+            check_strategy(src, art, strategy)
+        except ArtifactError as e:
+            raise FixedPointError(str(e)) from None
+    if trees.n_features != len(strategy.features):
+        raise FixedPointError(f"{src}: the model takes {trees.n_features} features; strategy {strategy.describe()} "
+                              f"fills {len(strategy.features)}")
+    return strategy.identity()
+
+
+def generate(src, out_dir, leaf_bits=16, max_width=None, say=lambda m: None, strategy=None):
+    """Write an FPGA directory for `src`; returns its manifest dict. Raises FixedPointError.
+    `strategy` (engine/strategy_load.Strategy): check the model is that strategy's."""
     from . import hls, rtl
     t0 = time.monotonic()
     model_json, X_art, art = model_source(src)
     trees = load_xgboost_json(model_json)
+    ident = _check_strategy(src, art, trees, strategy) if strategy is not None else (art or {}).get("strategy")
     fm = make_fixed(trees, leaf_bits, **({"max_width": max_width} if max_width else {}))
     X = probe_rows(trees)
     if X_art is not None:
@@ -99,7 +116,7 @@ def generate(src, out_dir, leaf_bits=16, max_width=None, say=lambda m: None):
         manifest = {
             "format": FORMAT, "source": str(src), "model_sha256": _sha(model_json),
             "artifact_model_id": (art or {}).get("files", {}).get("model.json", "")[:12] or None,
-            "n_trees": fm.n_trees, "n_features": trees.n_features, "objective": trees.objective,
+            "n_trees": fm.n_trees, "n_features": trees.n_features, "objective": trees.objective, "strategy": ident,
             "leaf_bits": fm.leaf_bits, "max_width": max_width, "acc_bits": fm.acc_bits, "leaf_width": fm.leaf_width,
             "feature_frac_bits": [int(x) for x in fm.frac], "feature_width": [int(x) for x in fm.width],
             "feature_exact": [bool(x) for x in fm.exact], "base_q": fm.base_q,

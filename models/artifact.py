@@ -206,20 +206,37 @@ def _time_rows(pred, X, reps=3):
     return best
 
 
-def load(art_dir, require_schema=True, backend="auto"):
+def describe_strategy(ident):
+    """'name' (sha256 abcd..., 9 features, depth 0), as Strategy.describe() says it."""
+    if not isinstance(ident, dict):
+        return "no strategy (a generic or older artifact)"
+    return (f"'{ident.get('name')}' (sha256 {str(ident.get('sha256'))[:12]}, {len(ident.get('features') or [])} "
+            f"features, depth {ident.get('depth')})")
+
+
+def check_strategy(art_dir, m, strategy):
+    """A model drives only the strategy it was trained for: same source, FEATURES and DEPTH."""
+    if m.get("generic"):
+        raise ArtifactError(f"{art_dir}: a generic artifact (no strategy's features) cannot drive the engine")
+    got = m.get("strategy")
+    want = strategy.identity()
+    same = isinstance(got, dict) and all(got.get(k) == want[k] for k in ("sha256", "features", "depth"))
+    if not same:
+        raise ArtifactError(f"{art_dir}: trained for strategy {describe_strategy(got)}; this run uses strategy "
+                            f"{strategy.describe()} from {strategy.path}. Train a model for it: engine train "
+                            f"--strategy {strategy.path} SOURCE... --out DIR")
+
+
+def load(art_dir, backend="auto", strategy=None):
     """Verify an artifact and load a back end: `auto` validates every back end this CPU runs and
-    keeps the fastest; a name picks one. Raises ArtifactError on any mismatch."""
+    keeps the fastest; a name picks one. With `strategy` (engine/strategy_load.Strategy) the
+    artifact must have been trained for it. Raises ArtifactError on any mismatch."""
     art_dir = Path(art_dir).resolve()  # once: a symlink flipped mid-load cannot mix two artifacts
     if backend not in BACKEND_CHOICES:
         raise ArtifactError(f"unknown back end {backend!r} (choose from {', '.join(BACKEND_CHOICES)})")
     m = read_manifest(art_dir)
-    if require_schema:
-        from .schema import schema_hash  # here, not at import: the CLI reads BACKEND_CHOICES cheaply
-        if m.get("generic"):
-            raise ArtifactError(f"{art_dir}: a generic artifact (no engine feature schema) cannot drive the engine")
-        if m.get("schema_hash") != schema_hash():
-            raise ArtifactError(f"{art_dir}: trained on feature schema {str(m.get('schema_hash'))[:12]}, "
-                                f"this engine computes {schema_hash()[:12]}; retrain it")
+    if strategy is not None:
+        check_strategy(art_dir, m, strategy)
     if platform.machine() != m.get("target", {}).get("machine"):
         raise ArtifactError(f"{art_dir}: built for {m.get('target', {}).get('machine')}, this is {platform.machine()}")
     if backend == "fpga-sim":  # the HLS kernel's emulation: generated from this artifact on first use

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from . import artifact, compile as tlcompile, flat, xgb_backend
-from .schema import schema_hash
 
 
 def log(msg):
@@ -72,8 +71,12 @@ def validation_rows(booster, X_holdout, rng, n=2000):
 
 
 def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False, info=None, seed=0,
-                   backends=("treelite", "flat")):
-    """Compile, check bit-exactness against XGBoost, write the artifact atomically."""
+                   backends=("treelite", "flat"), strategy=None):
+    """Compile, check bit-exactness against XGBoost, write the artifact atomically. `strategy`:
+    the identity of the strategy whose features it was trained on (Strategy.identity()); the
+    engine refuses to run the model with any other strategy."""
+    if strategy is None and not generic:
+        raise ValueError("a model artifact names the strategy it was trained for (or is generic)")
     import xgboost as xgb
 
     out_dir = Path(out_dir)
@@ -109,7 +112,7 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
         np.savez(tmp / "validation.npz", X=X, margin=want)
         fields = {
             "name": out_dir.name, "created_unix": int(time.time()), "generic": generic,
-            "feature_names": list(feature_names), "schema_hash": None if generic else schema_hash(),
+            "feature_names": list(feature_names), "strategy": None if generic else strategy,
             "num_trees": booster.num_boosted_rounds(), "objective": cinfo["objective"],
             "base_score": cinfo["base_score"], "versions": artifact.versions(),
             "compiler": {"cc": tlcompile.CC, "cc_version": tlcompile.gcc_version(),
@@ -126,7 +129,7 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
         fields["validation"]["checked_backends"] = runnable
         manifest = artifact.write_manifest(tmp, fields)
         for name in runnable:  # the same checks a user's load runs, for every back end this CPU runs
-            pred = artifact.load(tmp, require_schema=not generic, backend=name)
+            pred = artifact.load(tmp, backend=name)
             if not np.array_equal(pred.predict_margin(X).view(np.int32), want.view(np.int32)):
                 raise tlcompile.CompileError(f"the {name} back end is not bit-exact with XGBoost")
         log(f"  {', '.join(runnable)}: bit-exact with XGBoost on {len(X)} validation rows "

@@ -1,37 +1,14 @@
-"""Data sets from ticks with the one shared feature code, labels from future mid moves."""
+"""Data sets: a strategy's feature rows (through its compiled host, the same code the live loop
+runs), labels from future mid moves, and time splits."""
 import numpy as np
-from numba import njit
-
-from engine import features
 
 
-@njit(cache=True)
-def _featurize(words, state, X, inst_out, mid_out, idx_out):
-    m = 0
-    for t in range(words.shape[0]):
-        w = words[t]
-        inst = features.update(state, w)
-        if inst >= 0 and features.warm(state, inst):
-            features.fill_row(state, inst, w[1], X[m])
-            inst_out[m] = inst
-            mid_out[m] = state[inst, features.S_MID]
-            idx_out[m] = t
-            m += 1
-    return m
-
-
-def featurize(words, n_instruments):
-    """Feature rows for every scored tick (what the live loop would score).
+def featurize(host, words, n_instruments, levels):
+    """Feature rows for every tick the strategy scores (what the live loop would score).
 
     Returns X (float32 [m, F]), instrument, mid (float64, 1e-9 units), tick index.
     """
-    n = words.shape[0]
-    X = np.empty((n, features.NUM_FEATURES), np.float32)
-    inst = np.empty(n, np.int64)
-    mid = np.empty(n, np.float64)
-    idx = np.empty(n, np.int64)
-    m = _featurize(words, features.new_state(n_instruments), X, inst, mid, idx)
-    return X[:m], inst[:m], mid[:m], idx[:m]
+    return host.featurize(words, n_instruments, levels)
 
 
 NO_LABEL = -128  # rows without a label (flat binary moves, the end of the data)

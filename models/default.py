@@ -1,4 +1,5 @@
-"""The default model: trained on the synthetic market on first use, cached afterwards."""
+"""A strategy's default model: trained on the synthetic market on first use, cached afterwards
+(keyed by the strategy's identity, so an edited strategy gets a model of its own)."""
 import hashlib
 import json
 import os
@@ -8,11 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import features
-
 from . import artifact, dataset
 from .build import build_artifact, log, train
-from .schema import schema_hash
 
 DEFAULT = {"source": "synthetic://?instruments=4&seed=20240808&trade_prob=0.1",
            "ticks": 600_000, "horizon": 20, "trees": 200, "depth": 6, "eta": 0.1}
@@ -23,39 +21,39 @@ def cache_root():
     return Path(base) / "engine" / "models"
 
 
-def default_key():
+def default_key(strategy):
     h = hashlib.sha256(json.dumps(DEFAULT, sort_keys=True).encode())
-    h.update(schema_hash().encode())
+    h.update(json.dumps(strategy.identity(), sort_keys=True).encode())
     h.update(json.dumps(artifact.versions(), sort_keys=True).encode())
-    for mod in ("compile.py", "flat.py", "build.py", "dataset.py"):
-        h.update((Path(__file__).parent / mod).read_bytes())
+    root = Path(__file__).resolve().parent.parent
+    for mod in ("models/compile.py", "models/flat.py", "models/build.py", "models/dataset.py", "feeds/synthetic.py",
+                "engine/host_template.py"):
+        h.update((root / mod).read_bytes())
     return h.hexdigest()[:16]
 
 
-def synthetic_ticks(uri, n):
-    from feeds.synthetic import Simulator, parse_uri
-    p = parse_uri(uri)
-    words = np.zeros((n, 8), np.int64)
-    Simulator(p).generate(words)
-    return words, p.instruments
-
-
-def build_default(out_dir):
+def build_default(out_dir, host):
+    from .training import source_ticks
     t0 = time.time()
-    log(f"building the default model into {out_dir} (first run only)")
+    s = host.strategy
+    log(f"building strategy {s.describe()}'s default model into {out_dir} (first run only)")
     log(f"[1/4] generating {DEFAULT['ticks']:,} ticks from {DEFAULT['source']}")
-    words, k = synthetic_ticks(DEFAULT["source"], DEFAULT["ticks"])
+    words, k, levels, _ = source_ticks(DEFAULT["source"], DEFAULT["ticks"], s)
     log("[2/4] computing features and labels")
-    X, inst, mid, _ = dataset.featurize(words, k)
+    X, inst, mid, _ = dataset.featurize(host, words, k, levels)
     y = dataset.binary_labels(inst, mid, DEFAULT["horizon"])
     keep = y != dataset.NO_LABEL
     X, y = X[keep], y[keep]
     tr, va, te = dataset.time_split(len(X), embargo=DEFAULT["horizon"] * k)
     log(f"[3/4] training XGBoost: {DEFAULT['trees']} trees, depth {DEFAULT['depth']} on {len(tr):,} rows")
+    if min(len(tr), len(va), len(te)) < 100:
+        raise ValueError(f"strategy {s.describe()} scored only {len(X)} labelled rows of the synthetic market: "
+                         "too few for a default model; train one with engine train --strategy ...")
+    names = list(s.features)
     b = train(X[tr], y[tr], X[va], y[va], trees=DEFAULT["trees"], depth=DEFAULT["depth"], eta=DEFAULT["eta"],
-              feature_names=features.FEATURE_NAMES)
+              feature_names=names)
     import xgboost as xgb
-    p = b.predict(xgb.DMatrix(X[te], feature_names=list(features.FEATURE_NAMES)))
+    p = b.predict(xgb.DMatrix(X[te], feature_names=names))
     auc = _auc(y[te], p)
     acc = float(((p > 0.5) == y[te]).mean())
     log(f"  test split: AUC {auc:.4f}, accuracy {acc:.4f} on {len(te):,} rows")
@@ -63,7 +61,7 @@ def build_default(out_dir):
     info = {"source": DEFAULT["source"], "ticks": DEFAULT["ticks"], "horizon": DEFAULT["horizon"],
             "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))},
             "test_auc": auc, "test_accuracy": acc}
-    build_artifact(out_dir, b, X[te], feature_names=features.FEATURE_NAMES, info=info)
+    build_artifact(out_dir, b, X[te], feature_names=names, info=info, strategy=s.identity())
     log(f"default model ready in {time.time() - t0:.1f} s")
 
 
@@ -76,9 +74,13 @@ def _auc(y, p):
     return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0)) if n1 and n0 else float("nan")
 
 
-def default_model_dir():
-    """The cached default artifact, building it first when absent or when it fails verification."""
-    d = cache_root() / f"default-{default_key()}"
+def default_model_dir(strategy=None):
+    """The strategy's cached default artifact (default: the built-in strategy with its default
+    parameters), building it first when absent or when it fails verification."""
+    from engine.strategy_build import build
+    from engine.strategy_load import load
+    strategy = strategy or load()
+    d = cache_root() / f"default-{strategy.name}-{default_key(strategy)}"
     if d.exists():
         try:
             artifact.verify_files(d, artifact.read_manifest(d))
@@ -89,5 +91,5 @@ def default_model_dir():
                   file=sys.stderr)
             os.rename(d, bad)
     d.parent.mkdir(parents=True, exist_ok=True)
-    build_default(d)
+    build_default(d, build(strategy))
     return d

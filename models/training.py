@@ -5,28 +5,26 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import features
-
 from . import dataset
 from .build import build_artifact, log, train
 
 
-def source_ticks(uri, default_ticks):
-    """Tick words from a source URI: the simulator (default_ticks unless count= says), or any
-    file source read to its end."""
-    if uri.startswith("synthetic:"):
-        from feeds.synthetic import Simulator, parse_uri
-        p = parse_uri(uri)
-        words = np.zeros((p.count or default_ticks, 8), np.int64)
-        Simulator(p).generate(words)
-        return words, p.instruments
+def source_ticks(uri, default_ticks, strategy=None):
+    """Tick words from a source URI, with the book levels the strategy needs: the simulator
+    (default_ticks unless count= says), or any file source read to its end.
+    Returns (words, instruments, book levels per side the stream carries, instrument names)."""
     from feeds.sources import open_source
+    if strategy is not None:
+        uri = strategy.source_uri(uri)
+    if uri.startswith("synthetic:") and "count=" not in uri.partition("?")[2]:
+        uri = f"{uri}{'&' if '?' in uri else '?'}count={default_ticks}"
     src = open_source(uri)
     if src.live:
         raise ValueError(f"{uri}: a live source has no end to train on; record it first")
     parts = [b.copy() for b in src.batches()]
     words = np.concatenate(parts) if parts else np.zeros((0, 8), np.int64)
-    return words, max(1, len(src.instruments))
+    names = list(src.instruments)
+    return words, max(1, len(names)), int(getattr(src, "depth", 0)), names
 
 
 def labels_for(inst, mid, ts, horizon, unit, kind, dead_band_bps):
@@ -37,12 +35,12 @@ def labels_for(inst, mid, ts, horizon, unit, kind, dead_band_bps):
     return dataset.ternary_labels(inst, mid, ts, horizon, unit, dead_band_bps)
 
 
-def build_dataset(sources, *, ticks, horizon, unit, kind, dead_band_bps):
+def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps):
     """Features and labels per source (state never leaks across sources), concatenated in order."""
     Xs, ys, n_inst = [], [], 1
     for uri in sources:
-        words, k = source_ticks(uri, ticks)
-        X, inst, mid, idx = dataset.featurize(words, k)
+        words, k, levels, _ = source_ticks(uri, ticks, host.strategy)
+        X, inst, mid, idx = dataset.featurize(host, words, k, levels)
         y = labels_for(inst, mid, words[idx, 1], horizon, unit, kind, dead_band_bps)
         keep = y != dataset.NO_LABEL
         Xs.append(X[keep])
@@ -65,15 +63,20 @@ def metrics(objective, y, pred):
             "direction_accuracy": float((np.sign(pred[nz]) == np.sign(y[nz])).mean()) if nz.any() else float("nan")}
 
 
-def run_train(sources, out, *, trees=200, depth=6, eta=0.1, horizon=20, unit="ticks", labels="binary",
+def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, unit="ticks", labels="binary",
               dead_band_bps=0.5, objective=None, early_stopping=20, ticks=400_000, backends=("treelite", "flat"),
               seed=0):
+    """Train a model for the strategy compiled in `host` (engine/strategy_build.py)."""
     import xgboost as xgb
+    s = host.strategy
     objective = objective or ("binary:logistic" if labels == "binary" else "reg:squarederror")
     if labels == "ternary" and objective == "binary:logistic":
         raise ValueError("ternary labels (-1, 0, +1) need a regression objective such as reg:squarederror")
-    log(f"[1/4] building the data set from {len(sources)} source(s): horizon {horizon} {unit}, {labels} labels")
-    X, y, n_inst = build_dataset(sources, ticks=ticks, horizon=horizon, unit=unit, kind=labels,
+    s.check_scale(objective == "binary:logistic")
+    names = list(s.features)
+    log(f"[1/4] building the data set from {len(sources)} source(s) with strategy {s.describe()}: "
+        f"horizon {horizon} {unit}, {labels} labels")
+    X, y, n_inst = build_dataset(host, sources, ticks=ticks, horizon=horizon, unit=unit, kind=labels,
                                  dead_band_bps=dead_band_bps)
     embargo = horizon * n_inst if unit == "ticks" else 0
     tr, va, te = dataset.time_split(len(X), embargo=embargo)
@@ -84,9 +87,9 @@ def run_train(sources, out, *, trees=200, depth=6, eta=0.1, horizon=20, unit="ti
     log(f"[3/4] training XGBoost {objective}: up to {trees} trees of depth {depth}, early stopping after "
         f"{early_stopping} rounds without improvement")
     b = train(X[tr], y[tr], X[va], y[va], trees=trees, depth=depth, eta=eta, objective=objective,
-              feature_names=features.FEATURE_NAMES, seed=seed, early_stopping=early_stopping)
+              feature_names=names, seed=seed, early_stopping=early_stopping)
     used = b.num_boosted_rounds()
-    pred = b.predict(xgb.DMatrix(X[te], feature_names=list(features.FEATURE_NAMES)))
+    pred = b.predict(xgb.DMatrix(X[te], feature_names=names))
     m = metrics(objective, y[te].astype(np.float64), pred)
     log("  test split: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()) + f" ({used} trees kept)")
     log("[4/4] compiling and verifying")
@@ -94,11 +97,13 @@ def run_train(sources, out, *, trees=200, depth=6, eta=0.1, horizon=20, unit="ti
             "dead_band_bps": dead_band_bps if labels == "ternary" else None, "trees_kept": used,
             "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))}, "embargo_rows": embargo,
             "test_metrics": m}
-    return build_artifact(Path(out), b, X[te], feature_names=features.FEATURE_NAMES, info=info, backends=backends)
+    return build_artifact(Path(out), b, X[te], feature_names=names, info=info, backends=backends,
+                          strategy=s.identity())
 
 
-def run_compile(model_json, out, *, generic=False, backends=("treelite", "flat")):
-    """Compile an XGBoost model trained elsewhere into an artifact."""
+def run_compile(model_json, out, *, host=None, generic=False, backends=("treelite", "flat")):
+    """Compile an XGBoost model trained elsewhere into an artifact for the strategy in `host`
+    (its features by name and order), or --generic (no strategy: predict and benchmarks only)."""
     import xgboost as xgb
     path = Path(model_json)
     try:
@@ -112,7 +117,7 @@ def run_compile(model_json, out, *, generic=False, backends=("treelite", "flat")
         rng = np.random.default_rng(0)
         X = rng.normal(size=(4000, nf)).astype(np.float32)  # plus split-threshold rows, added by the build
     else:
-        want = list(features.FEATURE_NAMES)
+        want = list(host.strategy.features)
         if names != want:
             got = names or [f"(unnamed {i})" for i in range(nf)]
             missing = [n for n in want if n not in got]
@@ -124,13 +129,16 @@ def run_compile(model_json, out, *, generic=False, backends=("treelite", "flat")
                 detail.append(f"not in the engine's schema {extra}")
             if not missing and not extra:
                 detail.append(f"same names in another order: {got}")
-            raise ValueError(f"{path}: feature names do not match the engine's schema {want}: "
-                             f"{'; '.join(detail)}. Retrain on the engine's features, or pass --generic "
+            raise ValueError(f"{path}: feature names do not match strategy {host.strategy.describe()}'s FEATURES "
+                             f"{want}: {'; '.join(detail)}. Retrain on the strategy's features, or pass --generic "
                              "(usable for prediction and benchmarks, refused by `engine run`)")
-        words, k = source_ticks("synthetic://?instruments=4&seed=4242", 60_000)
-        X = dataset.featurize(words, k)[0]
+        words, k, levels, _ = source_ticks("synthetic://?instruments=4&seed=4242", 60_000, host.strategy)
+        X = dataset.featurize(host, words, k, levels)[0]
+        if len(X) < 100:  # a strategy that scores little of the synthetic market: random rows instead
+            X = np.random.default_rng(0).normal(size=(4000, nf)).astype(np.float32)
     return build_artifact(Path(out), b, X, feature_names=names, generic=generic, backends=backends,
-                          info={"compiled_from": str(path.resolve())})
+                          info={"compiled_from": str(path.resolve())},
+                          strategy=None if generic else host.strategy.identity())
 
 
 def read_rows(path, num_feature):
@@ -154,7 +162,7 @@ def predict_file(art_dir, backend, inp, out, margin):
     from . import artifact
     m = artifact.read_manifest(art_dir)
     X = read_rows(inp, len(m["feature_names"]))
-    pred = artifact.load(art_dir, require_schema=False, backend=backend)  # xgboost too: same C ABI
+    pred = artifact.load(art_dir, backend=backend)  # xgboost too: same C ABI
     y = pred.predict_margin(X)
     used = pred.backend
     if not margin and m.get("objective") == "binary:logistic":

@@ -7,7 +7,7 @@ merged): forward returns, hit rates, information coefficient, and a simple taker
   return has the position's sign; signals whose mid did not move are counted apart (`flat`).
 - IC: Spearman rank correlation between the model's margin on every scored tick and that tick's
   forward return at the middle horizon.
-- Taker strategy: each signal sets the target position (+1, 0, -1 units of the instrument); the
+- Taker strategy: each signal sets the target position (signed units of the instrument); the
   order fills at the touch of the first tick of that instrument received `latency_ns` or more
   after the signal's tick (buys at the ask, sells at the bid) and pays `fee_bps` of the notional.
   Equity is marked to the mid on a 1-second exchange-time grid; Sharpe is the mean over the
@@ -92,15 +92,16 @@ def taker_fills(words, signals, latency_ns, fee_bps):
     instrument, qty (+ buy / - sell), price (1e-9), fee in price units x 1e9). A signal whose
     instrument has no two-sided tick late enough does not fill."""
     by_inst = _by_instrument(words) if len(signals) else {}
+    recv = {i: words[idx, 2] for i, idx in by_inst.items()}  # once per instrument, not per signal
     pos = {}
     rows = []
     for k, s in enumerate(signals):
         i = int(s["instrument"])
-        delta = int(s["side"]) - pos.get(i, 0)
+        delta = int(s["position"]) - pos.get(i, 0)
         idx = by_inst.get(i)
         if delta == 0 or idx is None:
             continue
-        j = int(np.searchsorted(words[idx, 2], int(s["ts_recv"]) + latency_ns, side="left"))
+        j = int(np.searchsorted(recv[i], int(s["ts_recv"]) + latency_ns, side="left"))
         while j < len(idx) and (words[idx[j], 4] <= 0 or words[idx[j], 5] <= 0):
             j += 1  # a one-sided touch cannot fill a taker order
         if j >= len(idx):
@@ -108,7 +109,7 @@ def taker_fills(words, signals, latency_ns, fee_bps):
         w = words[idx[j]]
         px = int(w[5]) if delta > 0 else int(w[4])
         rows.append((k, int(w[1]), int(w[2]), i, delta, px, abs(delta) * px * fee_bps / 1e4))
-        pos[i] = int(s["side"])
+        pos[i] = int(s["position"])
     dt = np.dtype([("signal", "i8"), ("ts_event", "i8"), ("ts_recv", "i8"), ("instrument", "i8"), ("qty", "i8"),
                    ("price", "i8"), ("fee", "f8")])
     return np.array(rows, dt)

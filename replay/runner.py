@@ -12,9 +12,10 @@ from .evaluate import DEFAULT_HORIZONS_MS
 
 @dataclass
 class Params:
-    model: str
+    model: str | None = None          # None: the strategy's default model
     backend: str = "auto"
-    thresholds: tuple = (0.65, 0.55, 0.35, 0.45)
+    strategy: str | None = None       # a built-in name or a .py file (default: microstructure)
+    params: dict = field(default_factory=dict)  # strategy parameter overrides
     horizons_ms: tuple = DEFAULT_HORIZONS_MS
     latency_ns: int = 0
     fee_bps: float = 0.0
@@ -24,32 +25,43 @@ class Params:
 _MODELS = {}
 
 
+def _host(p):
+    """The strategy compiled into the host loops (once per process per strategy)."""
+    from engine.strategy_build import load_host
+    return load_host(p.strategy, p.params)
+
+
 def _model(p):
-    """The verified model, loaded once per process (each Dask worker verifies it itself)."""
-    key = (os.path.realpath(p.model), p.backend)
+    """The verified model, for this strategy, loaded once per process (each Dask worker verifies
+    it itself)."""
+    host = _host(p)
+    if p.model is None:
+        from models.default import default_model_dir
+        p.model = str(default_model_dir(host.strategy))
+    key = (os.path.realpath(p.model), p.backend, host.strategy.sha256)
     if key not in _MODELS:
         from models import artifact
-        _MODELS[key] = artifact.load(p.model, require_schema=True, backend=p.backend)
+        _MODELS[key] = artifact.load(p.model, backend=p.backend, strategy=host.strategy)
     return _MODELS[key]
 
 
 def backtest_one(path, p):
     """Backtest and evaluate one tick file; a picklable dict (runs on a Dask worker as is)."""
-    from engine import strategy
     from engine.runner import uses_sigmoid
     from engine.tickfile import TickFile, TickFileError
 
     from .backtest import run_file, warm_up
     from .evaluate import evaluate_file
+    host = _host(p)
     pred = _model(p)
-    cfg = strategy.make_cfg(*p.thresholds, sigmoid=uses_sigmoid(pred))
-    warm_up(pred, cfg)
+    cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
+    warm_up(pred, host, cfg)
     try:
         tf = TickFile(path)  # every block's CRC checked here, once, where the file is read
     except TickFileError as e:
         raise ValueError(str(e)) from None
     t0 = time.perf_counter()
-    res = run_file(tf, pred, cfg)
+    res = run_file(tf, pred, host, cfg)
     loop_s = time.perf_counter() - t0
     part, cols = evaluate_file(tf.words, res, p.horizons_ms, p.latency_ns, p.fee_bps)
     return {"path": str(path), "instruments": res.instruments, "signals": res.signals, "cols": cols, "part": part,
@@ -135,16 +147,20 @@ def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
             TickFile(f, verify=False).close()
         except TickFileError as e:
             raise ValueError(str(e)) from None
-    pred = _model(p)  # verified, or a clear error now (and loaded once when the files run here)
+    host = _host(p)  # a broken strategy or a model trained for another one: a clear error now
+    pred = _model(p)  # verified (and loaded once when the files run here)
+    from engine.runner import uses_sigmoid
+    host.strategy.check_scale(uses_sigmoid(pred))
     t0 = time.monotonic()
     results = run_tasks(files, p, workers, scheduler, progress)
     os.makedirs(out_dir, exist_ok=True)  # only once every file ran: a bad input leaves nothing
     sigs, extra, summary, grid, equity, hist, scores = merge(results, p)
     summary.update({"model": p.model, "model_id": pred.model_id, "backend": results[0]["backend"] if results else None,
                     "latency_ns": p.latency_ns, "fee_bps": p.fee_bps, "horizons_ms": list(p.horizons_ms),
-                    "thresholds": list(p.thresholds), "workers": workers, "wall_seconds": round(time.monotonic() - t0, 3),
+                    "strategy": host.strategy.identity(), "workers": workers, "wall_seconds": round(time.monotonic() - t0, 3),
                     "inputs": [r["path"] for r in results], "notes": [n for r in results for n in r["notes"]]})
     write_signals_parquet(os.path.join(out_dir, "signals.parquet"), sigs, extra,
-                          metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files)})
+                          metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
+                                    "engine.strategy": host.strategy.describe()})
     report.write(out_dir, summary, grid, equity, hist, scores)
     return summary

@@ -42,5 +42,25 @@ def default_model():
     return default_model_dir()
 
 
+def builtin_host():
+    """The built-in strategy (microstructure) compiled into the host loops."""
+    from engine.strategy_build import load_host
+    return load_host("microstructure")
+
+
+def builtin_features():
+    from engine.strategy_load import load
+    return load("microstructure").features
+
+
+def strategy_rows(uri, count=0, host=None):
+    """(X, instrument, mid, tick index) of a strategy (default: the built-in one) over a source,
+    exactly as training builds them."""
+    from models.training import source_ticks
+    host = host or builtin_host()
+    words, k, levels, _ = source_ticks(uri, count, host.strategy)
+    return host.featurize(words, k, levels)
+
+
 def strategy_core():
     return sorted(os.sched_getaffinity(0))[-1]

@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from engine.features import FEATURE_NAMES
+from engine.strategy_load import load
 from models import artifact, flat
 from models.build import build_artifact
+
+from .conftest import builtin_features
+
+FEATURE_NAMES = builtin_features()
 
 
 def _data(n, nf, seed, nan_frac=0.05):
@@ -31,12 +35,13 @@ def _model(objective, depth, trees, nf=9, max_bin=256, seed=0):
 def _check_all_backends(tmp_path, booster, nf, generic, seed=1):
     names = list(FEATURE_NAMES) if not generic else [f"f{i}" for i in range(nf)]
     X, _ = _data(5000, nf, seed + 100, nan_frac=0.1)
-    build_artifact(tmp_path / "m", booster, X, feature_names=names, generic=generic, backends=("flat",))
+    build_artifact(tmp_path / "m", booster, X, feature_names=names, generic=generic, backends=("flat",),
+                   strategy=None if generic else load("microstructure").identity())
     man = artifact.read_manifest(tmp_path / "m")
     want = booster.predict(xgb.DMatrix(X), output_margin=True)
     checked = []
     for name in man["validation"]["checked_backends"]:
-        pred = artifact.load(tmp_path / "m", require_schema=not generic, backend=name)
+        pred = artifact.load(tmp_path / "m", backend=name)
         got = pred.predict_margin(X)
         assert np.array_equal(got.view(np.int32), want.view(np.int32)), f"{name} differs from XGBoost"
         checked.append(name)

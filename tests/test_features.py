@@ -1,12 +1,21 @@
-"""Incremental features equal features recomputed from scratch over the whole history."""
+"""The built-in strategy's incremental features equal features recomputed from scratch over the
+whole history."""
 import math
 
 import numpy as np
 
-from engine import features as F
 from engine.records import KIND_GAP, KIND_QUOTE, KIND_TRADE, SIDE_BUY, TICK_DTYPE
 from feeds.synthetic import Simulator, parse_uri
-from models import dataset
+
+from .conftest import builtin_host
+
+HOST = builtin_host()
+F = HOST.strategy.module  # strategies/microstructure.py: its decay constants
+WARMUP_QUOTES = int(HOST.strategy.values["warmup"])
+
+
+def featurize(words, n_inst):
+    return HOST.featurize(words, n_inst, 0)
 
 
 def _ewma(values, alpha):
@@ -41,14 +50,14 @@ def reference_row(history, inst, ts_event):
     return np.array(row, np.float32)
 
 
-def _ticks(n, seed=3, instruments=3):
+def _ticks(n, seed=3, instruments=3, depth=0):
     words = np.zeros((n, 8), np.int64)
-    Simulator(parse_uri(f"synthetic://?instruments={instruments}&seed={seed}&trade_prob=0.2")).generate(words)
+    Simulator(parse_uri(f"synthetic://?instruments={instruments}&seed={seed}&trade_prob=0.2&depth={depth}")).generate(words)
     return words
 
 
 def _check(words, n_inst):
-    X, inst, _, idx = dataset.featurize(words, n_inst)
+    X, inst, _, idx = featurize(words, n_inst)
     recs = words.view(TICK_DTYPE).ravel()
     assert len(X) > 100
     # history since the last gap (a gap resets every instrument)
@@ -67,7 +76,7 @@ def _check(words, n_inst):
 def test_incremental_features_equal_recomputed_from_scratch():
     checked, X = _check(_ticks(3000), 3)
     assert checked > 100
-    assert np.isnan(X[:, 7]).any() and not np.isnan(X[-1]).any()  # missing before the first trade, then set
+    assert not np.isnan(X[-1]).any()  # (missing values before an instrument's first trade: the reference checks)
 
 
 def test_gap_resets_state_and_warmup_restarts():
@@ -78,13 +87,13 @@ def test_gap_resets_state_and_warmup_restarts():
     words = np.concatenate([words[:1500], gap[None, :], words[1500:]])
     checked, _ = _check(words, 3)
     assert checked > 100
-    _, _, _, idx = dataset.featurize(words, 3)
+    _, _, _, idx = featurize(words, 3)
     # nothing is scored right after the gap: every instrument needs WARMUP_QUOTES quotes again
     after = idx[idx > 1500]
     recs = words.view(TICK_DTYPE).ravel()
     first = after[0]
     n_quotes = np.sum((recs["kind"][1501:first + 1] == KIND_QUOTE) & (recs["instrument"][1501:first + 1] == recs["instrument"][first]))
-    assert n_quotes >= F.WARMUP_QUOTES
+    assert n_quotes >= WARMUP_QUOTES
 
 
 def test_synthetic_feed_is_deterministic_under_a_seed():
@@ -94,3 +103,15 @@ def test_synthetic_feed_is_deterministic_under_a_seed():
     assert (r["ask_px"] > r["bid_px"]).all() and (r["bid_sz"] > 0).all() and (r["ask_sz"] > 0).all()
     assert set(np.unique(r["instrument"])) == {0, 1, 2}
     assert ((r["kind"] == KIND_TRADE).mean() > 0.05)
+
+
+def test_level_ticks_in_the_stream_change_nothing_for_a_touch_strategy():
+    """The same market with and without book levels in the stream: the same rows, at the same
+    quote and trade ticks."""
+    plain, deep = _ticks(20000, seed=4), _ticks(200000, seed=4, depth=10)
+    Xa, ia, _, xa = featurize(plain, 3)
+    Xb, ib, _, xb = featurize(deep, 3)
+    n = len(Xa)
+    assert n > 5000 and len(Xb) >= n
+    assert np.array_equal(Xa.view(np.int32), Xb[:n].view(np.int32)) and np.array_equal(ia, ib[:n])
+    assert np.array_equal(plain[xa, 1:], deep[xb[:n], 1:])

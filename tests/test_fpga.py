@@ -58,11 +58,8 @@ def test_leaf_agreement_is_exact_even_on_split_values_and_missing(small_model):
 @pytest.mark.skipif(not (SHARED_DATA / "binance").exists(), reason="../shared/data is not here; CI has it")
 def test_leaf_agreement_on_real_data_features(default_model):
     """The default model on features computed from the real Binance capture."""
-    from feeds.sources import open_source
-    from models import dataset
-    src = open_source(f"binance:{SHARED_DATA / 'binance' / 'usdm_btcusdt_20240808.gz'}?size_unit=1e-3")
-    words = np.concatenate([b.copy() for b in src.batches()])
-    X, *_ = dataset.featurize(words, len(src.instruments))
+    from tests.conftest import strategy_rows
+    X, *_ = strategy_rows(f"binance:{SHARED_DATA / 'binance' / 'usdm_btcusdt_20240808.gz'}?size_unit=1e-3")
     mj = default_model / "model.json"
     fm = make_fixed(load_xgboost_json(mj))
     res = check_against_xgboost(fm, mj, X)

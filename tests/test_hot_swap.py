@@ -10,28 +10,29 @@ import time
 import numpy as np
 import pytest
 
-from engine.features import FEATURE_NAMES
 from engine.signal_log import read_signals
+from engine.strategy_load import load
 from models import dataset
 from models.build import build_artifact, train
-from models.default import synthetic_ticks
 
-from .conftest import ROOT, engine_cmd, engine_env, strategy_core
+from .conftest import ROOT, builtin_features, engine_cmd, engine_env, strategy_core, strategy_rows
+
+FEATURE_NAMES = builtin_features()
 from .test_run import _wait_line
 
 
 @pytest.fixture(scope="module")
 def second_model(tmp_path_factory):
-    """Another real model on the engine's schema (small; flat back end only, to build fast)."""
-    words, k = synthetic_ticks("synthetic://?instruments=4&seed=99", 120_000)
-    X, inst, mid, _ = dataset.featurize(words, k)
+    """Another real model for the built-in strategy (small; flat back end only, to build fast)."""
+    X, inst, mid, _ = strategy_rows("synthetic://?instruments=4&seed=99&count=120000")
     y = dataset.binary_labels(inst, mid, 10)
     keep = y != dataset.NO_LABEL
     X, y = X[keep], y[keep]
     b = train(X[:30_000], y[:30_000], X[30_000:36_000], y[30_000:36_000], trees=40, depth=4,
               feature_names=FEATURE_NAMES, progress_every=1000)
     d = tmp_path_factory.mktemp("m2") / "model2"
-    build_artifact(d, b, X[36_000:], feature_names=FEATURE_NAMES, backends=("flat",))
+    build_artifact(d, b, X[36_000:], feature_names=FEATURE_NAMES, backends=("flat",),
+                   strategy=load("microstructure").identity())
     return d
 
 

@@ -7,17 +7,18 @@ import pytest
 import xgboost as xgb
 from numba import njit
 
-from engine.features import FEATURE_NAMES
 from engine.intrinsics import call_predict
-from feeds.synthetic import Simulator, parse_uri
-from models import artifact, dataset
+from engine.strategy_load import load
+from models import artifact
 from models.build import build_artifact, train
+
+from .conftest import builtin_features, strategy_rows
+
+FEATURE_NAMES = builtin_features()
 
 
 def _fresh_rows(n_ticks=40_000, seed=777):
-    words = np.zeros((n_ticks, 8), np.int64)
-    Simulator(parse_uri(f"synthetic://?instruments=4&seed={seed}")).generate(words)
-    X, inst, mid, _ = dataset.featurize(words, 4)
+    X, inst, mid, _ = strategy_rows(f"synthetic://?instruments=4&seed={seed}&count={n_ticks}")
     return X, inst, mid
 
 
@@ -81,15 +82,15 @@ def test_changed_validation_rows_are_refused(artifact_copy):
         artifact.load(artifact_copy)
 
 
-def test_missing_file_and_other_schema_are_refused(artifact_copy):
+def test_missing_file_and_other_strategy_are_refused(artifact_copy):
     m = json.loads((artifact_copy / "manifest.json").read_text())
-    m["schema_hash"] = "0" * 64
+    m["strategy"]["sha256"] = "0" * 64
     (artifact_copy / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(artifact.ArtifactError, match="feature schema"):
-        artifact.load(artifact_copy)
+    with pytest.raises(artifact.ArtifactError, match="trained for strategy 'microstructure' .sha256 000000000000"):
+        artifact.load(artifact_copy, strategy=load("microstructure"))
     (artifact_copy / "model.json").unlink()
     with pytest.raises(artifact.ArtifactError, match="missing"):
-        artifact.load(artifact_copy, require_schema=False)
+        artifact.load(artifact_copy)
 
 
 def test_not_an_artifact(tmp_path):
@@ -103,7 +104,8 @@ def test_regression_objective_is_bit_exact_too(tmp_path):
     tr, va = np.arange(0, 15_000), np.arange(15_000, 20_000)
     b = train(X[tr], y[tr], X[va], y[va], trees=60, depth=5, objective="reg:squarederror",
               feature_names=FEATURE_NAMES, progress_every=1000)
-    build_artifact(tmp_path / "reg", b, X[20_000:], feature_names=FEATURE_NAMES)
+    build_artifact(tmp_path / "reg", b, X[20_000:], feature_names=FEATURE_NAMES,
+                   strategy=load("microstructure").identity())
     pred = artifact.load(tmp_path / "reg")
     Xt = X[20_000:]
     assert np.array_equal(pred.predict_margin(Xt).view(np.int32), _xgb_margin(tmp_path / "reg", Xt).view(np.int32))

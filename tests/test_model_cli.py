@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from engine.features import FEATURE_NAMES
 from models import dataset
 
-from .conftest import ROOT, engine_cmd, engine_env
+from .conftest import ROOT, builtin_features, engine_cmd, engine_env
+
+FEATURE_NAMES = builtin_features()
 
 
 def _engine(*args, timeout=600):

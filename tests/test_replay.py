@@ -81,24 +81,26 @@ def test_sigterm_leaves_a_complete_file_readable_while_recording(tmp_path, shm_n
     assert np.array_equal(done.ticks["price"], TickFile(src).ticks["price"][:len(done)])
 
 
-def _parity(tmp_path, src, core):
+def _parity(tmp_path, src, core, *extra, min_signals=50):
+    """`engine run --feed tickfile:SRC` and `engine backtest SRC` (with the same extra strategy/model
+    options) give the same signals: tick seqs, scores and margins bit for bit, positions."""
     live = tmp_path / "live.parquet"
     r = cli("run", "--no-rt", "--core", str(core), "--feed", f"tickfile:{src}", "--max", "--signals-out", str(live),
-            "--name", f"parity{id(tmp_path) % 10**6}", "--json", timeout=600)
+            "--name", f"parity{id(tmp_path) % 10**6}", "--json", *extra, timeout=600)
     assert r.returncode == 0, r.stderr
     run = json.loads(r.stdout)
     assert run["lost"] == 0 and run["gaps"] == 0 and run["ticks"] == len(TickFile(src))
     bt = tmp_path / "bt"
-    r = cli("backtest", str(src), "--out", str(bt), "--quiet", "--json", timeout=600)
+    r = cli("backtest", str(src), "--out", str(bt), "--quiet", "--json", *extra, timeout=600)
     assert r.returncode == 0, r.stderr
     a, b = pq.read_table(live), pq.read_table(bt / "signals.parquet")
-    assert a.num_rows == b.num_rows > 50
+    assert a.num_rows == b.num_rows > min_signals
     assert a.column("tick_seq").to_pylist() == b.column("tick_seq").to_pylist()
     for col in ("score", "margin"):  # bit for bit
         assert np.array_equal(a.column(col).to_numpy().view(np.uint32), b.column(col).to_numpy().view(np.uint32)), col
-    for col in ("side", "prev_side", "instrument", "ts_event", "mid_px"):
+    for col in ("position", "prev_position", "side", "prev_side", "instrument", "ts_event", "mid_px"):
         assert a.column(col).to_pylist() == b.column(col).to_pylist(), col
-    return json.loads(r.stdout)
+    return json.loads(r.stdout), a
 
 
 def test_live_run_and_backtest_give_the_same_signals_synthetic(tmp_path, default_model):

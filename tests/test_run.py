@@ -102,6 +102,8 @@ def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
     assert np.array_equal(sigs["seq"], np.arange(len(sigs)))
     assert (np.diff(sigs["tick_seq"].astype(np.int64)) > 0).all()
     assert set(np.unique(sigs["side"])) <= {-1, 0, 1} and (sigs["side"] != sigs["prev_side"]).all()
+    assert (sigs["position"] == sigs["side"]).all() and (sigs["prev_position"] == sigs["prev_side"]).all()
+    assert (abs(sigs["ts_wall"] - time.time_ns()) < 600e9).all()
     assert ((sigs["score"] >= 0) & (sigs["score"] <= 1)).all() and (sigs["model_gen"] == 1).all()
     assert (sigs["ts_signal"] >= sigs["ts_recv"]).all()
     # hysteresis: a long is entered only at/above the entry threshold
@@ -156,7 +158,9 @@ def test_second_engine_on_the_same_rings_is_refused(default_model, shm_name, tmp
     (["--feed", "itch:/nonexistent"], "/nonexistent: No such file or directory"),
     (["--feed", "nope://x"], "unknown source scheme 'nope'"),
     (["--model", "/nonexistent-model"], "not a model artifact"),
-    (["--enter-long", "0.4"], "thresholds must satisfy"),
+    (["--param", "enter_long=0.4"], "thresholds must satisfy"),
+    (["--param", "enter_lng=0.4"], "unknown parameter enter_lng (known: warmup, enter_long"),
+    (["--strategy", "/nonexistent.py"], "/nonexistent.py: no such strategy file"),
     (["--ring", "no-such-ring-anywhere"], "no ring at /dev/shm/no-such-ring-anywhere"),
     (["--priority", "0"], "--priority must be 1..99"),
 ])

@@ -1,0 +1,146 @@
+"""Strategy host: what running the strategy as user code costs, against the v1 loop it replaced.
+
+The loop alone, in memory (no ring, no paced feed, no live clock): best of --reps, the variants
+interleaved so the machine's noise hits them alike.
+  1. data-set loop (features only): the built-in strategy through the host
+     (engine/host_template.py, strategies/microstructure.py) vs v1 (bench/_v1_loop.py: the nine
+     features fixed in the engine, as before strategies were files), ns per tick;
+  2. backtest loop (features + the default 200x6 model + decision + signal record), ns per tick;
+  3. the book: a DEPTH=10 strategy vs the same strategy at DEPTH=0 over the same 10-level stream
+     (both do nothing in on_tick): the difference is what applying level ticks to the loop's
+     10-level book costs, per level tick and per tick of the stream; and depth_imbalance's full
+     data-set loop for scale.
+No peer outside the engine does this (hftbacktest runs a Python/numba strategy per event, not
+compiled into a pinned loop); the peer here is the engine's own v1 loop.
+"""
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common
+import _v1_loop as V1
+import numpy as np
+
+from engine import latency
+from engine.records import SIGNAL_WORDS
+from engine.runner import uses_sigmoid
+from engine.strategy_build import build, load_host
+from engine.strategy_load import load
+from models import artifact
+from models.default import default_model_dir
+from models.training import source_ticks
+
+TRIVIAL = '''
+from numba import njit
+FEATURES = ("x",)
+DEPTH = {depth}
+STATE = 1
+PARAMS = {{}}
+
+@njit
+def on_tick(state, book, tick, row, params):
+    state[0] += 1.0
+    return False
+'''
+
+
+def best(fns, reps):
+    """{name: best seconds}, the functions run in turn, rep after rep."""
+    out = {k: float("inf") for k in fns}
+    for _ in range(reps):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            out[k] = min(out[k], time.perf_counter() - t0)
+    return out
+
+
+def main():
+    a = _common.args(__doc__, lambda p: p.add_argument("--reps", type=int, default=None))
+    r = compare(a.reps or (5 if a.quick else 15), 300_000 if a.quick else 1_000_000)
+    _common.save("strategy_host", r["metrics"], r["peers"], r["ratios"])
+
+
+def compare(reps, n):
+    """Time v1 against the host (and the 10-level book); prints a table, returns the figures."""
+    host = load_host("microstructure")
+    words, k, levels, _ = source_ticks("synthetic://?instruments=4&seed=11", n, host.strategy)
+    pred = artifact.load(str(default_model_dir(host.strategy)), strategy=host.strategy)
+    print(f"{len(words):,} ticks, model {pred.model_id} ({pred.backend}); {reps} reps", file=sys.stderr)
+
+    # 1 + 2: the built-in strategy, v1 vs host
+    nf = len(host.strategy.features)
+    X = np.empty((len(words), nf), np.float32)
+    ii, mid, idx = np.empty(len(words), np.int64), np.empty(len(words)), np.empty(len(words), np.int64)
+    v1cfg = V1.make_cfg(sigmoid=uses_sigmoid(pred))
+    cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
+    sigs = np.zeros((1 << 20, 8), np.int64)
+    sigs16 = np.zeros((1 << 20, SIGNAL_WORDS), np.int64)
+    margins = np.full(len(words), np.nan, np.float32)
+
+    def v1_feat():
+        return V1.featurize(words, np.zeros((k, V1.STATE_WIDTH)), X, ii, mid, idx)
+
+    row = host.new_row()
+
+    def host_feat():
+        hs = host.state(k, levels)
+        return host.mod.featurize_loop(words, *hs.arrays(), host.params(), X, ii, mid, idx, row)
+
+    def v1_bt():
+        return V1.backtest_loop(words, 0, np.zeros((k, V1.STATE_WIDTH)), np.zeros(nf, np.float32),
+                                np.zeros(1, np.float32), pred.addr, np.zeros(k, np.int8), v1cfg, sigs, 0, 0, margins,
+                                latency.new_counts())
+
+    def host_bt():
+        hs = host.state(k, levels)
+        return host.mod.backtest_loop(words, 0, *hs.arrays(), host.new_row(), np.zeros(1, np.float32), pred.addr,
+                                      host.params(), cfg, sigs16, 0, 0, margins, latency.new_counts())
+    a1, a2 = v1_feat(), host_feat()
+    b1, b2 = v1_bt(), host_bt()
+    assert a1 == a2 and b1[1:] == b2[1:], ("v1 and host disagree", a1, a2, b1, b2)  # same rows, same signals
+    t = best({"v1_feat": v1_feat, "host_feat": host_feat, "v1_bt": v1_bt, "host_bt": host_bt}, reps)
+    per = {key: t[key] / len(words) * 1e9 for key in t}
+
+    # 3: the 10-level book
+    tmp = Path(tempfile.mkdtemp(prefix="bench-host-"))
+    hosts = {}
+    for d in (0, 10):
+        f = tmp / f"book{d}.py"
+        f.write_text(TRIVIAL.format(depth=d))
+        hosts[d] = build(load(str(f)))
+    dwords, dk, dlevels, _ = source_ticks("synthetic://?instruments=4&seed=11&depth=10", n, None)
+    level_ticks = int((((dwords[:, 7] >> 48) & 0xFF) == 5).sum())
+    deep = load_host("depth_imbalance")
+    tb = best({"book0": lambda: hosts[0].featurize(dwords, dk, dlevels),
+               "book10": lambda: hosts[10].featurize(dwords, dk, dlevels),
+               "depth_imbalance": lambda: deep.featurize(dwords, dk, dlevels)}, reps)
+    book_ns_level = (tb["book10"] - tb["book0"]) / max(level_ticks, 1) * 1e9
+    book_ns_tick = (tb["book10"] - tb["book0"]) / len(dwords) * 1e9
+
+    metrics = {"ticks": len(words), "model": pred.model_id, "backend": pred.backend,
+               "host_featurize_ns_per_tick": round(per["host_feat"], 1),
+               "host_backtest_ns_per_tick": round(per["host_bt"], 1),
+               "book_stream_ticks": len(dwords), "book_level_ticks": level_ticks,
+               "book10_ns_per_level_tick": round(book_ns_level, 2), "book10_ns_per_tick": round(book_ns_tick, 2),
+               "depth_imbalance_featurize_ns_per_tick": round(tb["depth_imbalance"] / len(dwords) * 1e9, 1),
+               "trivial_depth0_ns_per_tick": round(tb["book0"] / len(dwords) * 1e9, 1)}
+    peers = {"v1_loop": {"featurize_ns_per_tick": round(per["v1_feat"], 1),
+                         "backtest_ns_per_tick": round(per["v1_bt"], 1)}}
+    ratios = {"host_vs_v1_featurize_ns_per_tick": _common.ratio(per["host_feat"], per["v1_feat"], False),
+              "host_vs_v1_backtest_ns_per_tick": _common.ratio(per["host_bt"], per["v1_bt"], False)}
+    _common.table("the loop alone, ns per tick (best of reps)", ["v1", "host", "ratio"],
+                  [("data set (features only)", {"v1": per["v1_feat"], "host": per["host_feat"]}),
+                   ("backtest (features+model+decide)", {"v1": per["v1_bt"], "host": per["host_bt"]})])
+    print(f"  ratios v1/host (> 1: the host is faster): features {ratios['host_vs_v1_featurize_ns_per_tick']}, "
+          f"backtest {ratios['host_vs_v1_backtest_ns_per_tick']}")
+    print(f"\n10-level book in the loop, over {len(dwords):,} ticks of which {level_ticks:,} level ticks:")
+    print(f"  {book_ns_level:.2f} ns per level tick applied, {book_ns_tick:.2f} ns per tick of the stream "
+          f"(DEPTH=10 vs DEPTH=0, both trivial); depth_imbalance data-set loop "
+          f"{metrics['depth_imbalance_featurize_ns_per_tick']} ns per tick")
+    return {"metrics": metrics, "peers": peers, "ratios": ratios}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""The strategy host: the per-tick steps and the three loops that run a strategy (live, backtest,
+data set). A TEMPLATE, never imported: engine/strategy_build.py writes a copy of everything
+below the marker under a header that binds one strategy (on_tick, decide, DEPTH, Params,
+make_params), so numba compiles the strategy's functions into these loops, caches the result,
+and an edited strategy gets a new file (and so never runs stale code).
+
+What the host keeps per instrument, in three arrays allocated off the hot path
+(strategy_build.HostState; separate arguments, never a tuple: numba reference-counts every
+array of a tuple on every call, ~40 ns a tick):
+  fstate  float64 [n, STATE]          the strategy's state columns
+  book    int64 [n, 2, 2, levels]     [inst, side (bid, ask), price/size, level]: the window
+                                       rebuilt from level ticks, best first, zeros past its end
+  ist     int64 [n, IST_WIDTH]        level counts, last touch (for the signal's mid), the dirty
+                                       flag (one of the strategy's DEPTH levels changed since its
+                                       last quote/book call), the target position
+Which ticks reach on_tick is the contract in engine/strategy_api.py.
+
+Per tick in the live loop: poll the ring -> host_step (book, state, row) -> model through its
+function pointer -> host_decide -> signal -> five latencies. No Python object, allocation, lock,
+log line or system call per tick. Every 1024 iterations: control command, lease, heartbeat,
+counters, model swap, end of stream.
+"""
+# The generated header defines: on_tick, decide, DEPTH, STATE, NFEAT, Params, make_params.
+# ==== host body ====
+import numpy as np
+from numba import njit
+
+from engine import control as C
+from engine import latency, shm, sigring, tickring
+from engine.intrinsics import (call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed, monotonic_ns,
+                               realtime_ns, store_relaxed)
+from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
+                            SIGNAL_WORDS, tick_instrument, tick_kind, tick_side, w_lo32)
+from engine.strategy_api import Book, sigmoid32
+
+# cfg: float64 loop settings
+CFG_EXIT_ON_EOF, CFG_WARM_EVERY, CFG_SIGMOID = range(3)
+CFG_WIDTH = 4
+HOUSEKEEP_EVERY = 1024
+NO_LEVEL = 1 << 30
+# ist columns
+I_NBID, I_NASK, I_BID, I_ASK, I_DIRTY, I_POS = range(6)
+IST_WIDTH = 8
+PX, SZ = 0, 1
+# DEPTH 0: every call gets the same empty book (a constant: no per-tick reference counting)
+_EMPTY = np.zeros(0, np.int64)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def book_apply(book, ist, inst, tick):
+    """Apply one level tick to the instrument's window (best level first on each side: bids
+    descending, asks ascending; zeros past the last level). Returns the first level index whose
+    content changed, NO_LEVEL when none did."""
+    side = tick_side(tick)
+    if side == SIDE_NONE:  # the source cleared this instrument's book
+        for s in range(2):
+            for k in range(ist[inst, I_NBID + s]):
+                book[inst, s, PX, k] = 0
+                book[inst, s, SZ, k] = 0
+            ist[inst, I_NBID + s] = 0
+        return 0
+    s = 0 if side == SIDE_BUY else 1
+    p = tick[3]
+    q = w_lo32(tick[6])
+    n = ist[inst, I_NBID + s]
+    k = 0
+    while k < n:
+        pk = book[inst, s, PX, k]
+        if pk == p or (pk < p if s == 0 else pk > p):
+            break
+        k += 1
+    found = k < n and book[inst, s, PX, k] == p
+    if q == 0:
+        if not found:
+            return NO_LEVEL
+        for j in range(k, n - 1):
+            book[inst, s, PX, j] = book[inst, s, PX, j + 1]
+            book[inst, s, SZ, j] = book[inst, s, SZ, j + 1]
+        book[inst, s, PX, n - 1] = 0
+        book[inst, s, SZ, n - 1] = 0
+        ist[inst, I_NBID + s] = n - 1
+        return k
+    if found:
+        if book[inst, s, SZ, k] == q:
+            return NO_LEVEL
+        book[inst, s, SZ, k] = q
+        return k
+    cap = book.shape[3]
+    if k >= cap:  # below our window (a source never sends one: its window is at most ours)
+        return NO_LEVEL
+    if n == cap:
+        n -= 1  # the last level falls out
+    for j in range(n, k, -1):
+        book[inst, s, PX, j] = book[inst, s, PX, j - 1]
+        book[inst, s, SZ, j] = book[inst, s, SZ, j - 1]
+    book[inst, s, PX, k] = p
+    book[inst, s, SZ, k] = q
+    ist[inst, I_NBID + s] = n + 1
+    return k
+
+
+@njit(nogil=True, cache=True)
+def host_reset(fstate, book, ist):
+    """A gap: every instrument's state and book are void (positions stay: they are the
+    strategy's targets, not market data)."""
+    fstate[:] = 0.0
+    book[:] = 0
+    for i in range(ist.shape[0]):
+        for c in range(ist.shape[1]):
+            if c != I_POS:
+                ist[i, c] = 0
+
+
+@njit(nogil=True, inline="always", cache=True)
+def host_step(fstate, book, ist, tick, row, params):
+    """Fold one tick: returns the instrument when on_tick filled `row` and it should be scored,
+    else -1. Shared by the live loop, the backtest loop and data-set building."""
+    kd = tick_kind(tick)
+    if kd == KIND_GAP:
+        host_reset(fstate, book, ist)
+        return -1
+    inst = tick_instrument(tick)
+    if inst >= fstate.shape[0]:
+        return -1
+    if kd == KIND_LEVEL:
+        if DEPTH > 0:
+            changed = book_apply(book, ist, inst, tick)
+            if changed < DEPTH:
+                ist[inst, I_DIRTY] = 1
+        return -1
+    if kd == KIND_BOOK:
+        if DEPTH == 0 or ist[inst, I_DIRTY] == 0:
+            return -1
+    if kd == KIND_QUOTE or kd == KIND_TRADE or kd == KIND_BOOK:
+        ist[inst, I_BID] = tick[4]
+        ist[inst, I_ASK] = tick[5]
+        if kd != KIND_TRADE:
+            ist[inst, I_DIRTY] = 0
+    if DEPTH == 0:
+        ready = on_tick(fstate[inst], Book(_EMPTY, _EMPTY, _EMPTY, _EMPTY), tick, row, params)
+    else:
+        ready = on_tick(fstate[inst], Book(book[inst, 0, PX, :DEPTH], book[inst, 0, SZ, :DEPTH],
+                                           book[inst, 1, PX, :DEPTH], book[inst, 1, SZ, :DEPTH]), tick, row, params)
+    return inst if ready else -1
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _sign(x):
+    return 1 if x > 0 else (-1 if x < 0 else 0)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, gen):
+    """Score -> target position (the strategy's decide); when it changes, fill the signal
+    record `sig` (all but the emit times, words 4 and 5) and return True."""
+    score = sigmoid32(margin) if use_sigmoid else margin
+    prev = ist[inst, I_POS]
+    new = np.int64(decide(fstate[inst], score, prev, params))
+    if new == prev:
+        return False
+    ist[inst, I_POS] = new
+    bid = ist[inst, I_BID]
+    ask = ist[inst, I_ASK]
+    sig[0] = seq
+    sig[1] = tick[0]
+    sig[2] = tick[1]
+    sig[3] = tick[2]
+    sig[6] = (bid + ask) // 2 if bid > 0 and ask > 0 else 0
+    sig[7] = new
+    sig[8] = prev
+    sig[9] = f32_bits(score) | (f32_bits(margin) << 32)
+    sig[10] = (gen & 0xFFFFFFFF) | ((inst & 0xFFFF) << 32) | ((_sign(new) & 0xFF) << 48) | ((_sign(prev) & 0xFF) << 56)
+    sig[11] = 1  # folded: this tick alone
+    for w in range(12, SIGNAL_WORDS):
+        sig[w] = 0
+    return True
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _publish_counters(ctl, ticks, signals, gaps, lost, scored):
+    store_relaxed(ctl, C.L_TICKS, ticks)
+    store_relaxed(ctl, C.L_SIGNALS, signals)
+    store_relaxed(ctl, C.L_GAPS, gaps)
+    store_relaxed(ctl, C.L_LOST, lost)
+    store_relaxed(ctl, C.L_SCORED, scored)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _adopt_model(ctl, gen):
+    """If the control plane published a new model generation, adopt it: returns (gen, addr or 0).
+    The generation is stored after the address (release), so reading it first (acquire) makes
+    the address we read the one that goes with it."""
+    g = load_acquire(ctl, C.CTL_MODEL_GEN)
+    if g == gen:
+        return gen, 0
+    addr = load_acquire(ctl, C.CTL_MODEL_ADDR)
+    store_relaxed(ctl, C.L_SWAP_NS, monotonic_ns())
+    store_relaxed(ctl, C.L_MODEL_GEN, g)
+    return g, addr
+
+
+@njit(nogil=True, cache=True)
+def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, row, out,
+             tick, sig, pvals, cfg):
+    """Run until CMD_STOP, an expired lease, or (cfg) the end of the stream; returns the exit state."""
+    params = make_params(pvals)
+    ticks = load_relaxed(ctl, C.L_TICKS)
+    signals = load_relaxed(ctl, C.L_SIGNALS)
+    gaps = load_relaxed(ctl, C.L_GAPS)
+    lost = load_relaxed(ctl, C.L_LOST)
+    scored = load_relaxed(ctl, C.L_SCORED)
+    gen, model = _adopt_model(ctl, -1)
+    exit_on_eof = cfg[CFG_EXIT_ON_EOF] != 0.0
+    warm_every = np.int64(cfg[CFG_WARM_EVERY])
+    use_sigmoid = cfg[CFG_SIGMOID] != 0.0
+    idle = 0
+    state = C.LOOP_STOPPED
+    store_relaxed(ctl, C.L_STATE, C.LOOP_RUNNING)
+    paused = False
+    it = 0
+    while True:
+        it += 1
+        if (it & (HOUSEKEEP_EVERY - 1)) == 0:
+            now = monotonic_ns()
+            store_relaxed(ctl, C.L_HEARTBEAT, now)
+            _publish_counters(ctl, ticks, signals, gaps, lost, scored)
+            cmd = load_acquire(ctl, C.CTL_CMD)
+            if cmd == C.CMD_STOP:
+                break
+            if cmd == C.CMD_REATTACH:  # the feed's ring was replaced: the thread re-enters on the new one
+                state = C.LOOP_REATTACH
+                break
+            if paused != (cmd == C.CMD_PAUSE):
+                paused = cmd == C.CMD_PAUSE
+                store_relaxed(ctl, C.L_STATE, C.LOOP_PAUSED if paused else C.LOOP_RUNNING)
+            if now > load_relaxed(ctl, C.CTL_LEASE_NS):
+                state = C.LOOP_LEASE_EXPIRED  # nobody is watching us: stop spinning
+                break
+            gen, addr = _adopt_model(ctl, gen)  # hot swap while idle
+            if addr:
+                model = addr
+            if exit_on_eof and load_acquire(thdr, shm.H_STATE) == shm.STATE_FINISHED:
+                if load_relaxed(thdr, slot_base + shm.C_CURSOR) >= load_acquire(thdr, shm.H_WRITE):
+                    state = C.LOOP_EOF
+                    break
+        st = tickring.poll(thdr, tdata, tmask, slot_base, tick)
+        if st == tickring.POLL_EMPTY:
+            idle += 1
+            if warm_every > 0 and idle % warm_every == 0:
+                call_predict(model, row, out)  # result unused: out is rewritten before it is read
+            cpu_pause()
+            continue
+        idle = 0
+        t_deq = monotonic_ns()
+        if st == tickring.POLL_GAP:
+            gaps += 1
+            lost += tick[3]
+            host_reset(fstate, book, ist)  # a gap voids every instrument's state and book
+            continue
+        ticks += 1
+        latency.record(hist, latency.ST_RING, t_deq - tick[2])
+        inst = host_step(fstate, book, ist, tick, row, params)
+        if inst < 0 or paused:  # paused: state stays current, nothing is scored or signalled
+            continue
+        gen, addr = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
+        if addr:
+            model = addr
+        t_feat = monotonic_ns()
+        call_predict(model, row, out)
+        t_model = monotonic_ns()
+        scored += 1
+        if host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, signals, gen):
+            sig[4] = monotonic_ns()
+            sig[5] = realtime_ns()
+            sigring.push(shdr, sdata, smask, spstate, sig)
+            signals += 1
+        t_emit = monotonic_ns()
+        latency.record(hist, latency.ST_FEATURES, t_feat - t_deq)
+        latency.record(hist, latency.ST_MODEL, t_model - t_feat)
+        latency.record(hist, latency.ST_EMIT, t_emit - t_model)
+        latency.record(hist, latency.ST_TOTAL, t_emit - tick[2])
+    _publish_counters(ctl, ticks, signals, gaps, lost, scored)
+    store_relaxed(ctl, C.L_STATE, state)
+    return state
+
+
+@njit(nogil=True, cache=True)
+def backtest_loop(words, start, fstate, book, ist, row, out, model, pvals, cfg, sigs, nsig, base, margins, hist):
+    """Run ticks words[start:]; signals go to sigs[nsig:], numbered from base + nsig; the margin of every scored tick to
+    margins[i] (NaN elsewhere). Returns (next tick, nsig, scored): stops early when sigs is
+    full. Deterministic: the clock is read only to measure compute time (hist), never to decide."""
+    params = make_params(pvals)
+    use_sigmoid = cfg[CFG_SIGMOID] != 0.0
+    scored = 0
+    i = start
+    n = words.shape[0]
+    while i < n:
+        if nsig == sigs.shape[0]:
+            return i, nsig, scored
+        tick = words[i]  # a view: the mapped file's own bytes (read-only), as the ring's copy live
+        t0 = monotonic_ns()
+        inst = host_step(fstate, book, ist, tick, row, params)
+        if inst >= 0:
+            call_predict(model, row, out)
+            scored += 1
+            margins[i] = out[0]
+            sig = sigs[nsig]
+            if host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, base + nsig, 1):
+                sig[4] = tick[2]  # acts at the tick's receive time (no live clock here)
+                nsig += 1
+            latency.record(hist, latency.ST_TOTAL, monotonic_ns() - t0)
+        i += 1
+    return i, nsig, scored
+
+
+@njit(nogil=True, cache=True)
+def featurize_loop(words, fstate, book, ist, pvals, X, inst_out, mid_out, idx_out, row):
+    """The feature row of every tick the strategy would score (what the live loop would score),
+    with its instrument, the mid at that tick (float64, 1e-9 units; NaN when one side is empty)
+    and the tick's index. Returns how many rows."""
+    params = make_params(pvals)
+    m = 0
+    for t in range(words.shape[0]):
+        tick = words[t]
+        inst = host_step(fstate, book, ist, tick, row, params)
+        if inst >= 0:
+            for f in range(row.shape[0]):
+                X[m, f] = row[f]
+            inst_out[m] = inst
+            bid = ist[inst, I_BID]
+            ask = ist[inst, I_ASK]
+            mid_out[m] = 0.5 * (bid + ask) if bid > 0 and ask > 0 else np.nan
+            idx_out[m] = t
+            m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def probe(fstate, book, ist, tick, row, pvals, out, sig):
+    """Compile on_tick and decide with the exact types the loops use (an early, clear error)."""
+    params = make_params(pvals)
+    inst = host_step(fstate, book, ist, tick, row, params)
+    if inst >= 0:
+        return host_decide(fstate, ist, inst, tick, out[0], True, params, sig, 0, 1)
+    return False
+
+
+@njit(nogil=True, cache=True)
+def book_levels(book, ist, inst):
+    """(bid_px, bid_sz, ask_px, ask_sz) copies of an instrument's window, for tests and tools."""
+    nb = ist[inst, I_NBID]
+    na = ist[inst, I_NASK]
+    return (book[inst, 0, PX, :nb].copy(), book[inst, 0, SZ, :nb].copy(),
+            book[inst, 1, PX, :na].copy(), book[inst, 1, SZ, :na].copy())

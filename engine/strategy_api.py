@@ -1,0 +1,170 @@
+"""The strategy contract: what a user's strategy file defines, and what the engine hands it.
+
+A strategy is one Python file. The engine imports it by path (`--strategy FILE`) or by a
+built-in name (`--strategy microstructure`, `--strategy depth_imbalance`: the files in
+strategies/), and compiles its functions into the live loop, the backtest loop and data-set
+building, so one file is trained, backtested and traded bit for bit the same.
+
+The file defines:
+
+    FEATURES = ("name", ...)   the model's feature row, float32, in this order (NaN = missing)
+    DEPTH = 10                 book levels per side the strategy reads (0 = touch only; <= 32)
+    STATE = 16                 float64 state columns per instrument
+    PARAMS = {"alpha": 0.1}    name -> float default; `--param alpha=0.2` or [strategy.params]
+                               in the TOML config overrides it for a run
+
+    @njit
+    def on_tick(state, book, tick, row, params) -> bool
+        Fold one tick into its instrument's state and, when the instrument should be scored,
+        fill `row` and return True.
+          state   float64[STATE], this instrument's columns (zero at start and after a gap)
+          book    Book(bid_px, bid_sz, ask_px, ask_sz): this instrument's book as of this
+                  tick, int64 arrays of length DEPTH, best level first, 0 where a level is
+                  empty; prices at 1e-9 (PRICE_SCALE), sizes in the tick record's size units
+          tick    int64[8], the 64-byte tick record (engine/records.py); read it with the
+                  accessors below (kind(tick), price(tick), bid_px(tick), ...)
+          row     float32[len(FEATURES)], the feature row to fill
+          params  a namedtuple whose fields are the PARAMS names: params.alpha
+
+    @njit
+    def decide(state, score, position, params) -> int        (optional)
+        The instrument's target position in signed units, given the model's score (float32:
+        the probability of an up move for logistic models, the raw margin for regression) and
+        the current target. A change of target is a signal (it carries old and new position).
+        Without `decide`, the engine's hysteresis rule applies (`hysteresis` below) with its
+        thresholds taken from PARAMS enter_long, exit_long, enter_short, exit_short (added
+        with the defaults DEFAULT_THRESHOLDS when the file does not define them).
+
+Which ticks reach on_tick. Every tick of the stream is a quote (the touch changed), a trade, a
+level (one book level changed), a book (the end of a book event that changed levels but not
+the touch), a gap or a status tick (engine/records.py says what each carries). The engine
+keeps every instrument's book from the level ticks itself, resets every instrument's state
+and book on a gap, and calls on_tick for:
+  - every quote, trade and status tick;
+  - a book tick only when DEPTH > 0 and one of the strategy's DEPTH levels changed since the
+    instrument's last quote or book tick (so a strategy's calls do not depend on how many
+    levels the source carried, as long as it carried at least DEPTH).
+Level ticks never reach on_tick: their effect is in `book`, already applied when the quote,
+trade or book tick that ends their event arrives. The touch in a quote tick equals level 0 of
+`book`.
+
+Names inside the file are the user's own; functions it calls must be numba-compilable (they
+run on the pinned real-time thread: no Python objects, no allocation per tick is the goal).
+"""
+import math
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from .records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_STATUS, KIND_TRADE,  # noqa: F401
+                      PRICE_SCALE, SIDE_BUY, SIDE_NONE, SIDE_SELL)
+
+Book = namedtuple("Book", ["bid_px", "bid_sz", "ask_px", "ask_sz"])
+
+MAX_DEPTH = 32
+MAX_STATE = 4096
+THRESHOLD_NAMES = ("enter_long", "exit_long", "enter_short", "exit_short")
+DEFAULT_THRESHOLDS = {"enter_long": 0.65, "exit_long": 0.55, "enter_short": 0.35, "exit_short": 0.45}
+
+# --- reading a tick (int64[8], TICK_DTYPE's words) ----------------------------------------------
+
+
+@njit(nogil=True, inline="always", cache=True)
+def seq(tick):
+    return tick[0]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def ts_event(tick):
+    """Exchange time, ns since the Unix epoch."""
+    return tick[1]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def ts_recv(tick):
+    """Receive time, ns (CLOCK_MONOTONIC when live; the capture's time in files)."""
+    return tick[2]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def price(tick):
+    """Trade price (trade), level price (level), 1e-9 fixed point."""
+    return tick[3]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def bid_px(tick):
+    """Best bid after the event (quote, trade, book ticks), 1e-9; 0 when the side is empty."""
+    return tick[4]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def ask_px(tick):
+    return tick[5]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def size(tick):
+    """Trade size (trade), the level's new size (level), in the instrument's size units."""
+    return tick[6] & 0xFFFFFFFF
+
+
+@njit(nogil=True, inline="always", cache=True)
+def bid_sz(tick):
+    return (tick[6] >> 32) & 0xFFFFFFFF
+
+
+@njit(nogil=True, inline="always", cache=True)
+def ask_sz(tick):
+    return tick[7] & 0xFFFFFFFF
+
+
+@njit(nogil=True, inline="always", cache=True)
+def instrument(tick):
+    return (tick[7] >> 32) & 0xFFFF
+
+
+@njit(nogil=True, inline="always", cache=True)
+def kind(tick):
+    """KIND_QUOTE, KIND_TRADE, KIND_BOOK, KIND_STATUS (the kinds on_tick sees)."""
+    return (tick[7] >> 48) & 0xFF
+
+
+@njit(nogil=True, inline="always", cache=True)
+def side(tick):
+    """Trade aggressor: SIDE_BUY, SIDE_SELL or SIDE_NONE."""
+    return (tick[7] >> 56) & 0xFF
+
+
+# --- the engine's default decision --------------------------------------------------------------
+
+
+@njit(nogil=True, inline="always", cache=True)
+def hysteresis(position, score, enter_long, exit_long, enter_short, exit_short):
+    """Enter beyond the outer thresholds, leave only inside the inner ones; +-1 unit."""
+    if score >= enter_long:
+        return 1
+    if score <= enter_short:
+        return -1
+    if position > 0 and score < exit_long:
+        return 0
+    if position < 0 and score > exit_short:
+        return 0
+    return position
+
+
+def check_thresholds(values, probability):
+    """The hysteresis thresholds must nest; for a probability score they lie in (0, 1)."""
+    el, xl, es, xs = (values[k] for k in THRESHOLD_NAMES)
+    if not es <= xs < xl <= el:
+        raise ValueError("thresholds must satisfy enter_short <= exit_short < exit_long <= enter_long "
+                         f"(got {es}, {xs}, {xl}, {el})")
+    if probability and not (0 < es and el < 1):
+        raise ValueError("thresholds must satisfy 0 < enter_short <= exit_short < exit_long <= enter_long < 1 "
+                         f"for a probability score (got {es}, {xs}, {xl}, {el})")
+
+
+@njit(nogil=True, inline="always", cache=True)
+def sigmoid32(margin):
+    return np.float32(1.0 / (1.0 + math.exp(-np.float64(margin))))

@@ -1,0 +1,63 @@
+"""`engine features`: a strategy's feature rows as a table, the data set a quant explores before
+training (the same rows `engine train` builds its data set from, before labels)."""
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import dataset
+from .training import source_ticks
+
+FORMATS = (".parquet", ".csv")
+
+
+def _say(msg):
+    print(f"[features] {msg}", file=sys.stderr, flush=True)
+
+
+def feature_table(host, words, names, X, inst, idx, source=None):
+    """One row per scored tick: seq, ts_event, ts_recv, instrument, symbol, [source], features."""
+    import pyarrow as pa
+    seq = idx.astype(np.uint64)  # the tick's number in its stream: a tick file's record number
+    table = np.array(list(names) or ["?"], dtype=object)
+    cols = {"seq": seq, "ts_event": words[idx, 1], "ts_recv": words[idx, 2], "instrument": inst.astype(np.uint16),
+            "symbol": np.where(inst < len(names), table[np.minimum(inst, len(table) - 1)], inst.astype(str))}
+    if source is not None:
+        cols["source"] = np.full(len(idx), source, np.uint16)
+    for k, f in enumerate(host.strategy.features):
+        cols[f] = X[:, k]
+    return pa.table(cols)
+
+
+def write_features(host, sources, out, ticks=400_000, progress=True):
+    import pyarrow as pa
+    say = _say if progress else (lambda m: None)
+    if not out.endswith(FORMATS):
+        raise ValueError(f"{out}: unknown output format (by extension: {', '.join(FORMATS)})")
+    t0 = time.monotonic()
+    tables, total = [], 0
+    for k, uri in enumerate(sources):
+        words, n_inst, levels, names = source_ticks(uri, ticks, host.strategy)
+        X, inst, _, idx = dataset.featurize(host, words, n_inst, levels)
+        tables.append(feature_table(host, words, names, X, inst, idx, k if len(sources) > 1 else None))
+        total += len(words)
+        say(f"{k + 1}/{len(sources)} {uri}: {len(words):,} ticks -> {len(X):,} rows")
+    t = pa.concat_tables(tables)
+    meta = {b"engine.strategy": host.strategy.describe().encode(), b"engine.sources": " ".join(sources).encode(),
+            b"engine.params": repr(host.strategy.values).encode()}
+    tmp = f"{out}.tmp-{os.getpid()}"
+    try:
+        if out.endswith(".parquet"):
+            import pyarrow.parquet as pq
+            pq.write_table(t.replace_schema_metadata(meta), tmp, compression="zstd")
+        else:
+            import pyarrow.csv as pcsv
+            pcsv.write_csv(t, tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return {"out": out, "rows": t.num_rows, "features": len(host.strategy.features), "ticks": total,
+            "sources": len(sources), "strategy": host.strategy.describe(), "seconds": round(time.monotonic() - t0, 2)}
