@@ -1,10 +1,12 @@
 # make run   - set up .venv (first time) and run the engine on its built-in default
 # make test  - set up .venv (first time) and run the test suite
-# make bench - set up .venv (first time) and run every benchmark in bench/
+# make bench - set up .venv (first time), install the benchmarks' peers (the `peers` extra) and run
+#              every benchmark in bench/
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PEERS_STAMP := $(VENV)/.installed-peers
 CORE ?= $(shell $(PYTHON) -c "import os; print(max(os.sched_getaffinity(0)))")
 DURATION ?= 10
 BENCH_ARGS ?=
@@ -19,13 +21,18 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# only `make bench` needs the peers; `make test` and `make run` do not install them
+$(PEERS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[test,bench,peers]"
+	touch $(PEERS_STAMP)
+
 run: setup
 	$(BIN)/engine run --core $(CORE) $(if $(DURATION),--duration $(DURATION))
 
 test: setup
 	$(BIN)/python -m pytest -q
 
-bench: setup
+bench: $(PEERS_STAMP)
 	@for b in bench/ring.py bench/model_call.py bench/model_backends.py bench/strategy_host.py bench/tick_to_signal.py bench/feeds.py bench/backtest.py bench/soak.py bench/fpga.py; do \
 		echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 

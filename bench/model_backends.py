@@ -5,6 +5,18 @@ whole engine with each back end.
 Per-row latency is timed from numba around each call through the C ABI function pointer, exactly
 as the strategy loop calls it (the clock pair is reported); XGBoost per call from Python. Rows are
 held-out synthetic ticks (the training distribution).
+
+Peers on the 200x6 model (the `peers` extra; each is skipped, with a printed line, when its package
+is missing), timed per call from Python like XGBoost, one row at a time:
+- ONNX Runtime: the same booster converted with onnxmltools (a TreeEnsembleClassifier; onnxmltools
+  needs f0..fN feature names, so a copy of the booster without names is converted), an
+  InferenceSession on the CPU provider with 1 intra-op and 1 inter-op thread, sequential, fed a
+  float32 row; it outputs probabilities, so it is checked against XGBoost's probabilities.
+- pylignum (`import lignum`): lignum.load(model.json), predict(row, raw_score=True, n_jobs=1,
+  strategy="serial") on a float64 row (its native input; float32 -> float64 is exact, done before
+  timing), checked against XGBoost's margins; its interpreter (the default) and, where a C compiler
+  is present, its compiled trees (Model.compile, cached by lignum in the temp directory).
+Each peer's max abs diff to XGBoost is over the rows it was timed on.
 """
 import json
 import os
@@ -31,19 +43,81 @@ def per_row(d, X, quick):
         time_calls(pred.addr, X[:100], 1, lat)  # warm
         time_calls(pred.addr, X, reps, lat)
         res[name] = _common.pct(lat, "model_call")
+    b = xgboost_booster(d)
+    xl, _ = time_py(lambda r: b.inplace_predict(r, predict_type="margin"), X, 500 if quick else 3000)
+    res["xgboost"] = _common.pct(xl, "model_call")
+    return res
+
+
+def xgboost_booster(d):
     import xgboost as xgb
     b = xgb.Booster(model_file=str(d / "model.json"))
     b.set_param({"nthread": 1})
-    n = 500 if quick else 3000
-    xl = np.zeros(n, np.int64)
+    return b
+
+
+def time_py(call, X, n):
+    """call(row) on rows X[i:i+1], each timed from Python; (latencies ns, first output value per row)."""
+    lat = np.zeros(n, np.int64)
+    out = np.zeros(n, np.float64)
     for i in range(20):
-        b.inplace_predict(X[i:i + 1], predict_type="margin")
+        call(X[i:i + 1])
     for i in range(n):
+        row = X[i:i + 1]
         t0 = time.perf_counter_ns()
-        b.inplace_predict(X[i:i + 1], predict_type="margin")
-        xl[i] = time.perf_counter_ns() - t0
-    res["xgboost"] = _common.pct(xl, "model_call")
-    return res
+        r = call(row)
+        lat[i] = time.perf_counter_ns() - t0
+        out[i] = r[0]
+    return lat, out
+
+
+def onnxruntime_peer(d, X, n):
+    """(results, skip note): the booster through onnxmltools and an ONNX Runtime session."""
+    try:
+        import onnxmltools
+        import onnxruntime as ort
+        from onnxmltools.convert.common.data_types import FloatTensorType
+    except ImportError as e:
+        return None, f"skipped: {e.name} is not installed (pip install -e '.[peers]')"
+    b = xgboost_booster(d)
+    anon = b.copy()
+    anon.feature_names = None  # onnxmltools reads splits as f<index>
+    onx = onnxmltools.convert_xgboost(anon, initial_types=[("input", FloatTensorType([None, X.shape[1]]))])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(onx.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0].name
+    lat, out = time_py(lambda r: sess.run(["probabilities"], {inp: r})[0][:, 1], X, n)
+    diff = float(np.abs(out - b.inplace_predict(X[:n], predict_type="value")).max())
+    return {"onnxruntime": {**_common.pct(lat, "model_call"), "max_abs_diff_vs_xgboost": diff,
+                            "compared_as": "probability", "version": ort.__version__}}, None
+
+
+def lignum_peer(d, X, n):
+    """(results, skip note): pylignum's interpreter and, with a C compiler, its compiled trees."""
+    try:
+        import lignum
+    except ImportError:
+        return None, "skipped: pylignum is not installed (pip install -e '.[peers]')"
+    ref = xgboost_booster(d).inplace_predict(X[:n], predict_type="margin")
+    X64 = np.ascontiguousarray(X[:n + 20], dtype=np.float64)
+    m = lignum.load(str(d / "model.json"), format="xgboost")
+    res = {}
+
+    def one(name):
+        lat, out = time_py(lambda r: m.predict(r, raw_score=True, n_jobs=1, strategy="serial"), X64, n)
+        res[name] = {**_common.pct(lat, "model_call"), "max_abs_diff_vs_xgboost": float(np.abs(out - ref).max()),
+                     "compared_as": "margin", "version": lignum.__version__}
+    one("pylignum")
+    print("pylignum: compiling its trees with the C compiler ...", file=sys.stderr, flush=True)
+    st = m.compile(fallback=True)
+    if st["compiled"]:
+        one("pylignum_compiled")
+    else:
+        print(f"pylignum_compiled: skipped: {st['error']}", flush=True)
+    return res, None
 
 
 def tick_to_signal(backend, duration):
@@ -63,7 +137,7 @@ def tick_to_signal(backend, duration):
 def main():
     a = _common.args(__doc__)
     X = test_rows()
-    metrics, peers, ratios, rows = {}, {}, {}, []
+    metrics, peers, ratios, rows, skipped = {}, {}, {}, [], []
     for trees, depth in ((200, 6), (500, 8)):
         key = f"m{trees}x{depth}"
         print(f"{key}: building or loading the model ...", file=sys.stderr, flush=True)
@@ -78,6 +152,23 @@ def main():
             ratios[f"flat_vs_treelite_{key}_{q}"] = _common.ratio(f, res["treelite"][f"model_call_{q}_ns"], False)
             ratios[f"flat_vs_xgboost_{key}_{q}"] = _common.ratio(f, peers[f"xgboost_{key}"][f"model_call_{q}_ns"], False)
         rows += [(f"{key} {n}", v) for n, v in res.items()] + [(f"{key} xgboost", peers[f"xgboost_{key}"])]
+        if key == "m200x6":
+            n = 500 if a.quick else 3000
+            for label, peer in (("onnxruntime", onnxruntime_peer), ("pylignum", lignum_peer)):
+                print(f"{key}: timing {label} ...", file=sys.stderr, flush=True)
+                got, skip = peer(d, X, n)
+                if skip:
+                    print(f"{label}: {skip}", flush=True)
+                    skipped.append(f"{label} {skip}")
+                    continue
+                for name, v in got.items():
+                    peers[f"{name}_{key}"] = v
+                    print(f"{name}: max abs diff vs xgboost ({v['compared_as']}, {n} rows): "
+                          f"{v['max_abs_diff_vs_xgboost']:.3g}", flush=True)
+                    for q in ("p50", "p99"):
+                        ratios[f"flat_vs_{name}_{key}_{q}"] = _common.ratio(
+                            res[best_flat][f"model_call_{q}_ns"], v[f"model_call_{q}_ns"], False)
+                    rows.append((f"{key} {name}", v))
     _common.table("model call at batch 1 (ns)", ["model_call_p50_ns", "model_call_p99_ns", "model_call_p999_ns",
                                                   "model_call_max_ns"], rows)
     dur = 3 if a.quick else 8
@@ -94,7 +185,8 @@ def main():
                    "tick_to_signal_p999_ns"], [(f"engine --backend {b}", v) for b, v in t2s.items()])
     _common.save("model_backends", metrics, peers, ratios,
                  notes="flat ratios use the fastest flat build on this CPU; each timed call includes one "
-                       "CLOCK_MONOTONIC pair (~20 ns)")
+                       "CLOCK_MONOTONIC pair (~20 ns); xgboost, onnxruntime and pylignum are timed per call "
+                       "from Python" + "".join(f"; {s}" for s in skipped))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,21 @@
-"""Cross-process tick transport: our shared-memory ring vs multiprocessing.Queue and pyzmq ipc.
+"""Cross-process tick transport: our shared-memory ring vs multiprocessing.Queue, pyzmq ipc and
+iceoryx2 (its Python bindings, when installed: the `peers` extra).
 
 Throughput: the producer publishes as fast as it can, the consumer counts (ticks/s from first to
-last tick received). Latency: the producer paces at the same rate for all three and stamps
+last tick received). Latency: the producer paces at the same rate for all four and stamps
 CLOCK_MONOTONIC in each message; the consumer subtracts on receipt (one-way latency). The producer
-runs on one core and the consumer on the other.
+runs on one core and the consumer on the other. Every message is 64 bytes.
+
+iceoryx2 peer: an Ipc publish-subscribe service of a 64-byte ctypes struct (the stamp, then
+padding), lossless (safe overflow off, the publisher's backpressure RetryUntilDelivered, a
+4096-sample subscriber buffer). The producer loans a sample, writes the stamp into the shared
+memory in place and sends it (zero-copy: loan_uninit / assume_init / send); the consumer busy-polls
+Subscriber.receive() and reads the stamp in place through Sample.payload(). Polling, like our
+ring's consumer (Queue and zmq block in the kernel instead); unlike ours, both sides are Python
+calling the bindings per message, so the figures include the bindings' per-call cost, not the
+Rust core alone. Its producer sleeps between paced messages like the other peers.
 """
+import ctypes
 import multiprocessing as mp
 import os
 import struct
@@ -21,6 +32,11 @@ from engine.tickring import POLL_EMPTY, POLL_TICK, TickConsumer, TickRing
 from engine.tickring import poll as ring_poll
 from engine.rt import set_timer_slack
 from feeds.publisher import publish_all, publish_paced
+
+try:
+    import iceoryx2 as iox2
+except ImportError:  # the `peers` extra is not installed
+    iox2 = None
 
 CORES = sorted(os.sched_getaffinity(0))
 PROD_CORE, CONS_CORE = CORES[0], CORES[-1]
@@ -119,7 +135,11 @@ def _mpq_producer(q, n, interval_ns):
     q.put(None)
 
 
-def _consume_peer(recv, n, producer):
+def _stamp_of(m):
+    return struct.unpack_from("<q", m)[0]
+
+
+def _consume_peer(recv, n, producer, stamp=_stamp_of):
     """Receive stamped messages until an empty one; returns (got, lost, msgs/s, latencies)."""
     os.sched_setaffinity(0, {CONS_CORE})
     producer.start()
@@ -132,7 +152,7 @@ def _consume_peer(recv, n, producer):
             break
         if got == 0:
             t_first = now
-        lat[got] = now - struct.unpack_from("<q", m)[0]
+        lat[got] = now - stamp(m)
         got += 1
         t_last = now
     producer.join()
@@ -178,6 +198,71 @@ def bench_zmq(n, interval_ns):
         ctx.term()
 
 
+class _Tick64(ctypes.Structure):
+    """iceoryx2 payload: the CLOCK_MONOTONIC stamp and padding to 64 bytes (0 = end of stream)."""
+    _fields_ = [("stamp", ctypes.c_int64), ("pad", ctypes.c_int64 * 7)]
+
+
+IOX_BUFFER = 4096  # subscriber queue depth; the publisher retries (spins) while it is full
+
+
+def _iox_service(name):
+    node = (iox2.NodeBuilder.new().signal_handling_mode(iox2.SignalHandlingMode.Disabled)
+            .create(iox2.ServiceType.Ipc))
+    service = (node.service_builder(iox2.ServiceName.new(name)).publish_subscribe(_Tick64)
+               .enable_safe_overflow(False).subscriber_max_buffer_size(IOX_BUFFER).history_size(0)
+               .max_publishers(1).max_subscribers(1).open_or_create())
+    return node, service
+
+
+def _iox_producer(name, n, interval_ns):
+    os.sched_setaffinity(0, {PROD_CORE})
+    set_timer_slack(1000)
+    node, service = _iox_service(name)
+    pub = service.publisher_builder().backpressure_strategy(iox2.BackpressureStrategy.RetryUntilDelivered).create()
+    while service.dynamic_config.number_of_subscribers < 1:
+        time.sleep(0.001)
+    t0 = time.monotonic_ns()
+    for i in range(n):
+        _pace(i, t0, interval_ns)
+        sample = pub.loan_uninit()
+        sample.payload().contents.stamp = time.monotonic_ns()  # written in place in shared memory
+        sample.assume_init().send()
+    sample = pub.loan_uninit()
+    sample.payload().contents.stamp = 0
+    sample.assume_init().send()
+    while service.dynamic_config.number_of_subscribers:  # our data segment holds what is unread
+        time.sleep(0.01)
+
+
+def bench_iceoryx2(n, interval_ns):
+    name = f"bench-ring/iceoryx2/{os.getpid()}/{n}/{interval_ns}"
+    node, service = _iox_service(name)
+    sub = service.subscriber_builder().buffer_size(IOX_BUFFER).create()
+    producer = mp.Process(target=_iox_producer, args=(name, n, interval_ns))
+
+    def recv():
+        """Busy-poll for the next sample; its stamp, read in place (0 at the end or if the producer died)."""
+        idle = 0
+        while True:
+            sample = sub.receive()
+            if sample is not None:
+                st = sample.payload().contents.stamp
+                sample.delete()  # hand the slot back to the publisher
+                if not st:
+                    sub.delete()  # detach: lets the producer exit
+                return st
+            idle += 1
+            if idle & 0xFFFFF == 0 and not producer.is_alive():
+                sub.delete()
+                return 0
+
+    try:
+        return _consume_peer(recv, n, producer, stamp=int)
+    finally:
+        del service, node
+
+
 def main():
     a = _common.args(__doc__)
     n_tput = 2_000_000 if a.quick else 10_000_000
@@ -186,9 +271,15 @@ def main():
     n_lat = 40_000 if a.quick else 200_000
     interval = int(1e9 / rate)
     mp.set_start_method("fork")
-    res = {}
-    for label, fn, nt in (("ring", bench_ring, n_tput), ("mp_queue", bench_mp_queue, n_peer_tput),
-                          ("zmq_ipc", bench_zmq, n_peer_tput)):
+    res, notes = {}, {}
+    runs = [("ring", bench_ring, n_tput), ("mp_queue", bench_mp_queue, n_peer_tput), ("zmq_ipc", bench_zmq, n_peer_tput)]
+    if iox2 is not None:
+        iox2.set_log_level(iox2.LogLevel.Error)  # not the "no config file, using defaults" line
+        runs.append(("iceoryx2", bench_iceoryx2, n_peer_tput))
+    else:
+        notes["iceoryx2"] = "skipped: the iceoryx2 package is not installed (pip install -e '.[peers]')"
+        print(f"iceoryx2: {notes['iceoryx2']}", flush=True)
+    for label, fn, nt in runs:
         print(f"{label}: throughput over {nt:,} messages ...", file=sys.stderr, flush=True)
         got, lost, tput, _ = fn(nt, 0)
         print(f"{label}: latency over {n_lat:,} messages at {rate:,}/s ...", file=sys.stderr, flush=True)
@@ -202,7 +293,7 @@ def main():
     metrics = {**res["ring"], "paced_rate_per_s": rate,
                "spinning_producer_at_20k_per_s": {**_common.pct(lat_s), "lost": int(lost_s)},
                "spinning_producer_at_1m_per_s": {**_common.pct(lat), "lost": int(lost)}}
-    peers = {"mp_queue": res["mp_queue"], "zmq_ipc": res["zmq_ipc"]}
+    peers = {k: v for k, v in res.items() if k != "ring"}
     ratios = {}
     for peer in peers:
         ratios[f"ring_vs_{peer}_ticks_per_s"] = _common.ratio(res["ring"]["ticks_per_s"], res[peer]["ticks_per_s"], True)
@@ -212,11 +303,12 @@ def main():
     _common.table(f"cross-process transport (latency paced at {rate:,}/s; producer core {PROD_CORE}, "
                   f"consumer core {CONS_CORE})", cols,
                   [("ring (ours)", res["ring"]), ("multiprocessing.Queue", res["mp_queue"]),
-                   ("pyzmq ipc PUSH/PULL", res["zmq_ipc"]),
-                   ("ring, spinning producer 20k/s", metrics["spinning_producer_at_20k_per_s"]),
-                   ("ring, spinning producer 1M/s", metrics["spinning_producer_at_1m_per_s"])])
+                   ("pyzmq ipc PUSH/PULL", res["zmq_ipc"])]
+                  + ([("iceoryx2 pub/sub (loan, poll)", res["iceoryx2"])] if "iceoryx2" in res else [])
+                  + [("ring, spinning producer 20k/s", metrics["spinning_producer_at_20k_per_s"]),
+                     ("ring, spinning producer 1M/s", metrics["spinning_producer_at_1m_per_s"])])
     print("  (all producers above the last two sleep between messages; ours wakes cold, which costs ~300 ns)")
-    _common.save("ring", metrics, peers, ratios)
+    _common.save("ring", metrics, peers, ratios, notes or None)
 
 
 if __name__ == "__main__":
