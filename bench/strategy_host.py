@@ -95,8 +95,9 @@ def compare(reps, n):
 
     def host_bt():
         hs = host.state(k, levels)
-        return host.mod.backtest_loop(words, 0, *hs.arrays(), host.new_row(), np.zeros(1, np.float32), pred.addr,
-                                      host.params(), cfg, sigs16, 0, 0, margins, latency.new_counts())
+        return host.mod.backtest_loop(words, 0, *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32), pred.addr,
+                                      host.params(), cfg, sigs16, 0, 0, margins, latency.new_counts(),
+                                      np.zeros((0, 2), np.int64))
     a1, a2 = v1_feat(), host_feat()
     b1, b2 = v1_bt(), host_bt()
     assert a1 == a2 and b1[1:] == b2[1:], ("v1 and host disagree", a1, a2, b1, b2)  # same rows, same signals

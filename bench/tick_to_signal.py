@@ -1,8 +1,17 @@
-"""Tick to signal: the engine end to end vs the pipeline a Python developer writes first.
+"""Tick to signal: the engine end to end, per scheduling policy and wait strategy, vs the pipeline
+a Python developer writes first; and the overload row.
 
-Ours: `engine run --json` (feed process -> ring -> pinned loop -> signal ring), at 1k, 10k and 100k
-ticks/s and flat out, twice: SCHED_FIFO (what a tuned box runs; here kernel RT throttling parks it
-50 ms a second) and pinned SCHED_OTHER (--no-rt, the better choice on this untuned VM).
+Ours: `engine run --json` (feed process -> ring -> pinned loop -> signal ring), the whole command a
+user types, at 1k, 10k and 100k ticks/s, in five configurations measured in the same run:
+  auto        no flags: what `--policy auto` picks on this machine (the line it prints says why)
+  fifo        --policy fifo: SCHED_FIFO + busy-spin (what a tuned box runs; on a VM with kernel RT
+              throttling on, the thread is parked 50 ms every second)
+  other       --policy other: pinned SCHED_OTHER + busy-spin
+  fifo+duty   --policy fifo --wait duty: SCHED_FIFO, spinning but sleeping just enough never to be
+              throttled
+  backoff     --wait backoff: spin, yield, then park (a few % of a core when idle)
+Overload: the synthetic feed flat out (--rate 0), with conflation (the default for live feeds) and
+with --no-conflate: ticks/s, lost ticks, conflated ticks and the scored ticks' latency.
 Peer: a producer thread puts the same synthetic ticks into a queue.Queue at the same rate; a
 consumer thread computes the same features in Python and calls Booster.inplace_predict per tick.
 Latency is receive (enqueue / ring publish) to decision, per scored tick. When the naive consumer
@@ -35,22 +44,27 @@ WARMUP_QUOTES = int(load("microstructure").values["warmup"])
 CORE = max(os.sched_getaffinity(0))
 
 
-def run_engine(rate, duration, no_rt):
+CONFIGS = {"auto": [], "fifo": ["--policy", "fifo"], "other": ["--policy", "other"],
+           "fifo+duty": ["--policy", "fifo", "--wait", "duty"], "backoff": ["--wait", "backoff"]}
+
+
+def run_engine(rate, duration, extra):
+    sig = f"/tmp/bench-t2s-{os.getpid()}.sig"
     cmd = [sys.executable, "-m", "engine.cli", "run", "--core", str(CORE), "--duration", str(duration),
-           "--rate", str(rate), "--json", "--name", f"bench-t2s-{os.getpid()}",
-           "--signals-out", f"/tmp/bench-t2s-{os.getpid()}.sig"] + (["--no-rt"] if no_rt else [])
+           "--rate", str(rate), "--json", "--name", f"bench-t2s-{os.getpid()}", "--http", "none", "--pub", "none",
+           "--signals-out", sig, *extra]
     env = dict(os.environ, PYTHONPATH=str(_common.ROOT))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration + 120)
     if r.returncode != 0:
         raise RuntimeError(f"engine run failed:\n{r.stderr}")
-    os.unlink(f"/tmp/bench-t2s-{os.getpid()}.sig")
+    os.unlink(sig)
     d = json.loads(r.stdout)
     t = d["latency_ns"]["tick_to_signal"]
-    return {"ticks_per_s": round(d["ticks"] / d["elapsed_s"]), "tick_to_signal_p50_ns": t["p50"],
-            "tick_to_signal_p99_ns": t["p99"], "tick_to_signal_p999_ns": t["p99.9"],
+    return {"ticks_per_s": round(d["ticks"] / d["elapsed_s"]), "scored_per_s": round(d["scored"] / d["elapsed_s"]),
+            "tick_to_signal_p50_ns": t["p50"], "tick_to_signal_p99_ns": t["p99"], "tick_to_signal_p999_ns": t["p99.9"],
             "tick_to_signal_p9999_ns": t["p99.99"], "tick_to_signal_max_ns": t["max"],
             "model_p50_ns": d["latency_ns"]["model"]["p50"], "gaps": d["gaps"], "lost_ticks": d["lost"],
-            "policy": d["policy"]}
+            "conflated": d["conflated"], "policy": d["policy"], "wait": d["wait"], "why": d["policy_reason"]}
 
 
 class PyFeatures:
@@ -152,27 +166,33 @@ def main():
     booster = xgb.Booster(model_file=str(d / "model.json"))
     booster.set_param({"nthread": 1})
     words = source_ticks("synthetic://?instruments=4&seed=1&depth=0", 1_000_000)[0]
-    rates = {"1k": 1_000, "10k": 10_000, "100k": 100_000, "full": 0}
+    rates = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
     metrics, peers, ratios = {}, {}, {}
     rows = []
     for label, rate in rates.items():
-        for no_rt in (True, False):
-            key = f"at_{label}" + ("" if no_rt else "_fifo")
-            print(f"engine at {label} ({'pinned SCHED_OTHER' if no_rt else 'SCHED_FIFO'}) ...", file=sys.stderr, flush=True)
-            metrics[key] = run_engine(rate, dur, no_rt)
-            rows.append((f"engine {label} {'pinned' if no_rt else 'FIFO'}", metrics[key]))
-        if rate:
-            print(f"naive Python pipeline at {label} ...", file=sys.stderr, flush=True)
-            peers[f"naive_at_{label}"] = run_naive(words, rate, dur, booster)
-            rows.append((f"naive Python {label}", peers[f"naive_at_{label}"]))
+        for name, extra in CONFIGS.items():
+            key = f"{name}_at_{label}"
+            print(f"engine {name} at {label} ...", file=sys.stderr, flush=True)
+            metrics[key] = run_engine(rate, dur, extra)
+            rows.append((f"engine {name} {label}", metrics[key]))
+        print(f"naive Python pipeline at {label} ...", file=sys.stderr, flush=True)
+        peers[f"naive_at_{label}"] = run_naive(words, rate, dur, booster)
+        rows.append((f"naive Python {label}", peers[f"naive_at_{label}"]))
+        for name in CONFIGS:
             for q in ("p50", "p99"):
-                ratios[f"engine_vs_naive_at_{label}_{q}"] = _common.ratio(
-                    metrics[f"at_{label}"][f"tick_to_signal_{q}_ns"], peers[f"naive_at_{label}"][f"tick_to_signal_{q}_ns"], False)
-                ratios[f"engine_fifo_vs_naive_at_{label}_{q}"] = _common.ratio(
-                    metrics[f"at_{label}_fifo"][f"tick_to_signal_{q}_ns"], peers[f"naive_at_{label}"][f"tick_to_signal_{q}_ns"], False)
+                ratios[f"engine_{name}_vs_naive_at_{label}_{q}"] = _common.ratio(
+                    metrics[f"{name}_at_{label}"][f"tick_to_signal_{q}_ns"],
+                    peers[f"naive_at_{label}"][f"tick_to_signal_{q}_ns"], False)
+    for name, extra in (("overload_conflated", []), ("overload_no_conflate", ["--no-conflate"])):
+        print(f"engine flat out ({name}) ...", file=sys.stderr, flush=True)
+        metrics[name] = run_engine(0, dur, extra)
+        rows.append((f"engine flat out, {'conflated' if extra == [] else 'every tick'}", metrics[name]))
+    print(f"\nauto picked: {metrics['auto_at_1k']['policy']} + {metrics['auto_at_1k']['wait']} "
+          f"({metrics['auto_at_1k']['why']})")
     _common.table(f"tick to signal, ns ({dur} s per run; engine strategy core {CORE})",
-                  ["ticks_per_s", "tick_to_signal_p50_ns", "tick_to_signal_p99_ns", "tick_to_signal_p999_ns",
-                   "tick_to_signal_max_ns", "backlog_at_stop", "lost_ticks"], rows)
+                  ["ticks_per_s", "scored_per_s", "tick_to_signal_p50_ns", "tick_to_signal_p99_ns",
+                   "tick_to_signal_p999_ns", "tick_to_signal_max_ns", "backlog_at_stop", "lost_ticks", "conflated"],
+                  rows)
     import strategy_host
     print("\nthe loop alone: v1 (features built in) vs the strategy host, same run ...", file=sys.stderr, flush=True)
     host_cmp = strategy_host.compare(reps=5 if a.quick else 15, n=300_000 if a.quick else 1_000_000)
@@ -180,8 +200,8 @@ def main():
     peers["v1_loop"] = host_cmp["peers"]["v1_loop"]
     ratios.update(host_cmp["ratios"])
     _common.save("tick_to_signal", metrics, peers, ratios,
-                 notes="FIFO rows suffer kernel RT throttling on this untuned VM (50 ms parked per second); "
-                       "see ops/tuning.md")
+                 notes="fifo rows suffer kernel RT throttling on an untuned VM (50 ms parked per second); "
+                       "auto avoids it; see ops/tuning.md")
 
 
 if __name__ == "__main__":

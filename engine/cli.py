@@ -11,6 +11,8 @@ import numpy as np
 
 from models.artifact import BACKEND_CHOICES
 
+from .waits import WAIT_HELP
+
 
 SOURCES_HELP = """
 sources:
@@ -74,7 +76,8 @@ def cmd_run(a):
 
     from .daemon import runtime_dir
     _check_run_args(a)
-    cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, strict=a.strict, duration=a.duration, model=a.model,
+    cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, policy=a.policy, wait=a.wait,
+                    conflate=a.conflate, strict=a.strict, duration=a.duration, model=a.model,
                     instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, ring=a.ring, name=a.name,
                     signals_out=a.signals_out, strategy=a.strategy, params=_overrides(a),
                     ring_capacity=a.ring_capacity, keep_rings=a.keep_rings, warm_every=a.warm_every,
@@ -90,21 +93,28 @@ def cmd_run(a):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, lambda signum, frame: reload.set())  # reload --model, swap between ticks
+    from .report import warnings
     if not a.json:
-        print(table(run(cfg, stop, reload)), flush=True)
-        return 0
-    # --json promises exactly one JSON object on stdout: whatever a library prints on the way
-    # goes to stderr
-    sys.stdout.flush()
-    real_stdout = os.dup(1)
-    os.dup2(2, 1)
-    try:
         res = run(cfg, stop, reload)
-    finally:
+        print(table(res), flush=True)
+    else:
+        # --json promises exactly one JSON object on stdout: whatever a library prints on the way
+        # goes to stderr
         sys.stdout.flush()
-        os.dup2(real_stdout, 1)
-        os.close(real_stdout)
-    print(dumps(as_json(res)), flush=True)
+        real_stdout = os.dup(1)
+        os.dup2(2, 1)
+        try:
+            res = run(cfg, stop, reload)
+        finally:
+            sys.stdout.flush()
+            os.dup2(real_stdout, 1)
+            os.close(real_stdout)
+        print(dumps(as_json(res)), flush=True)
+        for w in warnings(res):
+            print(f"engine: warning: {w}", file=sys.stderr, flush=True)
+    if a.strict and warnings(res):
+        print("engine: --strict: the run lost ticks or dropped signals (see the warnings above)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -280,8 +290,20 @@ def cmd_backtest(a):
         raise ValueError(f"--horizons-ms needs positive milliseconds, got {a.horizons_ms!r}")
     if a.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {a.workers}")
+    marks = None
+    if a.conflate_as_recorded:
+        from .signal_log import SignalLogError, read_marks
+        if len(a.files) != 1:
+            raise ValueError("--conflate-as-recorded replays one live run: give the one tick file it read")
+        try:
+            marks = read_marks(a.conflate_as_recorded)
+        except (OSError, SignalLogError) as e:
+            raise ValueError(f"--conflate-as-recorded {a.conflate_as_recorded}: {getattr(e, 'strerror', None) or e}") \
+                from None
+        print(f"[backtest] replaying {len(marks):,} conflation windows from {a.conflate_as_recorded}",
+              file=sys.stderr, flush=True)
     p = Params(model=a.model, backend=a.backend, strategy=a.strategy, params=_overrides(a), horizons_ms=hz,
-               latency_ns=int(a.latency_us * 1000), fee_bps=a.fee_bps)
+               latency_ns=int(a.latency_us * 1000), fee_bps=a.fee_bps, marks=marks)
     summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
     if a.json:
         print(json.dumps(summary, default=str))
@@ -507,10 +529,22 @@ def build_parser():
                    "commented sample); flags given here win")
     r.add_argument("--core", type=int, default=None, help="CPU core for the strategy thread (default: unpinned)")
     r.add_argument("--priority", type=int, default=80, help="SCHED_FIFO priority 1-99 (default 80)")
-    r.add_argument("--no-rt", action="store_true",
-                   help="stay SCHED_OTHER (still pinned): for machines where RT throttling would park the loop")
+    r.add_argument("--policy", default="auto", choices=("auto", "fifo", "other"),
+                   help="scheduling of the strategy thread: auto (default) = SCHED_FIFO only where RT throttling "
+                        "cannot park it (throttling off, or a wait that sleeps), else pinned SCHED_OTHER with "
+                        "spin; one line at start says what was chosen and why. fifo|other force it")
+    r.add_argument("--wait", default="auto", choices=("auto", "spin", "backoff", "duty"),
+                   help="what the loop does while the ring is empty: auto (default: spin); " + WAIT_HELP)
+    r.add_argument("--no-rt", action="store_true", help="the same as --policy other")
+    r.add_argument("--conflate", default="auto", choices=("auto", "on", "off"),
+                   help="when the loop falls behind, fold every waiting tick and score each instrument once, on its "
+                        "latest state (counted: conflated). auto (default): on for live sources, off for file "
+                        "replays (the file waits for the loop instead: nothing lost, every tick scored)")
+    r.add_argument("--no-conflate", dest="conflate", action="store_const", const="off",
+                   help="score every tick even when behind (research); the same as --conflate off")
     r.add_argument("--strict", action="store_true",
-                   help="fail instead of running unpinned/non-RT/unlocked when the process lacks the rights")
+                   help="fail instead of running unpinned/non-RT/unlocked when the process lacks the rights, "
+                        "and exit 1 after the summary when ticks were lost or signals dropped")
     r.add_argument("--duration", type=_positive_float, default=None, help="seconds to run (default: until stopped)")
     r.add_argument("--model", default=None, help="model artifact directory, trained for --strategy (default: the "
                    "strategy's default model, trained on the synthetic market and cached on first use)")
@@ -648,6 +682,10 @@ def build_parser():
     bt.add_argument("--fee-bps", type=_nonneg_float, default=0.0, help="taker fee, basis points of notional (default 0)")
     bt.add_argument("--horizons-ms", default="100,1000,10000", help="hit-rate horizons, ms (default 100,1000,10000)")
     strategy_args(bt)
+    bt.add_argument("--conflate-as-recorded", default=None, metavar="SIGNALS.sig",
+                    help="replay the conflation of a live run over this file (`engine run --feed tickfile:F "
+                         "--conflate on --signals-out S.sig`): the same ticks folded unscored and the same flush "
+                         "points, from the marks in its signal file, so the signals are identical")
     bt.add_argument("--quiet", action="store_true", help="no progress lines")
     bt.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     bt.set_defaults(fn=cmd_backtest)

@@ -7,6 +7,7 @@ import tomllib
 KEYS = {
     "name": ("name", str), "core": ("core", int), "priority": ("priority", int), "realtime": ("no_rt", "not"),
     "strict": ("strict", bool), "duration": ("duration", float),
+    "loop.policy": ("policy", str), "loop.wait": ("wait", str), "loop.conflate": ("conflate", str),
     "model.dir": ("model", str), "model.backend": ("backend", str),
     "feed.uri": ("feed", str), "feed.ring": ("ring", str), "feed.speed": ("speed", float), "feed.max": ("max", bool),
     "feed.rate": ("rate", float), "feed.instruments": ("instruments", int), "feed.seed": ("seed", int),
@@ -78,7 +79,12 @@ def apply(args, parser, argv):
     if not getattr(args, "config", None):
         return args
     explicit = given_on_command_line(parser, argv)
+    choices = {a.dest: a.choices for a in parser._actions if a.choices and a.option_strings}
+    keys = {dest: key for key, (dest, _) in KEYS.items()}
     for dest, v in load(args.config).items():
+        if dest in choices and v not in choices[dest]:
+            raise ConfigError(f"{args.config}: {keys[dest]} must be one of {', '.join(map(str, choices[dest]))}, "
+                              f"got {v!r}")
         if dest not in explicit:
             setattr(args, dest, v)
     return args

@@ -15,6 +15,9 @@ CMD_RUN, CMD_STOP, CMD_PAUSE, CMD_REATTACH = 0, 1, 2, 3  # pause: features stay 
 L_STATE, L_TICKS, L_SIGNALS, L_GAPS, L_LOST, L_HEARTBEAT, L_SCORED, L_TID = 48, 49, 50, 51, 52, 53, 54, 55
 # loop -> everyone: the model generation in use and when the loop adopted it (CLOCK_MONOTONIC ns)
 L_MODEL_GEN, L_SWAP_NS = 56, 57
+# loop -> everyone: scoreable ticks conflated (superseded before scoring), conflation marks written,
+# parks (sleeps) of the wait strategy
+L_CONFLATED, L_MARKS, L_PARKS = 58, 59, 60
 LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED, LOOP_PAUSED, LOOP_REATTACH = 0, 1, 2, 3, 4, 5, 6
 LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired", 5: "paused",
                     6: "reattaching"}
@@ -34,4 +37,5 @@ class ControlBlock:
         h = self.hdr
         return {"ticks": int(h[L_TICKS]), "signals": int(h[L_SIGNALS]), "gaps": int(h[L_GAPS]),
                 "lost": int(h[L_LOST]), "scored": int(h[L_SCORED]),
+                "conflated": int(h[L_CONFLATED]), "marks": int(h[L_MARKS]), "parks": int(h[L_PARKS]),
                 "state": LOOP_STATE_NAMES.get(int(h[L_STATE]), "?")}

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import control as C
 from . import latency, shm, sigring
-from .records import SW_GEN_INST_SIDES
+from .records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
@@ -173,12 +173,13 @@ class ControlPlane:
             n = sigring.drain(self.x.sring.hdr, self.x.sring.data, self.x.sring.mask, buf)
             if not n:
                 return total
-            self.x.slog.write(buf[:n])
+            self.x.slog.write(buf[:n])  # signals and conflation marks (the file keeps both)
             if self.pub is not None:
                 import zmq
-                if int(((buf[:n, SW_GEN_INST_SIDES] >> 32) & 0xFFFF).max()) >= len(self.instruments):
+                recs = buf[:n][((buf[:n, SW_FOLDED_FLAGS] >> 32) & SIGNAL_FLAG_MARK) == 0]  # decisions only
+                if len(recs) and int(((recs[:, SW_GEN_INST_SIDES] >> 32) & 0xFFFF).max()) >= len(self.instruments):
                     self._refresh_instruments()  # a feed names instruments as it finds them
-                for rec in buf[:n]:
+                for rec in recs:
                     try:  # PUB never blocks: a slow subscriber loses messages at its high-water mark
                         self.pub.send_multipart([self._topic((int(rec[SW_GEN_INST_SIDES]) >> 32) & 0xFFFF), rec.tobytes()],
                                                 zmq.NOBLOCK)
@@ -212,6 +213,7 @@ class ControlPlane:
                 "model": {"id": pred.model_id, "backend": pred.backend, "dir": self.x.model_dir,
                           "generation": int(self.ctl[C.L_MODEL_GEN])},
                 "loop": {"core": self.x.thread.core, "policy": self.x.thread.policy,
+                         "wait": self.x.thread.choice.wait.name, "conflate": self.x.thread.conflate,
                          "state": C.LOOP_STATE_NAMES.get(int(self.ctl[C.L_STATE]), "?")},
                 "latency_ns": latency.summary(self.x.ctl_blk.hist)}
 
@@ -228,7 +230,10 @@ class ControlPlane:
                                        ("engine_signals", "signals", "signals emitted"),
                                        ("engine_gaps", "gaps", "gap events (ticks lost to a lapped ring or the feed)"),
                                        ("engine_lost_ticks", "lost", "ticks the loop lost (lapped)"),
-                                       ("engine_scored", "scored", "ticks scored by the model")):
+                                       ("engine_scored", "scored", "ticks scored by the model"),
+                                       ("engine_conflated", "conflated", "scoreable ticks superseded by a later "
+                                        "tick of their instrument before the loop scored them (conflation)"),
+                                       ("engine_parks", "parks", "sleeps of the loop's wait strategy")):
                     yield CounterMetricFamily(name, doc, value=c[key])
                 yield CounterMetricFamily("engine_drops", "signals dropped on a full signal ring",
                                           value=int(plane.x.sring.drops))
@@ -251,6 +256,10 @@ class ControlPlane:
                                         value=1.0 if t.core is not None else 0.0)
                 yield GaugeMetricFamily("engine_loop_fifo", "1 if the strategy loop runs SCHED_FIFO",
                                         value=1.0 if t.policy == "SCHED_FIFO" else 0.0)
+                li = GaugeMetricFamily("engine_loop_info", "the loop's scheduling policy, wait strategy and conflation",
+                                       labels=["policy", "wait", "conflate"])
+                li.add_metric([t.policy, t.choice.wait.name, "on" if t.conflate else "off"], 1.0)
+                yield li
                 ok, _ = plane.ready()
                 yield GaugeMetricFamily("engine_ready", "1 when model, feed and loop are all well", value=float(ok))
                 yield GaugeMetricFamily("engine_paused", "1 while paused", value=float(plane.paused))

@@ -120,7 +120,7 @@ def run_checks(core=None, priority=80):
                  f"sched_rt_runtime_us={rt_rt}, period {rt_p}",
                  "" if rt_rt in (None, "-1") else "a spinning SCHED_FIFO thread is parked "
                  f"{(int(rt_p) - int(rt_rt)) / 1000:.0f} ms of every {int(rt_p) / 1000:.0f} ms: "
-                 "sysctl kernel.sched_rt_runtime_us=-1 on an isolated core (or run --no-rt)"))
+                 "sysctl kernel.sched_rt_runtime_us=-1 on an isolated core (--policy auto then picks SCHED_FIFO)"))
     swaps = (_read("/proc/swaps") or "").splitlines()[1:]
     out.append(r("swap", "warn" if swaps else "pass", f"{len(swaps)} swap areas; swappiness "
                  f"{_read('/proc/sys/vm/swappiness')}", "swapoff -a, or rely on mlockall (engine run locks its memory)"
@@ -150,6 +150,9 @@ def run_checks(core=None, priority=80):
         out.append(r("SMT sibling", "pass" if sib <= iso else "warn", f"cpu{core} shares its core with "
                      f"cpu{','.join(map(str, sorted(sib)))}", "" if sib <= iso else
                      "isolate the sibling too (and keep it idle), or disable SMT"))
+    from .waits import choose
+    c = choose("auto", "auto", core=core, priority=priority)
+    out.append(r("policy auto picks", "pass", c.describe()))
     return out
 
 

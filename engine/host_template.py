@@ -28,19 +28,32 @@ from numba import njit
 from engine import control as C
 from engine import latency, shm, sigring, tickring
 from engine.intrinsics import (call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed, monotonic_ns,
-                               realtime_ns, store_relaxed)
+                               realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
                             SIGNAL_WORDS, tick_instrument, tick_kind, tick_side, w_lo32)
 from engine.strategy_api import Book, sigmoid32
 
-# cfg: float64 loop settings
-CFG_EXIT_ON_EOF, CFG_WARM_EVERY, CFG_SIGMOID = range(3)
-CFG_WIDTH = 4
+# cfg: float64 loop settings (Host.loop_cfg fills them)
+(CFG_EXIT_ON_EOF, CFG_WARM_EVERY, CFG_SIGMOID, CFG_WAIT, CFG_SPIN_NS, CFG_YIELD_NS, CFG_PARK_MAX_NS, CFG_DUTY,
+ CFG_CONFLATE, CFG_CONFLATE_MAX) = range(10)
+CFG_WIDTH = 12
 HOUSEKEEP_EVERY = 1024
 NO_LEVEL = 1 << 30
-# ist columns
-I_NBID, I_NASK, I_BID, I_ASK, I_DIRTY, I_POS = range(6)
-IST_WIDTH = 8
+# wait strategies (what the live loop does while the ring is empty; engine/waits.py names them)
+WAIT_SPIN, WAIT_BACKOFF, WAIT_DUTY = 0, 1, 2
+PARK_MIN_NS = 20_000      # backoff: first park; doubles up to CFG_PARK_MAX_NS
+DUTY_SLICE_NS = 20_000    # duty: one park when asleep time is owed
+# ist columns: market state first (a gap clears them), then the loop's own (kept across gaps)
+I_NBID, I_NASK, I_BID, I_ASK, I_DIRTY = range(5)
+I_POS = 5      # the target position
+I_PEND = 6     # conflation: 1 while the instrument waits in plist to be scored
+I_FOLD = 7     # conflation: scoreable ticks folded into its pending row
+I_PIDX = 8     # conflation: index of the tick its pending row came from (backtest margins)
+IST_WIDTH = 10
+# cst: conflation scalars kept across calls
+CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS = range(6)
+CST_WIDTH = 8
+SIG_FLAG_MARK = np.int64(1) << 32   # word 11 (folded | flags << 32): a conflation mark, not a signal
 PX, SZ = 0, 1
 # DEPTH 0: every call gets the same empty book (a constant: no per-tick reference counting)
 _EMPTY = np.zeros(0, np.int64)
@@ -106,9 +119,8 @@ def host_reset(fstate, book, ist):
     fstate[:] = 0.0
     book[:] = 0
     for i in range(ist.shape[0]):
-        for c in range(ist.shape[1]):
-            if c != I_POS:
-                ist[i, c] = 0
+        for c in range(I_POS):
+            ist[i, c] = 0
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -199,21 +211,114 @@ def _adopt_model(ctl, gen):
     return g, addr
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _stash(ist, prow, ptick, plist, cst, inst, row, tick, idx):
+    """Conflation: keep `row` as the instrument's pending row (a later one of the same instrument
+    replaces it, counted as conflated); the instrument joins plist once."""
+    if ist[inst, I_PEND] == 0:
+        ist[inst, I_PEND] = 1
+        ist[inst, I_FOLD] = 0
+        plist[cst[CS_NPEND]] = inst
+        cst[CS_NPEND] += 1
+    else:
+        cst[CS_CONFLATED] += 1
+    ist[inst, I_FOLD] += 1
+    ist[inst, I_PIDX] = idx
+    for f in range(row.shape[0]):
+        prow[inst, f] = row[f]
+    for k in range(8):
+        ptick[inst, k] = tick[k]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _order_pending(plist, ptick, n):
+    """Sort the pending instruments by the seq of their latest tick (insertion sort: n is the few
+    instruments that ticked in the window), so a flush emits signals in tick order, as unconflated
+    scoring does, and the backtest flushes in the same order."""
+    for j in range(1, n):
+        inst = plist[j]
+        k = j - 1
+        while k >= 0 and ptick[plist[k], 0] > ptick[inst, 0]:
+            plist[k + 1] = plist[k]
+            k -= 1
+        plist[k + 1] = inst
+
+
 @njit(nogil=True, cache=True)
-def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, row, out,
-             tick, sig, pvals, cfg):
-    """Run until CMD_STOP, an expired lease, or (cfg) the end of the stream; returns the exit state."""
+def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sig, signals, gen,
+                shdr, sdata, smask, spstate, hist, last):
+    """Score every pending instrument once, on its latest row, in the order of their latest ticks.
+    When the window spans more than its first tick, a mark goes first into the signal stream
+    (word 1: the last tick folded before this flush, word 2: the window's first tick, word 11:
+    ticks folded | SIG_FLAG_MARK) so a backtest can replay the same flush points. Returns
+    (signals, scored)."""
+    n = cst[CS_NPEND]
+    if cst[CS_FIRST] != last[0]:
+        for w in range(SIGNAL_WORDS):
+            sig[w] = 0
+        sig[0] = signals
+        sig[1] = last[0]
+        sig[2] = cst[CS_FIRST]
+        sig[3] = last[2]
+        sig[4] = monotonic_ns()
+        sig[11] = cst[CS_FOLDS] | SIG_FLAG_MARK
+        sigring.push(shdr, sdata, smask, spstate, sig)
+        cst[CS_MARKS] += 1
+    _order_pending(plist, ptick, n)
+    for j in range(n):
+        inst = plist[j]
+        t0 = monotonic_ns()
+        call_predict(model, prow[inst], out)
+        t_model = monotonic_ns()
+        if host_decide(fstate, ist, inst, ptick[inst], out[0], use_sigmoid, params, sig, signals, gen):
+            sig[11] = ist[inst, I_FOLD]
+            sig[4] = monotonic_ns()
+            sig[5] = realtime_ns()
+            sigring.push(shdr, sdata, smask, spstate, sig)
+            signals += 1
+        t_emit = monotonic_ns()
+        latency.record(hist, latency.ST_MODEL, t_model - t0)
+        latency.record(hist, latency.ST_EMIT, t_emit - t_model)
+        latency.record(hist, latency.ST_TOTAL, t_emit - ptick[inst, 2])
+        ist[inst, I_PEND] = 0
+    cst[CS_NPEND] = 0
+    cst[CS_FOLDS] = 0
+    return signals, n
+
+
+@njit(nogil=True, cache=True)
+def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist,
+             prow, ptick, plist, cst, row, out, tick, sig, pvals, cfg):
+    """Run until CMD_STOP, an expired lease, or (cfg) the end of the stream; returns the exit state.
+
+    Conflation (cfg CFG_CONFLATE): a scoreable tick is scored at once unless the next tick is
+    already waiting in the ring; then its row is stashed and the loop reads on, folding every
+    waiting tick into state and books, and scores each stashed instrument once, on its latest
+    row, when the ring runs dry (or after CFG_CONFLATE_MAX ticks). Off, every scoreable tick is
+    scored. With nothing waiting the two are the same code path."""
     params = make_params(pvals)
     ticks = load_relaxed(ctl, C.L_TICKS)
     signals = load_relaxed(ctl, C.L_SIGNALS)
     gaps = load_relaxed(ctl, C.L_GAPS)
     lost = load_relaxed(ctl, C.L_LOST)
     scored = load_relaxed(ctl, C.L_SCORED)
+    parks = load_relaxed(ctl, C.L_PARKS)
     gen, model = _adopt_model(ctl, -1)
     exit_on_eof = cfg[CFG_EXIT_ON_EOF] != 0.0
     warm_every = np.int64(cfg[CFG_WARM_EVERY])
     use_sigmoid = cfg[CFG_SIGMOID] != 0.0
+    wait = np.int64(cfg[CFG_WAIT])
+    spin_ns = np.int64(cfg[CFG_SPIN_NS])
+    yield_ns = np.int64(cfg[CFG_YIELD_NS])
+    park_max = np.int64(cfg[CFG_PARK_MAX_NS])
+    duty = cfg[CFG_DUTY]
+    conflate = cfg[CFG_CONFLATE] != 0.0
+    conflate_max = np.int64(cfg[CFG_CONFLATE_MAX])
     idle = 0
+    idle_t0 = 0
+    park = PARK_MIN_NS
+    owed = 0.0          # duty: ns of sleep owed (duty x elapsed - slept)
+    t_last = monotonic_ns()
     state = C.LOOP_STOPPED
     store_relaxed(ctl, C.L_STATE, C.LOOP_RUNNING)
     paused = False
@@ -224,6 +329,9 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             now = monotonic_ns()
             store_relaxed(ctl, C.L_HEARTBEAT, now)
             _publish_counters(ctl, ticks, signals, gaps, lost, scored)
+            store_relaxed(ctl, C.L_CONFLATED, cst[CS_CONFLATED])
+            store_relaxed(ctl, C.L_MARKS, cst[CS_MARKS])
+            store_relaxed(ctl, C.L_PARKS, parks)
             cmd = load_acquire(ctl, C.CTL_CMD)
             if cmd == C.CMD_STOP:
                 break
@@ -241,16 +349,59 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
                 model = addr
             if exit_on_eof and load_acquire(thdr, shm.H_STATE) == shm.STATE_FINISHED:
                 if load_relaxed(thdr, slot_base + shm.C_CURSOR) >= load_acquire(thdr, shm.H_WRITE):
+                    if cst[CS_NPEND] > 0:
+                        signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid,
+                                                 params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                        scored += n
                     state = C.LOOP_EOF
                     break
+            if wait == WAIT_DUTY:  # never idle (overloaded): still take the owed sleep, or the kernel will
+                owed += duty * (now - t_last)
+                t_last = now
+                if owed > 50.0 * DUTY_SLICE_NS:
+                    sleep_ns(DUTY_SLICE_NS)
+                    t1 = monotonic_ns()
+                    owed -= t1 - now
+                    t_last = t1
+                    parks += 1
         st = tickring.poll(thdr, tdata, tmask, slot_base, tick)
         if st == tickring.POLL_EMPTY:
+            if cst[CS_NPEND] > 0:  # caught up: score what the backlog left pending
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                scored += n
+                continue
             idle += 1
             if warm_every > 0 and idle % warm_every == 0:
                 call_predict(model, row, out)  # result unused: out is rewritten before it is read
-            cpu_pause()
+            if wait == WAIT_SPIN:
+                cpu_pause()
+            elif wait == WAIT_BACKOFF:
+                now = monotonic_ns()
+                if idle == 1:
+                    idle_t0 = now
+                if now - idle_t0 < spin_ns:
+                    cpu_pause()
+                elif now - idle_t0 < yield_ns:
+                    sched_yield()
+                else:
+                    sleep_ns(park)
+                    parks += 1
+                    park = min(park * 2, park_max)
+            else:  # WAIT_DUTY: spin, but sleep whenever the owed sleep reaches a slice
+                now = monotonic_ns()
+                owed += duty * (now - t_last)
+                t_last = now
+                if owed >= DUTY_SLICE_NS:
+                    sleep_ns(DUTY_SLICE_NS)
+                    t_last = monotonic_ns()
+                    owed -= t_last - now
+                    parks += 1
+                else:
+                    cpu_pause()
             continue
         idle = 0
+        park = PARK_MIN_NS
         t_deq = monotonic_ns()
         if st == tickring.POLL_GAP:
             gaps += 1
@@ -260,11 +411,28 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         ticks += 1
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
         inst = host_step(fstate, book, ist, tick, row, params)
+        if conflate and cst[CS_NPEND] > 0:
+            cst[CS_FOLDS] += 1
         if inst < 0 or paused:  # paused: state stays current, nothing is scored or signalled
+            if cst[CS_NPEND] > 0 and cst[CS_FOLDS] >= conflate_max:
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                scored += n
             continue
         gen, addr = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
         if addr:
             model = addr
+        if conflate and (cst[CS_NPEND] > 0 or tickring.waiting(thdr, tdata, tmask, slot_base)):
+            if cst[CS_NPEND] == 0:
+                cst[CS_FIRST] = tick[0]
+                cst[CS_FOLDS] = 1
+            _stash(ist, prow, ptick, plist, cst, inst, row, tick, tick[0])
+            latency.record(hist, latency.ST_FEATURES, monotonic_ns() - t_deq)
+            if cst[CS_FOLDS] >= conflate_max or not tickring.waiting(thdr, tdata, tmask, slot_base):
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                scored += n
+            continue
         t_feat = monotonic_ns()
         call_predict(model, row, out)
         t_model = monotonic_ns()
@@ -280,35 +448,78 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         latency.record(hist, latency.ST_EMIT, t_emit - t_model)
         latency.record(hist, latency.ST_TOTAL, t_emit - tick[2])
     _publish_counters(ctl, ticks, signals, gaps, lost, scored)
+    store_relaxed(ctl, C.L_CONFLATED, cst[CS_CONFLATED])
+    store_relaxed(ctl, C.L_MARKS, cst[CS_MARKS])
+    store_relaxed(ctl, C.L_PARKS, parks)
     store_relaxed(ctl, C.L_STATE, state)
     return state
 
 
 @njit(nogil=True, cache=True)
-def backtest_loop(words, start, fstate, book, ist, row, out, model, pvals, cfg, sigs, nsig, base, margins, hist):
+def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig, base, margins):
+    """The backtest's flush: the same scoring and decisions as _flush_live, signals to sigs."""
+    n = cst[CS_NPEND]
+    _order_pending(plist, ptick, n)
+    for j in range(n):
+        inst = plist[j]
+        call_predict(model, prow[inst], out)
+        margins[ist[inst, I_PIDX]] = out[0]
+        sig = sigs[nsig]
+        if host_decide(fstate, ist, inst, ptick[inst], out[0], use_sigmoid, params, sig, base + nsig, 1):
+            sig[11] = ist[inst, I_FOLD]
+            sig[4] = ptick[inst, 2]
+            nsig += 1
+        ist[inst, I_PEND] = 0
+    cst[CS_NPEND] = 0
+    return nsig, n
+
+
+@njit(nogil=True, cache=True)
+def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, row, out, model, pvals, cfg, sigs, nsig,
+                  base, margins, hist, marks):
     """Run ticks words[start:]; signals go to sigs[nsig:], numbered from base + nsig; the margin of every scored tick to
-    margins[i] (NaN elsewhere). Returns (next tick, nsig, scored): stops early when sigs is
-    full. Deterministic: the clock is read only to measure compute time (hist), never to decide."""
+    margins[i] (NaN elsewhere). Returns (next tick, nsig, scored): stops early when sigs has no
+    room for a flush. Deterministic: the clock is read only to measure compute time (hist),
+    never to decide.
+
+    marks (int64 [m, 2]: window's first tick seq, flush tick seq; sorted) replays a live run's
+    conflation: a scoreable tick inside a window is stashed, and the stash is scored after the
+    flush tick, exactly as the live loop did. With no marks every scoreable tick is scored."""
     params = make_params(pvals)
     use_sigmoid = cfg[CFG_SIGMOID] != 0.0
     scored = 0
     i = start
     n = words.shape[0]
+    nmarks = marks.shape[0]
+    room = ist.shape[0] + 1
     while i < n:
-        if nsig == sigs.shape[0]:
+        if sigs.shape[0] - nsig < room:
             return i, nsig, scored
         tick = words[i]  # a view: the mapped file's own bytes (read-only), as the ring's copy live
         t0 = monotonic_ns()
         inst = host_step(fstate, book, ist, tick, row, params)
+        k = cst[CS_MARK]
+        while k < nmarks and marks[k, 1] < tick[0]:
+            k += 1  # (a mark for ticks this file does not have)
+        cst[CS_MARK] = k
+        inside = k < nmarks and marks[k, 0] <= tick[0]
         if inst >= 0:
-            call_predict(model, row, out)
-            scored += 1
-            margins[i] = out[0]
-            sig = sigs[nsig]
-            if host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, base + nsig, 1):
-                sig[4] = tick[2]  # acts at the tick's receive time (no live clock here)
-                nsig += 1
+            if inside:
+                _stash(ist, prow, ptick, plist, cst, inst, row, tick, i)
+            else:
+                call_predict(model, row, out)
+                scored += 1
+                margins[i] = out[0]
+                sig = sigs[nsig]
+                if host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, base + nsig, 1):
+                    sig[4] = tick[2]  # acts at the tick's receive time (no live clock here)
+                    nsig += 1
             latency.record(hist, latency.ST_TOTAL, monotonic_ns() - t0)
+        if inside and marks[k, 1] == tick[0]:
+            nsig, m = _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig,
+                                base, margins)
+            scored += m
+            cst[CS_MARK] = k + 1
         i += 1
     return i, nsig, scored
 

@@ -146,6 +146,35 @@ def realtime_ns(typingctx):
 
 
 @intrinsic
+def sched_yield(typingctx):
+    """sched_yield(2): give the core to another runnable thread of our priority, if any."""
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        builder.call(cgutils.get_or_insert_function(builder.module, fnty, "sched_yield"), [])
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
+@intrinsic
+def sleep_ns(typingctx, ns):
+    """clock_nanosleep(CLOCK_MONOTONIC, relative): park the calling thread for about `ns` (plus the
+    thread's timer slack, which the strategy thread sets to 1 us)."""
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[0], sig.args[0], types.int64)
+        ts_t = ir.LiteralStructType([_I64, _I64])
+        ts = cgutils.alloca_once(builder, ts_t)
+        billion = ir.Constant(_I64, 1_000_000_000)
+        builder.store(builder.sdiv(v, billion), cgutils.gep_inbounds(builder, ts, 0, 0))
+        builder.store(builder.srem(v, billion), cgutils.gep_inbounds(builder, ts, 0, 1))
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ir.IntType(32), ts_t.as_pointer(), ts_t.as_pointer()])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "clock_nanosleep")
+        null = ir.Constant(ts_t.as_pointer(), None)
+        builder.call(fn, [ir.Constant(ir.IntType(32), CLOCK_MONOTONIC), ir.Constant(ir.IntType(32), 0), ts, null])
+        return context.get_dummy_value()
+    return types.void(ns), codegen
+
+
+@intrinsic
 def call_predict(typingctx, addr, row, out):
     """Call `void predict(const float* row, float* out)` at a run-time address.
 

@@ -82,10 +82,17 @@ SIGNAL_DTYPE = np.dtype([
     ("instrument", "<u2"),  # dense instrument index
     ("side", "i1"),         # sign of position: SIGNAL_LONG / SIGNAL_SHORT / SIGNAL_FLAT
     ("prev_side", "i1"),    # sign of prev_position
-    ("folded", "<u4"),      # ticks of this instrument folded since its previous scoring (1 = none skipped)
-    ("flags", "<u4"),       # reserved (0)
+    ("folded", "<u4"),      # scoreable ticks of this instrument folded into this score (1 = none conflated)
+    ("flags", "<u4"),       # 0 for a signal; SIGNAL_FLAG_MARK: a conflation mark (below)
     ("reserved", "<i8", (4,)),
 ])
+
+# A conflation mark (flags & SIGNAL_FLAG_MARK) travels with the signals of a live run that conflated
+# (engine/host_template.py): it is not a decision. tick_seq = the last tick folded before a flush,
+# ts_event = the seq of the first tick of that window (the field holds a seq here), folded = ticks
+# folded in the window. The signal file keeps marks so `engine backtest --conflate-as-recorded` can
+# replay the same flush points; readers of signals (signal_log.read_signals, zmq) leave them out.
+SIGNAL_FLAG_MARK = 1
 
 assert TICK_DTYPE.itemsize == 64, TICK_DTYPE.itemsize
 assert SIGNAL_DTYPE.itemsize == 128, SIGNAL_DTYPE.itemsize

@@ -15,7 +15,9 @@ def as_json(res):
         # extras beyond the required keys
         "lost": res.counters["lost"], "scored": res.counters["scored"], "elapsed_s": round(elapsed_s, 3),
         "signals_file": res.signals_path, "model": res.model_dir, "model_swaps": res.swaps,
-        "strategy": res.strategy,
+        "strategy": res.strategy, "wait": res.wait, "policy_reason": res.choice,
+        "conflate": res.conflate, "conflated": res.counters["conflated"], "conflation_marks": res.counters["marks"],
+        "parks": res.counters["parks"], "feed_waits_for_loop": res.backpressure,
     }
 
 
@@ -25,9 +27,10 @@ def table(res):
     rate = c["ticks"] / elapsed_s if elapsed_s > 0 else 0.0
     lines = [
         f"engine run: {elapsed_s:.1f} s, core {res.core if res.core is not None else 'unpinned'} "
-        f"{res.policy}, backend {res.backend}, strategy {res.strategy['name']} "
+        f"{res.policy} + {res.wait} wait, backend {res.backend}, strategy {res.strategy['name']} "
         f"(sha256 {res.strategy['sha256'][:12]})",
-        f"  ticks {c['ticks']:,} ({rate:,.0f}/s)   scored {c['scored']:,}   signals {c['signals']:,}   "
+        f"  ticks {c['ticks']:,} ({rate:,.0f}/s)   scored {c['scored']:,}   "
+        + (f"conflated {c['conflated']:,}   " if res.conflate else "") + f"signals {c['signals']:,}   "
         f"gaps {c['gaps']:,} (ticks lost {c['lost']:,})   drops {res.drops:,}",
         percentile_table(res.latency)]
     for sw in res.swaps:
@@ -36,7 +39,19 @@ def table(res):
                      f"  model swap failed: {sw.get('error', 'not adopted')}")
     lines.append(f"  signals -> {res.signals_path}")
     lines += [f"  note: {n}" for n in res.notes if "RT throttling" in n]
+    lines += [f"  warning: {w}" for w in warnings(res)]
     return "\n".join(lines)
+
+
+def warnings(res):
+    """What a run lost or dropped, in words (printed in the summary; --strict makes them fatal)."""
+    c, out = res.counters, []
+    if c["lost"]:
+        out.append(f"{c['lost']:,} ticks lost in {c['gaps']:,} gaps: the loop was lapped by its feed "
+                   "(a live feed faster than the loop; file feeds wait for it)")
+    if res.drops:
+        out.append(f"{res.drops:,} signals dropped: the signal ring was full (the drainer fell behind)")
+    return out
 
 
 def percentile_table(lat):

@@ -19,7 +19,7 @@ import numpy as np
 from models import artifact
 
 from . import control as C
-from . import latency, rt, shm, sigring, warmup
+from . import latency, rt, shm, sigring, waits, warmup
 from .records import SIGNAL_WORDS
 from .signal_log import SignalLog
 from .tickring import TickConsumer
@@ -38,7 +38,11 @@ def log(msg):
 class RunConfig:
     core: int | None = None
     priority: int = 80
-    realtime: bool = True
+    realtime: bool = True           # False (--no-rt): the same as policy "other"
+    policy: str = "auto"            # auto | fifo | other (engine/waits.py)
+    wait: str = "auto"              # auto | spin | backoff | duty
+    conflate: str = "auto"          # auto (live sources on, file replays off: they wait) | on | off
+    conflate_max: int = 1024        # ticks folded before a conflation window is scored regardless
     strict: bool = False
     duration: float | None = None
     model: str | None = None
@@ -70,6 +74,10 @@ class RunResult:
     drops: int
     core: int | None
     policy: str
+    wait: str
+    choice: str
+    conflate: bool
+    backpressure: bool
     backend: str
     latency: dict
     signals_path: str
@@ -81,8 +89,10 @@ class RunResult:
 
 
 class StrategyThread(threading.Thread):
-    def __init__(self, cfg, ring_name, start, args_fn, predictor, host):
+    def __init__(self, cfg, ring_name, start, args_fn, predictor, host, choice, backpressure=False):
         super().__init__(name="strategy", daemon=True)
+        self.choice, self.backpressure = choice, backpressure
+        self.conflate = False
         self.cfg, self.ring_name, self.start_at, self.args_fn, self.predictor = cfg, ring_name, start, args_fn, predictor
         self.host = host
         self.ready = threading.Event()
@@ -117,14 +127,16 @@ class StrategyThread(threading.Thread):
             row, out = args[A_ROW], args[A_OUT]
             warmup.warm_model(self.predictor.addr, row, out, 20_000)
             row[:] = 0
-            if self.cfg.realtime:
+            if self.choice.wait.name != "spin":
+                rt.set_timer_slack(1000)  # parks as short as asked (the default slack is 50 us)
+            if self.choice.policy == "fifo":
                 ok, msg = rt.set_fifo(self.cfg.priority)
                 self._want(ok, msg, "SCHED_FIFO")
             self.policy = rt.policy_name()
             c = self.consumer = TickConsumer(self.ring_name)
             warmup.prefault(c.data)
             # Claiming a consumer line is what releases a spawned feed: ticks start once we are ready.
-            c.claim(start=self.start_at)
+            c.claim(start=self.start_at, backpressure=self.backpressure)
             ctl = args[A_CTL]
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
             self.ready.set()
@@ -155,7 +167,7 @@ class StrategyThread(threading.Thread):
             except shm.RingError:
                 time.sleep(0.01)  # (blocking, not spinning: this thread may be SCHED_FIFO)
         warmup.prefault(c.data)
-        c.claim(start="oldest")
+        c.claim(start="oldest", backpressure=self.backpressure)
         self.host.mod.host_reset(*args[A_FSTATE:A_FSTATE + 3])
         ctl[C.L_GAPS] += 1
         self.consumer = c
@@ -289,7 +301,7 @@ def _feed_uri(cfg, strategy=None):
 
 
 # indices into the loop's argument tuple (StrategyThread.args_fn): after the ring's own four
-A_CTL, A_FSTATE, A_ROW, A_OUT = 4, 6, 9, 10
+A_CTL, A_FSTATE, A_ROW, A_OUT = 4, 6, 13, 14
 
 
 def run(cfg: RunConfig, stop_event: threading.Event | None = None,
@@ -301,7 +313,12 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
     # 1. everything that can be wrong with the request, before anything is created
     if cfg.core is not None:
         rt.check_core(cfg.core)
-    if cfg.realtime and not 1 <= cfg.priority <= 99:
+    choice = waits.choose("other" if not cfg.realtime else cfg.policy, cfg.wait, cfg.core, cfg.priority)
+    if cfg.conflate not in ("auto", "on", "off"):
+        raise ValueError(f"--conflate must be auto, on or off, got {cfg.conflate!r}")
+    if cfg.conflate_max < 1:
+        raise ValueError(f"conflate_max must be >= 1, got {cfg.conflate_max}")
+    if not 1 <= cfg.priority <= 99:
         raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
     if cfg.warm_every < 0:
         raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
@@ -330,6 +347,10 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             src.sock.close()  # the feed process listens, not us
     if cfg.ring:
         finite = False
+    # A file can wait, a market cannot: a file feed waits for our loop (lossless, every tick scored);
+    # live sources never block, and the loop conflates when it falls behind them.
+    file_feed = not cfg.ring and not src.live and not isinstance(src, Synthetic)
+    conflate = cfg.conflate == "on" or (cfg.conflate == "auto" and not file_feed)
     if cfg.doctor:
         from .doctor import run_checks
         res = run_checks(cfg.core, cfg.priority)
@@ -350,7 +371,10 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
     pred, model_dir = load_model(cfg, strat)
     strat.check_scale(uses_sigmoid(pred))
     loaded = [pred]
-    cfg_arr = host.loop_cfg(exit_on_eof=finite, warm_every=cfg.warm_every, sigmoid=uses_sigmoid(pred))
+    cfg_arr = host.loop_cfg(exit_on_eof=finite, warm_every=cfg.warm_every, sigmoid=uses_sigmoid(pred),
+                            wait=choice.wait, conflate=conflate, conflate_max=cfg.conflate_max)
+    log(f"policy: {choice.describe()}; conflation {'on' if conflate else 'off'}"
+        + ("; the file feed waits for the loop (lossless)" if file_feed else ""))
     t1 = time.monotonic()
     host.compile_live()
     log(f"strategy {strat.describe()} from {strat.path}: compiled into the loop in "
@@ -404,13 +428,15 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
 
         def args_fn():  # (A_* name positions in this tuple)
             return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl, ctl_blk.hist,
-                    *hs.arrays(), row, out, tick, sig, pvals, cfg_arr)
+                    *hs.loop_arrays(), row, out, tick, sig, pvals, cfg_arr)
 
         slog = SignalLog(sig_path)
         if not cfg.ring:
             proc = _spawn_feed(cfg, ring_name, feed_uri)
             _wait_ring(shm.ring_path(ring_name), proc)
-        thread = StrategyThread(cfg, ring_name, "now" if cfg.ring else "oldest", args_fn, pred, host)
+        thread = StrategyThread(cfg, ring_name, "now" if cfg.ring else "oldest", args_fn, pred, host, choice,
+                                backpressure=True)  # honoured by file feeds only
+        thread.conflate = conflate
         thread.start()
         thread.ready.wait()
         if thread.error:
@@ -418,7 +444,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         feed = f"feed pid {proc.pid}" if proc else f"ring {shm.ring_path(ring_name)}"
         log(f"running: core {thread.core if thread.core is not None else 'unpinned'}, {thread.policy}, "
             f"{feed}, signals -> {sig_path}")
-        if cfg.realtime and thread.policy == "SCHED_FIFO":
+        if thread.policy == "SCHED_FIFO" and choice.wait.name == "spin":
             note = rt.rt_throttle_note()
             if note:
                 log(f"warning: {note}")
@@ -479,6 +505,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         raise RuntimeError(f"the strategy loop stopped itself: the control thread did not renew its lease "
                            f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")
     return RunResult(counters=ctl_blk.counters(), drops=sring.drops, core=thread.core, policy=thread.policy,
+                     wait=choice.wait.name, choice=choice.reason, conflate=conflate, backpressure=file_feed,
                      backend=pred.backend, latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
                      model_dir=model_dir, strategy=strat.identity(), run_seconds=t_stop - t_start, notes=notes + thread.notes, swaps=swaps)
 

@@ -33,6 +33,7 @@ H_DROPS = 32           # SPSC producer: records dropped because the ring was ful
 H_CONSUMERS = 64       # broadcast consumer lines start here, 8 words each:
 C_PID, C_CURSOR, C_LOST, C_GAPS, C_ATTACHED_NS = range(5)
 C_RESYNC = 5           # the consumer bumps it to have the producer re-send every depth window
+C_BACKPRESSURE = 6     # 1: a file producer waits for this consumer rather than lap it (feeds/publisher.py)
 MAX_CONSUMERS = 32
 
 STATE_CREATED, STATE_PRODUCING, STATE_FINISHED = 0, 1, 2

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from .records import SIGNAL_DTYPE, SIGNAL_WORDS
+from .records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, SIGNAL_WORDS
 
 RECORD = SIGNAL_DTYPE.itemsize
 VERSION = 2  # 1: 64-byte records, before positions in units
@@ -51,6 +51,21 @@ class SignalLog:
 
 
 def read_signals(path):
+    """The signals of a signal file (SIGNAL_DTYPE), conflation marks left out."""
+    recs = read_records(path)
+    return recs[(recs["flags"] & SIGNAL_FLAG_MARK) == 0]
+
+
+def read_marks(path):
+    """A live run's conflation marks: int64 [m, 2] (first tick seq of a window, flush tick seq)."""
+    recs = read_records(path)
+    m = recs[(recs["flags"] & SIGNAL_FLAG_MARK) != 0]
+    return np.stack([m["ts_event"].astype(np.int64), m["tick_seq"].astype(np.int64)], axis=1) if len(m) else \
+        np.zeros((0, 2), np.int64)
+
+
+def read_records(path):
+    """Every record of a signal file: signals and conflation marks."""
     raw = np.fromfile(path, np.uint8)
     if len(raw) < 64:
         raise SignalLogError(f"{path}: {len(raw)} bytes, too short for a signal file header")

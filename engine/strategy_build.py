@@ -166,18 +166,29 @@ def _prune(d):
 class HostState:
     """The host's per-instrument arrays (see host_template), allocated off the hot path."""
 
-    def __init__(self, s, n_instruments, levels):
+    def __init__(self, s, n_instruments, levels, mod):
         n = max(1, int(n_instruments))
         self.fstate = np.zeros((n, s.state), np.float64)
         self.book = np.zeros((n, 2, 2, levels if s.depth else 0), np.int64)
-        self.ist = np.zeros((n, 8), np.int64)
+        self.ist = np.zeros((n, mod.IST_WIDTH), np.int64)
+        self._pos = mod.I_POS
+        # conflation: each instrument's pending row and tick, the pending list, the scalars
+        self.prow = np.zeros((n, len(s.features)), np.float32)
+        self.ptick = np.zeros((n, 8), np.int64)
+        self.plist = np.zeros(n, np.int64)
+        self.cst = np.zeros(mod.CST_WIDTH, np.int64)
 
     def arrays(self):
+        """What data-set building takes."""
         return (self.fstate, self.book, self.ist)
+
+    def loop_arrays(self):
+        """What the live and backtest loops take (separate arguments, never a tuple)."""
+        return (self.fstate, self.book, self.ist, self.prow, self.ptick, self.plist, self.cst)
 
     @property
     def positions(self):
-        return self.ist[:, 5]
+        return self.ist[:, self._pos]
 
 
 def _numba_error(e, s, what):
@@ -208,7 +219,7 @@ class Host:
         if self.strategy.depth > levels:
             raise StrategyError(f"{self.strategy.path}: DEPTH {self.strategy.depth} needs book levels, and the tick "
                                 f"stream carries {levels} (convert or feed with depth={max(self.strategy.depth, 10)})")
-        return HostState(self.strategy, n_instruments, levels)
+        return HostState(self.strategy, n_instruments, levels, self.mod)
 
     def new_row(self):
         return np.zeros(self.nfeat, np.float32)
@@ -216,12 +227,21 @@ class Host:
     def params(self):
         return self.strategy.params_array()
 
-    def loop_cfg(self, exit_on_eof=False, warm_every=0, sigmoid=True):
-        """The loops' float64 settings (host_template CFG_*)."""
-        cfg = np.zeros(self.mod.CFG_WIDTH, np.float64)
-        cfg[self.mod.CFG_EXIT_ON_EOF] = 1.0 if exit_on_eof else 0.0
-        cfg[self.mod.CFG_WARM_EVERY] = warm_every
-        cfg[self.mod.CFG_SIGMOID] = 1.0 if sigmoid else 0.0
+    def loop_cfg(self, exit_on_eof=False, warm_every=0, sigmoid=True, wait=None, conflate=False, conflate_max=1024):
+        """The loops' float64 settings (host_template CFG_*); wait: an engine.waits.Wait (default
+        busy-spin)."""
+        from .waits import Wait
+        m = self.mod
+        w = wait or Wait("spin")
+        cfg = np.zeros(m.CFG_WIDTH, np.float64)
+        cfg[m.CFG_EXIT_ON_EOF] = 1.0 if exit_on_eof else 0.0
+        cfg[m.CFG_WARM_EVERY] = warm_every
+        cfg[m.CFG_SIGMOID] = 1.0 if sigmoid else 0.0
+        cfg[m.CFG_WAIT] = {"spin": m.WAIT_SPIN, "backoff": m.WAIT_BACKOFF, "duty": m.WAIT_DUTY}[w.name]
+        cfg[m.CFG_SPIN_NS], cfg[m.CFG_YIELD_NS], cfg[m.CFG_PARK_MAX_NS] = w.spin_ns, w.yield_ns, w.park_max_ns
+        cfg[m.CFG_DUTY] = w.duty
+        cfg[m.CFG_CONFLATE] = 1.0 if conflate else 0.0
+        cfg[m.CFG_CONFLATE_MAX] = max(1, int(conflate_max))
         return cfg
 
     def compile_live(self):
@@ -233,10 +253,10 @@ class Host:
         ctl = np.zeros(shm.HEADER_WORDS, np.int64)
         ctl[C.CTL_CMD] = C.CMD_STOP
         ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + 3_000_000_000
-        hs = HostState(self.strategy, 1, max(self.strategy.depth, 1))
+        hs = self.state(1, max(self.strategy.depth, 1))
         self.mod.run_loop(np.zeros(shm.HEADER_WORDS, np.int64), np.zeros(cap * 8, np.int64), cap - 1, shm.H_CONSUMERS,
                           np.zeros(shm.HEADER_WORDS, np.int64), np.zeros(cap * 16, np.int64), cap - 1,
-                          np.zeros(4, np.int64), ctl, latency.new_counts(), *hs.arrays(), self.new_row(),
+                          np.zeros(4, np.int64), ctl, latency.new_counts(), *hs.loop_arrays(), self.new_row(),
                           np.zeros(1, np.float32), np.zeros(8, np.int64), np.zeros(16, np.int64), self.params(),
                           self.loop_cfg())
 
@@ -286,7 +306,7 @@ def build(s):
     t0 = time.monotonic()
     mod = _import_host(name, path)
     host = Host(s, mod)
-    hs = HostState(s, 1, max(s.depth, 1)).arrays()
+    hs = host.state(1, max(s.depth, 1)).arrays()
     mapped = np.zeros(8, np.int64)
     mapped.flags.writeable = False  # backtests read ticks straight from the read-only mapped file
     for tick in (np.zeros(8, np.int64), mapped):

@@ -85,19 +85,28 @@ def poll(hdr, data, mask, slot_base, out):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def waiting(hdr, data, mask, slot_base):
+    """Is the consumer's next tick already published? (One load of its slot's seq word: the
+    loop's test for "behind", which conflation acts on.)"""
+    n = load_relaxed(hdr, slot_base + shm.C_CURSOR)
+    return load_acquire(data, (n & mask) * RECORD_WORDS) == n
+
+
+@njit(nogil=True, inline="always", cache=True)
 def request_resync(hdr, slot_base):
     """Ask the producer to re-send every depth window (our line's C_RESYNC; only we write it)."""
     store_release(hdr, slot_base + shm.C_RESYNC, load_relaxed(hdr, slot_base + shm.C_RESYNC) + 1)
 
 
 @njit(cache=True)
-def _claim_slot(hdr, max_consumers, pid, dead_pid, start):
+def _claim_slot(hdr, max_consumers, pid, dead_pid, start, backpressure):
     for i in range(max_consumers):
         b = shm.H_CONSUMERS + 8 * i
         if compare_exchange(hdr, b + shm.C_PID, dead_pid, pid):
             store_relaxed(hdr, b + shm.C_LOST, 0)
             store_relaxed(hdr, b + shm.C_GAPS, 0)
             store_release(hdr, b + shm.C_CURSOR, start)
+            store_release(hdr, b + shm.C_BACKPRESSURE, backpressure)  # after the cursor it guards
             return i
     return -1
 
@@ -147,6 +156,17 @@ class TickRing:
     def consumers(self):
         return sum(1 for i in range(shm.MAX_CONSUMERS) if self.hdr[shm.H_CONSUMERS + 8 * i + shm.C_PID])
 
+    def release_dead_backpressure(self):
+        """Stop waiting for back-pressure consumers whose process is gone; returns how many."""
+        n = 0
+        for i in range(shm.MAX_CONSUMERS):
+            b = shm.H_CONSUMERS + 8 * i
+            pid = int(self.hdr[b + shm.C_PID])
+            if pid and self.hdr[b + shm.C_BACKPRESSURE] and not shm.pid_alive(pid):
+                self.hdr[b + shm.C_BACKPRESSURE] = 0
+                n += 1
+        return n
+
     def publish_instruments(self, names):
         """Write the feed's instrument table beside the ring (NAME.instruments, JSON, replaced
         atomically) so readers such as `engine record` can name what the indices mean."""
@@ -183,18 +203,20 @@ class TickConsumer:
         if start is not None:
             self.claim(start)
 
-    def claim(self, start="now"):
-        """Take a consumer line; reading starts at the writer ("now") or the oldest safe seq."""
+    def claim(self, start="now", backpressure=False):
+        """Take a consumer line; reading starts at the writer ("now") or the oldest safe seq.
+        backpressure: a file producer waits for us rather than lap us (live ones never wait)."""
         cap = self.mask + 1
         w = int(self.hdr[shm.H_WRITE])
         begin = w if start == "now" else max(0, w - cap + cap // 8)
         pid = os.getpid()
-        slot = _claim_slot(self.hdr, int(self.hdr[shm.H_MAX_CONSUMERS]), pid, 0, begin)
+        bp = 1 if backpressure else 0
+        slot = _claim_slot(self.hdr, int(self.hdr[shm.H_MAX_CONSUMERS]), pid, 0, begin, bp)
         if slot < 0:  # reclaim a line whose process died
             for i in range(int(self.hdr[shm.H_MAX_CONSUMERS])):
                 old = int(self.hdr[shm.H_CONSUMERS + 8 * i + shm.C_PID])
                 if not shm.pid_alive(old):
-                    slot = _claim_slot(self.hdr, int(self.hdr[shm.H_MAX_CONSUMERS]), pid, old, begin)
+                    slot = _claim_slot(self.hdr, int(self.hdr[shm.H_MAX_CONSUMERS]), pid, old, begin, bp)
                     if slot >= 0:
                         break
         if slot < 0:
@@ -243,5 +265,6 @@ class TickConsumer:
 
     def close(self):
         if self.slot is not None:
+            self.hdr[self.slot_base + shm.C_BACKPRESSURE] = 0
             self.hdr[self.slot_base + shm.C_PID] = 0
             self.slot = None

@@ -17,7 +17,7 @@ from engine import shm
 from engine.rt import set_timer_slack
 from engine.tickring import TickRing
 
-from .publisher import publish_all, publish_due, publish_paced
+from .publisher import Waiter, publish_all, publish_due, publish_paced
 from .sources import Synthetic, open_source
 
 
@@ -25,25 +25,34 @@ def _compile():
     """JIT the publishers on throwaway state before the ring exists: nobody waits on our JIT."""
     scratch = np.zeros((4, 8), np.int64)
     hdr = np.zeros(shm.HEADER_WORDS, np.int64)
-    publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0)
-    publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4)
+    for bp in (False, True):
+        publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0, bp)
+        publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4, bp)
 
 
 def _publish_timed(ring, ticks, clock, speed, stopped, segment=0):
     """Publish ticks at the pace of their file receive times (word 2) divided by speed; a new
-    segment (the next file of a replay) starts a new clock."""
+    segment (the next file of a replay) starts a new clock. Files wait for back-pressure
+    consumers (a late tick is stamped when it is published, so the delay shows in the ring
+    latency, never as a loss)."""
     n = len(ticks)
     if clock[0] is None or clock[0][2] != segment:
         clock[0] = (int(ticks[0, 2]), time.monotonic_ns(), segment)
     t0_file, t0, _ = clock[0]
     due = t0 + ((ticks[:, 2] - t0_file) / speed).astype(np.int64)
     i = 0
+    waiter = Waiter(ring)
     while i < n and not stopped():
-        i = publish_due(ring.hdr, ring.data, ring.mask, ticks, due, i, n)
-        if i < n:
-            ahead = int(due[i]) - time.monotonic_ns() - 5_000
+        j = publish_due(ring.hdr, ring.data, ring.mask, ticks, due, i, n, True)
+        if j < n:
+            ahead = int(due[j]) - time.monotonic_ns() - 5_000
             if ahead > 0:
                 time.sleep(min(ahead / 1e9, 0.05))
+            else:
+                waiter.wait()
+        if j > i:
+            waiter.moved()
+        i = j
     return i
 
 
@@ -105,8 +114,8 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
                 ticks = ticks[:max(0, count - produced)]
             if isinstance(src, Synthetic):
                 i, next_due = publish_all(ring, ticks, len(ticks), next_due, interval, stopped)
-            elif src.live or speed == 0:
-                i, _ = publish_all(ring, ticks, len(ticks), 0, 0, stopped)
+            elif src.live or speed == 0:  # a file waits for back-pressure consumers; a market never
+                i, _ = publish_all(ring, ticks, len(ticks), 0, 0, stopped, bp=not src.live)
             else:
                 i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
             produced += i

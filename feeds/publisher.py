@@ -1,10 +1,44 @@
-"""Paced publication of generated ticks into the tick ring (numba)."""
+"""Paced publication of ticks into the tick ring (numba).
+
+Back-pressure (bp=True; file sources only: a file can wait, a market cannot): a consumer that
+set its line's C_BACKPRESSURE word is never lapped. Before publishing seq w the producer checks
+w < cursor + capacity for the slowest such consumer, re-reading the cursors only when it reaches
+the last limit it computed, and returns early (the caller sleeps briefly) when it must wait.
+Consumers that did not ask still see the never-block rule (they are lapped and count a gap).
+"""
 import time
 
+import numpy as np
 from numba import njit
 
 from engine import shm, tickring
-from engine.intrinsics import cpu_pause, monotonic_ns, store_relaxed
+from engine.intrinsics import cpu_pause, load_acquire, load_relaxed, monotonic_ns, store_relaxed
+
+NO_LIMIT = np.int64(1) << 62
+
+
+@njit(nogil=True, cache=True)
+def bp_limit(hdr, mask):
+    """The first seq we may not publish yet: the slowest back-pressure consumer's cursor plus
+    the capacity (NO_LIMIT when no live line asked for back-pressure)."""
+    lim = NO_LIMIT
+    for i in range(shm.MAX_CONSUMERS):
+        b = shm.H_CONSUMERS + 8 * i
+        if load_relaxed(hdr, b + shm.C_PID) != 0 and load_relaxed(hdr, b + shm.C_BACKPRESSURE) != 0:
+            c = load_acquire(hdr, b + shm.C_CURSOR) + mask + 1
+            if c < lim:
+                lim = c
+    return lim
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _room(hdr, mask, limit):
+    """(may publish, limit): re-reads the consumers' cursors only once the last limit is reached."""
+    w = hdr[shm.H_WRITE]
+    if w < limit:
+        return True, limit
+    limit = bp_limit(hdr, mask)
+    return w < limit, limit
 
 SLEEP_THRESHOLD_NS = 20_000    # further ahead than this: return and let the caller sleep
 MAX_BEHIND_NS = 10_000_000     # more than 10 ms behind schedule: re-anchor, do not burst
@@ -22,14 +56,19 @@ def _publish_one(hdr, data, mask, buf, i, now):
 
 
 @njit(nogil=True, cache=True)
-def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns):
+def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns, bp=False):
     """Publish buf[i:n] at one tick per interval_ns (0 = as fast as possible).
 
     Stamps ts_recv (word 2) with CLOCK_MONOTONIC just before each publish. Returns
     (next index, next due time); returns early when the next tick is far off so the
-    caller can sleep instead of spinning a core.
+    caller can sleep instead of spinning a core, or (bp) when a consumer must catch up.
     """
+    limit = np.int64(-1)
     while i < n:
+        if bp:
+            ok, limit = _room(hdr, mask, limit)
+            if not ok:
+                break
         now = monotonic_ns()
         if interval_ns > 0:
             if now < next_due:
@@ -46,10 +85,16 @@ def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns):
 
 
 @njit(nogil=True, cache=True)
-def publish_due(hdr, data, mask, buf, due, i, n):
+def publish_due(hdr, data, mask, buf, due, i, n, bp=False):
     """Publish buf[i:n], tick j not before CLOCK_MONOTONIC due[j]; returns early (the next
-    index) when the next tick is far enough off for the caller to sleep. Stamps ts_recv."""
+    index) when the next tick is far enough off for the caller to sleep, or (bp) when a
+    consumer must catch up. Stamps ts_recv."""
+    limit = np.int64(-1)
     while i < n:
+        if bp:
+            ok, limit = _room(hdr, mask, limit)
+            if not ok:
+                break
         now = monotonic_ns()
         if now < due[i]:
             if due[i] - now > SLEEP_THRESHOLD_NS:
@@ -61,15 +106,44 @@ def publish_due(hdr, data, mask, buf, due, i, n):
     return i
 
 
-def publish_all(ring, buf, n, next_due, interval_ns, stopped=lambda: False):
+class Waiter:
+    """The producer's side of back-pressure: sleeps while a consumer catches up, and frees a line
+    whose process died (so a killed consumer never stalls a replay for good)."""
+
+    def __init__(self, ring):
+        self.ring, self.since, self.waits = ring, None, 0
+
+    def wait(self):
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        elif now - self.since > 1.0:
+            self.ring.release_dead_backpressure()
+            self.since = now
+        self.waits += 1
+        self.ring.heartbeat()
+        time.sleep(0.0001)
+
+    def moved(self):
+        self.since = None
+
+
+def publish_all(ring, buf, n, next_due, interval_ns, stopped=lambda: False, bp=False):
     """Publish buf[:n] paced at interval_ns (0 = flat out), sleeping between ticks when the next
-    one is far enough off (call rt.set_timer_slack first for accurate short sleeps).
-    Returns (published, next_due); stops early when stopped() turns true."""
+    one is far enough off (call rt.set_timer_slack first for accurate short sleeps), and (bp)
+    while a back-pressure consumer catches up. Returns (published, next_due); stops early when
+    stopped() turns true."""
     i = 0
+    waiter = Waiter(ring)
     while i < n and not stopped():
-        i, next_due = publish_paced(ring.hdr, ring.data, ring.mask, buf, i, n, next_due, interval_ns)
-        if i < n:
+        j, next_due = publish_paced(ring.hdr, ring.data, ring.mask, buf, i, n, next_due, interval_ns, bp)
+        if j < n:
             ahead = next_due - time.monotonic_ns() - 5_000
-            if ahead > 0:  # in steps of at most 50 ms: publish_paced beats the heartbeat between them
+            if interval_ns > 0 and ahead > 0:  # in steps of at most 50 ms: publish_paced beats the heartbeat
                 time.sleep(min(ahead / 1e9, 0.05))
+            elif j == i or bp:
+                waiter.wait()
+        if j > i:
+            waiter.moved()
+        i = j
     return i, next_due

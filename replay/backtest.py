@@ -41,9 +41,13 @@ def file_depth(tf):
     return int(getattr(tf, "depth", 0) or 0)
 
 
-def run_file(src, pred, host, cfg):
+NO_MARKS = np.zeros((0, 2), np.int64)
+
+
+def run_file(src, pred, host, cfg, marks=None):
     """Backtest one tick file (a path, or a TickFile already open) with a loaded model
-    (models.artifact.load) and a compiled strategy host; returns FileResult."""
+    (models.artifact.load) and a compiled strategy host; returns FileResult. marks: a live run's
+    conflation marks (engine.signal_log.read_marks) to replay its conflation exactly."""
     if isinstance(src, TickFile):
         tf, path = src, src.path
     else:
@@ -60,11 +64,12 @@ def run_file(src, pred, host, cfg):
     margins = np.full(len(words), np.nan, np.float32)
     hist = latency.new_counts()
     chunks = []
-    sigs = np.zeros((SIG_CHUNK, SIGNAL_WORDS), np.int64)
+    sigs = np.zeros((SIG_CHUNK + len(hs.ist) + 1, SIGNAL_WORDS), np.int64)  # room for a whole flush
+    marks = NO_MARKS if marks is None else np.ascontiguousarray(marks, np.int64).reshape(-1, 2)
     i, total, scored = 0, 0, 0
     while True:
-        i, nsig, sc = host.mod.backtest_loop(words, i, *hs.arrays(), row, out, pred.addr, pvals, cfg, sigs, 0, total,
-                                             margins, hist)
+        i, nsig, sc = host.mod.backtest_loop(words, i, *hs.loop_arrays(), row, out, pred.addr, pvals, cfg, sigs, 0,
+                                             total, margins, hist, marks)
         scored += sc
         chunks.append(sigs[:nsig].copy())
         total += nsig
@@ -81,5 +86,6 @@ def warm_up(pred, host, cfg):
     w = np.zeros((1, 8), np.int64)
     w.flags.writeable = False  # mapped files are read-only: numba compiles that type separately
     hs = host.state(1, max(host.strategy.depth, 1))
-    host.mod.backtest_loop(w, 0, *hs.arrays(), host.new_row(), np.zeros(1, np.float32), pred.addr, host.params(), cfg,
-                           np.zeros((1, SIGNAL_WORDS), np.int64), 0, 0, np.zeros(1, np.float32), latency.new_counts())
+    host.mod.backtest_loop(w, 0, *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32), pred.addr, host.params(),
+                           cfg, np.zeros((4, SIGNAL_WORDS), np.int64), 0, 0, np.zeros(1, np.float32),
+                           latency.new_counts(), NO_MARKS)

@@ -56,7 +56,7 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.__setitem__("flag", True))
     w = TickFileWriter(out, instruments, source=f"ring:{c.path}", depth=c.depth)
-    c.claim(start)
+    c.claim(start, backpressure=True)  # a file replay waits for the recorder: nothing lost
     say(f"{c.path} -> {out}")
     deadline = time.monotonic() + duration if duration else None
     names = list(instruments) or c.instruments()

@@ -20,6 +20,7 @@ class Params:
     latency_ns: int = 0
     fee_bps: float = 0.0
     extra: dict = field(default_factory=dict)
+    marks: object = None              # int64 [m, 2]: a live run's conflation marks (--conflate-as-recorded)
 
 
 _MODELS = {}
@@ -61,7 +62,7 @@ def backtest_one(path, p):
     except TickFileError as e:
         raise ValueError(str(e)) from None
     t0 = time.perf_counter()
-    res = run_file(tf, pred, host, cfg)
+    res = run_file(tf, pred, host, cfg, p.marks)
     loop_s = time.perf_counter() - t0
     part, cols = evaluate_file(tf.words, res, p.horizons_ms, p.latency_ns, p.fee_bps)
     return {"path": str(path), "instruments": res.instruments, "signals": res.signals, "cols": cols, "part": part,

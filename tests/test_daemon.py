@@ -66,6 +66,9 @@ def test_signals_on_zmq_and_metrics_that_grow(daemon):
         for q in ("0.5", "0.99", "0.9999", "1"):
             assert sample(m2, "engine_latency_ns", stage=stage, quantile=q) > 0, (stage, q)
     assert sample(m2, "engine_loop_pinned") == 1 and sample(m2, "engine_loop_fifo") == 0  # --no-rt
+    assert sample(m2, "engine_conflated") >= 0 and sample(m2, "engine_parks") == 0  # spin: never sleeps
+    loop = m2["engine_loop_info"].samples[0].labels
+    assert loop == {"policy": "SCHED_OTHER", "wait": "spin", "conflate": "on"}, loop
     info = [s for s in m2["engine_model_info"].samples][0]
     assert info.labels["backend"].startswith(("flat", "treelite")) and len(info.labels["model_id"]) == 12
     assert sample(m2, "engine_ready") == 1
@@ -213,6 +216,8 @@ def test_one_engine_per_core(daemon, tmp_path, shm_name):
     ('core = 4096\n', "--core 4096 is not available"),
     ('[feed]\nring_capacity = 1000\n', "ring_capacity must be a power of two"),
     ('this is not toml', "not valid TOML"),
+    ('[loop]\npolicy = "rr"\n', "loop.policy must be one of auto, fifo, other, got 'rr'"),
+    ('[loop]\nwait = 3\n', "loop.wait must be a string"),
 ])
 def test_bad_configs_are_clear_errors(tmp_path, toml, needle):
     p = tmp_path / "e.toml"
@@ -238,13 +243,14 @@ def test_port_in_use_is_a_clear_error(tmp_path, shm_name, default_model):
 def test_config_file_is_used_and_flags_win(tmp_path, shm_name, default_model):
     port = free_tcp_port()
     p = tmp_path / "e.toml"
-    p.write_text(f'name = "{shm_name}"\nrealtime = false\nduration = 30.0\n[feed]\nuri = "{SYN.format(rate=5000)}"\n'
+    p.write_text(f'name = "{shm_name}"\nduration = 30.0\n[loop]\npolicy = "other"\nwait = "backoff"\n[feed]\nuri = "{SYN.format(rate=5000)}"\n'
                  f'[control]\nhttp = "127.0.0.1:1"\npub = "none"\n[logs]\nhlog = "none"\n'
                  f'signals_out = "{tmp_path / "s.sig"}"\n')
     r = cli("run", "--config", str(p), "--duration", "2", "--http", f"127.0.0.1:{port}", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert res["policy"] == "SCHED_OTHER" and 1.5 < res["elapsed_s"] < 10 and res["ticks"] > 1000
+    assert res["policy"] == "SCHED_OTHER" and res["wait"] == "backoff" and 1.5 < res["elapsed_s"] < 10
+    assert res["ticks"] > 1000
     assert f"http://127.0.0.1:{port}/metrics" in r.stderr and "signals published" not in r.stderr
     assert (tmp_path / "s.sig").exists()
 
@@ -262,6 +268,9 @@ def test_doctor_reports_every_check_with_evidence():
     throttle = next(x for x in res if x["check"] == "RT throttling")
     want = open("/proc/sys/kernel/sched_rt_runtime_us").read().strip()
     assert want in throttle["evidence"] and throttle["status"] == ("pass" if want == "-1" else "warn")
+    from engine.waits import choose
+    picks = next(x for x in res if x["check"] == "policy auto picks")
+    assert picks["evidence"] == choose("auto", "auto", core=strategy_core()).describe()
     bad = cli("doctor", "--core", "4096")
     assert bad.returncode == 1 and "FAIL" in bad.stdout
 

@@ -64,7 +64,7 @@ def _wait_line(proc, needle, timeout=120):
 def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
     core = strategy_core()
     sig_file = tmp_path / "s.sig"
-    proc = subprocess.Popen(engine_cmd("run", "--core", str(core), "--duration", "3", "--rate", "5000",
+    proc = subprocess.Popen(engine_cmd("run", "--core", str(core), "--duration", "3", "--rate", "5000", "--policy", "fifo",
                                        "--name", shm_name, "--signals-out", str(sig_file), "--json"),
                             cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -176,7 +176,10 @@ def test_bad_input_is_a_clear_error(args, needle, shm_name, default_model):
 def test_without_rights_it_says_so_once_and_runs_or_refuses_with_strict(default_model, shm_name, tmp_path):
     # root with an empty capability bounding set: no CAP_SYS_NICE (SCHED_FIFO) nor CAP_IPC_LOCK (mlockall)
     no_caps = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
-    args = engine_cmd("run", "--core", str(strategy_core()), "--duration", "1.5", "--rate", "2000",
+    auto = subprocess.run(no_caps + engine_cmd("run", "--duration", "1", "--name", shm_name, "--json"), cwd=ROOT,
+                          env=engine_env(), capture_output=True, text=True, timeout=300)
+    assert auto.returncode == 0 and "auto: no permission for SCHED_FIFO" in json.loads(auto.stdout)["policy_reason"]
+    args = engine_cmd("run", "--core", str(strategy_core()), "--duration", "1.5", "--rate", "2000", "--policy", "fifo",
                       "--name", shm_name, "--signals-out", str(tmp_path / "s.sig"), "--json")
     r = subprocess.run(no_caps + args, cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=300)
     if "mlockall failed" not in r.stderr and r.returncode == 0 and '"SCHED_FIFO"' in r.stdout:
@@ -255,3 +258,18 @@ def test_run_with_a_chosen_backend(default_model, shm_name, tmp_path, backend):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["backend"] == backend and res["ticks"] > 0 and res["gaps"] == 0
+
+
+def test_the_default_policy_is_what_auto_picks_on_this_machine_and_says_why(default_model, shm_name):
+    from engine.waits import choose
+    core = strategy_core()
+    r = subprocess.run(engine_cmd("run", "--core", str(core), "--duration", "1", "--name", shm_name, "--json",
+                                  "--http", "none", "--pub", "none"),
+                       cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    want = choose("auto", "auto", core=core)
+    assert res["policy"] == ("SCHED_FIFO" if want.policy == "fifo" else "SCHED_OTHER")
+    assert res["wait"] == want.wait.name and res["policy_reason"] == want.reason
+    assert r.stderr.count(f"policy: {want.describe()}; conflation on") == 1
+    assert res["conflate"] is True and res["feed_waits_for_loop"] is False

@@ -32,7 +32,7 @@ def _setup(shm_name, words, pred, host, cfg, lease_s=60.0, n_inst=4):
     hist = latency.new_counts()
     hs = host.state(n_inst, 0)
     args = (cons.hdr, cons.data, cons.mask, cons.slot_base, sr.hdr, sr.data, sr.mask, sr.pstate, ctl, hist,
-            *hs.arrays(), host.new_row(), np.zeros(1, np.float32), np.zeros(8, np.int64),
+            *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32), np.zeros(8, np.int64),
             np.zeros(SIGNAL_WORDS, np.int64), host.params(), cfg)
     return args, sr, ctl, hist
 
@@ -56,6 +56,7 @@ def _expected_signals(words, pred, host):
 def _ticks(n, seed):
     words = np.zeros((n, 8), np.int64)
     Simulator(parse_uri(f"synthetic://?instruments=4&seed={seed}")).generate(words)
+    words[:, 0] = np.arange(n)  # the seqs the ring gives them (a tick file holds the same)
     return words
 
 
@@ -121,3 +122,74 @@ def test_hysteresis(score, pos, want):
 def test_thresholds_must_be_ordered():
     with pytest.raises(ValueError, match="thresholds must satisfy"):
         check_thresholds({"enter_long": 0.5, "exit_long": 0.55, "enter_short": 0.35, "exit_short": 0.45}, True)
+
+
+def _drain_all(sr):
+    buf = np.zeros((1 << 16, SIGNAL_WORDS), np.int64)
+    return buf[: drain(sr.hdr, sr.data, sr.mask, buf)].copy().view(SIGNAL_DTYPE).ravel()
+
+
+def test_a_conflated_backlog_is_replayed_exactly_by_the_backtest(default_model, shm_name):
+    """The whole stream waits in the ring before the loop starts (the loop is far behind): with
+    conflation it folds every tick, scores each pending instrument once per window, and writes a
+    mark per window; the backtest given those marks emits the very same signals, and both end
+    with the same books and features."""
+    from engine.host_template import SIG_FLAG_MARK
+    from engine.records import SIGNAL_FLAG_MARK
+    from replay.backtest import NO_MARKS
+    host = load_host("microstructure")
+    pred = artifact.load(default_model, strategy=host.strategy)
+    words = _ticks(30_000, 32)
+    args, sr, ctl, hist = _setup(shm_name, words, pred, host, host.loop_cfg(exit_on_eof=True, conflate=True,
+                                                                            conflate_max=512))
+    live_state = args[10:17]  # fstate, book, ist, prow, ptick, plist, cst
+    assert host.mod.run_loop(*args) == C.LOOP_EOF
+    recs = _drain_all(sr)
+    is_mark = (recs["flags"] & SIGNAL_FLAG_MARK) != 0
+    live, marks = recs[~is_mark], recs[is_mark]
+    X, _, _, _ = dataset.featurize(host, words, 4, 0)
+    scoreable = len(X)
+    assert ctl[C.L_TICKS] == len(words) and sr.drops == 0
+    assert ctl[C.L_CONFLATED] > 0.5 * scoreable          # most scoreable ticks were folded, not scored
+    assert ctl[C.L_SCORED] + ctl[C.L_CONFLATED] == scoreable
+    assert ctl[C.L_MARKS] == len(marks) > len(words) // 512 - 1
+    assert (marks["ts_event"] <= marks["tick_seq"]).all() and (np.diff(marks["tick_seq"].astype(np.int64)) > 0).all()
+    assert len(live) > 10 and (np.diff(live["tick_seq"].astype(np.int64)) > 0).all()  # in tick order
+    # the backtest with the recorded marks: the same signals, bit for bit
+    ro = words.copy()
+    ro.flags.writeable = False
+    hs = host.state(4, 0)
+    sigs = np.zeros((1 << 16, SIGNAL_WORDS), np.int64)
+    margins = np.full(len(words), np.nan, np.float32)
+    mk = np.stack([marks["ts_event"].astype(np.int64), marks["tick_seq"].astype(np.int64)], axis=1)
+    cfg = host.loop_cfg()
+    i, nsig, scored = host.mod.backtest_loop(ro, 0, *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32),
+                                             pred.addr, host.params(), cfg, sigs, 0, 0, margins,
+                                             latency.new_counts(), mk)
+    bt = sigs[:nsig].copy().view(SIGNAL_DTYPE).ravel()
+    assert i == len(words) and scored == ctl[C.L_SCORED] and nsig == len(live)
+    for f in ("tick_seq", "instrument", "position", "prev_position", "mid_px"):
+        assert np.array_equal(bt[f], live[f]), f
+    assert np.array_equal(bt["score"].view(np.int32), live["score"].view(np.int32))
+    assert np.array_equal(bt["margin"].view(np.int32), live["margin"].view(np.int32))
+    for a, b in zip(live_state[:2], hs.loop_arrays()[:2]):  # features state and books
+        assert np.array_equal(a, b)
+    # without the marks the backtest scores every scoreable tick: more signals, same final books
+    hs2 = host.state(4, 0)
+    _, nsig2, scored2 = host.mod.backtest_loop(ro, 0, *hs2.loop_arrays(), host.new_row(), np.zeros(1, np.float32),
+                                               pred.addr, host.params(), cfg, sigs, 0, 0, margins,
+                                               latency.new_counts(), NO_MARKS)
+    assert scored2 == scoreable and nsig2 > nsig
+    for a, b in zip(live_state[:2], hs2.loop_arrays()[:2]):  # every tick folded: the same features and books
+        assert np.array_equal(a, b)
+    assert SIG_FLAG_MARK == np.int64(SIGNAL_FLAG_MARK) << 32
+
+
+def test_without_conflation_a_backlog_scores_every_tick(default_model, shm_name):
+    host = load_host("microstructure")
+    pred = artifact.load(default_model, strategy=host.strategy)
+    words = _ticks(5_000, 33)
+    args, sr, ctl, _ = _setup(shm_name, words, pred, host, host.loop_cfg(exit_on_eof=True, conflate=False))
+    assert host.mod.run_loop(*args) == C.LOOP_EOF
+    X, _, _, _ = dataset.featurize(host, words, 4, 0)
+    assert ctl[C.L_SCORED] == len(X) and ctl[C.L_CONFLATED] == 0 and ctl[C.L_MARKS] == 0

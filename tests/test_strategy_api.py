@@ -120,9 +120,9 @@ def test_sizing_decide_in_the_backtest_loop(tmp_path, default_model):
     hs = host.state(n, levels)
     sigs = np.zeros((1 << 16, SIGNAL_WORDS), np.int64)
     margins = np.full(len(words), np.nan, np.float32)
-    _, nsig, scored = host.mod.backtest_loop(words, 0, *hs.arrays(), host.new_row(), np.zeros(1, np.float32),
+    _, nsig, scored = host.mod.backtest_loop(words, 0, *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32),
                                              pred.addr, host.params(), host.loop_cfg(sigmoid=True), sigs, 0, 0,
-                                             margins, latency.new_counts())
+                                             margins, latency.new_counts(), np.zeros((0, 2), np.int64))
     got = sigs[:nsig].view(SIGNAL_DTYPE).reshape(-1)
     m = pred.predict_margin(X)
     pos, want = {}, []
