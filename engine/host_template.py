@@ -35,7 +35,7 @@ from engine.strategy_api import Book, sigmoid32
 
 # cfg: float64 loop settings (Host.loop_cfg fills them)
 (CFG_EXIT_ON_EOF, CFG_WARM_EVERY, CFG_SIGMOID, CFG_WAIT, CFG_SPIN_NS, CFG_YIELD_NS, CFG_PARK_MAX_NS, CFG_DUTY,
- CFG_CONFLATE, CFG_CONFLATE_MAX) = range(10)
+ CFG_CONFLATE, CFG_CONFLATE_MAX, CFG_CONFLATE_NS) = range(11)
 CFG_WIDTH = 12
 HOUSEKEEP_EVERY = 1024
 NO_LEVEL = 1 << 30
@@ -51,7 +51,7 @@ I_FOLD = 7     # conflation: scoreable ticks folded into its pending row
 I_PIDX = 8     # conflation: index of the tick its pending row came from (backtest margins)
 IST_WIDTH = 10
 # cst: conflation scalars kept across calls
-CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS = range(6)
+CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS, CS_T0 = range(7)
 CST_WIDTH = 8
 SIG_FLAG_MARK = np.int64(1) << 32   # word 11 (folded | flags << 32): a conflation mark, not a signal
 PX, SZ = 0, 1
@@ -294,8 +294,8 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     Conflation (cfg CFG_CONFLATE): a scoreable tick is scored at once unless the next tick is
     already waiting in the ring; then its row is stashed and the loop reads on, folding every
     waiting tick into state and books, and scores each stashed instrument once, on its latest
-    row, when the ring runs dry (or after CFG_CONFLATE_MAX ticks). Off, every scoreable tick is
-    scored. With nothing waiting the two are the same code path."""
+    row, when the ring runs dry, after CFG_CONFLATE_MAX ticks or CFG_CONFLATE_NS after the window
+    began (so no scored tick is held long behind a burst). Off, every scoreable tick is scored. With nothing waiting the two are the same code path."""
     params = make_params(pvals)
     ticks = load_relaxed(ctl, C.L_TICKS)
     signals = load_relaxed(ctl, C.L_SIGNALS)
@@ -314,6 +314,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     duty = cfg[CFG_DUTY]
     conflate = cfg[CFG_CONFLATE] != 0.0
     conflate_max = np.int64(cfg[CFG_CONFLATE_MAX])
+    conflate_ns = np.int64(cfg[CFG_CONFLATE_NS])
     idle = 0
     idle_t0 = 0
     park = PARK_MIN_NS
@@ -414,7 +415,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         if conflate and cst[CS_NPEND] > 0:
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:  # paused: state stays current, nothing is scored or signalled
-            if cst[CS_NPEND] > 0 and cst[CS_FOLDS] >= conflate_max:
+            if cst[CS_NPEND] > 0 and (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
                                          sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
                 scored += n
@@ -426,9 +427,11 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             if cst[CS_NPEND] == 0:
                 cst[CS_FIRST] = tick[0]
                 cst[CS_FOLDS] = 1
-            _stash(ist, prow, ptick, plist, cst, inst, row, tick, tick[0])
-            latency.record(hist, latency.ST_FEATURES, monotonic_ns() - t_deq)
-            if cst[CS_FOLDS] >= conflate_max or not tickring.waiting(thdr, tdata, tmask, slot_base):
+                cst[CS_T0] = t_deq
+            _stash(ist, prow, ptick, plist, cst, inst, row, tick, tick[0])  # (a folded tick is not timed:
+            # folding speed is what keeps a backlog short, and a clock read is a fifth of it)
+            if (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns
+                    or not tickring.waiting(thdr, tdata, tmask, slot_base)):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
                                          sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
                 scored += n

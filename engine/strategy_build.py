@@ -227,7 +227,8 @@ class Host:
     def params(self):
         return self.strategy.params_array()
 
-    def loop_cfg(self, exit_on_eof=False, warm_every=0, sigmoid=True, wait=None, conflate=False, conflate_max=1024):
+    def loop_cfg(self, exit_on_eof=False, warm_every=0, sigmoid=True, wait=None, conflate=False, conflate_max=1024,
+                 conflate_ns=20_000):
         """The loops' float64 settings (host_template CFG_*); wait: an engine.waits.Wait (default
         busy-spin)."""
         from .waits import Wait
@@ -242,6 +243,7 @@ class Host:
         cfg[m.CFG_DUTY] = w.duty
         cfg[m.CFG_CONFLATE] = 1.0 if conflate else 0.0
         cfg[m.CFG_CONFLATE_MAX] = max(1, int(conflate_max))
+        cfg[m.CFG_CONFLATE_NS] = max(0, int(conflate_ns))
         return cfg
 
     def compile_live(self):

@@ -62,10 +62,15 @@ def poll(hdr, data, mask, slot_base, out):
             out[0] = n
             store_relaxed(hdr, slot_base + shm.C_CURSOR, n + 1)
             return POLL_TICK
-    elif s1 < n or s1 == BUSY:
-        # Older lap or being written: empty unless the writer is already past us.
+    elif s1 == BUSY:
+        # Being written (seq n, or a later lap's): empty unless the writer is already past us.
         if load_acquire(hdr, shm.H_WRITE) <= n + mask:
             return POLL_EMPTY
+    elif s1 < n:
+        # An older lap's record: seq n is not published yet, and a writer past it would have
+        # overwritten this slot. Empty, decided without touching the header line the producer
+        # writes on every publish (reading it here made every empty poll steal that line).
+        return POLL_EMPTY
     # Lapped: resume half a ring behind the writer and count every seq we skip.
     w = load_acquire(hdr, shm.H_WRITE)
     resume = w - ((mask + 1) >> 1)
