@@ -70,12 +70,25 @@ def _host(a):
     return load_host(a.strategy, _overrides(a))
 
 
+def _trust_ring_owner(user):
+    import pwd
+
+    from . import shm
+    try:
+        uid = int(user) if str(user).isdigit() else pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise ValueError(f"--ring-owner {user}: no such user") from None
+    shm.trust_uid(uid)
+
+
 def cmd_run(a):
     from .report import as_json, dumps, table
     from .runner import RunConfig, run
 
     from .daemon import runtime_dir
     _check_run_args(a)
+    if a.ring_owner:
+        _trust_ring_owner(a.ring_owner)
     cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, policy=a.policy, wait=a.wait,
                     conflate=a.conflate, strict=a.strict, duration=a.duration, model=a.model,
                     instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, ring=a.ring, name=a.name,
@@ -561,6 +574,10 @@ def build_parser():
     r.add_argument("--ring", default=None,
                    help="attach to an existing tick ring (e.g. one `engine feed` writes) instead of spawning a feed; "
                         "reading starts at its newest tick")
+    r.add_argument("--ring-owner", default=None, metavar="USER",
+                   help="also trust rings owned by this user (name or uid): a feed handler running as another "
+                        "user (default: only the engine's own; a ring anyone else owns, a link, or one others "
+                        "can write is refused)")
     r.add_argument("--name", default="engine", help="instance name: rings are /dev/shm/NAME.{ticks,signals,ctl}")
     r.add_argument("--speed", type=_positive_float, default=1.0,
                    help="file feeds: replay at the recorded pace times X (default 1); the run ends when the file is played")

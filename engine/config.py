@@ -9,7 +9,7 @@ KEYS = {
     "strict": ("strict", bool), "duration": ("duration", float),
     "loop.policy": ("policy", str), "loop.wait": ("wait", str), "loop.conflate": ("conflate", str),
     "model.dir": ("model", str), "model.backend": ("backend", str),
-    "feed.uri": ("feed", str), "feed.ring": ("ring", str), "feed.speed": ("speed", float), "feed.max": ("max", bool),
+    "feed.uri": ("feed", str), "feed.ring": ("ring", str), "feed.ring_owner": ("ring_owner", str), "feed.speed": ("speed", float), "feed.max": ("max", bool),
     "feed.rate": ("rate", float), "feed.instruments": ("instruments", int), "feed.seed": ("seed", int),
     "feed.ring_capacity": ("ring_capacity", int),
     "strategy.name": ("strategy", str), "strategy.warm_every": ("warm_every", int),

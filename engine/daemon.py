@@ -41,15 +41,24 @@ def runtime_dir():
 def ensure_token(path):
     """The control token: read it, or create it (0600) the first time."""
     try:
-        with open(path) as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None
+    except OSError as e:
+        raise RuntimeError(f"token file {path}: {e.strerror} (a link is never followed)") from None
+    if fd is not None:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            os.close(fd)
+            raise RuntimeError(f"token file {path} is owned by uid {st.st_uid} with mode {st.st_mode & 0o777:04o}: "
+                               f"it must be this engine's (uid {os.geteuid()}) and 0600")
+        with os.fdopen(fd) as f:
             tok = f.read().strip()
         if tok:
             return tok
-    except FileNotFoundError:
-        pass
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tok = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(tok + "\n")
     return tok
@@ -74,19 +83,35 @@ class ControlPlane:
         self._inst_mtime = None
         self.started = time.monotonic()
         self.lost_at_attach = None
+        self.refused, self.refused_ino = 0, None
 
     # -- the feed ----------------------------------------------------------------------
 
     def _ring_state(self):
-        """(inode, heartbeat age ns, state) of the ring file now under our ring's name, or None."""
+        """(inode, heartbeat age ns, state) of the ring file now under our ring's name, or None.
+        A file there that must not be trusted (shm.open_checked) is refused, counted and logged
+        once: its contents are never read."""
         path = shm.ring_path(self.x.ring_name)
         try:
-            st = os.stat(path)
-            hdr = np.fromfile(path, np.int64, shm.HEADER_WORDS) if st.st_size >= shm.HEADER_BYTES else None
-        except OSError:
+            fd, st = shm.open_checked(path)
+        except shm.RingRefused as e:
+            try:
+                ino = os.lstat(path).st_ino
+            except OSError:
+                ino = None
+            if ino != self.refused_ino:
+                self.refused_ino = ino
+                self.refused += 1
+                log(f"warning: {e} (not attaching; counted in engine_rings_refused_total)")
             return None
-        if hdr is None or hdr[shm.H_MAGIC] != shm.MAGIC:
+        except shm.RingError:
             return None
+        try:
+            hdr = shm.read_header_fd(fd, path)
+        except shm.RingError:
+            return None
+        finally:
+            os.close(fd)
         return st.st_ino, time.monotonic_ns() - int(hdr[shm.H_HEARTBEAT_NS]), int(hdr[shm.H_STATE])
 
     def feed_status(self):
@@ -101,7 +126,9 @@ class ControlPlane:
         if proc is not None and proc.poll() is not None:
             return f"feed process exited with status {proc.returncode}"
         if self.lost_at_attach is not None and self.x.thread.reattached == self.lost_at_attach:
-            return "waiting for the feed's new ring"
+            rs = self._ring_state()  # the same ring beating again (a paused feed) is back, not replaced
+            if rs is None or rs[0] != c.ino:
+                return "waiting for the feed's new ring"
         age = time.monotonic_ns() - int(c.hdr[shm.H_HEARTBEAT_NS])
         if age > FEED_STALE_NS:
             return f"no heartbeat for {age / 1e9:.1f} s"
@@ -235,6 +262,8 @@ class ControlPlane:
                                         "tick of their instrument before the loop scored them (conflation)"),
                                        ("engine_parks", "parks", "sleeps of the loop's wait strategy")):
                     yield CounterMetricFamily(name, doc, value=c[key])
+                yield CounterMetricFamily("engine_rings_refused", "files at the feed ring's name refused (a link, "
+                                          "another user's, or writable by others)", value=plane.refused)
                 yield CounterMetricFamily("engine_drops", "signals dropped on a full signal ring",
                                           value=int(plane.x.sring.drops))
                 yield CounterMetricFamily("engine_published", "signals published on zmq", value=plane.published)

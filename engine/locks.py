@@ -1,24 +1,45 @@
-"""One engine per core and per tick ring: flock'ed files in /dev/shm (machine-wide, gone at
-reboot). The kernel drops a lock when its process dies, so a crash never leaves one behind;
-the file says who holds it, for the error the next engine prints."""
+"""One engine per core and per tick ring: flock'ed files in a directory only this user can write
+($XDG_RUNTIME_DIR/engine, /run/engine for root, else /tmp/engine-UID; 0700, checked on every
+use). Never in /dev/shm: anyone can put a file or a link there, and a lock opened through a
+planted link would clobber its target. The kernel drops a lock when its process dies, so a
+crash never leaves one behind; the file says who holds it, for the error the next engine prints."""
 import fcntl
 import json
 import os
+import stat
 import time
 
-LOCK_DIR = "/dev/shm"
 _held = []  # open descriptors: a lock lives as long as the process
+
+
+def lock_dir():
+    """The lock directory, created 0700 if need be, refused unless it is ours and private."""
+    if os.geteuid() == 0 and os.access("/run", os.W_OK):
+        d = "/run/engine"
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        d = os.path.join(os.environ["XDG_RUNTIME_DIR"], "engine")
+    else:
+        d = f"/tmp/engine-{os.geteuid()}"
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"lock directory {d} is not a private directory of uid {os.geteuid()} "
+                           f"(mode {st.st_mode & 0o777:04o}, owner {st.st_uid}): remove it and start again")
+    return d
 
 
 def _path(kind, key):
     safe = str(key).replace("/", "%")
-    return os.path.join(LOCK_DIR, f"engine-lock.{kind}.{safe}")
+    return os.path.join(lock_dir(), f"engine-lock.{kind}.{safe}")
 
 
 def acquire(kind, key, name):
     """Take the lock for (kind, key) or raise RuntimeError naming its holder."""
     path = _path(kind, key)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

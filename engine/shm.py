@@ -5,8 +5,10 @@ Files are created 0600 under a temporary name and renamed into place, so nobody 
 maps a half-initialised header. We map files directly (not multiprocessing.shared_memory,
 whose resource tracker can unlink a segment when a reader exits before Python 3.13).
 """
+import errno
 import mmap
 import os
+import stat
 import time
 
 import numpy as np
@@ -44,6 +46,67 @@ class RingError(RuntimeError):
     """A ring could not be created or opened; the message says why."""
 
 
+class RingRefused(RingError):
+    """A file at a ring's name that must not be trusted (a link, another user's, writable by others)."""
+
+
+# /dev/shm is world-writable: any local user can put a file at a ring's name. A ring is opened
+# only with O_NOFOLLOW, and mapped only when fstat on the opened descriptor (not the name, which
+# may be swapped between check and use) shows a regular file owned by this engine's uid, or by
+# a uid given with --ring-owner (a feed handler running as another user), that nobody else can
+# write: no group/other bits for our own files (they are created 0600), no other-bits for a
+# trusted owner's (who may share with a group).
+TRUSTED_UIDS = set()
+
+
+def trust_uid(uid):
+    TRUSTED_UIDS.add(int(uid))
+
+
+def untrusted(st):
+    """Why a file with this stat must not be mapped, or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    me = os.geteuid()
+    if st.st_uid != me and st.st_uid not in TRUSTED_UIDS:
+        return (f"owned by uid {st.st_uid}, not by this engine's uid {me}"
+                + (f" nor a --ring-owner ({', '.join(map(str, sorted(TRUSTED_UIDS)))})" if TRUSTED_UIDS
+                   else " (--ring-owner trusts a feed running as another user)"))
+    mode = st.st_mode & 0o777
+    if mode & (0o077 if st.st_uid == me else 0o007):
+        return f"mode {mode:04o} lets other users at it (rings are 0600)"
+    return None
+
+
+def open_checked(path, flags=os.O_RDONLY):
+    """Open a ring file without following a link and check the opened file (untrusted());
+    returns (fd, stat). RingRefused says why a file was refused; RingError when it is absent."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise RingError(f"no ring at {path}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RingRefused(f"{path} is a symbolic link: refused (a ring is never opened through a link)") from None
+        raise RingError(f"{path}: {e.strerror}") from None
+    st = os.fstat(fd)
+    why = untrusted(st)
+    if why:
+        os.close(fd)
+        raise RingRefused(f"{path}: {why}: refused")
+    return fd, st
+
+
+def read_header_fd(fd, path):
+    raw = os.pread(fd, HEADER_BYTES, 0)
+    if len(raw) < HEADER_BYTES:
+        raise RingError(f"{path}: file is {len(raw)} bytes, shorter than a ring header ({HEADER_BYTES})")
+    hdr = np.frombuffer(raw, np.int64)
+    if int(hdr[H_MAGIC]) != MAGIC:
+        raise RingError(f"{path}: not an engine ring (bad magic)")
+    return hdr
+
+
 def ring_path(name):
     """A bare name lives in /dev/shm; anything with a slash is a path."""
     return name if "/" in name else os.path.join(SHM_DIR, name)
@@ -77,12 +140,20 @@ def check_owner(path):
 
     Returns a message when a dead owner's ring is about to be replaced, else None.
     """
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
     try:
-        hdr = _read_header(path)
+        fd, _ = open_checked(path)
+    except RingRefused as e:  # never believe such a file's contents (a planted pid 1 blocks nobody)
+        return f"replacing {e}"
     except RingError as e:
         return f"replacing {path}: {e}"
+    try:
+        hdr = read_header_fd(fd, path)
+    except RingError as e:
+        return f"replacing {path}: {e}"
+    finally:
+        os.close(fd)
     pid = int(hdr[H_PID])
     if pid != os.getpid() and pid_alive(pid):
         hb = int(hdr[H_HEARTBEAT_NS])
@@ -103,7 +174,7 @@ def create(path, kind, record_size, capacity, owner_pid=None, init=None):
     note = check_owner(path)
     size = HEADER_BYTES + capacity * record_size
     tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.ftruncate(fd, size)
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -124,18 +195,25 @@ def create(path, kind, record_size, capacity, owner_pid=None, init=None):
     if init is not None:
         init(mm)
     hdr[H_MAGIC] = MAGIC  # last: a header with magic is complete
-    os.rename(tmp, path)
+    try:
+        os.rename(tmp, path)  # replaces the name itself, never what a link there points to
+    except OSError as e:
+        mm.close()
+        os.unlink(tmp)
+        try:
+            owner = f" (owned by uid {os.lstat(path).st_uid})"
+        except OSError:
+            owner = ""
+        raise RingError(f"cannot put a ring at {path}{owner}: {e.strerror}; remove that file or use another --name") \
+            from None
     return mm, hdr, note
 
 
 def open_rw(path, kind):
     """Map an existing ring read-write (consumers write their own cursor lines)."""
+    fd, st = open_checked(path, os.O_RDWR)
     try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        raise RingError(f"no ring at {path}") from None
-    try:
-        size = os.fstat(fd).st_size
+        size = st.st_size
         if size < HEADER_BYTES:
             raise RingError(f"{path}: {size} bytes is too short for a ring")
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)

@@ -177,7 +177,12 @@ class TickRing:
         atomically) so readers such as `engine record` can name what the indices mean."""
         import json
         tmp = f"{self.path}.instruments.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
+        try:
+            os.unlink(tmp)  # a stale one of ours, or a planted link: the name itself goes, not its target
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
             json.dump(list(names), f)
         os.replace(tmp, self.path + ".instruments")
 
@@ -262,11 +267,16 @@ class TickConsumer:
     def instruments(self):
         """The producer's instrument table, if it published one (else [])."""
         import json
+        try:  # the same checks as the ring: a planted table would name instruments falsely
+            fd, _ = shm.open_checked(self.path + ".instruments")
+        except shm.RingError:
+            return []
         try:
-            with open(self.path + ".instruments") as f:
-                return json.load(f)
+            with os.fdopen(fd) as f:
+                names = json.load(f)
         except (OSError, ValueError):
             return []
+        return [str(n) for n in names] if isinstance(names, list) else []
 
     def close(self):
         if self.slot is not None:
