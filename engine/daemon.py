@@ -1,8 +1,10 @@
-"""The control plane of `engine run`: one asyncio loop (uvloop) on the main thread, never on the
-strategy core. The strategy loop knows nothing of it: they share only the control block.
+"""The control plane of `engine run`, never on the strategy core. The strategy loop knows nothing
+of it: they share only the control block.
 
-Every DRAIN_PERIOD_S it renews the loop's lease and drains signals to the signal file and to
-the zmq PUB socket. It serves HTTP (/metrics, /health, /ready; /status and /control/* behind a
+A drain thread of its own renews the loop's lease every DRAIN_PERIOD_S and drains signals to the
+signal file and to the zmq PUB socket, so no HTTP client can starve either. One asyncio loop
+(uvloop) on the main thread serves HTTP (bounded: a /metrics snapshot at most every
+METRICS_EVERY_S, MAX_REQUESTS at once, timeouts) (/metrics, /health, /ready; /status and /control/* behind a
 bearer token), writes the HdrHistogram interval log, watches the loop (a watchdog on its
 heartbeat) and the feed (its ring's heartbeat): a dead feed makes /ready false (logged once);
 a spawned feed is started again, and a ring that reappears under the same name is re-attached.
@@ -13,9 +15,9 @@ import os
 import secrets
 import signal
 import sys
+import threading
 import time
 
-import numpy as np
 
 from . import control as C
 from . import latency, shm, sigring
@@ -24,6 +26,12 @@ from .records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
 RESPAWN_AFTER_S = 0.5
+WATCH_PERIOD_S = 0.01             # the HTTP thread's housekeeping (watchdog, feed, hlog); draining has its own thread
+METRICS_EVERY_S = 0.25            # /metrics renders at most this often, however many scrape it
+MAX_REQUESTS = 64                 # HTTP requests in progress at once; more get 503
+REQUEST_TIMEOUT_S = 5.0
+KEEPALIVE_S = 5.0
+PUB_HWM = 1000                    # zmq: records queued per subscriber before it loses messages
 QUANTILES = (("0.5", 50.0), ("0.9", 90.0), ("0.99", 99.0), ("0.999", 99.9), ("0.9999", 99.99), ("1", 100.0))
 
 
@@ -84,6 +92,8 @@ class ControlPlane:
         self.started = time.monotonic()
         self.lost_at_attach = None
         self.refused, self.refused_ino = 0, None
+        self.drainer, self.drain_stop = None, threading.Event()
+        self._metrics, self._metrics_at = b"", 0.0
 
     # -- the feed ----------------------------------------------------------------------
 
@@ -308,7 +318,10 @@ class ControlPlane:
         from aiohttp import web
 
         async def metrics(request):
-            return web.Response(body=self.metrics_text(), content_type="text/plain", charset="utf-8",
+            now = time.monotonic()
+            if now - self._metrics_at >= METRICS_EVERY_S:  # a snapshot: scrapers cannot make us render more
+                self._metrics, self._metrics_at = self.metrics_text(), now
+            return web.Response(body=self._metrics, content_type="text/plain", charset="utf-8",
                                 headers={"X-Content-Type-Options": "nosniff"})
 
         async def health(request):
@@ -349,14 +362,26 @@ class ControlPlane:
                                          status=404)
             return web.json_response(self.status(), dumps=lambda o: json.dumps(o, default=str))
 
-        app = web.Application()
+        busy = [0]
+
+        @web.middleware
+        async def limit(request, handler):  # a flood gets 503s, not our time
+            if busy[0] >= MAX_REQUESTS:
+                return web.Response(status=503, text="busy\n", headers={"Retry-After": "1"})
+            busy[0] += 1
+            try:
+                return await asyncio.wait_for(handler(request), REQUEST_TIMEOUT_S)
+            finally:
+                busy[0] -= 1
+
+        app = web.Application(middlewares=[limit], client_max_size=4096)
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/health", health)
         app.router.add_get("/ready", ready)
         app.router.add_get("/status", guarded(status))
         app.router.add_post("/control/{cmd}", guarded(control))
         app.router.add_get("/control/status", guarded(status))
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
@@ -376,7 +401,10 @@ class ControlPlane:
             ctx = zmq.Context.instance()
             self.pub = ctx.socket(zmq.PUB)
             self.pub.setsockopt(zmq.LINGER, 0)
-            self.pub.setsockopt(zmq.SNDHWM, 100_000)
+            # bounded per subscriber: one that never reads holds at most SNDHWM records (~128 KB)
+            # plus its socket buffer, then loses messages; it never grows our memory or blocks us
+            self.pub.setsockopt(zmq.SNDHWM, PUB_HWM)
+            self.pub.setsockopt(zmq.SNDBUF, 256 * 1024)
             self.pub.bind(x.pub)
             log(f"signals published on {x.pub} (topic = instrument, payload = the 128-byte signal record)")
         if x.hlog_path:
@@ -386,13 +414,11 @@ class ControlPlane:
         next_hlog = time.monotonic() + x.hlog_interval
         next_watch = 0.0
         self._refresh_instruments()
+        self.drainer = threading.Thread(target=self._drain_loop, name="engine-drain", daemon=True)
+        self.drainer.start()
         try:
             while not x.stop_event.is_set():
-                now = time.monotonic_ns()
-                self.ctl[C.CTL_LEASE_NS] = now + x.lease_ns
-                self.ctl[shm.H_HEARTBEAT_NS] = x.sring.hdr[shm.H_HEARTBEAT_NS] = now  # we own these two files
-                self.drain()
-                if not x.thread.is_alive():
+                if not x.thread.is_alive() or not self.drainer.is_alive():
                     break
                 if x.reload_event.is_set():
                     x.reload_event.clear()
@@ -410,13 +436,30 @@ class ControlPlane:
                 if self.hlog is not None and t >= next_hlog:
                     next_hlog = t + x.hlog_interval
                     self.hlog.interval(x.ctl_blk.hist)
-                await asyncio.sleep(x.drain_period)
+                await asyncio.sleep(WATCH_PERIOD_S)
         finally:
+            self.drain_stop.set()
             if http is not None:
                 await http.cleanup()
 
+    def _drain_loop(self):
+        """Its own thread, never the one that answers HTTP: renews the loop's lease, beats the
+        heartbeats and drains signals (file, zmq) every drain_period, however busy the HTTP side is."""
+        x = self.x
+        while not self.drain_stop.is_set():
+            now = time.monotonic_ns()
+            self.ctl[C.CTL_LEASE_NS] = now + x.lease_ns
+            self.ctl[shm.H_HEARTBEAT_NS] = x.sring.hdr[shm.H_HEARTBEAT_NS] = now  # we own these two files
+            self.drain()
+            if not x.thread.is_alive():
+                return
+            self.drain_stop.wait(x.drain_period)
+
     def finish(self):
         """After the loop stopped: the last signals and the last interval, then close."""
+        self.drain_stop.set()
+        if self.drainer is not None:
+            self.drainer.join()
         self.drain()
         if self.hlog is not None:
             self.hlog.close(self.x.ctl_blk.hist)
