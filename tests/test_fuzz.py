@@ -1,4 +1,4 @@
-"""Fuzz every binary parser with hostile inputs (30k each; FUZZ_CASES=N for a longer run), under
+"""Fuzz every binary parser with hostile inputs (10k each in the suite; FUZZ_CASES=N for a longer run), under
 numba's bounds checking."""
 import json
 import os
@@ -9,7 +9,7 @@ from engine import _numba_cache_dir
 
 from tests.conftest import ROOT, engine_env
 
-CASES = int(os.environ.get("FUZZ_CASES", 30_000))
+CASES = int(os.environ.get("FUZZ_CASES", 10_000))
 
 
 def test_parsers_survive_hostile_inputs_without_an_out_of_bounds_read():

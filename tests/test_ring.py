@@ -193,8 +193,9 @@ def test_live_owner_is_refused_dead_owner_is_replaced(shm_name):
 
 
 def test_garbage_file_is_not_a_ring(shm_name):
-    with open(f"/dev/shm/{shm_name}", "wb") as f:
-        f.write(b"\x00" * 100)
+    fd = os.open(f"/dev/shm/{shm_name}", os.O_WRONLY | os.O_CREAT, 0o600)  # ours and private: only the
+    os.write(fd, b"\x00" * 100)                                            # contents are wrong
+    os.close(fd)
     with pytest.raises(shm.RingError, match="too short"):
         TickConsumer(shm_name)
 
