@@ -231,6 +231,27 @@ def _stash(ist, prow, ptick, plist, cst, inst, row, tick, idx):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _score_emit(model, row, out, fstate, ist, inst, tick, folded, use_sigmoid, params, sig, signals, gen,
+                shdr, sdata, smask, spstate, hist, t0):
+    """The live loop's scoring of one row (a tick's, or a conflation window's latest): model,
+    decide, the signal if the position changed (folded: scoreable ticks behind it), and the model,
+    emit and tick_to_signal latencies from t0. Returns the signal count."""
+    call_predict(model, row, out)
+    t_model = monotonic_ns()
+    if host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, signals, gen):
+        sig[11] = folded
+        sig[4] = monotonic_ns()
+        sig[5] = realtime_ns()
+        sigring.push(shdr, sdata, smask, spstate, sig)
+        signals += 1
+    t_emit = monotonic_ns()
+    latency.record(hist, latency.ST_MODEL, t_model - t0)
+    latency.record(hist, latency.ST_EMIT, t_emit - t_model)
+    latency.record(hist, latency.ST_TOTAL, t_emit - tick[2])
+    return signals
+
+
+@njit(nogil=True, inline="always", cache=True)
 def _order_pending(plist, ptick, n):
     """Sort the pending instruments by the seq of their latest tick (insertion sort: n is the few
     instruments that ticked in the window), so a flush emits signals in tick order, as unconflated
@@ -267,19 +288,8 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, p
     _order_pending(plist, ptick, n)
     for j in range(n):
         inst = plist[j]
-        t0 = monotonic_ns()
-        call_predict(model, prow[inst], out)
-        t_model = monotonic_ns()
-        if host_decide(fstate, ist, inst, ptick[inst], out[0], use_sigmoid, params, sig, signals, gen):
-            sig[11] = ist[inst, I_FOLD]
-            sig[4] = monotonic_ns()
-            sig[5] = realtime_ns()
-            sigring.push(shdr, sdata, smask, spstate, sig)
-            signals += 1
-        t_emit = monotonic_ns()
-        latency.record(hist, latency.ST_MODEL, t_model - t0)
-        latency.record(hist, latency.ST_EMIT, t_emit - t_model)
-        latency.record(hist, latency.ST_TOTAL, t_emit - ptick[inst, 2])
+        signals = _score_emit(model, prow[inst], out, fstate, ist, inst, ptick[inst], ist[inst, I_FOLD], use_sigmoid,
+                              params, sig, signals, gen, shdr, sdata, smask, spstate, hist, monotonic_ns())
         ist[inst, I_PEND] = 0
     cst[CS_NPEND] = 0
     cst[CS_FOLDS] = 0
@@ -437,19 +447,10 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
                 scored += n
             continue
         t_feat = monotonic_ns()
-        call_predict(model, row, out)
-        t_model = monotonic_ns()
+        signals = _score_emit(model, row, out, fstate, ist, inst, tick, 1, use_sigmoid, params, sig, signals, gen,
+                              shdr, sdata, smask, spstate, hist, t_feat)
         scored += 1
-        if host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, signals, gen):
-            sig[4] = monotonic_ns()
-            sig[5] = realtime_ns()
-            sigring.push(shdr, sdata, smask, spstate, sig)
-            signals += 1
-        t_emit = monotonic_ns()
         latency.record(hist, latency.ST_FEATURES, t_feat - t_deq)
-        latency.record(hist, latency.ST_MODEL, t_model - t_feat)
-        latency.record(hist, latency.ST_EMIT, t_emit - t_model)
-        latency.record(hist, latency.ST_TOTAL, t_emit - tick[2])
     _publish_counters(ctl, ticks, signals, gaps, lost, scored)
     store_relaxed(ctl, C.L_CONFLATED, cst[CS_CONFLATED])
     store_relaxed(ctl, C.L_MARKS, cst[CS_MARKS])

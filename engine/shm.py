@@ -126,13 +126,7 @@ def pid_alive(pid):
 
 def _read_header(path):
     with open(path, "rb") as f:
-        raw = f.read(HEADER_BYTES)
-    if len(raw) < HEADER_BYTES:
-        raise RingError(f"{path}: file is {len(raw)} bytes, shorter than a ring header ({HEADER_BYTES})")
-    hdr = np.frombuffer(raw, np.int64)
-    if int(hdr[H_MAGIC]) != MAGIC:
-        raise RingError(f"{path}: not an engine ring (bad magic)")
-    return hdr
+        return read_header_fd(f.fileno(), path)
 
 
 def check_owner(path):

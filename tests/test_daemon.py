@@ -12,7 +12,7 @@ from engine.records import SIGNAL_DTYPE
 from engine.signal_log import read_signals
 
 from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
-from tests.helpers.daemon import Daemon, free_tcp_port
+from tests.helpers.daemon import Daemon, external_feed, free_tcp_port
 from tests.helpers.feedutil import cli
 
 SYN = "synthetic://?instruments=4&seed=3&rate={rate}"
@@ -128,17 +128,7 @@ def test_a_killed_feed_is_noticed_within_a_second_and_restarted(daemon):
 
 def test_an_external_feed_that_dies_and_comes_back(tmp_path, shm_name, default_model):
     ring = f"{shm_name}.ext"
-
-    def feed():
-        return subprocess.Popen(engine_cmd("feed", SYN.format(rate=20000), "--ring", ring),
-                                cwd=ROOT, env=engine_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    f1 = feed()
-    from engine.shm import ring_path
-    import os
-    deadline = time.monotonic() + 60
-    while not os.path.exists(ring_path(ring)):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    f1 = external_feed(SYN.format(rate=20000), ring)
     d = Daemon(tmp_path, shm_name, "--ring", ring)
     try:
         d.wait_for("/metrics /health /ready")
@@ -146,7 +136,7 @@ def test_an_external_feed_that_dies_and_comes_back(tmp_path, shm_name, default_m
         f1.kill()
         f1.wait()
         assert _wait_ready(d, False, 1.0) < 1.0
-        f2 = feed()
+        f2 = external_feed(SYN.format(rate=20000), ring, wait=False)
         try:
             _wait_ready(d, True, 60)
             t = d.status()["counters"]["ticks"]

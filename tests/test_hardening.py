@@ -4,7 +4,6 @@ does not attach to a forged ring; a paused feed that resumes is back; locks live
 directory."""
 import os
 import signal
-import subprocess
 import time
 
 import numpy as np
@@ -12,8 +11,8 @@ import pytest
 
 from engine import locks, shm
 from engine.tickring import TickConsumer, TickRing, publish
-from tests.conftest import ROOT, engine_cmd, engine_env
-from tests.helpers.daemon import Daemon
+
+from tests.helpers.daemon import Daemon, external_feed
 from tests.test_daemon import SYN, _wait_ready, metrics, sample
 
 ROOT_USER = os.geteuid() == 0
@@ -85,12 +84,7 @@ def test_locks_live_in_a_private_directory():
 def test_an_engine_whose_feed_died_does_not_attach_to_a_forged_ring(tmp_path, shm_name, default_model):
     ring = f"{shm_name}.ext"
     path = shm.ring_path(ring)
-    feed = subprocess.Popen(engine_cmd("feed", SYN.format(rate=20000), "--ring", ring), cwd=ROOT, env=engine_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    feed = external_feed(SYN.format(rate=20000), ring)
     d = Daemon(tmp_path, shm_name, "--ring", ring)
     forger = None
     try:
@@ -130,12 +124,7 @@ def test_an_engine_whose_feed_died_does_not_attach_to_a_forged_ring(tmp_path, sh
 
 def test_a_paused_feed_that_resumes_is_back(tmp_path, shm_name, default_model):
     ring = f"{shm_name}.ext"
-    feed = subprocess.Popen(engine_cmd("feed", SYN.format(rate=20000), "--ring", ring), cwd=ROOT, env=engine_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(shm.ring_path(ring)):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    feed = external_feed(SYN.format(rate=20000), ring)
     d = Daemon(tmp_path, shm_name, "--ring", ring)
     try:
         d.wait_for("/metrics /health /ready")

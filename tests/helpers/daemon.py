@@ -19,6 +19,19 @@ def free_tcp_port():
     return port
 
 
+def external_feed(uri, ring, wait=True):
+    """A standalone `engine feed URI --ring RING` process; with `wait`, returns once its ring exists."""
+    from engine.shm import ring_path
+    proc = subprocess.Popen(engine_cmd("feed", uri, "--ring", ring), cwd=ROOT, env=engine_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while wait and not os.path.exists(ring_path(ring)):
+        assert proc.poll() is None, f"engine feed exited ({proc.returncode})"
+        assert time.monotonic() < deadline, f"no ring {ring_path(ring)} after 60 s"
+        time.sleep(0.05)
+    return proc
+
+
 class Daemon:
     def __init__(self, tmp_path, name, *extra, core=None):
         self.http_port, self.pub_port = free_tcp_port(), free_tcp_port()
