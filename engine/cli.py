@@ -48,6 +48,115 @@ def _pow2(s):
     return v
 
 
+# argparse type= validators shared by every command: a bad value is one line naming the option
+# (argparse adds "argument --NAME:"), before any work starts
+
+def _int(s):
+    try:
+        return int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+
+
+def _positive_int(s):
+    v = _int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {s}")
+    return v
+
+
+def _nonneg_int(s):
+    v = _int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+def _int_range(lo, hi):
+    def check(s):
+        v = _int(s)
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be {lo}..{hi}, got {s}")
+        return v
+    return check
+
+
+def _existing_file(s):
+    """A readable regular file (a directory, a missing or unreadable path is refused by name)."""
+    import stat
+    try:
+        st = os.stat(s)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{s}: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise argparse.ArgumentTypeError(f"{s}: is a directory, not a file")
+    if not os.access(s, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{s}: permission denied")
+    return s
+
+
+def _npy_file(s):
+    """An existing .npy array file (checked by reading its header)."""
+    _existing_file(s)
+    try:
+        np.load(s, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        why = str(e).splitlines()[0] if str(e) else "empty"
+        raise argparse.ArgumentTypeError(f"{s}: not a .npy array file ({why})") from None
+    return s
+
+
+def zmq_endpoint(s, bind=True):
+    """tcp://HOST:PORT, ipc://PATH (to bind: in an existing directory) or inproc://NAME."""
+    s = str(s)
+    if s.startswith("tcp://"):
+        host, sep, port = s[6:].rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{s!r} is not tcp://HOST:PORT (PORT 1-65535)")
+    elif s.startswith("ipc://"):
+        path = s[6:]
+        if not path or len(os.fsencode(path)) > 107:
+            raise argparse.ArgumentTypeError(f"{s!r}: ipc://PATH needs a path of 1-107 bytes")
+        d = os.path.dirname(os.path.abspath(path))
+        if bind and not os.path.isdir(d):
+            raise argparse.ArgumentTypeError(f"{s!r}: no directory {d}")
+    elif not (s.startswith("inproc://") and len(s) > 9):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a zmq endpoint (tcp://HOST:PORT or ipc://PATH)")
+    return s
+
+
+def _pub_endpoint(s):
+    return s if s in ("", "none") else zmq_endpoint(s, bind=True)
+
+
+def _sub_endpoint(s):
+    return zmq_endpoint(s, bind=False)
+
+
+def _horizons_ms(s):
+    try:
+        hz = tuple(int(x) for x in s.split(",") if x.strip())
+    except ValueError:
+        hz = ()
+    if not hz or min(hz) <= 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive milliseconds (e.g. 100,1000), got {s!r}")
+    return s
+
+
+def _session(s):
+    """A MoldUDP64 session: up to 10 printable ASCII characters (padded with spaces on the wire)."""
+    if not 1 <= len(s) <= 10 or not s.isascii() or not s.isprintable():
+        raise argparse.ArgumentTypeError(f"a MoldUDP64 session is 1-10 printable ASCII characters, got {s!r} "
+                                         f"({len(s)} characters)")
+    return s
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One line, not the usage block: which argument and why, and where to look."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 STRATEGY_HELP = ("strategy: a built-in name (microstructure, depth_imbalance) or a .py file written to the "
                  "contract in README 'Strategies' (default microstructure)")
 
@@ -125,8 +234,11 @@ def cmd_run(a):
         print(dumps(as_json(res)), flush=True)
         for w in warnings(res):
             print(f"engine: warning: {w}", file=sys.stderr, flush=True)
+    if res.error:  # an output could not be written: the summary above says what it holds
+        raise RuntimeError(res.error)
     if a.strict and warnings(res):
-        print("engine: --strict: the run lost ticks or dropped signals (see the warnings above)", file=sys.stderr)
+        print("engine: --strict: the run lost ticks, dropped signals or read an incomplete file (see the warnings "
+              "above)", file=sys.stderr)
         return 1
     return 0
 
@@ -155,8 +267,11 @@ def _check_run_args(a):
     for v, ok, msg in checks:
         if not ok(v):
             raise ValueError(f"{msg}, got {v!r}")
-    if a.pub not in (None, "", "none") and not str(a.pub).startswith(("tcp://", "ipc://", "inproc://")):
-        raise ValueError(f"--pub must be a zmq endpoint (tcp://HOST:PORT or ipc://PATH), got {a.pub!r}")
+    if a.pub not in (None, "", "none"):
+        try:
+            zmq_endpoint(a.pub, bind=True)
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"--pub: {e}") from None
     if a.core is not None:
         from .rt import check_core
         check_core(a.core)
@@ -166,11 +281,11 @@ def _control(a, method, path):
     """Call a running engine's control plane; returns (status, JSON)."""
     import urllib.error
     import urllib.request
-    from .daemon import runtime_dir
+    from .daemon import read_token, runtime_dir
     host, port = _http_addr(a.http)
     token_file = a.token_file or os.path.join(runtime_dir(), f"{a.name}.token")
     try:
-        token = open(token_file).read().strip()
+        token = read_token(token_file)  # refused when others can read it (RuntimeError: chmod 600)
     except OSError as e:
         raise ValueError(f"cannot read the control token {token_file}: {e.strerror} (is engine '{a.name}' running "
                          "as this user? --token-file)") from None
@@ -221,13 +336,18 @@ def cmd_signals_follow(a):
     from .records import SIGNAL_DTYPE, signal_dict
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.SUB)
-    sock.connect(a.follow)
+    try:
+        sock.connect(a.follow)
+    except zmq.ZMQError as e:
+        sock.close(0)
+        raise ValueError(f"--follow {a.follow}: {e.strerror}") from None
     for t in a.topic or [""]:
         sock.setsockopt(zmq.SUBSCRIBE, t.encode())
     n = 0
+    last = {}  # topic -> its last publication number: a jump is signals this subscriber lost
     try:
         while not a.count or n < a.count:
-            topic, payload = sock.recv_multipart()
+            topic, payload, *rest = sock.recv_multipart() + [b""]
             if len(payload) != SIGNAL_DTYPE.itemsize:
                 print(f"engine: skipped a {len(payload)}-byte message (not a {SIGNAL_DTYPE.itemsize}-byte signal record)",
                       file=sys.stderr)
@@ -235,6 +355,13 @@ def cmd_signals_follow(a):
             r = np.frombuffer(payload, SIGNAL_DTYPE)[0]
             d = signal_dict(r)
             d["topic"] = topic.decode(errors="replace")
+            if len(rest[0]) == 8:
+                d["pub_seq"] = pub_seq = int.from_bytes(rest[0], "little")
+                if topic in last and pub_seq > last[topic] + 1:
+                    print(f"engine: gap: {pub_seq - last[topic] - 1} signals of {d['topic']} lost (publication "
+                          f"{last[topic] + 1} to {pub_seq - 1}: this subscriber fell behind or was reconnected)",
+                          file=sys.stderr, flush=True)
+                last[topic] = pub_seq
             print(json.dumps(d), flush=True)
             n += 1
     finally:
@@ -278,7 +405,16 @@ def cmd_convert(a):
         st = " ".join(f"{k}={v}" for k, v in res["stats"].items() if v)
         print(f"{res['out']}: {res['ticks']:,} ticks, {len(res['instruments'])} instruments, "
               f"{res['seconds']:.2f} s" + (f"\n  {st}" if st else "") + (f"\n  {res['note']}" if "note" in res else ""))
+    _print_warnings(res.get("warnings", []), a.json)
     return 0
+
+
+def _print_warnings(ws, json_out=False):
+    """An input's or output's warnings (an incomplete tick file...): in the printed summary, or on
+    stderr when stdout is one JSON object."""
+    for w in ws:
+        print(f"engine: warning: {w}" if json_out else f"  warning: {w}", file=sys.stderr if json_out else sys.stdout,
+              flush=True)
 
 
 def cmd_mold_serve(a):
@@ -315,6 +451,10 @@ def cmd_backtest(a):
                 from None
         print(f"[backtest] replaying {len(marks):,} conflation windows from {a.conflate_as_recorded}",
               file=sys.stderr, flush=True)
+        from .signal_log import status
+        note = status(a.conflate_as_recorded)["note"]  # a run cut short: its marks stop there too
+        if note:
+            print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
     p = Params(model=a.model, backend=a.backend, strategy=a.strategy, params=_overrides(a), horizons_ms=hz,
                latency_ns=int(a.latency_us * 1000), fee_bps=a.fee_bps, marks=marks)
     summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
@@ -326,6 +466,7 @@ def cmd_backtest(a):
         for k in keys:
             print(f"  {k:<20} {summary.get(k)}")
         print(f"  report: {os.path.join(a.out, 'report.md')}")
+    _print_warnings(summary.get("warnings", []), a.json)
     return 0
 
 
@@ -345,8 +486,14 @@ def cmd_replay(a):
     if a.die_with_parent:
         die_with_parent(signal.SIGTERM)
     src = TickFilesSource(a.files)
-    run_feed(src.uri, a.ring, speed=0.0 if a.max else a.speed, capacity=a.capacity,
-             wait_consumers=a.wait_consumers, keep=a.keep, source=src)
+    ws = [w for f in src.files for w in f.file.warnings]  # incomplete files: said now and in the summary
+    for w in ws:
+        print(f"[replay] warning: {w}", file=sys.stderr, flush=True)
+    n = run_feed(src.uri, a.ring, speed=0.0 if a.max else a.speed, capacity=a.capacity,
+                 wait_consumers=a.wait_consumers, keep=a.keep, source=src)
+    print(f"[replay] {n:,} ticks from {len(a.files)} file(s) into {a.ring}", file=sys.stderr, flush=True)
+    for w in ws:
+        print(f"[replay] warning: {w}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -440,6 +587,56 @@ def cmd_ring_inspect(a):
     return 0
 
 
+VERIFY_KEY_HELP = ("refuse every model artifact (and FPGA directory) not signed by this key: an ed25519 public key "
+                   "(engine model keygen) or an HMAC secret (default $ENGINE_MODEL_VERIFY_KEY)")
+SIGN_KEY_HELP = ("sign what this writes with this private key (ed25519, or an HMAC secret; default "
+                 "$ENGINE_MODEL_SIGN_KEY)")
+
+
+def verify_key_arg(q):
+    """--verify-key: every command that loads a model (or runs an FPGA directory) takes it."""
+    q.add_argument("--verify-key", default=None, metavar="KEY", help=VERIFY_KEY_HELP)
+
+
+def _model_keys(a):
+    """--verify-key / [model] verify_key and --sign-key: checked now (a bad key file is an error
+    before any work) and put in the environment, where every load, the reload and child
+    processes find them (models/signing.py)."""
+    if not hasattr(a, "verify_key") and not hasattr(a, "sign_key"):
+        return
+    from models import signing
+    if hasattr(a, "verify_key"):
+        signing.use_verify_key(a.verify_key)
+    if hasattr(a, "sign_key"):
+        key = signing.use_sign_key(a.sign_key)
+        vkey = signing.verify_key() if key is None and a.cmd in ("train", "compile") else None
+        if vkey is not None:  # before the work: write_manifest would refuse it at the end
+            raise ValueError(f"a verify key is configured ({vkey.describe()}) but no signing key, so the artifact "
+                             f"would be unsigned and refused; give --sign-key PRIVATE_KEY (or {signing.ENV_SIGN})")
+
+
+def cmd_model_keygen(a):
+    from models.signing import keygen
+    key_id, paths = keygen(a.out, a.name, use_hmac=a.hmac)
+    if a.hmac:
+        print(f"{paths[0]}: HMAC-SHA256 secret, key {key_id} (mode 0600). It both signs and verifies: give it as "
+              f"--sign-key where models are built and as --verify-key / [model] verify_key where they run")
+    else:
+        print(f"{paths[0]}: ed25519 private key {key_id} (mode 0600): keep it on the build host; sign with "
+              f"`engine train/compile --sign-key {paths[0]}` or `engine model sign DIR --key {paths[0]}`")
+        print(f"{paths[1]}: its public key: configure it where models run (--verify-key, [model] verify_key, "
+              "ENGINE_MODEL_VERIFY_KEY)")
+    return 0
+
+
+def cmd_model_sign(a):
+    from models import signing
+    key = signing.load_key(a.key, private=True)
+    path, sha = signing.sign_directory(a.dir, key)
+    print(f"{a.dir}: signed (sha256 {sha[:16]}...) with {key.describe()} -> {path}")
+    return 0
+
+
 def cmd_model_default(a):
     from models.default import default_model_dir
     print(default_model_dir())
@@ -459,8 +656,11 @@ def _strategy_now(ident):
 
 
 def cmd_model_inspect(a):
-    from models import artifact
-    m = artifact.read_manifest(a.dir)
+    from models import artifact, signing
+    m = artifact.read_manifest(a.dir, check_signature=a.verify)  # --verify: refused here, before any dlopen
+    m["signature"] = artifact.signature_status(a.dir)
+    if signing.signer(a.dir, artifact.MANIFEST):
+        m["signed_by"] = signing.signer(a.dir, artifact.MANIFEST)
     if a.verify:
         artifact.load(a.dir)
         m["verified"] = True
@@ -473,12 +673,16 @@ def cmd_signals_show(a):
     from .records import PRICE_SCALE, signal_dict
     from .signal_log import read_signals
 
+    from .signal_log import status
     s = read_signals(a.file)
+    note = status(a.file)["note"]  # "incomplete: the writer stopped at record N (reason)"
     if a.json:
         for r in s[: a.limit] if a.limit else s:
             print(json.dumps(signal_dict(r)))
+        if note:
+            print(f"engine: warning: {a.file}: {note}", file=sys.stderr)
         return 0
-    print(f"{len(s)} signals in {a.file}")
+    print(f"{len(s)} signals in {a.file}" + (f"\n  {note}" if note else ""))
     print(f"{'seq':>8} {'tick_seq':>10} {'inst':>5} {'position':>9} {'prev':>9} {'score':>9} {'mid':>12} {'tick->signal ns':>16}")
     for r in s[: a.limit] if a.limit else s:
         print(f"{r['seq']:>8} {r['tick_seq']:>10} {r['instrument']:>5} {r['position']:>9} {r['prev_position']:>9} "
@@ -531,7 +735,7 @@ def cmd_predict(a):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="engine", description="Low-latency trading-signal engine.")
+    p = _Parser(prog="engine", description="Low-latency trading-signal engine.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run the engine: feed -> ring -> pinned strategy loop -> signals",
@@ -565,7 +769,7 @@ def build_parser():
                    help="model back end: auto = the fastest one that is bit-exact on this machine (default); "
                         "flat = the branch-free kernel (best variant this CPU runs); treelite = TL2cgen code; "
                         "xgboost = XGBoost's own predictor (reference, ~200 us a tick)")
-    r.add_argument("--instruments", type=int, default=4, help="synthetic instruments (default 4)")
+    r.add_argument("--instruments", type=_positive_int, default=4, help="synthetic instruments (default 4)")
     r.add_argument("--rate", type=_nonneg_float, default=50_000.0,
                    help="synthetic ticks per second, 0 = as fast as possible (default 50000)")
     r.add_argument("--seed", type=int, default=1, help="synthetic feed seed (default 1)")
@@ -585,7 +789,7 @@ def build_parser():
     r.add_argument("--signals-out", default=None,
                    help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig); a .parquet name also gets a table, one row per signal, written at the end")
     strategy_args(r)
-    r.add_argument("--warm-every", type=int, default=2048,
+    r.add_argument("--warm-every", type=_nonneg_int, default=2048,
                    help="while idle, run the model on the last row every N empty polls to keep it hot "
                         "(halves p50 at low tick rates); 0 = never (default 2048)")
     r.add_argument("--ring-capacity", type=_pow2, default=1 << 18, help="tick ring slots (power of two)")
@@ -594,9 +798,10 @@ def build_parser():
     r.add_argument("--http", default="127.0.0.1:9464",
                    help="control plane HTTP: /metrics /health /ready, and /status /control/* with the token "
                         "(default 127.0.0.1:9464; none = off)")
-    r.add_argument("--pub", default="tcp://127.0.0.1:5556",
-                   help="zmq PUB endpoint for signals: topic = instrument, payload = the 64-byte signal record "
-                        "(default tcp://127.0.0.1:5556; none = off)")
+    r.add_argument("--pub", type=_pub_endpoint, default="tcp://127.0.0.1:5556",
+                   help="zmq endpoint signals are published on (XPUB: SUB sockets connect): topic = instrument, "
+                        "then the 128-byte signal record, then the topic's publication number (uint64 LE: a jump "
+                        "is a gap) (default tcp://127.0.0.1:5556; none = off)")
     r.add_argument("--token-file", default=None,
                    help="bearer token for /status and /control/* (default $XDG_RUNTIME_DIR/engine/NAME.token, "
                         "created 0600 if missing)")
@@ -604,6 +809,7 @@ def build_parser():
                    "$XDG_STATE_HOME/engine/latency/NAME-TIME.hlog; none = off)")
     r.add_argument("--hlog-interval", type=_positive_float, default=10.0, help="seconds per .hlog interval (default 10)")
     r.add_argument("--no-doctor", action="store_true", help="skip the machine check at start")
+    verify_key_arg(r)  # [model] verify_key; also checked on every SIGHUP / ctl reload
     r.set_defaults(fn=cmd_run)
 
     f = sub.add_parser("feed", help="run a feed handler process writing a tick ring",
@@ -618,13 +824,14 @@ def build_parser():
                        help="files: the recorded pace times X (default 1)")
         q.add_argument("--max", action="store_true", help="publish as fast as possible")
         q.add_argument("--capacity", type=_pow2, default=1 << 18, help="ring slots (power of two, default 262144)")
-        q.add_argument("--wait-consumers", type=int, default=0, help="hold ticks until this many consumers attach")
+        q.add_argument("--wait-consumers", type=_nonneg_int, default=0,
+                       help="hold ticks until this many consumers attach")
         q.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
         q.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
 
     publisher_args(f)
     f.add_argument("--rate", type=_nonneg_float, default=None, help="ticks per second (overrides the URI)")
-    f.add_argument("--count", type=int, default=None, help="stop after this many ticks")
+    f.add_argument("--count", type=_positive_int, default=None, help="stop after this many ticks")
     f.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
     f.set_defaults(fn=cmd_feed)
 
@@ -651,11 +858,14 @@ def build_parser():
     ms_.add_argument("source")
     ms_.add_argument("--dest", required=True, help="HOST:PORT to send to (a 224-239.x.x.x group for multicast)")
     ms_.add_argument("--rerequest", default=None, help="HOST:PORT to serve re-requests on (default: none)")
-    ms_.add_argument("--rate", type=_nonneg_float, default=100_000.0, help="messages per second (0 = flat out; default 100000)")
-    ms_.add_argument("--session", default="ENGINE0001", help="session name (10 characters)")
+    ms_.add_argument("--rate", type=_nonneg_float, default=100_000.0,
+                     help="messages per second (0 = flat out; default 100000)")
+    ms_.add_argument("--session", type=_session, default="ENGINE0001",
+                     help="session name (up to 10 ASCII characters, space-padded)")
     ms_.add_argument("--drop", type=_int_list, default=(), help="data packets to drop, by number from 0 (e.g. 3,17)")
-    ms_.add_argument("--drop-every", type=int, default=0, help="drop every Nth data packet")
-    ms_.add_argument("--linger", type=_nonneg_float, default=1.0, help="seconds to keep answering re-requests after the end (default 1)")
+    ms_.add_argument("--drop-every", type=_nonneg_int, default=0, help="drop every Nth data packet")
+    ms_.add_argument("--linger", type=_nonneg_float, default=1.0,
+                     help="seconds to keep answering re-requests after the end (default 1)")
     ms_.add_argument("--iface", default=None, help="local interface address to send multicast from (e.g. 127.0.0.1)")
     ms_.add_argument("--json", action="store_true", help="print a summary object")
     ms_.set_defaults(fn=cmd_mold_serve)
@@ -663,14 +873,17 @@ def build_parser():
     rc = sub.add_parser("record", help="record a live tick ring into a tick file",
                         description="Consume ring NAME like any other reader (never slowing its producer; gaps are "
                                     "recorded with their exact counts) and write FILE.ticks until SIGINT/SIGTERM, "
-                                    "--duration, or the producer's end of stream. The file is always left complete. "
+                                    "--duration, or the producer's end of stream, then completes the file; a write "
+                                    "that fails (a full disk) stops it with the file marked incomplete, its whole "
+                                    "records kept. "
                                     "Run it off the strategy core (--core pins it).")
     rc.add_argument("--ring", required=True, help="ring name in /dev/shm or a path")
     rc.add_argument("--out", required=True, help="tick file to write (.ticks)")
     rc.add_argument("--from-oldest", action="store_true", help="start at the oldest tick still in the ring (default: now)")
     rc.add_argument("--core", type=int, default=None, help="pin the recorder to this core")
     rc.add_argument("--duration", type=_positive_float, default=None, help="stop after this many seconds")
-    rc.add_argument("--wait", type=_nonneg_float, default=0.0, help="wait up to this many seconds for the ring to appear")
+    rc.add_argument("--wait", type=_nonneg_float, default=0.0,
+                    help="wait up to this many seconds for the ring to appear")
     rc.add_argument("--json", action="store_true", help="print a summary object at the end")
     rc.set_defaults(fn=cmd_record)
 
@@ -678,7 +891,7 @@ def build_parser():
                         description="Publish FILE.ticks (one after another; instruments matched by name) into a "
                                     "tick ring at the recorded pace times --speed, or flat out with --max, for "
                                     "end-to-end runs: `engine run --ring NAME` reads it.")
-    rp.add_argument("files", nargs="+", metavar="FILE.ticks")
+    rp.add_argument("files", nargs="+", metavar="FILE.ticks", type=_existing_file)
     publisher_args(rp)
     rp.set_defaults(fn=cmd_replay)
 
@@ -688,16 +901,19 @@ def build_parser():
                                     "deterministically, and write OUT/signals.parquet (one row per signal) and "
                                     "OUT/report.{md,json} with pnl.png, latency.png, scores.png. Several files run "
                                     "in parallel on Dask with --workers.")
-    bt.add_argument("files", nargs="+", metavar="FILE.ticks")
+    bt.add_argument("files", nargs="+", metavar="FILE.ticks", type=_existing_file)
     bt.add_argument("--model", default=None, help="model artifact directory (default: the strategy's default model)")
     bt.add_argument("--out", required=True, help="output directory")
     bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end (all are bit-exact)")
-    bt.add_argument("--workers", type=int, default=1, help="files in parallel on a Dask LocalCluster of N processes")
+    bt.add_argument("--workers", type=_positive_int, default=1,
+                    help="files in parallel on a Dask LocalCluster of N processes")
     bt.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
     bt.add_argument("--latency-us", type=_nonneg_float, default=0.0,
                     help="the taker strategy acts on the first tick this long after a signal (default 0)")
-    bt.add_argument("--fee-bps", type=_nonneg_float, default=0.0, help="taker fee, basis points of notional (default 0)")
-    bt.add_argument("--horizons-ms", default="100,1000,10000", help="hit-rate horizons, ms (default 100,1000,10000)")
+    bt.add_argument("--fee-bps", type=_nonneg_float, default=0.0,
+                    help="taker fee, basis points of notional (default 0)")
+    bt.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000",
+                    help="hit-rate horizons, ms (default 100,1000,10000)")
     strategy_args(bt)
     bt.add_argument("--conflate-as-recorded", default=None, metavar="SIGNALS.sig",
                     help="replay the conflation of a live run over this file (`engine run --feed tickfile:F "
@@ -705,6 +921,7 @@ def build_parser():
                          "points, from the marks in its signal file, so the signals are identical")
     bt.add_argument("--quiet", action="store_true", help="no progress lines")
     bt.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    verify_key_arg(bt)
     bt.set_defaults(fn=cmd_backtest)
 
     g = sub.add_parser("ring", help="ring tools")
@@ -720,8 +937,27 @@ def build_parser():
     md.set_defaults(fn=cmd_model_default)
     mi = ms.add_parser("inspect", help="print an artifact's manifest")
     mi.add_argument("dir")
-    mi.add_argument("--verify", action="store_true", help="also verify hashes and bit-exactness")
+    mi.add_argument("--verify", action="store_true", help="also verify the signature (with a verify key), "
+                    "hashes and bit-exactness")
+    verify_key_arg(mi)
     mi.set_defaults(fn=cmd_model_inspect)
+    mk = ms.add_parser("keygen", help="make a signing key: ed25519 NAME.key (0600) + NAME.pub, or --hmac",
+                       description="Write a new ed25519 key pair into DIR: NAME.key (private, mode 0600; signs on "
+                                   "the build host) and NAME.pub (public; engine hosts verify with it). --hmac: one "
+                                   "HMAC-SHA256 secret NAME.hmac (0600) that both signs and verifies. Never "
+                                   "overwrites a key.")
+    mk.add_argument("--out", required=True, metavar="DIR", help="directory to write the key files into")
+    mk.add_argument("--name", default="model", help="file name stem (default model)")
+    mk.add_argument("--hmac", action="store_true", help="an HMAC-SHA256 secret instead of an ed25519 pair")
+    mk.set_defaults(fn=cmd_model_keygen)
+    msg = ms.add_parser("sign", help="sign an artifact's manifest (or an FPGA directory's fpga.json)",
+                        description="Check every file of DIR against its manifest, then sign the manifest's exact "
+                                    "bytes (which hold every file's sha256) with --key, writing DIR/manifest.sig "
+                                    "(fpga.sig for an FPGA directory). Engines with a verify key refuse anything "
+                                    "not signed by it.")
+    msg.add_argument("dir", help="model artifact directory, or an FPGA directory")
+    msg.add_argument("--key", required=True, metavar="PRIVATE_KEY", help="ed25519 private key or HMAC secret (0600)")
+    msg.set_defaults(fn=cmd_model_sign)
 
     t = sub.add_parser("train", help="train and compile a model for a strategy from tick sources",
                        description="Build a data set from SOURCE(s) with the strategy's own code (the rows `engine "
@@ -732,21 +968,25 @@ def build_parser():
     t.add_argument("sources", nargs="+", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7")
     strategy_args(t)
     t.add_argument("--out", required=True, help="artifact directory to write")
-    t.add_argument("--trees", type=int, default=200, help="maximum trees (default 200)")
-    t.add_argument("--depth", type=int, default=6, help="tree depth (default 6)")
-    t.add_argument("--eta", type=float, default=0.1, help="learning rate (default 0.1)")
-    t.add_argument("--horizon", type=float, default=20, help="label horizon (default 20)")
+    t.add_argument("--trees", type=_positive_int, default=200, help="maximum trees (default 200)")
+    t.add_argument("--depth", type=_int_range(1, 16), default=6, help="tree depth (default 6)")
+    t.add_argument("--eta", type=_positive_float, default=0.1, help="learning rate (default 0.1)")
+    t.add_argument("--horizon", type=_positive_float, default=20, help="label horizon (default 20)")
     t.add_argument("--horizon-unit", choices=("ticks", "ms"), default="ticks",
                    help="horizon in the instrument's scored ticks or in exchange-time milliseconds")
     t.add_argument("--labels", choices=("binary", "ternary"), default="binary",
                    help="binary: up/down (flat dropped); ternary: +1/0/-1 with --dead-band")
-    t.add_argument("--dead-band", type=float, default=0.5, help="ternary: |move| in bps counted as flat (default 0.5)")
+    t.add_argument("--dead-band", type=_nonneg_float, default=0.5,
+                   help="ternary: |move| in bps counted as flat (default 0.5)")
     t.add_argument("--objective", choices=("binary:logistic", "reg:squarederror"), default=None,
                    help="default: binary:logistic for binary labels, reg:squarederror for ternary")
-    t.add_argument("--early-stopping", type=int, default=20, help="rounds without improvement before stopping")
-    t.add_argument("--ticks", type=int, default=400_000, help="ticks per synthetic source without count= (default 400000)")
+    t.add_argument("--early-stopping", type=_positive_int, default=20,
+                   help="rounds without improvement before stopping")
+    t.add_argument("--ticks", type=_positive_int, default=400_000,
+                   help="ticks per synthetic source without count= (default 400000)")
     t.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build (default treelite,flat)")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP)
     t.set_defaults(fn=cmd_train)
 
     c = sub.add_parser("compile", help="compile an XGBoost model trained elsewhere into an artifact")
@@ -756,6 +996,7 @@ def build_parser():
                    help="no strategy: usable for predict and benchmarks, refused by `engine run`")
     c.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build")
     strategy_args(c)
+    c.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP)
     c.set_defaults(fn=cmd_compile)
 
     fe = sub.add_parser("features", help="write a strategy's feature rows (the data set `engine train` uses)",
@@ -766,7 +1007,8 @@ def build_parser():
     fe.add_argument("sources", nargs="+", metavar="SOURCE")
     fe.add_argument("--out", required=True, help="output file: .parquet or .csv")
     strategy_args(fe)
-    fe.add_argument("--ticks", type=int, default=400_000, help="ticks per synthetic source without count= (default 400000)")
+    fe.add_argument("--ticks", type=_positive_int, default=400_000,
+                    help="ticks per synthetic source without count= (default 400000)")
     fe.add_argument("--quiet", action="store_true", help="no progress lines")
     fe.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     fe.set_defaults(fn=cmd_features)
@@ -775,23 +1017,25 @@ def build_parser():
     pr.add_argument("dir", help="model artifact directory")
     pr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                     help="auto = the fastest bit-exact back end here; xgboost = the reference")
-    pr.add_argument("--input", required=True, help="float32 rows [n, features], NaN = missing (.npy)")
+    pr.add_argument("--input", required=True, type=_npy_file, help="float32 rows [n, features], NaN = missing (.npy)")
     pr.add_argument("--output", required=True, help="float32 results (.npy), written atomically")
     pr.add_argument("--margin", action="store_true", help="raw margins instead of probabilities")
+    verify_key_arg(pr)
     pr.set_defaults(fn=cmd_predict)
 
     s = sub.add_parser("signals", help="signal tools: show a signal file, or --follow a running engine",
                        description="engine signals --follow [ENDPOINT] prints a running engine's signals as JSON "
                                    "lines (from its zmq PUB socket); engine signals show FILE prints a signal file.")
     s.add_argument("--follow", nargs="?", const="tcp://127.0.0.1:5556", default=None, metavar="ENDPOINT",
+                   type=_sub_endpoint,
                    help="subscribe to ENDPOINT (default tcp://127.0.0.1:5556)")
     s.add_argument("--topic", action="append", help="only these instruments (repeatable; default all)")
-    s.add_argument("--count", type=int, default=0, help="stop after N signals")
+    s.add_argument("--count", type=_nonneg_int, default=0, help="stop after N signals (default 0: never)")
     s.set_defaults(fn=cmd_signals_follow)
     ss = s.add_subparsers(dest="signals_cmd", required=False, metavar="SUBCOMMAND")
     sh = ss.add_parser("show", help="print the signals in a signal file")
-    sh.add_argument("file")
-    sh.add_argument("--limit", type=int, default=0)
+    sh.add_argument("file", type=_existing_file)
+    sh.add_argument("--limit", type=_nonneg_int, default=0, help="only the first N (default 0: all)")
     sh.add_argument("--json", action="store_true", help="one JSON object per line")
     sh.set_defaults(fn=cmd_signals_show)
 
@@ -812,7 +1056,7 @@ def build_parser():
     st.add_argument("--json", action="store_true")
     st.set_defaults(fn=cmd_stats)
     lp = sub.add_parser("latency-plot", help="plot an .hlog's percentile distribution per stage")
-    lp.add_argument("file", help="HdrHistogram interval log (.hlog)")
+    lp.add_argument("file", type=_existing_file, help="HdrHistogram interval log (.hlog)")
     lp.add_argument("--out", required=True, help="PNG to write")
     lp.add_argument("--stage", action="append", help="only these stages (repeatable; default all)")
     lp.set_defaults(fn=cmd_latency_plot)
@@ -832,24 +1076,29 @@ def build_parser():
     fg = fps.add_parser("generate", help="fixed point + HLS C++ + emulation + RTL from a model")
     fg.add_argument("model", help="engine model artifact directory, or an XGBoost .json model")
     fg.add_argument("--out", required=True, help="directory to write (replaced whole when complete)")
-    fg.add_argument("--leaf-bits", type=int, default=16, help="fractional bits of the rounded leaves (default 16)")
+    fg.add_argument("--leaf-bits", type=_positive_int, default=16,
+                    help="fractional bits of the rounded leaves (default 16)")
     fg.add_argument("--strategy", default=None, metavar="NAME|FILE.py",
                     help="check the model was trained for this strategy and takes its FEATURES (default: the "
                          "strategy the artifact records)")
     fg.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help=argparse.SUPPRESS)
-    fg.add_argument("--max-width", type=int, default=None,
+    fg.add_argument("--max-width", type=_positive_int, default=None,
                     help="cap every feature's integer width (default: as wide as exactness needs, up to 127)")
+    verify_key_arg(fg)
+    fg.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP + " (writes fpga.sig)")
     fg.set_defaults(fn=cmd_fpga_generate)
     fsim = fps.add_parser("sim", help="run rows through golden model, C++ emulation and (--rtl) the RTL")
     fsim.add_argument("dir")
     fsim.add_argument("--rtl", action="store_true", help="also simulate the Verilog with Icarus (slower)")
-    fsim.add_argument("--rows", type=int, default=None, help="first N validation rows (default all)")
+    fsim.add_argument("--rows", type=_positive_int, default=None, help="first N validation rows (default all)")
     fsim.add_argument("--json", action="store_true", help="exactly one JSON object")
+    verify_key_arg(fsim)
     fsim.set_defaults(fn=cmd_fpga_sim)
     fb = fps.add_parser("build", help="synthesize and link an xclbin with Vitis (where installed)")
     fb.add_argument("dir")
     fb.add_argument("--platform", default="xilinx_u250_gen3x16_xdma_4_1_202210_1")
     fb.add_argument("--target", default="hw", choices=("sw_emu", "hw_emu", "hw"))
+    verify_key_arg(fb)
     fb.set_defaults(fn=cmd_fpga_build)
     p._run_parser = r
     return p
@@ -867,19 +1116,50 @@ def main(argv=None):
         if args.cmd == "run":
             from .config import apply
             apply(args, parser._run_parser, argv)
+        _model_keys(args)
         rc = args.fn(args)
     except KeyboardInterrupt:
         rc = 130
+    except BrokenPipeError as e:
+        if not _stdout_gone():
+            print(f"engine: error: {e}", file=sys.stderr)
+            rc = 2
+        else:
+            rc = _quiet_broken_pipe()
     except (ValueError, RuntimeError, OSError) as e:
         print(f"engine: error: {e}", file=sys.stderr)
         rc = 2
     if args.cmd in ("run", "feed", "replay"):
         # Everything is flushed, fsynced and unlinked by now. Tearing down an interpreter with
         # numba/LLVM and XGBoost loaded takes ~300 ms, which a stop "within a second" cannot spare.
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            rc = _quiet_broken_pipe()
         sys.stderr.flush()
         os._exit(rc)
     return rc
+
+
+def _stdout_gone():
+    """Is stdout a pipe whose reader has gone (`engine signals show F | head`)?"""
+    import select
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _quiet_broken_pipe():
+    """The reader of our output went away: stop quietly, as a tool killed by SIGPIPE does (exit
+    status 141), with nothing on stderr and nothing more written (Python's own flush at exit
+    goes to /dev/null)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ KEYS = {
     "name": ("name", str), "core": ("core", int), "priority": ("priority", int), "realtime": ("no_rt", "not"),
     "strict": ("strict", bool), "duration": ("duration", float),
     "loop.policy": ("policy", str), "loop.wait": ("wait", str), "loop.conflate": ("conflate", str),
-    "model.dir": ("model", str), "model.backend": ("backend", str),
+    "model.dir": ("model", str), "model.backend": ("backend", str), "model.verify_key": ("verify_key", str),
     "feed.uri": ("feed", str), "feed.ring": ("ring", str), "feed.ring_owner": ("ring_owner", str), "feed.speed": ("speed", float), "feed.max": ("max", bool),
     "feed.rate": ("rate", float), "feed.instruments": ("instruments", int), "feed.seed": ("seed", int),
     "feed.ring_capacity": ("ring_capacity", int),
@@ -42,6 +42,9 @@ def load(path):
         raise ConfigError(f"{path}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:  # a binary file: TOML is UTF-8 text
+        raise ConfigError(f"{path}: not a TOML file (not UTF-8 text: byte {e.start} is {e.object[e.start]:#04x})") \
+            from None
     out = {}
     params = data.get("strategy", {}).pop("params", None) if isinstance(data.get("strategy"), dict) else None
     if params is not None:  # [strategy.params]: the strategy's own names, checked against its PARAMS later

@@ -2,7 +2,8 @@
 of it: they share only the control block.
 
 A drain thread of its own renews the loop's lease every DRAIN_PERIOD_S and drains signals to the
-signal file and to the zmq PUB socket, so no HTTP client can starve either. One asyncio loop
+signal file and to zmq (engine/zpub.py: slow subscribers are cut off), so no HTTP client can
+starve either. One asyncio loop
 (uvloop) on the main thread serves HTTP (bounded: a /metrics snapshot at most every
 METRICS_EVERY_S, MAX_REQUESTS at once, timeouts) (/metrics, /health, /ready; /status and /control/* behind a
 bearer token), writes the HdrHistogram interval log, watches the loop (a watchdog on its
@@ -11,6 +12,7 @@ a spawned feed is started again, and a ring that reappears under the same name i
 """
 import asyncio
 import json
+import logging
 import os
 import secrets
 import signal
@@ -31,7 +33,8 @@ METRICS_EVERY_S = 0.25            # /metrics renders at most this often, however
 MAX_REQUESTS = 64                 # HTTP requests in progress at once; more get 503
 REQUEST_TIMEOUT_S = 5.0
 KEEPALIVE_S = 5.0
-PUB_HWM = 1000                    # zmq: records queued per subscriber before it loses messages
+PUB_HWM = 1000                    # zmq: records queued per subscriber before it is found slow and cut off
+LOG_EVERY_S = 10.0                # at most one line per kind of HTTP trouble this often (the rest are counted)
 QUANTILES = (("0.5", 50.0), ("0.9", 90.0), ("0.99", 99.0), ("0.999", 99.9), ("0.9999", 99.99), ("1", 100.0))
 
 
@@ -46,20 +49,39 @@ def runtime_dir():
     return d
 
 
-def ensure_token(path):
-    """The control token: read it, or create it (0600) the first time."""
+def _open_token(path):
+    """An fd on the token file, or None if there is none. Refused: a link, another user's file, or
+    one group or others can read or write (the token would be theirs too)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        fd = None
+        return None
     except OSError as e:
         raise RuntimeError(f"token file {path}: {e.strerror} (a link is never followed)") from None
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        os.close(fd)
+        why = f"owned by uid {st.st_uid}, not this user (uid {os.geteuid()})" if st.st_uid != os.geteuid() else \
+            f"mode {st.st_mode & 0o777:04o}: group or others have access to it"
+        raise RuntimeError(f"token file {path} is refused: {why}; it must be this user's and private: "
+                           f"chmod 600 {path} (and pick a new token if others may have read it: delete the file "
+                           "and the engine makes a new one)")
+    return fd
+
+
+def read_token(path):
+    """The control token for a client (engine ctl, engine stats), held to the same rules."""
+    fd = _open_token(path)
+    if fd is None:
+        raise FileNotFoundError(2, "No such file or directory", path)
+    with os.fdopen(fd) as f:
+        return f.read().strip()
+
+
+def ensure_token(path):
+    """The control token: read it, or create it (0600) the first time."""
+    fd = _open_token(path)
     if fd is not None:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            os.close(fd)
-            raise RuntimeError(f"token file {path} is owned by uid {st.st_uid} with mode {st.st_mode & 0o777:04o}: "
-                               f"it must be this engine's (uid {os.geteuid()}) and 0600")
         with os.fdopen(fd) as f:
             tok = f.read().strip()
         if tok:
@@ -70,6 +92,46 @@ def ensure_token(path):
     with os.fdopen(fd, "w") as f:
         f.write(tok + "\n")
     return tok
+
+
+class HttpLog(logging.Logger):
+    """aiohttp's request-handler logger. A malformed request (the parser's 4xx) is counted
+    (engine_http_bad_requests_total) and costs at most one line every LOG_EVERY_S, never a
+    traceback; an error of ours keeps its traceback (as rate-limited); chatter is dropped."""
+
+    def __init__(self):
+        super().__init__("engine.http", logging.DEBUG)
+        self.bad = 0
+        self._at, self._unlogged = {}, {}
+
+    def _line(self, kind, text):
+        now = time.monotonic()
+        if now - self._at.get(kind, -1e9) < LOG_EVERY_S:
+            self._unlogged[kind] = self._unlogged.get(kind, 0) + 1
+            return
+        n = self._unlogged.pop(kind, 0)
+        self._at[kind] = now
+        log(text + (f" (and {n} more since the last such line)" if n else ""))
+
+    def _log(self, level, msg, args, exc_info=None, **kw):
+        from aiohttp.http_exceptions import HttpProcessingError
+        exc = sys.exc_info()[1] if exc_info is True else exc_info[1] if isinstance(exc_info, tuple) else exc_info
+        if isinstance(exc, HttpProcessingError):
+            self.bad += 1
+            what = " ".join(str(getattr(exc, "message", "") or type(exc).__name__).split())  # one line
+            what = what[:160].encode("ascii", "backslashreplace").decode()
+            peer = str(args[0]) if args else "?"
+            self._line("bad", f"http: {getattr(exc, 'code', 400)} to {peer}: {what} ({self.bad} malformed "
+                              "requests so far, engine_http_bad_requests_total)")
+        elif level >= logging.WARNING:
+            try:
+                text = str(msg) % args if args else str(msg)
+            except (TypeError, ValueError):
+                text = str(msg)
+            if isinstance(exc, BaseException):
+                import traceback
+                text += "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+            self._line("error", "http: " + text)
 
 
 class ControlPlane:
@@ -83,7 +145,6 @@ class ControlPlane:
         self.stall_logged = False
         self.stalled = False
         self.respawns = 0
-        self.published = 0
         self.pub = None
         self.hlog = None
         self.token = ensure_token(ctx.token_file) if ctx.http else None
@@ -93,6 +154,7 @@ class ControlPlane:
         self.lost_at_attach = None
         self.refused, self.refused_ino = 0, None
         self.drainer, self.drain_stop = None, threading.Event()
+        self.http_log = HttpLog()
         self._metrics, self._metrics_at = b"", 0.0
 
     # -- the feed ----------------------------------------------------------------------
@@ -212,20 +274,23 @@ class ControlPlane:
                 return total
             self.x.slog.write(buf[:n])  # signals and conflation marks (the file keeps both)
             if self.pub is not None:
-                import zmq
                 recs = buf[:n][((buf[:n, SW_FOLDED_FLAGS] >> 32) & SIGNAL_FLAG_MARK) == 0]  # decisions only
                 if len(recs) and int(((recs[:, SW_GEN_INST_SIDES] >> 32) & 0xFFFF).max()) >= len(self.instruments):
                     self._refresh_instruments()  # a feed names instruments as it finds them
-                for rec in recs:
-                    try:  # PUB never blocks: a slow subscriber loses messages at its high-water mark
-                        self.pub.send_multipart([self._topic((int(rec[SW_GEN_INST_SIDES]) >> 32) & 0xFFFF), rec.tobytes()],
-                                                zmq.NOBLOCK)
-                        self.published += 1
-                    except zmq.Again:
-                        pass
+                for rec in recs:  # never blocks: a subscriber found full is cut off (engine/zpub.py)
+                    self.pub.send(self._topic((int(rec[SW_GEN_INST_SIDES]) >> 32) & 0xFFFF), rec.tobytes())
             total += n
 
     # -- HTTP ----------------------------------------------------------------------------
+
+    @property
+    def published(self):
+        return self.pub.published if self.pub is not None else 0
+
+    def zmq_counters(self):
+        p = self.pub
+        return {"published": p.published if p else 0, "dropped": p.dropped if p else 0,
+                "slow_disconnects": p.disconnected if p else 0}
 
     def ready(self):
         why = []
@@ -245,7 +310,8 @@ class ControlPlane:
         ok, why = self.ready()
         return {"name": self.cfg.name, "pid": os.getpid(), "ready": ok, "not_ready": why,
                 "counters": self.x.ctl_blk.counters(), "signal_drops": int(self.x.sring.drops),
-                "published": self.published, "paused": self.paused, "feed": self.feed_status(),
+                "published": self.published, "zmq": self.zmq_counters(), "paused": self.paused,
+                "feed": self.feed_status(),
                 "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,
                 "model": {"id": pred.model_id, "backend": pred.backend, "dir": self.x.model_dir,
                           "generation": int(self.ctl[C.L_MODEL_GEN])},
@@ -276,7 +342,16 @@ class ControlPlane:
                                           "another user's, or writable by others)", value=plane.refused)
                 yield CounterMetricFamily("engine_drops", "signals dropped on a full signal ring",
                                           value=int(plane.x.sring.drops))
-                yield CounterMetricFamily("engine_published", "signals published on zmq", value=plane.published)
+                z = plane.zmq_counters()
+                yield CounterMetricFamily("engine_published", "signals published on zmq", value=z["published"])
+                yield CounterMetricFamily("engine_zmq_dropped", "signals zmq subscribers did not get because they "
+                                          "stopped reading: the one that found a queue full, and the queue "
+                                          "(SNDHWM signals + the socket's unsent bytes) of each one cut off",
+                                          value=z["dropped"])
+                yield CounterMetricFamily("engine_zmq_slow_disconnects", "zmq subscribers disconnected for not "
+                                          "reading (their queue was full)", value=z["slow_disconnects"])
+                yield CounterMetricFamily("engine_http_bad_requests", "malformed HTTP requests answered 4xx "
+                                          "by the parser", value=plane.http_log.bad)
                 lat = GaugeMetricFamily("engine_latency_ns", "latency percentiles since start, ns",
                                         labels=["stage", "quantile"])
                 for i, stage in enumerate(latency.STAGES):
@@ -311,8 +386,8 @@ class ControlPlane:
         return generate_latest(reg)
 
     def _authorized(self, request):
-        got = request.headers.get("Authorization", "")
-        return secrets.compare_digest(got.encode(), f"Bearer {self.token}".encode())
+        got = request.headers.get("Authorization", "")  # any bytes (undecodable ones come as surrogates)
+        return secrets.compare_digest(got.encode("utf-8", "surrogateescape"), f"Bearer {self.token}".encode())
 
     async def _serve_http(self, host, port):
         from aiohttp import web
@@ -371,6 +446,8 @@ class ControlPlane:
             busy[0] += 1
             try:
                 return await asyncio.wait_for(handler(request), REQUEST_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                return web.Response(status=503, text="timed out\n", headers={"Retry-After": "1"})
             finally:
                 busy[0] -= 1
 
@@ -381,7 +458,7 @@ class ControlPlane:
         app.router.add_get("/status", guarded(status))
         app.router.add_post("/control/{cmd}", guarded(control))
         app.router.add_get("/control/status", guarded(status))
-        runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S, logger=self.http_log)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
@@ -392,21 +469,17 @@ class ControlPlane:
     async def main(self):
         x = self.x
         http = None
+        if x.pub:
+            from .zpub import Publisher
+            # bounded per subscriber: one that stops reading holds at most PUB_HWM records plus its
+            # socket buffer; then it is counted and disconnected; it never grows our memory or blocks us
+            self.pub = Publisher(x.pub, hwm=PUB_HWM)
+            log(f"signals published on {x.pub} (topic = instrument, payload = the 128-byte signal record, "
+                f"then the topic's publication number)")
         if x.http:
             http = await self._serve_http(*x.http)
             log(f"http://{x.http[0]}:{x.http[1]}/metrics /health /ready; /status and /control/* need the token in "
                 f"{x.token_file}")
-        if x.pub:
-            import zmq
-            ctx = zmq.Context.instance()
-            self.pub = ctx.socket(zmq.PUB)
-            self.pub.setsockopt(zmq.LINGER, 0)
-            # bounded per subscriber: one that never reads holds at most SNDHWM records (~128 KB)
-            # plus its socket buffer, then loses messages; it never grows our memory or blocks us
-            self.pub.setsockopt(zmq.SNDHWM, PUB_HWM)
-            self.pub.setsockopt(zmq.SNDBUF, 256 * 1024)
-            self.pub.bind(x.pub)
-            log(f"signals published on {x.pub} (topic = instrument, payload = the 128-byte signal record)")
         if x.hlog_path:
             from .hlog import HlogWriter
             self.hlog = HlogWriter(x.hlog_path)
@@ -451,6 +524,8 @@ class ControlPlane:
             self.ctl[C.CTL_LEASE_NS] = now + x.lease_ns
             self.ctl[shm.H_HEARTBEAT_NS] = x.sring.hdr[shm.H_HEARTBEAT_NS] = now  # we own these two files
             self.drain()
+            if self.pub is not None:
+                self.pub.poll()
             if not x.thread.is_alive():
                 return
             self.drain_stop.wait(x.drain_period)
@@ -464,7 +539,7 @@ class ControlPlane:
         if self.hlog is not None:
             self.hlog.close(self.x.ctl_blk.hist)
         if self.pub is not None:
-            self.pub.close(0)
+            self.pub.close()
 
 
 def run_control_plane(ctx):

@@ -17,21 +17,44 @@ from . import latency
 
 
 class HlogWriter:
+    """Writes as it goes (flushed every interval). A write that fails (a full disk) does not stop
+    the run: `error` names the file and why, and nothing more is written; a clean close ends
+    the log with a "#[EndTime: ...]" comment line, so a log without one was cut short."""
+
     def __init__(self, path, start_unix=None):
+        from .outputs import OutputError, reason
         self.path = path
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self.f = open(path, "w", encoding="ascii")
+        self.error = None
+        self.intervals = 0
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.f = open(path, "w", encoding="ascii")
+        except OSError as e:
+            raise OutputError(path, "the latency log", reason(e), e.errno) from None
         self.start = start_unix if start_unix is not None else time.time()
         when = dt.datetime.fromtimestamp(self.start, dt.timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
-        self.f.write("#[Logged with signal-engine, values in ns]\n")
-        self.f.write("#[Histogram log format version 1.3]\n")
-        self.f.write(f"#[StartTime: {self.start:.3f} (seconds since epoch), {when}]\n")
-        self.f.write(f"#[BaseTime: {self.start:.3f} (seconds since epoch)]\n")
-        self.f.write('"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
-        self.f.flush()
+        self._write("#[Logged with signal-engine, values in ns]\n"
+                    "#[Histogram log format version 1.3]\n"
+                    f"#[StartTime: {self.start:.3f} (seconds since epoch), {when}]\n"
+                    f"#[BaseTime: {self.start:.3f} (seconds since epoch)]\n"
+                    '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
+        if self.error is not None:
+            self.close()
+            raise self.error
         self.prev = None
         self.t_prev = self.start
-        self.intervals = 0
+
+    def _write(self, text):
+        from .outputs import OutputError, reason
+        if self.error is not None:
+            return False
+        try:
+            self.f.write(text)
+            self.f.flush()
+            return True
+        except OSError as e:
+            self.error = OutputError(self.path, "the latency log", reason(e), e.errno)
+            return False
 
     def interval(self, counts, now_unix=None):
         """Log what each stage recorded since the last call (counts: the cumulative arrays)."""
@@ -41,22 +64,33 @@ class HlogWriter:
         self.prev = cur
         t0, length = self.t_prev - self.start, now - self.t_prev
         self.t_prev = now
+        lines = []
         for i, stage in enumerate(latency.STAGES):
             h = latency.to_hdrh(delta[i])
             mx = h.get_max_value() if h.get_total_count() else 0
             payload = h.encode().decode("ascii")
-            self.f.write(f"Tag={stage},{t0:.3f},{length:.3f},{mx / 1e6:.6f},{payload}\n")
-        self.f.flush()
-        self.intervals += 1
+            lines.append(f"Tag={stage},{t0:.3f},{length:.3f},{mx / 1e6:.6f},{payload}\n")
+        if self._write("".join(lines)):
+            self.intervals += 1
 
     def close(self, counts=None):
         if self.f.closed:
             return
         if counts is not None:
             self.interval(counts)
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
+        self._write(f"#[EndTime: {time.time():.3f} (seconds since epoch), {self.intervals} intervals]\n")
+        try:
+            if self.error is None:
+                os.fsync(self.f.fileno())
+        except OSError as e:
+            self._write("")  # (keeps the first error)
+            if self.error is None:
+                from .outputs import OutputError, reason
+                self.error = OutputError(self.path, "the latency log", reason(e), e.errno)
+        try:
+            self.f.close()
+        except OSError:
+            pass  # what was buffered when the disk filled: already reported in `error`
 
 
 def read(path):

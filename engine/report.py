@@ -18,6 +18,7 @@ def as_json(res):
         "strategy": res.strategy, "wait": res.wait, "policy_reason": res.choice,
         "conflate": res.conflate, "conflated": res.counters["conflated"], "conflation_marks": res.counters["marks"],
         "parks": res.counters["parks"], "feed_waits_for_loop": res.backpressure,
+        "warnings": warnings(res), "error": getattr(res, "error", None),
     }
 
 
@@ -51,6 +52,7 @@ def warnings(res):
                    "(a live feed faster than the loop; file feeds wait for it)")
     if res.drops:
         out.append(f"{res.drops:,} signals dropped: the signal ring was full (the drainer fell behind)")
+    out += list(getattr(res, "warnings", []))  # incomplete inputs and outputs
     return out
 
 

@@ -86,6 +86,8 @@ class RunResult:
     run_seconds: float
     notes: list = field(default_factory=list)
     swaps: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # incomplete inputs and outputs, in words (report.warnings)
+    error: str | None = None        # an output that could not be written: the run stopped, exit non-zero
 
 
 class StrategyThread(threading.Thread):
@@ -180,6 +182,8 @@ class StrategyThread(threading.Thread):
 def _spawn_feed(cfg, ring_name, uri):
     cmd = [sys.executable, "-m", "engine.cli", "feed", uri, "--ring", ring_name,
            "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent"]
+    if cfg.keep_rings:
+        cmd += ["--keep"]  # the feed removes its ring on exit unless told to keep it
     if cfg.feed is None or "rate=" not in cfg.feed:
         cmd += ["--rate", f"{cfg.rate:g}"]
     cmd += ["--max"] if cfg.speed == 0 else ["--speed", f"{cfg.speed:g}"]
@@ -265,6 +269,22 @@ def reload_model(cfg, strategy, ctl, loaded, swaps):
                                                    if adopted else "NOT adopted within 1 s"))
 
 
+def check_outputs(cfg, sig_path, parquet_out):
+    """Every file the run will write can be written: checked before anything is created or
+    started, so a bad path leaves nothing behind (an OutputError naming it)."""
+    from .outputs import OutputError, check_writable
+    check_writable(sig_path, "signals")
+    if parquet_out:
+        check_writable(parquet_out, "the signal table")
+    if cfg.hlog:
+        check_writable(cfg.hlog, "the latency log")
+    if cfg.http and cfg.token_file:
+        if os.path.isdir(cfg.token_file):
+            raise OutputError(cfg.token_file, "the control token", "Is a directory")
+        if not os.path.exists(cfg.token_file):  # created on first use
+            check_writable(cfg.token_file, "the control token")
+
+
 def _drain_signals(sring, buf, slog):
     """Move pending signals from the ring to the signal file; returns how many."""
     n = sigring.drain(sring.hdr, sring.data, sring.mask, buf)
@@ -322,6 +342,11 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
     if cfg.warm_every < 0:
         raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
+    sig_path = cfg.signals_out or default_signals_path(cfg.name)
+    parquet_out = None
+    if sig_path.endswith(".parquet"):  # the raw log goes next to it; the table is written at the end
+        parquet_out, sig_path = sig_path, sig_path[:-len(".parquet")] + ".sig"
+    check_outputs(cfg, sig_path, parquet_out)
     from feeds.sources import Synthetic, open_source
 
     from .strategy_build import load_host
@@ -347,6 +372,10 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             src.sock.close()  # the feed process listens, not us
     if cfg.ring:
         finite = False
+    # an incomplete tick file (a killed recorder): its unchecked records, in the summary too
+    input_warnings = [] if cfg.ring else list(getattr(getattr(src, "file", None), "warnings", []))
+    for w in input_warnings:
+        log(f"warning: {w}")
     # A file can wait, a market cannot: a file feed waits for our loop (lossless, every tick scored);
     # live sources never block, and the loop conflates when it falls behind them.
     file_feed = not cfg.ring and not src.live and not isinstance(src, Synthetic)
@@ -398,15 +427,17 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
     sig = np.zeros(SIGNAL_WORDS, np.int64)
     pvals = host.params()
     drain_buf = np.zeros((4096, SIGNAL_WORDS), np.int64)
-    sig_path = cfg.signals_out or default_signals_path(cfg.name)
-    parquet_out = None
-    if sig_path.endswith(".parquet"):  # the raw log goes next to it; the table is written at the end
-        parquet_out, sig_path = sig_path, sig_path[:-len(".parquet")] + ".sig"
 
     # 2. resources: everything created from here on is removed in the finally block
     created = []
     ctl_blk = sring = slog = proc = thread = plane = None
     t_start = t_stop = time.monotonic()
+    running = False
+    cleanup_errors = []
+
+    def on_write_error(msg):  # from the drain thread: stop the run, which still prints its summary
+        log(f"error: {msg}; stopping")
+        stop_event.set()
     from . import locks
     try:
         if cfg.core is not None:
@@ -417,7 +448,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         sring = sigring.SignalRing(f"{cfg.name}.signals")
         created.append(sring.path)
         if not cfg.ring:
-            created.append(shm.ring_path(ring_name))
+            created += [shm.ring_path(ring_name), shm.ring_path(ring_name) + ".instruments"]
         for n in (ctl_blk.note, sring.note):
             if n:
                 log(n)
@@ -430,7 +461,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl, ctl_blk.hist,
                     *hs.loop_arrays(), row, out, tick, sig, pvals, cfg_arr)
 
-        slog = SignalLog(sig_path)
+        slog = SignalLog(sig_path, on_error=on_write_error)
         if not cfg.ring:
             proc = _spawn_feed(cfg, ring_name, feed_uri)
             _wait_ring(shm.ring_path(ring_name), proc)
@@ -441,6 +472,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         thread.ready.wait()
         if thread.error:
             raise thread.error
+        running = True
         feed = f"feed pid {proc.pid}" if proc else f"ring {shm.ring_path(ring_name)}"
         log(f"running: core {thread.core if thread.core is not None else 'unpinned'}, {thread.policy}, "
             f"{feed}, signals -> {sig_path}")
@@ -465,47 +497,86 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         plane = run_control_plane(px)
         proc = px.proc
     finally:
+        # Cleanup always runs to the end, whatever fails on the way (each step on its own).
+        def step(fn, *args):
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001 - reported after the rest is cleaned up
+                log(f"error while stopping: {e}")
+                cleanup_errors.append(e)
         t_stop = time.monotonic()
         if ctl_blk is not None:
             ctl_blk.hdr[C.CTL_CMD] = C.CMD_STOP
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # it exits while we drain and summarise
+            step(proc.send_signal, signal.SIGTERM)  # it exits while we drain and summarise
         if thread is not None:
             thread.join(timeout=2.0)
         if plane is not None:
-            plane.finish()  # the last signals (file and zmq) and the last latency interval
+            step(plane.finish)  # the last signals (file and zmq) and the last latency interval
         elif slog is not None:
-            while _drain_signals(sring, drain_buf, slog):
-                pass
+            def drain_rest():
+                while _drain_signals(sring, drain_buf, slog):
+                    pass
+            step(drain_rest)
         if slog is not None:
-            slog.close()
+            step(slog.close)
+            if not running and not slog.count and slog.regular:
+                step(_unlink, sig_path)  # the run never started: no empty signal file left behind
         if proc is not None:
-            try:
-                proc.wait(timeout=0.3)  # it has nothing to flush; we remove its ring ourselves
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            def stop_feed():
+                try:
+                    proc.wait(timeout=0.3)  # it has nothing to flush; we remove its ring ourselves
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            step(stop_feed)
         if thread is not None and thread.consumer is not None:
-            thread.consumer.close()
+            step(thread.consumer.close)
         if not cfg.keep_rings:
             for p in created:
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
-        rt.munlockall()
-        locks.release_all()
+                step(_unlink, p)
+        step(rt.munlockall)
+        step(locks.release_all)
     if thread.error:
         raise thread.error
+    if cleanup_errors:
+        raise cleanup_errors[0]
+    warnings = list(input_warnings)
+    error = None
+    if slog.error is not None:
+        error = str(slog.error)
+        warnings.append(f"signal file {sig_path} is incomplete: the writer stopped at record {slog.count:,} "
+                        f"({slog.error.reason}); {slog.unwritten:,} records not written (marked in its header: "
+                        "`engine signals show` says so)")
+    hl = getattr(plane, "hlog", None)
+    if hl is not None and hl.error is not None:
+        warnings.append(f"latency log {hl.path} is incomplete after {hl.intervals} intervals: {hl.error.reason}")
+        error = error or str(hl.error)
     if parquet_out:
-        from .signal_log import read_signals, write_signals_parquet
-        write_signals_parquet(parquet_out, read_signals(sig_path))
-        sig_path = parquet_out
+        if slog.error is None:
+            from .outputs import OutputError
+            from .signal_log import read_signals, write_signals_parquet
+            try:
+                write_signals_parquet(parquet_out, read_signals(sig_path))
+                sig_path = parquet_out
+            except OutputError as e:  # nothing left at its name: written whole or not at all
+                error = error or str(e)
+                warnings.append(f"signal table {parquet_out} not written ({e.reason}); the signals are in {sig_path}")
+        else:
+            warnings.append(f"signal table {parquet_out} not written: the signal file is incomplete")
     if thread.exit_state == C.LOOP_LEASE_EXPIRED:
         raise RuntimeError(f"the strategy loop stopped itself: the control thread did not renew its lease "
                            f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")
     return RunResult(counters=ctl_blk.counters(), drops=sring.drops, core=thread.core, policy=thread.policy,
                      wait=choice.wait.name, choice=choice.reason, conflate=conflate, backpressure=file_feed,
                      backend=pred.backend, latency=latency.summary(ctl_blk.hist), signals_path=sig_path,
-                     model_dir=model_dir, strategy=strat.identity(), run_seconds=t_stop - t_start, notes=notes + thread.notes, swaps=swaps)
+                     model_dir=model_dir, strategy=strat.identity(), run_seconds=t_stop - t_start, notes=notes + thread.notes, swaps=swaps,
+                     warnings=warnings, error=error)
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 

@@ -1,9 +1,19 @@
 """The signal file: a 64-byte header then raw signal records (SIGNAL_DTYPE, 128 bytes each).
 
-Written by the drainer as signals arrive and flushed on every drain, so a crash loses
+Written by the drainer as signals arrive, straight to the file on every drain, so a crash loses
 at most the signals still in the ring; a partial trailing record is ignored on read.
+
+Header (version 3): magic "ENGSIG01", u32 version, u32 record size, i64 created (ns), u32 flags,
+u32 0, u64 records, 24 bytes reason (ASCII). Flags: 1 complete (the writer closed it: `records`
+is how many it wrote), 2 stopped (a write failed, e.g. a full disk: the file holds the first
+`records` records, whole; `reason` says why, and the writer wrote nothing more). A file with
+neither is being written, or its writer was killed. `status()` says which, and `engine signals
+show` prints it ("incomplete: the writer stopped at record N (reason)"). Version 2 files (no
+flags) are read as they are.
 """
+import errno
 import os
+import stat
 import time
 
 import numpy as np
@@ -11,11 +21,12 @@ import numpy as np
 from .records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, SIGNAL_WORDS
 
 RECORD = SIGNAL_DTYPE.itemsize
-VERSION = 2  # 1: 64-byte records, before positions in units
+VERSION = 3  # 1: 64-byte records, before positions in units; 2: no completion flags
+F_COMPLETE, F_STOPPED = 1, 2
 
 MAGIC = b"ENGSIG01"
 HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_size", "<u4"), ("created_unix_ns", "<i8"),
-                   ("pad", "V40")])
+                   ("flags", "<u4"), ("pad", "<u4"), ("records", "<u8"), ("reason", "S24")])
 assert HEADER.itemsize == 64
 
 
@@ -24,30 +35,144 @@ class SignalLogError(RuntimeError):
 
 
 class SignalLog:
-    def __init__(self, path):
+    """Append signal records. A write that fails does not raise (the strategy keeps running, its
+    signals still go to zmq): the file is marked stopped at its last whole record with the
+    reason, `error` says what failed (naming the file), `unwritten` counts what was not written,
+    and `on_error(message)` is called once (the engine stops its run). A pipe or a device
+    (/dev/null) takes the same bytes, with no marks."""
+
+    def __init__(self, path, on_error=None):
+        from .outputs import OutputError, reason
         self.path = path
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        self.f = open(path, "wb")
-        h = np.zeros(1, HEADER)
-        h["magic"], h["version"], h["record_size"], h["created_unix_ns"] = MAGIC, VERSION, RECORD, time.time_ns()
-        self.f.write(h.tobytes())
+        self.on_error = on_error
         self.count = 0
+        self.unwritten = 0
+        self.error = None
+        self.created = time.time_ns()
+        self.fd = None
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
+            _write_all(self.fd, self._header(0))
+        except (OSError, _Short) as e:
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+            e = getattr(e, "cause", e)
+            raise OutputError(path, "signals", reason(e), e.errno) from None
+
+    def _header(self, flags, why=""):
+        h = np.zeros(1, HEADER)
+        h["magic"], h["version"], h["record_size"], h["created_unix_ns"] = MAGIC, VERSION, RECORD, self.created
+        h["flags"], h["records"], h["reason"] = flags, self.count, why.encode("ascii", "replace")[:24]
+        return h.tobytes()
+
+    def _mark(self, flags, why=""):
+        """Rewrite the header in place (a regular file only): bytes already on disk, no new space."""
+        if self.regular:
+            os.pwrite(self.fd, self._header(flags, why), 0)
 
     def write(self, words):
         """words: int64 [n, SIGNAL_WORDS] signal records."""
-        if len(words):
-            self.f.write(np.ascontiguousarray(words).tobytes())
-            self.f.flush()
-            self.count += len(words)
+        if not len(words):
+            return
+        if self.error is not None or self.fd is None:
+            self.unwritten += len(words)
+            return
+        try:
+            _write_all(self.fd, np.ascontiguousarray(words).tobytes())
+        except _Short as e:
+            self._stop(e.cause, len(words), e.done // RECORD)
+            return
+        self.count += len(words)
+
+    def _stop(self, e, n, whole):
+        """A write failed after `whole` of its `n` records: keep those, mark the file, say so once."""
+        from .outputs import OutputError, reason
+        self.count += whole
+        self.unwritten += n - whole
+        self.error = OutputError(self.path, "signals", reason(e), getattr(e, "errno", None))
+        if self.regular:
+            try:
+                os.ftruncate(self.fd, 64 + self.count * RECORD)  # a record written in part goes
+                self._mark(F_STOPPED, reason(e))
+            except OSError:
+                pass  # no flag at all: still read as incomplete
+        if self.on_error is not None:
+            self.on_error(str(self.error))
 
     def close(self):
-        self.f.flush()
+        if self.fd is None:
+            return
         try:
-            os.fsync(self.f.fileno())
-        except OSError:  # not a file that syncs (/dev/null, a pipe): nothing to make durable
-            pass
-        self.f.close()
+            if self.regular:
+                if self.error is None:
+                    self._mark(F_COMPLETE)
+                os.fsync(self.fd)
+        except OSError as e:
+            if self.error is None:
+                self._stop(e, 0, 0)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+class _Short(Exception):
+    def __init__(self, done, cause):
+        self.done, self.cause = done, cause
+
+
+def _write_all(fd, data):
+    """Write all of data; _Short(bytes written, the OSError) when that fails part way."""
+    mv = memoryview(data).cast("B")
+    done = 0
+    while done < len(mv):
+        try:
+            k = os.write(fd, mv[done:])
+        except OSError as e:
+            raise _Short(done, e) from None
+        if k <= 0:
+            raise _Short(done, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        done += k
+    return done
+
+
+def status(path):
+    """What a signal file says of itself: {"version", "records" (whole records in the file),
+    "complete" (None for a version 2 file: it cannot say), "stopped_at", "reason", "note"}
+    where note, when not None, is what a reader must be told ("incomplete: ...")."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw = f.read(64)
+    except OSError as e:
+        raise SignalLogError(f"{path}: {e.strerror}") from None
+    if len(raw) < 64:
+        raise SignalLogError(f"{path}: {len(raw)} bytes, too short for a signal file header")
+    h = np.frombuffer(raw, HEADER)[0]
+    if bytes(h["magic"]) != MAGIC:
+        raise SignalLogError(f"{path}: not an engine signal file")
+    n, torn = divmod(size - 64, RECORD)
+    out = {"version": int(h["version"]), "records": n, "complete": None, "stopped_at": None, "reason": None,
+           "note": None}
+    if out["version"] < 3:
+        return out
+    flags, declared = int(h["flags"]), int(h["records"])
+    why = bytes(h["reason"]).rstrip(b"\0").decode("ascii", "replace")
+    out["complete"] = bool(flags & F_COMPLETE)
+    if flags & F_COMPLETE:
+        if declared != n:
+            out["note"] = (f"damaged: its writer closed it with {declared:,} records, it holds {n:,}"
+                           + (f" and {torn} bytes of a torn one" if torn else ""))
+    elif flags & F_STOPPED:
+        out["stopped_at"], out["reason"] = declared, why
+        out["note"] = f"incomplete: the writer stopped at record {declared:,} ({why})"
+    else:
+        out["stopped_at"] = n
+        out["note"] = (f"incomplete: the writer stopped at record {n:,} (no end mark: it is still running, or "
+                       "was killed)")
+    return out
 
 
 def read_signals(path):
@@ -93,16 +218,13 @@ def signals_table(sigs, extra=None):
 
 
 def write_signals_parquet(path, sigs, extra=None, metadata=None):
-    """Write atomically (a temporary file renamed into place)."""
+    """Write atomically (a temporary file renamed into place; an OutputError naming `path` if
+    that fails, and no temporary left)."""
     import pyarrow.parquet as pq
+
+    from .outputs import atomic_file
     t = signals_table(sigs, extra)
     if metadata:
         t = t.replace_schema_metadata({k.encode(): str(v).encode() for k, v in metadata.items()})
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+    with atomic_file(path, "the signal table") as tmp:
         pq.write_table(t, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -448,6 +448,8 @@ class BinanceFile:
                     if self.ncmd >= Q_CMDS:
                         n = yield from self._run(out, n)
             n = yield from self._run(out, n)
+        if not self.counts["lines"] and not carry.strip():
+            raise U.FeedError(f"{self.path}: empty: no messages")
         if carry.strip():
             lineno += 1
             if self.strict and not carry.rstrip().endswith(b"}"):

@@ -1,5 +1,6 @@
 """`engine convert SOURCE --out FILE`: a source's normalised ticks to .parquet, .csv, or ITCH 5.0
-(.itch, .itch.gz). Written to a temporary file and renamed, so a failed conversion leaves nothing."""
+(.itch, .itch.gz). Written to a temporary file and renamed, so a failed conversion leaves nothing;
+a failed write (a full disk) is an error naming the output."""
 import datetime as dt
 import gzip
 import os
@@ -69,6 +70,8 @@ class TicksSink:
 
     def write(self, ticks, seq0):
         self.w.append(ticks)
+        if len(self.source.instruments) != len(self.w.meta["instruments"]):  # found as it reads
+            self.w.set_instruments(self.source.instruments)
 
     def close(self):
         self.w.set_instruments(self.source.instruments)
@@ -111,15 +114,17 @@ def convert(uri, out, progress=True, on_source=None):
     """Convert; returns a summary dict. Raises FeedError on bad input (no output left behind).
     A live source runs until it ends (MoldUDP64 end of session, idle_s) or its stop() is called
     (on_source(src) gets it first, e.g. to wire SIGINT): then the file is completed, not dropped."""
+    from engine.outputs import as_output_error, check_writable, is_write_error, temp_name
     fmt = out_format(out)
+    check_writable(out, "ticks")  # before the source is opened (a live one starts listening)
     src = open_source(uri)
     if on_source:
         on_source(src)
-    tmp = f"{out}.tmp-{os.getpid()}"
-    sink = (ItchSink if fmt.startswith(".itch") else TicksSink if fmt == ".ticks" else _Tabular)(tmp, fmt, src)
+    tmp = temp_name(out)
     n = 0
     t0 = last = time.monotonic()
     try:
+        sink = (ItchSink if fmt.startswith(".itch") else TicksSink if fmt == ".ticks" else _Tabular)(tmp, fmt, src)
         for ticks in src.batches():
             sink.write(ticks, n)
             n += len(ticks)
@@ -129,14 +134,18 @@ def convert(uri, out, progress=True, on_source=None):
                 print(f"[convert] {n:,} ticks ({n / (now - t0):,.0f}/s)", file=sys.stderr, flush=True)
         note = sink.close()
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if is_write_error(e, tmp):
+            raise as_output_error(e, out, "ticks") from None  # names the output, not its temporary
         raise
     res = {"source": src.uri, "out": out, "ticks": n, "instruments": list(src.instruments),
-           "seconds": round(time.monotonic() - t0, 3), "stats": src.stats()}
+           "seconds": round(time.monotonic() - t0, 3), "stats": src.stats(),
+           # an input tick file that is incomplete: its unchecked records (engine/tickfile.py)
+           "warnings": list(getattr(getattr(src, "file", None), "warnings", []))}
     if isinstance(note, str):
         res["note"] = note
     return res

@@ -1,5 +1,6 @@
 """Reading capture files in chunks, compressed or not, with errors that name the file."""
 import gzip
+import os
 import zlib
 
 from .uri import FeedError
@@ -12,10 +13,12 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 def check_readable(path):
     """Fail now, with the file's name, rather than in a feed process later."""
     try:
-        with open(path, "rb"):
-            pass
+        with open(path, "rb") as f:
+            empty = os.fstat(f.fileno()).st_size == 0
     except OSError as e:
         raise FeedError(f"{path}: {e.strerror}") from None
+    if empty:
+        raise FeedError(f"{path}: empty file (no messages)")
 
 
 def _open(path):

@@ -25,21 +25,41 @@ def _sha(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def model_source(src):
-    """(model.json path, validation rows or None, artifact manifest or None)."""
+def model_source(src, work_dir):
+    """(model.json path, validation rows or None, artifact manifest or None). An artifact is
+    verified like every load (its signature when a verify key is configured, every file's
+    sha256), and the verified bytes of its model.json are written to work_dir/model.json: every
+    later step reads that copy, never the artifact again."""
+    import io
+
+    from models.artifact import ArtifactError, read_manifest, verify_files
+    from models.signing import verify_key
     p = Path(src)
-    if p.is_dir():
-        from models.artifact import read_manifest
-        m = read_manifest(p)
-        X = None
-        vf = m.get("validation", {}).get("rows_file")
-        if vf and (p / vf).exists():
-            with np.load(p / vf) as z:
-                X = np.asarray(z["X"], np.float32)
-        return p / "model.json", X, m
-    if p.suffix != ".json" or not p.exists():
-        raise FixedPointError(f"{src}: give an engine artifact directory or an XGBoost .json model")
-    return p, None, None
+    dest = Path(work_dir) / "model.json"
+    try:
+        if p.is_dir():
+            m = read_manifest(p)
+            blobs = verify_files(p, m)
+            if "model.json" not in blobs:
+                raise ArtifactError(f"{p}: model.json is not covered by the manifest")
+            X = None
+            vf = m.get("validation", {}).get("rows_file")
+            if vf in blobs:
+                with np.load(io.BytesIO(blobs[vf])) as z:
+                    X = np.asarray(z["X"], np.float32)
+            dest.write_bytes(blobs["model.json"])
+            return dest, X, m
+        if p.suffix != ".json" or not p.exists():
+            raise FixedPointError(f"{src}: give an engine artifact directory or an XGBoost .json model")
+        key = verify_key()
+        if key is not None:
+            raise FixedPointError(f"{src}: a bare XGBoost .json has no signature, and a verify key is configured "
+                                  f"({key.describe()}); refusing it. Compile it into a signed artifact (engine "
+                                  "compile MODEL.json --out DIR --sign-key PRIVATE_KEY) and generate from that")
+    except ArtifactError as e:
+        raise FixedPointError(str(e)) from None
+    shutil.copyfile(p, dest)
+    return dest, None, None
 
 
 def probe_rows(trees, n_random=2000, seed=0):
@@ -86,26 +106,28 @@ def _check_strategy(src, art, trees, strategy):
 def generate(src, out_dir, leaf_bits=16, max_width=None, say=lambda m: None, strategy=None):
     """Write an FPGA directory for `src`; returns its manifest dict. Raises FixedPointError.
     `strategy` (engine/strategy_load.Strategy): check the model is that strategy's."""
+    from models import signing
+
     from . import hls, rtl
     t0 = time.monotonic()
-    model_json, X_art, art = model_source(src)
-    trees = load_xgboost_json(model_json)
-    ident = _check_strategy(src, art, trees, strategy) if strategy is not None else (art or {}).get("strategy")
-    fm = make_fixed(trees, leaf_bits, **({"max_width": max_width} if max_width else {}))
-    X = probe_rows(trees)
-    if X_art is not None:
-        X = np.concatenate([X_art, X])
-    check = check_against_xgboost(fm, model_json, X)
-    if check["leaf_agreement"] < 1.0:
-        raise FixedPointError(f"{src}: the fixed-point model reaches XGBoost's leaf on only "
-                              f"{check['leaf_agreement']:.4%} of {len(X)} validation rows (grids narrowed by "
-                              f"--max-width?); refusing to export")
+    sign_key = signing.sign_key()  # a bad key fails now, not after the work
     out = Path(out_dir)
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        shutil.copyfile(model_json, tmp / "model.json")
+        model_json, X_art, art = model_source(src, tmp)
+        trees = load_xgboost_json(model_json)
+        ident = _check_strategy(src, art, trees, strategy) if strategy is not None else (art or {}).get("strategy")
+        fm = make_fixed(trees, leaf_bits, **({"max_width": max_width} if max_width else {}))
+        X = probe_rows(trees)
+        if X_art is not None:
+            X = np.concatenate([X_art, X])
+        check = check_against_xgboost(fm, model_json, X)
+        if check["leaf_agreement"] < 1.0:
+            raise FixedPointError(f"{src}: the fixed-point model reaches XGBoost's leaf on only "
+                                  f"{check['leaf_agreement']:.4%} of {len(X)} validation rows (grids narrowed by "
+                                  f"--max-width?); refusing to export")
         _, levels = hls.generate(fm, str(tmp), model_name=str(src))
         _, cycles = rtl.generate(fm, str(tmp))
         say(f"compiling the HLS emulation ({fm.n_trees} trees) ...")
@@ -125,7 +147,10 @@ def generate(src, out_dir, leaf_bits=16, max_width=None, say=lambda m: None, str
             "files": {f: _sha(tmp / f) for f in files}, "created_unix": int(time.time()),
             "seconds": round(time.monotonic() - t0, 1),
         }
-        (tmp / "fpga.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        raw = (json.dumps(manifest, indent=2) + "\n").encode()
+        (tmp / "fpga.json").write_bytes(raw)
+        if sign_key is not None:  # --sign-key / ENGINE_MODEL_SIGN_KEY: fpga.sig
+            signing.write_signature(tmp, "fpga.json", raw, sign_key)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -135,13 +160,24 @@ def generate(src, out_dir, leaf_bits=16, max_width=None, say=lambda m: None, str
     return manifest
 
 
-def read(out_dir, verify=True):
-    """The manifest of an FPGA directory, every file's hash checked."""
+def read(out_dir, verify=True, check_signature=True):
+    """The manifest of an FPGA directory, every file's hash checked. With a verify key configured
+    fpga.json must be signed by it (fpga.sig: `engine fpga generate --sign-key`, or `engine model
+    sign DIR`) before anything in the directory is run. check_signature=False: only for the
+    fpga-sim back end's own cache, which this host generated from a verified artifact."""
     d = Path(out_dir)
     try:
-        m = json.loads((d / "fpga.json").read_text())
+        raw = (d / "fpga.json").read_bytes()
+        m = json.loads(raw)
     except (OSError, ValueError) as e:
         raise FixedPointError(f"{d}: not an FPGA directory from `engine fpga generate` ({e})") from None
+    if check_signature:  # over the bytes just parsed, before any file of the directory is used
+        from models.artifact import ArtifactError
+        from models.signing import check
+        try:
+            check(d, "fpga.json", raw)
+        except ArtifactError as e:
+            raise FixedPointError(str(e)) from None
     if m.get("format") != FORMAT:
         raise FixedPointError(f"{d}: FPGA directory format {m.get('format')}, this engine reads {FORMAT}")
     if verify:

@@ -4,6 +4,10 @@ A compiled model is native code. Loading verifies the sha256 of every file the
 manifest lists, the feature schema and the C ABI, then dlopens the *verified bytes*
 (copied into a memfd, so the file cannot change between check and load), and finally
 re-runs the stored validation rows, which must match XGBoost's margins bit for bit.
+
+With a verify key configured (models/signing.py), read_manifest, which every load goes through,
+first checks manifest.sig over the manifest's exact bytes (and so over every file's sha256):
+an unsigned or wrongly signed artifact is refused before any of its code is opened.
 """
 import ctypes
 import hashlib
@@ -22,6 +26,11 @@ FORMAT = 1
 
 class ArtifactError(RuntimeError):
     """An artifact is missing, changed, or does not fit this engine; the message says which."""
+
+
+class SignatureError(ArtifactError):
+    """A verify key is configured and the artifact is unsigned, signed with another key, or
+    changed after signing."""
 
 
 def sha256_file(path):
@@ -62,25 +71,59 @@ def versions():
 
 
 def write_manifest(art_dir, fields):
-    """Hash every file in the artifact and write the manifest last."""
+    """Hash every file in the artifact and write the manifest last; with a signing key configured
+    (--sign-key, ENGINE_MODEL_SIGN_KEY) sign it (manifest.sig)."""
+    from . import signing
     art_dir = Path(art_dir)
+    key = signing.sign_key()  # a bad key fails here, before the manifest exists
+    vkey = signing.verify_key() if key is None else None
+    if vkey is not None:
+        raise SignatureError(f"{art_dir}: a verify key is configured ({vkey.describe()}) but no "
+                             f"signing key, so this artifact would be unsigned and refused; give --sign-key "
+                             f"PRIVATE_KEY (or {signing.ENV_SIGN})")
+    sig_names = set(signing.SIGNATURE_FILES.values())
     files = {}
     for p in sorted(art_dir.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
+        if p.is_file() and p.name != MANIFEST and p.name not in sig_names:
             files[str(p.relative_to(art_dir))] = sha256_file(p)
     manifest = {"format": FORMAT, **fields, "files": files,
                 "target": {"machine": platform.machine(), "cpu_flags": cpu_flags()}}
-    (art_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    raw = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    (art_dir / MANIFEST).write_bytes(raw)
+    if key is not None:
+        signing.write_signature(art_dir, MANIFEST, raw, key)
     return manifest
 
 
-def read_manifest(art_dir):
+def _manifest_bytes(art_dir):
     path = Path(art_dir) / MANIFEST
     try:
-        m = json.loads(path.read_text())
+        return path.read_bytes()
     except FileNotFoundError:
         raise ArtifactError(f"{art_dir}: not a model artifact (no {MANIFEST})") from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        raise ArtifactError(f"{path}: unreadable manifest: {e}") from None
+
+
+def signature_status(art_dir):
+    """unsigned | signed (not verified: no key configured) | verified (KEY) | refused: WHY."""
+    from . import signing
+    return signing.status(art_dir, MANIFEST, _manifest_bytes(art_dir))
+
+
+def read_manifest(art_dir, check_signature=True):
+    """The manifest. Every load goes through here: with a verify key configured, the manifest's
+    bytes must carry a valid signature by that key (check_signature=False only for `model
+    inspect` without --verify, signing, and the default model's cache check, none of which
+    open native code)."""
+    path = Path(art_dir) / MANIFEST
+    raw = _manifest_bytes(art_dir)
+    if check_signature:
+        from . import signing
+        signing.check(art_dir, MANIFEST, raw)  # the bytes parsed below are the bytes verified
+    try:
+        m = json.loads(raw)
+    except ValueError as e:
         raise ArtifactError(f"{path}: unreadable manifest: {e}") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("files"), dict):
         raise ArtifactError(f"{path}: unknown manifest format {m.get('format') if isinstance(m, dict) else m!r}")

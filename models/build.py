@@ -138,6 +138,9 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
             shutil.rmtree(out_dir)
         os.rename(tmp, out_dir)
         return manifest
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        from engine.outputs import as_output_error, is_write_error
+        if is_write_error(e, str(tmp)):  # a full disk: one line naming the artifact, nothing left
+            raise as_output_error(e, out_dir, "the model artifact", inside=str(tmp)) from None
         raise

@@ -82,14 +82,20 @@ def default_model_dir(strategy=None):
     strategy = strategy or load()
     d = cache_root() / f"default-{strategy.name}-{default_key(strategy)}"
     if d.exists():
-        try:
-            artifact.verify_files(d, artifact.read_manifest(d))
+        try:  # the cache's integrity; its signature (with a verify key configured) is checked at load
+            artifact.verify_files(d, artifact.read_manifest(d, check_signature=False))
             return d
         except artifact.ArtifactError as e:
             bad = d.with_name(d.name + f".corrupt-{int(time.time())}")
             print(f"[model] cached default model failed verification ({e}); moved to {bad}, rebuilding",
                   file=sys.stderr)
             os.rename(d, bad)
+    from . import signing
+    vkey = signing.verify_key() if signing.sign_key() is None else None
+    if vkey is not None:  # fail now, not after training: an unsigned default model would be refused
+        raise artifact.SignatureError(f"strategy {strategy.describe()} has no default model here yet, and a verify "
+                                      f"key is configured ({vkey.describe()}): a model built here would be "
+                                      f"unsigned. Give --model a signed artifact, or set {signing.ENV_SIGN}")
     d.parent.mkdir(parents=True, exist_ok=True)
     build_default(d, build(strategy))
     return d

@@ -1,6 +1,5 @@
 """`engine features`: a strategy's feature rows as a table, the data set a quant explores before
 training (the same rows `engine train` builds its data set from, before labels)."""
-import os
 import sys
 import time
 
@@ -35,6 +34,8 @@ def write_features(host, sources, out, ticks=400_000, progress=True):
     say = _say if progress else (lambda m: None)
     if not out.endswith(FORMATS):
         raise ValueError(f"{out}: unknown output format (by extension: {', '.join(FORMATS)})")
+    from engine.outputs import check_writable
+    check_writable(out, "the feature table")  # before any work
     t0 = time.monotonic()
     tables, total = [], 0
     for k, uri in enumerate(sources):
@@ -46,18 +47,13 @@ def write_features(host, sources, out, ticks=400_000, progress=True):
     t = pa.concat_tables(tables)
     meta = {b"engine.strategy": host.strategy.describe().encode(), b"engine.sources": " ".join(sources).encode(),
             b"engine.params": repr(host.strategy.values).encode()}
-    tmp = f"{out}.tmp-{os.getpid()}"
-    try:
+    from engine.outputs import atomic_file
+    with atomic_file(out, "the feature table") as tmp:  # whole or not at all; an error names `out`
         if out.endswith(".parquet"):
             import pyarrow.parquet as pq
             pq.write_table(t.replace_schema_metadata(meta), tmp, compression="zstd")
         else:
             import pyarrow.csv as pcsv
             pcsv.write_csv(t, tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return {"out": out, "rows": t.num_rows, "features": len(host.strategy.features), "ticks": total,
             "sources": len(sources), "strategy": host.strategy.describe(), "seconds": round(time.monotonic() - t0, 2)}

@@ -21,6 +21,8 @@ def source_ticks(uri, default_ticks, strategy=None):
     src = open_source(uri)
     if src.live:
         raise ValueError(f"{uri}: a live source has no end to train on; record it first")
+    for w in getattr(getattr(src, "file", None), "warnings", []):  # an incomplete tick file
+        log(f"warning: {w}")
     parts = [b.copy() for b in src.batches()]
     words = np.concatenate(parts) if parts else np.zeros((0, 8), np.int64)
     names = list(src.instruments)
@@ -73,6 +75,8 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
     if labels == "ternary" and objective == "binary:logistic":
         raise ValueError("ternary labels (-1, 0, +1) need a regression objective such as reg:squarederror")
     s.check_scale(objective == "binary:logistic")
+    from engine.outputs import check_writable
+    check_writable(out, "the model artifact", directory=True)  # before the work
     names = list(s.features)
     log(f"[1/4] building the data set from {len(sources)} source(s) with strategy {s.describe()}: "
         f"horizon {horizon} {unit}, {labels} labels")
@@ -156,10 +160,15 @@ def read_rows(path, num_feature):
 
 
 def predict_file(art_dir, backend, inp, out, margin):
-    """Rows through the chosen back end, one C-ABI call per row; written atomically."""
+    """Rows through the chosen back end, one C-ABI call per row; written atomically (a temporary
+    beside `out`, renamed; removed on any failure, which names `out`)."""
+    import io
     import os
 
+    from engine.outputs import atomic_file, check_writable
+
     from . import artifact
+    check_writable(out, "predictions")  # before any work
     m = artifact.read_manifest(art_dir)
     X = read_rows(inp, len(m["feature_names"]))
     pred = artifact.load(art_dir, backend=backend)  # xgboost too: same C ABI
@@ -167,10 +176,13 @@ def predict_file(art_dir, backend, inp, out, margin):
     used = pred.backend
     if not margin and m.get("objective") == "binary:logistic":
         y = (np.float32(1) / (np.float32(1) + np.exp(-y))).astype(np.float32)
-    tmp = Path(str(out) + f".tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        np.save(f, y)
-    os.replace(tmp, out)
+    buf = io.BytesIO()
+    np.save(buf, y)  # (numpy's own writes to a file report a full disk as "N requested and M written")
+    with atomic_file(out, "predictions") as tmp:
+        with open(tmp, "wb") as f:
+            f.write(buf.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
     return used, len(y)
 
 

@@ -76,7 +76,7 @@ def run_file(src, pred, host, cfg, marks=None):
         if i >= len(words):
             break
     signals = np.concatenate(chunks).view(SIGNAL_DTYPE).reshape(-1)
-    notes = [] if tf.complete else [f"{path}: incomplete (still being written?): read {len(words)} records"]
+    notes = list(tf.warnings)  # an incomplete file: how many records no checksum covers
     return FileResult(str(path), tf.instruments, len(words), scored, signals, margins, hist, notes)
 
 

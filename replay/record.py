@@ -3,8 +3,11 @@
 A consumer like any other (it never slows the producer: if it falls a ring behind, it records
 the gap tick with the exact count it lost). It drains in batches and sleeps briefly when the
 ring is empty, so it belongs on a housekeeping core, never the strategy's (`--core`). It stops
-on SIGINT/SIGTERM or when the producer marks the end of its stream, and always closes the file
-complete (index written, flag set); while it runs, readers see every record written so far.
+on SIGINT/SIGTERM or when the producer marks the end of its stream, and closes the file complete
+(index written, flag set); while it runs, readers see every record written so far, and the
+instrument table as it grows. A write that fails (a full disk) stops it: the file keeps its whole
+records, marked incomplete with the reason, and the command fails naming the file; a killed
+recorder leaves a file whose filled blocks readers still check (engine/tickfile.py).
 """
 import signal
 import sys
@@ -14,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from engine import rt, tickring
+from engine.outputs import OutputError
 from engine.tickfile import TickFileWriter
 from engine.tickring import TickConsumer
 
@@ -61,13 +65,16 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
     deadline = time.monotonic() + duration if duration else None
     names = list(instruments) or c.instruments()
     last_look = time.monotonic()
+    error = None
     try:
+        w.set_instruments(names)  # in the file's header as soon as known: a killed recorder keeps them
         while not stop["flag"]:
             n = drain(c.hdr, c.data, c.mask, c.slot_base, buf)
             if n:
                 w.append(buf[:n])
                 if not instruments and (not names or time.monotonic() - last_look > 0.5):  # it may grow
                     names, last_look = c.instruments() or names, time.monotonic()
+                    w.set_instruments(names)
                 continue
             if c.producer_finished() or (deadline and time.monotonic() >= deadline):
                 break
@@ -77,9 +84,19 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
             if not n:
                 break
             w.append(buf[:n])
+    except OutputError as e:  # a full disk: the file keeps what it has, marked incomplete
+        error = e
     finally:
-        w.set_instruments(list(instruments) or c.instruments() or names)
-        w.close()
-        c.close()
+        try:
+            w.set_instruments(list(instruments) or c.instruments() or names)
+            w.close()
+        except OutputError as e:
+            error = error or e
+        finally:
+            c.close()
     say(f"recorded {w.n} ticks ({c.gaps} gaps, {c.lost} ticks lost)")
+    if error is not None:
+        say(f"warning: {out} is incomplete: its writer stopped at record {w.n:,} ({error.reason}); readers "
+            "check its filled blocks and report the rest")
+        raise error
     return {"ticks": w.n, "gaps": c.gaps, "lost": c.lost, "out": out}

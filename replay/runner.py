@@ -138,11 +138,15 @@ def merge(results, p):
 
 
 def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
-    """Check inputs, run, merge, write out_dir/{signals.parquet, report.json, report.md, *.png}."""
+    """Check inputs, run, merge, write out_dir/{signals.parquet, report.json, report.md, *.png}:
+    built in a temporary directory beside it and renamed into place, so a failure (a full disk)
+    leaves no partial report and names what could not be written."""
+    from engine.outputs import atomic_dir, check_writable
     from engine.signal_log import write_signals_parquet
     from engine.tickfile import TickFile, TickFileError
 
     from . import report
+    check_writable(out_dir, "the backtest report", directory=True)
     for f in files:  # every input is a tick file before any work starts (its CRCs: where it is read)
         try:
             TickFile(f, verify=False).close()
@@ -154,14 +158,17 @@ def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
     host.strategy.check_scale(uses_sigmoid(pred))
     t0 = time.monotonic()
     results = run_tasks(files, p, workers, scheduler, progress)
-    os.makedirs(out_dir, exist_ok=True)  # only once every file ran: a bad input leaves nothing
     sigs, extra, summary, grid, equity, hist, scores = merge(results, p)
+    notes = [n for r in results for n in r["notes"]]
     summary.update({"model": p.model, "model_id": pred.model_id, "backend": results[0]["backend"] if results else None,
                     "latency_ns": p.latency_ns, "fee_bps": p.fee_bps, "horizons_ms": list(p.horizons_ms),
                     "strategy": host.strategy.identity(), "workers": workers, "wall_seconds": round(time.monotonic() - t0, 3),
-                    "inputs": [r["path"] for r in results], "notes": [n for r in results for n in r["notes"]]})
-    write_signals_parquet(os.path.join(out_dir, "signals.parquet"), sigs, extra,
-                          metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
-                                    "engine.strategy": host.strategy.describe()})
-    report.write(out_dir, summary, grid, equity, hist, scores)
+                    "inputs": [r["path"] for r in results], "notes": notes,
+                    # what the printed summary warns of: incomplete inputs, their unchecked records
+                    "warnings": notes})
+    with atomic_dir(out_dir, "the backtest report") as tmp:  # only once every file ran: a bad input leaves nothing
+        write_signals_parquet(os.path.join(tmp, "signals.parquet"), sigs, extra,
+                              metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
+                                        "engine.strategy": host.strategy.describe()})
+        report.write(tmp, summary, grid, equity, hist, scores)
     return summary

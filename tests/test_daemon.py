@@ -48,12 +48,12 @@ def test_signals_on_zmq_and_metrics_that_grow(daemon):
     sub.connect(daemon.pub)
     got = [sub.recv_multipart() for _ in range(20)]
     sub.close(0)
-    for topic, payload in got:
-        assert len(payload) == SIGNAL_DTYPE.itemsize == 128
+    for topic, payload, pub_seq in got:  # the third frame: the topic's publication number (u64 LE)
+        assert len(payload) == SIGNAL_DTYPE.itemsize == 128 and len(pub_seq) == 8
         r = np.frombuffer(payload, SIGNAL_DTYPE)[0]
         assert topic == f"SYN{int(r['instrument']):04d}".encode()  # topic = the instrument's name
         assert r["side"] in (-1, 0, 1) and r["side"] != r["prev_side"]
-    seqs = [int(np.frombuffer(p, SIGNAL_DTYPE)[0]["seq"]) for _, p in got]
+    seqs = [int(np.frombuffer(p, SIGNAL_DTYPE)[0]["seq"]) for _, p, _ in got]
     assert seqs == sorted(seqs)
     m1 = metrics(daemon)
     time.sleep(0.5)

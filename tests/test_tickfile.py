@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_GAP, KIND_QUOTE, KIND_TRADE, TICK_DTYPE
-from engine.tickfile import BLOCK, TickFile, TickFileError, TickFileWriter
+from engine.tickfile import BLOCK, CRC_AREA, TickFile, TickFileError, TickFileWriter
 
 from tests.helpers.feedutil import cli, read_all
 
@@ -70,7 +70,8 @@ def test_damaged_files_are_reported_never_misread(tmp_path, damage):
     elif damage == "flip_record":
         raw[hs + 64 * 5000 + 9] ^= 0x40
     elif damage == "flip_header":
-        raw[70] ^= 1  # inside the metadata
+        raw[70] ^= 1  # inside the metadata, of the header and of its spare copy
+        raw[(hs - CRC_AREA) // 2 + 70] ^= 1
     elif damage == "flip_index":
         raw[-30] ^= 1
     elif damage == "not_a_tick_file":
@@ -91,17 +92,29 @@ def test_a_file_being_written_reads_up_to_its_last_complete_record(tmp_path):
     w = TickFileWriter(p, ["A"])
     w.append(t[:600])
     f = TickFile(p)
-    assert not f.complete and len(f) == 600
-    w.f.write(b"\x01" * 40)  # a torn record at the end (a write in progress)
-    w.f.flush()
-    assert len(TickFile(p)) == 600
-    w.f.seek(-40, os.SEEK_CUR)
-    w.f.truncate()
+    assert not f.complete and len(f) == 600 and f.unchecked == 600
+    assert "600 records past the last checked block are unchecked" in f.warnings[0]
+    end = w.header_size + 600 * 64
+    os.pwrite(w.fd, b"\x01" * 40, end)  # a torn record at the end (a write in progress)
+    g = TickFile(p)
+    assert len(g) == 600 and "a torn last record (40 bytes) is not read" in g.warnings[0]
+    os.ftruncate(w.fd, end)
     w.append(t[600:])
     w.close()
     g = TickFile(p)
     assert g.complete and len(g) == 1000 and np.array_equal(g.ticks["price"], t["price"])
     assert np.array_equal(f.ticks["price"], t["price"][:600])  # the earlier mapping is still valid
+
+
+def test_a_damaged_header_is_read_from_its_spare_copy_and_says_so(tmp_path):
+    p = tmp_path / "a.ticks"
+    write(p, random_ticks(BLOCK + 3))
+    raw = bytearray(p.read_bytes())
+    raw[70] ^= 1  # the header at 0 only: as a writer killed while rewriting it leaves it
+    p.write_bytes(bytes(raw))
+    f = TickFile(p)
+    assert f.complete and len(f) == BLOCK + 3 and f.instruments == ["A", "B"]
+    assert "read from its spare copy" in f.warnings[0] and str(p) in f.warnings[0]
 
 
 def test_convert_to_ticks_and_read_back_as_a_source(tmp_path):

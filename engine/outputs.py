@@ -1,0 +1,149 @@
+"""Writing outputs so that a failure (a full disk, a read-only directory) never passes unnoticed.
+
+Whole outputs (a report directory, a model, a table, an .npy) are built under a temporary name in
+the same directory and renamed into place: they appear complete or not at all, and the temporary
+is removed on any failure. Streaming outputs (the signal file, tick files) are marked instead: a
+header flag set at a clean close, and the record and reason where the writer stopped
+(engine/signal_log.py, engine/tickfile.py). Every failure is an OutputError that names the file:
+"cannot write signals to /x/run.sig: No space left on device".
+"""
+import contextlib
+import errno as _errno
+import os
+import shutil
+import tempfile
+
+
+class OutputError(RuntimeError):
+    """An output that could not be written; the message names it and why."""
+
+    def __init__(self, path, what, reason, errno=None):
+        self.path, self.what, self.reason, self.errno = str(path), what, reason, errno
+        super().__init__(f"cannot write {what} to {self.path}: {reason}")
+
+
+WRITE_ERRNOS = (_errno.ENOSPC, _errno.EDQUOT, _errno.EFBIG, _errno.EROFS)
+
+
+def reason(e):
+    """What an exception says, without decoration ('[Errno 28] ...', a library's 'Detail: ...')."""
+    if isinstance(e, OutputError):
+        return e.reason
+    if isinstance(e, OSError) and e.errno:
+        return os.strerror(e.errno)
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
+
+
+def is_write_error(e, tmp=None):
+    """An error of writing an output (not of reading an input): an OutputError, a full disk or
+    quota, a read-only file system, or any OSError about the temporary output `tmp`."""
+    if isinstance(e, OutputError):
+        return True
+    if not isinstance(e, OSError):
+        return False
+    name = str(getattr(e, "filename", None) or "")
+    return e.errno in WRITE_ERRNOS or bool(tmp and name and name.startswith(str(tmp)))
+
+
+def as_output_error(e, path, what, inside=None):
+    """e (an OSError or an OutputError about a temporary name) as an OutputError naming `path`;
+    `inside`: a temporary directory standing for `path`, whose file the reason then names."""
+    why = reason(e)
+    failed = getattr(e, "path", None) if isinstance(e, OutputError) else getattr(e, "filename", None)
+    if inside and failed and str(failed).startswith(inside + os.sep):
+        why += f" (writing {os.path.relpath(str(failed), inside)})"
+    return OutputError(path, what, why, getattr(e, "errno", None))
+
+
+def _nearest_existing(d):
+    while d and not os.path.lexists(d):
+        up = os.path.dirname(d)
+        if up == d:
+            break
+        d = up
+    return d
+
+
+def check_writable(path, what, directory=False):
+    """Can `path` be written (created, or replaced)? Checked before anything starts, so a bad
+    output path fails a command before it creates or runs anything. A probe file is created
+    and removed in its directory when that exists (this catches /proc, read-only mounts, and
+    permissions root ignores in access(2)); a missing directory must be creatable."""
+    p = os.path.abspath(os.path.expanduser(str(path)))
+    if os.path.exists(p) and not os.path.isdir(p) and not os.path.isfile(p):  # a device, a pipe
+        if not os.access(p, os.W_OK):
+            raise OutputError(path, what, "Permission denied", _errno.EACCES)
+        return
+    if os.path.isdir(p) and not directory:
+        raise OutputError(path, what, "Is a directory")
+    if os.path.lexists(p) and directory and not os.path.isdir(p):
+        raise OutputError(path, what, "Not a directory")
+    d = os.path.dirname(p)
+    top = _nearest_existing(d)
+    if not os.path.isdir(top):
+        raise OutputError(path, what, f"{top} is not a directory")
+    if top == d:
+        for where in ([d, p] if directory and os.path.isdir(p) else [d]):  # an existing directory is written into
+            try:
+                fd, probe = tempfile.mkstemp(prefix=".engine-probe-", dir=where)
+            except OSError as e:
+                raise OutputError(path, what, reason(e), e.errno) from None
+            os.close(fd)
+            os.unlink(probe)
+    elif not os.access(top, os.W_OK | os.X_OK):
+        raise OutputError(path, what, f"cannot create its directory under {top}: Permission denied",
+                          _errno.EACCES)
+    if os.path.isfile(p) and not os.access(p, os.W_OK):
+        raise OutputError(path, what, "Permission denied", _errno.EACCES)
+
+
+def temp_name(path):
+    """A temporary name beside `path` (same directory, so the rename is atomic)."""
+    d, base = os.path.split(os.path.abspath(str(path)))
+    return os.path.join(d, f".{base}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_file(path, what):
+    """Yield a temporary path beside `path`; rename it into place when the block succeeds.
+    On any failure the temporary is removed, and an OSError becomes an OutputError naming `path`."""
+    tmp = temp_name(path)
+    os.makedirs(os.path.dirname(tmp), exist_ok=True)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if is_write_error(e, tmp):
+            raise as_output_error(e, path, what) from None
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path, what):
+    """Yield a temporary directory beside `path`, filled by the block; then it becomes `path`:
+    renamed into place when `path` does not exist (or is empty), else its files replace the
+    same names in `path` one by one (each atomically; other files there are left alone). On any
+    failure the temporary directory is removed and `path` is as it was."""
+    path = os.path.abspath(str(path))
+    tmp = temp_name(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        os.makedirs(tmp)
+        yield tmp
+        try:
+            os.rename(tmp, path)  # atomic; over an empty directory too
+        except OSError as e:
+            if e.errno not in (_errno.EEXIST, _errno.ENOTEMPTY) or not os.path.isdir(path):
+                raise
+            for name in sorted(os.listdir(tmp)):
+                os.replace(os.path.join(tmp, name), os.path.join(path, name))
+            os.rmdir(tmp)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_write_error(e, tmp):
+            raise as_output_error(e, path, what, inside=tmp) from None
+        raise
