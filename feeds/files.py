@@ -12,9 +12,11 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 def check_readable(path):
     """Fail now, with the file's name, rather than in a feed process later."""
+    import stat
     try:
         with open(path, "rb") as f:
-            empty = os.fstat(f.fileno()).st_size == 0
+            st = os.fstat(f.fileno())
+            empty = stat.S_ISREG(st.st_mode) and st.st_size == 0  # (a pipe or device has no size to judge)
     except OSError as e:
         raise FeedError(f"{path}: {e.strerror}") from None
     if empty:
