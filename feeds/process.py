@@ -104,6 +104,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
             interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
             next_due = time.monotonic_ns()
         clock = [None]
+        next_look = 0.0
         published = len(src.instruments)
         import itertools
         for ticks in itertools.chain([] if first is None else [first], batches):
@@ -119,10 +120,13 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
             else:
                 i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
             produced += i
-            ring.heartbeat()
-            if ring.resync_requested():  # a consumer's books are void: re-send every depth window
-                src.resync()
-            if stop["flag"] or (deadline and time.monotonic() >= deadline) or (count is not None and produced >= count):
+            now = time.monotonic()
+            if now >= next_look:  # (at most every ms: small batches must not pay for it each time)
+                next_look = now + 0.001
+                ring.heartbeat()
+                if ring.resync_requested():  # a consumer's books are void: re-send every depth window
+                    src.resync()
+            if stop["flag"] or (deadline and now >= deadline) or (count is not None and produced >= count):
                 break
         ring.set_state(shm.STATE_FINISHED)
         say(f"published {produced} ticks")
