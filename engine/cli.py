@@ -143,6 +143,39 @@ def _horizons_ms(s):
     return s
 
 
+def _latency(s):
+    """Order-entry latency: microseconds, or a distribution lognormal:MEDIAN_US,SIGMA or
+    uniform:LO_US,HI_US (drawn per order, seeded)."""
+    try:
+        return _nonneg_float(s)
+    except (ValueError, argparse.ArgumentTypeError):
+        pass
+    kind, _, args = s.partition(":")
+    try:
+        a, b = (float(x) for x in args.split(","))
+    except ValueError:
+        a = b = -1.0
+    if kind == "lognormal" and a > 0 and b >= 0:
+        return s
+    if kind == "uniform" and 0 <= a <= b:
+        return s
+    raise argparse.ArgumentTypeError(f"expected microseconds, lognormal:MEDIAN_US,SIGMA or uniform:LO_US,HI_US, "
+                                     f"got {s!r}")
+
+
+def _read_latencies(path):
+    """Recorded order-entry latencies, ns: a .npy array or text, one number a line."""
+    import numpy as np
+    try:
+        v = np.load(path) if path.endswith(".npy") else np.loadtxt(path, ndmin=1)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--latency-file {path}: not a list of nanoseconds ({e})") from None
+    v = np.asarray(v).reshape(-1)
+    if not len(v) or not np.all(np.isfinite(v)) or (v < 0).any():
+        raise ValueError(f"--latency-file {path}: needs one or more non-negative nanosecond values")
+    return v.astype(np.int64)
+
+
 def _session(s):
     """A MoldUDP64 session: up to 10 printable ASCII characters (padded with spaces on the wire)."""
     if not 1 <= len(s) <= 10 or not s.isascii() or not s.isprintable():
@@ -159,6 +192,37 @@ class _Parser(argparse.ArgumentParser):
 
 STRATEGY_HELP = ("strategy: a built-in name (microstructure, depth_imbalance) or a .py file written to the "
                  "contract in README 'Strategies' (default microstructure)")
+
+
+def exec_args(bt):
+    """The execution simulator's options (backtest, sweep)."""
+    bt.add_argument("--orders", choices=("strategy", "taker", "maker"), default="strategy",
+                    help="taker orders cross the spread and walk the book; maker orders join their touch and wait "
+                         "in its queue; strategy (default): the strategy's `maker` param (1 = maker), taker without one")
+    bt.add_argument("--latency-us", type=_latency, default=0.0,
+                    help="order-entry latency: microseconds (default 0), or a distribution drawn per order: "
+                         "lognormal:MEDIAN_US,SIGMA or uniform:LO_US,HI_US")
+    bt.add_argument("--latency-file", default=None, type=_existing_file,
+                    help="recorded order-entry latencies in ns (.npy, or text one a line), used in order, cycled")
+    bt.add_argument("--response-us", type=_nonneg_float, default=0.0,
+                    help="order response latency: when a fill is known to the trader (default 0)")
+    bt.add_argument("--feed-latency-us", type=_nonneg_float, default=0.0,
+                    help="feed latency for files whose receive stamps are not on the exchange's clock (live "
+                         "recordings stamp CLOCK_MONOTONIC); captures use their own ts_recv - ts_event")
+    bt.add_argument("--queue-power", type=_nonneg_float, default=3.0,
+                    help="maker queue model on L2 data: a cancel comes from ahead of us with probability "
+                         "ahead^n / (ahead^n + behind^n) (default 3)")
+    bt.add_argument("--l3", default=None, metavar="FILE.dbn.zst", type=_existing_file,
+                    help="exact FIFO queue positions from this DBN MBO file (the one the tick file was converted from)")
+    bt.add_argument("--fee-bps", type=float, default=None,
+                    help="taker fee, basis points of notional (default: --instruments, else 0)")
+    bt.add_argument("--maker-bps", type=float, default=None,
+                    help="maker fee, bp of notional, negative for a rebate (default: --instruments, else 0)")
+    bt.add_argument("--per-lot", type=float, default=None,
+                    help="fee per lot per fill in the quote currency (default: --instruments, else 0)")
+    bt.add_argument("--instruments", default=None, metavar="FILE.toml", type=_existing_file,
+                    help="per-instrument multiplier, fees, currency, calendar (replay/instruments.py says how)")
+    bt.add_argument("--seed", type=_nonneg_int, default=0, help="seed for drawn latencies (default 0)")
 
 
 def strategy_args(q):
@@ -432,8 +496,27 @@ def cmd_mold_serve(a):
     return 0
 
 
+def _backtest_params(a, hz, marks=None):
+    """runner.Params from backtest/sweep options."""
+    from replay.runner import Params
+    table = {}
+    if a.instruments:
+        from replay.instruments import load_file
+        table = load_file(a.instruments)
+    if a.l3 and len(a.files) != 1:
+        raise ValueError("--l3 gives the order-by-order data of one tick file: give that one file")
+    lat = a.latency_us if isinstance(a.latency_us, str) else None
+    if a.latency_file:
+        lat = _read_latencies(a.latency_file)
+    return Params(model=a.model, backend=a.backend, strategy=a.strategy, params=_overrides(a), horizons_ms=hz,
+               latency_ns=0 if isinstance(a.latency_us, str) else int(a.latency_us * 1000), latency=lat,
+               fee_bps=a.fee_bps, maker_bps=a.maker_bps, per_lot=a.per_lot, marks=marks, orders=a.orders,
+               response_ns=int(a.response_us * 1000), feed_ns=int(a.feed_latency_us * 1000),
+               queue_power=a.queue_power, instruments=table, l3=a.l3, seed=a.seed)
+
+
 def cmd_backtest(a):
-    from replay.runner import Params, backtest
+    from replay.runner import backtest
     hz = tuple(int(x) for x in a.horizons_ms.split(",") if x.strip())
     if not hz or min(hz) <= 0:
         raise ValueError(f"--horizons-ms needs positive milliseconds, got {a.horizons_ms!r}")
@@ -455,18 +538,46 @@ def cmd_backtest(a):
         note = status(a.conflate_as_recorded)["note"]  # a run cut short: its marks stop there too
         if note:
             print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
-    p = Params(model=a.model, backend=a.backend, strategy=a.strategy, params=_overrides(a), horizons_ms=hz,
-               latency_ns=int(a.latency_us * 1000), fee_bps=a.fee_bps, marks=marks)
+    p = _backtest_params(a, hz, marks)
     summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
     if a.json:
         print(json.dumps(summary, default=str))
     else:
         keys = ["files", "ticks", "signals"] + [k for k in summary if k.startswith("hit_rate")] + \
-            ["ic", "pnl", "sharpe", "max_drawdown", "turnover_units", "loop_ticks_per_s"]
+            ["ic", "pnl", "pnl_gross", "fees", "fills", "maker_fills", "unfilled_lots", "break_even_fee_bps", "sharpe",
+             "max_drawdown", "turnover_units", "loop_ticks_per_s", "wall_seconds"]
         for k in keys:
             print(f"  {k:<20} {summary.get(k)}")
+        if summary.get("sharpe") is None and summary.get("sharpe_reason"):
+            print(f"  {'':<20} (no Sharpe: {summary['sharpe_reason']})")
+        print(f"  money in {summary.get('currency')}")
         print(f"  report: {os.path.join(a.out, 'report.md')}")
     _print_warnings(summary.get("warnings", []), a.json)
+    return 0
+
+
+def cmd_sweep(a):
+    from replay.sweep import parse_grid, sweep
+    from .strategy_build import load_host
+    hz = tuple(int(x) for x in a.horizons_ms.split(",") if x.strip())
+    p = _backtest_params(a, hz)
+    host = load_host(a.strategy, _overrides(a))
+    grid = parse_grid(a.grid, host.strategy.param_names)
+    rows, computed, cached = sweep(a.files, a.out, p, grid, workers=a.workers, scheduler=a.scheduler,
+                                   progress=not a.quiet)
+    if a.json:
+        print(json.dumps({"cells": len(rows), "computed": computed, "cached": cached, "rows": rows}, default=str))
+        return 0
+    names = list(grid)
+    print(f"[sweep] {len(rows)} parameter sets x {len(a.files)} file(s): {computed} backtests run, {cached} from "
+          f"{os.path.join(a.out, 'cells')}")
+    best = sorted(rows, key=lambda r: -(r["pnl"] if r["pnl"] is not None else -np.inf))[:10]
+    print("  " + "".join(f"{n:>14}" for n in names) + f"{'pnl':>14}{'fills':>8}{'sharpe':>10}")
+    for r in best:
+        sh = r["sharpe"]
+        print("  " + "".join(f"{r[n]:>14g}" for n in names) + f"{r['pnl']:>14.6g}{r['fills']:>8}"
+              + (f"{sh:>10.3g}" if sh is not None else f"{'n/a':>10}"))
+    print(f"  table: {os.path.join(a.out, 'sweep.parquet')}  heat map: {os.path.join(a.out, 'heatmap.png')}")
     return 0
 
 
@@ -898,9 +1009,10 @@ def build_parser():
     bt = sub.add_parser("backtest", help="run the strategy over tick files and report what its signals were worth",
                         description="Run the live strategy's own per-tick code (features, model, decision) over "
                                     "memory-mapped tick files (engine convert ... --out X.ticks, engine record), "
-                                    "deterministically, and write OUT/signals.parquet (one row per signal) and "
-                                    "OUT/report.{md,json} with pnl.png, latency.png, scores.png. Several files run "
-                                    "in parallel on Dask with --workers.")
+                                    "deterministically; fill the signals' orders in the execution simulator "
+                                    "(latency, queue position, fees); write OUT/signals.parquet (one row per signal) "
+                                    "and OUT/report.{md,json} with its plots. Several files run in parallel on Dask "
+                                    "with --workers.")
     bt.add_argument("files", nargs="+", metavar="FILE.ticks", type=_existing_file)
     bt.add_argument("--model", default=None, help="model artifact directory (default: the strategy's default model)")
     bt.add_argument("--out", required=True, help="output directory")
@@ -908,10 +1020,7 @@ def build_parser():
     bt.add_argument("--workers", type=_positive_int, default=1,
                     help="files in parallel on a Dask LocalCluster of N processes")
     bt.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
-    bt.add_argument("--latency-us", type=_nonneg_float, default=0.0,
-                    help="the taker strategy acts on the first tick this long after a signal (default 0)")
-    bt.add_argument("--fee-bps", type=_nonneg_float, default=0.0,
-                    help="taker fee, basis points of notional (default 0)")
+    exec_args(bt)
     bt.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000",
                     help="hit-rate horizons, ms (default 100,1000,10000)")
     strategy_args(bt)
@@ -923,6 +1032,27 @@ def build_parser():
     bt.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     verify_key_arg(bt)
     bt.set_defaults(fn=cmd_backtest)
+
+    sw = sub.add_parser("sweep", help="backtest every cell of a parameter grid over tick files (Dask)",
+                        description="A backtest per parameter set of --grid (the strategy's PARAMS and the execution "
+                                    "knobs latency_us, response_us, queue_power, fee_bps, maker_bps, per_lot, maker) "
+                                    "over the files, on Dask; writes OUT/sweep.parquet (one row per parameter set) "
+                                    "and OUT/heatmap.png; finished cells are cached in OUT/cells, so a rerun resumes.")
+    sw.add_argument("files", nargs="+", metavar="FILE.ticks", type=_existing_file)
+    sw.add_argument("--grid", required=True, metavar="NAME=LO:HI:STEP|V1|V2,...",
+                    help="e.g. 'enter_long=0.6:0.8:0.05,latency_us=0|100|500' (the cross product)")
+    sw.add_argument("--model", default=None, help="model artifact directory (default: the strategy's default model)")
+    sw.add_argument("--out", required=True, help="output directory (its cells/ cache makes reruns resume)")
+    sw.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end")
+    sw.add_argument("--workers", type=_positive_int, default=1, help="cells in parallel on a Dask LocalCluster")
+    sw.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
+    sw.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000", help="hit-rate horizons, ms")
+    exec_args(sw)
+    strategy_args(sw)
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--json", action="store_true", help="print every row as one JSON object")
+    verify_key_arg(sw)
+    sw.set_defaults(fn=cmd_sweep)
 
     g = sub.add_parser("ring", help="ring tools")
     gs = g.add_subparsers(dest="ring_cmd", required=True, metavar="SUBCOMMAND")

@@ -283,6 +283,11 @@ def check_outputs(cfg, sig_path, parquet_out):
             raise OutputError(cfg.token_file, "the control token", "Is a directory")
         if not os.path.exists(cfg.token_file):  # created on first use
             check_writable(cfg.token_file, "the control token")
+        else:  # one that others can read (or a link) is refused now, not after the model loaded
+            from .daemon import _open_token
+            fd = _open_token(cfg.token_file)
+            if fd is not None:
+                os.close(fd)
 
 
 def _drain_signals(sring, buf, slog):

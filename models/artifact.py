@@ -59,14 +59,23 @@ def cpu_flags():
 
 
 def versions():
+    """The versions a model depends on, from the installed packages' metadata (importing xgboost
+    just to ask would cost every command 1.4 s: it imports scikit-learn)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import numba
-    import tl2cgen
-    import treelite
-    import xgboost
 
     import engine
-    return {"engine": engine.__version__, "xgboost": xgboost.__version__, "treelite": treelite.__version__,
-            "tl2cgen": tl2cgen.__version__, "numpy": np.__version__, "numba": numba.__version__,
+
+    def v(*dists):
+        for d in dists:
+            try:
+                return version(d)
+            except PackageNotFoundError:
+                pass
+        return "unknown"
+    return {"engine": engine.__version__, "xgboost": v("xgboost-cpu", "xgboost"), "treelite": v("treelite"),
+            "tl2cgen": v("tl2cgen"), "numpy": np.__version__, "numba": numba.__version__,
             "python": platform.python_version()}
 
 

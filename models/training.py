@@ -39,7 +39,7 @@ def labels_for(inst, mid, ts, horizon, unit, kind, dead_band_bps):
 
 def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps):
     """Features and labels per source (state never leaks across sources), concatenated in order."""
-    Xs, ys, n_inst = [], [], 1
+    Xs, ys, ts, n_inst = [], [], [], 1
     for uri in sources:
         words, k, levels, _ = source_ticks(uri, ticks, host.strategy)
         X, inst, mid, idx = dataset.featurize(host, words, k, levels)
@@ -47,9 +47,21 @@ def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps):
         keep = y != dataset.NO_LABEL
         Xs.append(X[keep])
         ys.append(y[keep])
+        ts.append(words[idx, 1][keep])
         n_inst = max(n_inst, k)
         log(f"  {uri}: {len(words):,} ticks -> {int(keep.sum()):,} labelled rows")
-    return np.concatenate(Xs), np.concatenate(ys), n_inst
+    return np.concatenate(Xs), np.concatenate(ys), n_inst, np.concatenate(ts)
+
+
+def time_embargo(ts, n, horizon_ns, fractions=(0.7, 0.15, 0.15)):
+    """Rows to drop before each split boundary so no training (or validation) label looks past
+    the boundary: the rows whose exchange time is within the horizon of the boundary row's."""
+    e = 0
+    a = int(n * fractions[0])
+    for b in (a, a + int(n * fractions[1])):
+        if 0 < b < n:
+            e = max(e, int(np.count_nonzero(ts[:b] > ts[b] - horizon_ns)))
+    return e
 
 
 def metrics(objective, y, pred):
@@ -80,9 +92,10 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
     names = list(s.features)
     log(f"[1/4] building the data set from {len(sources)} source(s) with strategy {s.describe()}: "
         f"horizon {horizon} {unit}, {labels} labels")
-    X, y, n_inst = build_dataset(host, sources, ticks=ticks, horizon=horizon, unit=unit, kind=labels,
-                                 dead_band_bps=dead_band_bps)
-    embargo = horizon * n_inst if unit == "ticks" else 0
+    X, y, n_inst, ts = build_dataset(host, sources, ticks=ticks, horizon=horizon, unit=unit, kind=labels,
+                                     dead_band_bps=dead_band_bps)
+    # labels look `horizon` ahead: rows that close to a split boundary would leak across it
+    embargo = horizon * n_inst if unit == "ticks" else time_embargo(ts, len(X), int(horizon * 1e6))
     tr, va, te = dataset.time_split(len(X), embargo=embargo)
     if min(len(tr), len(va), len(te)) < 100:
         raise ValueError(f"only {len(X)} labelled rows: too few to train, validate and test (give more ticks)")

@@ -44,10 +44,14 @@ def file_depth(tf):
 NO_MARKS = np.zeros((0, 2), np.int64)
 
 
-def run_file(src, pred, host, cfg, marks=None):
+PROGRESS_CHUNK = 1 << 20  # ticks per loop call when a progress bar is shown
+
+
+def run_file(src, pred, host, cfg, marks=None, progress=False):
     """Backtest one tick file (a path, or a TickFile already open) with a loaded model
     (models.artifact.load) and a compiled strategy host; returns FileResult. marks: a live run's
-    conflation marks (engine.signal_log.read_marks) to replay its conflation exactly."""
+    conflation marks (engine.signal_log.read_marks) to replay its conflation exactly. progress:
+    a bar on stderr (ticks/s, ETA) when it is a terminal."""
     if isinstance(src, TickFile):
         tf, path = src, src.path
     else:
@@ -67,17 +71,35 @@ def run_file(src, pred, host, cfg, marks=None):
     sigs = np.zeros((SIG_CHUNK + len(hs.ist) + 1, SIGNAL_WORDS), np.int64)  # room for a whole flush
     marks = NO_MARKS if marks is None else np.ascontiguousarray(marks, np.int64).reshape(-1, 2)
     i, total, scored = 0, 0, 0
+    bar = _bar(path, len(words), progress)
+    step = PROGRESS_CHUNK if bar is not None else len(words)
     while True:
-        i, nsig, sc = host.mod.backtest_loop(words, i, *hs.loop_arrays(), row, out, pred.addr, pvals, cfg, sigs, 0,
-                                             total, margins, hist, marks)
+        # (a slice of the mapped file: the loop stops at its end, the bar moves, nothing is copied)
+        j, nsig, sc = host.mod.backtest_loop(words[:i + step], i, *hs.loop_arrays(), row, out, pred.addr, pvals,
+                                             cfg, sigs, 0, total, margins, hist, marks)
+        if bar is not None:
+            bar.update(j - i)
+        i = j
         scored += sc
         chunks.append(sigs[:nsig].copy())
         total += nsig
         if i >= len(words):
             break
+    if bar is not None:
+        bar.close()
     signals = np.concatenate(chunks).view(SIGNAL_DTYPE).reshape(-1)
     notes = list(tf.warnings)  # an incomplete file: how many records no checksum covers
     return FileResult(str(path), tf.instruments, len(words), scored, signals, margins, hist, notes)
+
+
+def _bar(path, n, progress):
+    import sys
+    if not progress or not sys.stderr.isatty() or n < PROGRESS_CHUNK:
+        return None
+    from tqdm import tqdm
+    import os
+    return tqdm(total=n, unit=" ticks", unit_scale=True, desc=os.path.basename(str(path)), file=sys.stderr,
+                leave=False, dynamic_ncols=True)
 
 
 def warm_up(pred, host, cfg):

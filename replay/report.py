@@ -1,11 +1,16 @@
-"""The backtest report: report.json (every figure), three PNGs and report.md embedding them."""
+"""The backtest report: report.json (every figure), report.md and its PNGs.
+
+The quant part (PnL net and gross of fees, trades per side and instrument, positions, drawdown,
+scores with the strategy's thresholds) comes first; the engine's per-tick compute time is kept
+apart at the end. Times on every axis are UTC; money is in the instruments' quote currency
+(their multiplier applied: replay/instruments.py)."""
 import datetime as dt
 import json
 import os
 
 import numpy as np
 
-PCTS = (0, 50, 90, 99, 99.9, 99.99, 99.999)
+THRESHOLD_PARAMS = ("enter_long", "exit_long", "enter_short", "exit_short", "enter", "exit", "threshold")
 
 
 def _atomic(path, write):
@@ -19,25 +24,101 @@ def _atomic(path, write):
         raise
 
 
-def _plots(out_dir, grid, equity, hist, scores):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _utc(ns):
+    return [dt.datetime.fromtimestamp(x / 1e9, dt.timezone.utc) for x in ns]
 
-    from engine import latency
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    if len(grid):
-        t = [dt.datetime.fromtimestamp(x / 1e9, dt.timezone.utc) for x in grid]
-        ax.plot(t, equity, lw=1)
-    ax.set_title("cumulative PnL of the taker strategy (price units, 1 unit positions)")
+
+def preload():
+    """Import what the plots need (a backtest does it on a thread while its loop runs)."""
+    import matplotlib.dates  # noqa: F401
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+
+
+def _figure(w, h, bottom=0.22, left=0.1):
+    """A figure on the Agg canvas (no pyplot, no window), with fixed margins: tight_layout cost
+    0.7 s of a backtest's 3 s."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(w, h))
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=left, right=0.97, top=0.9, bottom=bottom)
+    return fig, fig.add_subplot()
+
+
+def _save(fig, out_dir, name):
+    _atomic(os.path.join(out_dir, name), lambda p: fig.savefig(p, format="png", dpi=100))
+
+
+def _time_axis(ax, fig):
+    import matplotlib.dates as mdates
+    loc = mdates.AutoDateLocator(maxticks=8)
+    ax.xaxis.set_major_locator(loc)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, tz=dt.timezone.utc))
+    ax.set_xlabel("exchange time (UTC)")
     ax.grid(alpha=0.3)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    _atomic(os.path.join(out_dir, "pnl.png"), lambda p: fig.savefig(p, format="png", dpi=100))
-    plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    h = latency.to_hdrh(hist[latency.ST_TOTAL])
+
+def _pnl(out_dir, s, summary):
+    cur = summary.get("currency", "quote currency")
+    grid, net, gross = s["grid"], s["equity"], s["gross"]
+    fig, ax = _figure(9, 3.5, bottom=0.15)
+    if len(grid):
+        t = _utc(grid)
+        ax.plot(t, gross, lw=1, label="gross of fees")
+        ax.plot(t, net, lw=1, label="net of fees")
+        ax.legend(loc="best")
+    ax.set_ylabel(f"cumulative PnL ({cur})")
+    ax.set_title("PnL of the simulated fills, marked to mid each second")
+    _time_axis(ax, fig)
+    _save(fig, out_dir, "pnl.png")
+
+
+def _drawdown(out_dir, s, summary):
+    grid, net = s["grid"], s["equity"]
+    fig, ax = _figure(9, 3.0, bottom=0.17)
+    if len(grid):
+        dd = np.maximum.accumulate(net) - net
+        ax.fill_between(_utc(grid), -dd, 0, step="post", alpha=0.5)
+    ax.set_ylabel(f"drawdown ({summary.get('currency', 'quote currency')})")
+    ax.set_title("drawdown of the net PnL from its running peak")
+    _time_axis(ax, fig)
+    _save(fig, out_dir, "drawdown.png")
+
+
+def _position(out_dir, s, summary):
+    fig, ax = _figure(9, 3.0, bottom=0.17)
+    f = s["fills"]
+    for name in np.unique(f["symbol"]) if len(f) else []:
+        g = f[f["symbol"] == name]
+        g = g[np.argsort(g["ts_event"], kind="stable")]
+        ax.step(_utc(g["ts_event"]), np.cumsum(g["qty"]), where="post", lw=1, label=str(name))
+    if len(f):
+        ax.legend(loc="best", fontsize="small")
+    ax.set_ylabel("position (lots)")
+    ax.set_title("filled position per instrument")
+    _time_axis(ax, fig)
+    _save(fig, out_dir, "position.png")
+
+
+def _scores(out_dir, s, summary):
+    fig, ax = _figure(7, 3.5, bottom=0.15, left=0.12)
+    if len(s["scores"]):
+        ax.hist(s["scores"], bins=100)
+    for k, v in s.get("thresholds", {}).items():
+        ax.axvline(v, color="red" if "enter" in k or k == "threshold" else "orange", lw=1, ls="--")
+        ax.text(v, ax.get_ylim()[1] if len(s["scores"]) else 1, k, rotation=90, va="top", ha="right", fontsize=7)
+    ax.set_xlabel("score (model probability of an up move)" if summary.get("probability") else "score (model margin)")
+    ax.set_ylabel("scored ticks")
+    ax.set_title("model score over every scored tick, with the strategy's thresholds")
+    ax.set_yscale("log")
+    _save(fig, out_dir, "scores.png")
+
+
+def _compute_time(out_dir, s, summary):
+    from engine import latency
+    fig, ax = _figure(7, 3.5, left=0.12)
+    h = latency.to_hdrh(s["hist"][latency.ST_TOTAL])
     if h.get_total_count():
         ps = np.array([50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999])
         vals = [h.get_value_at_percentile(p) for p in ps]
@@ -48,20 +129,59 @@ def _plots(out_dir, grid, equity, hist, scores):
     ax.set_yscale("log")
     ax.set_xlabel("percentile")
     ax.set_ylabel("ns")
-    ax.set_title("per-tick compute time in the backtest (features + model + decision)")
+    ax.set_title("engine: per-tick compute time in the backtest (features + model + decision)")
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    _atomic(os.path.join(out_dir, "latency.png"), lambda p: fig.savefig(p, format="png", dpi=100))
-    plt.close(fig)
+    _save(fig, out_dir, "compute_time.png")
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    if len(scores):
-        ax.hist(scores, bins=100)
-    ax.set_title("model score over every scored tick")
-    ax.set_yscale("log")
-    fig.tight_layout()
-    _atomic(os.path.join(out_dir, "scores.png"), lambda p: fig.savefig(p, format="png", dpi=100))
-    plt.close(fig)
+
+PLOTS = (_pnl, _drawdown, _position, _scores, _compute_time)
+
+
+CHILD_TIMEOUT_S = 60.0
+
+
+def _plots(out_dir, s, summary):
+    """Every PNG, split over two processes (a forked child draws half): drawing is most of a
+    short backtest's time. Only a single-threaded process forks (a thread holding a lock would
+    leave the child stuck); a child that fails or takes over a minute is killed and its half is
+    drawn here."""
+    import threading
+    import time
+    child, mine = PLOTS[::2], PLOTS[1::2]
+    pid = -1
+    if threading.active_count() == 1:
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1
+    if pid < 0:
+        child, mine = (), PLOTS
+    if pid == 0:
+        code = 1
+        try:
+            for f in child:
+                f(out_dir, s, summary)
+            code = 0
+        finally:
+            os._exit(code)
+    for f in mine:
+        f(out_dir, s, summary)
+    if pid > 0:
+        deadline = time.monotonic() + CHILD_TIMEOUT_S
+        status = None
+        while status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+            elif time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                status = -1
+            else:
+                time.sleep(0.005)
+        if status != 0:
+            for f in child:
+                f(out_dir, s, summary)
 
 
 def _fmt(v):
@@ -74,37 +194,76 @@ def _fmt(v):
     return str(v)
 
 
-def write(out_dir, summary, grid, equity, hist, scores):
+def _trades_table(trades):
+    if not trades:
+        return "(no round trips)"
+    rows = ["| trades of | count | gross | fees | net | win rate | mean bp | median bp |", "|---|---|---|---|---|---|---|---|"]
+    for k, t in trades.items():
+        rows.append(f"| {k} | {_fmt(t['trades'])} | {_fmt(t['gross'])} | {_fmt(t['fees'])} | {_fmt(t['net'])} | "
+                    f"{_fmt(t['win_rate'])} | {_fmt(t['mean_bp'])} | {_fmt(t['median_bp'])} |")
+    return "\n".join(rows)
+
+
+def write(out_dir, summary, series):
+    """series: grid, equity (net), gross, fills (with a symbol column), hist, scores, thresholds."""
     from engine import latency
     summary = dict(summary)
-    summary["compute_ns"] = latency.percentiles(hist[latency.ST_TOTAL])
+    summary["compute_ns"] = latency.percentiles(series["hist"][latency.ST_TOTAL])
     _atomic(os.path.join(out_dir, "report.json"),
             lambda p: open(p, "w").write(json.dumps(summary, indent=2, default=str) + "\n"))
-    _plots(out_dir, grid, equity, hist, scores)
+    _plots(out_dir, series, summary)
+    cur = summary.get("currency", "quote currency")
     keys = ["files", "ticks", "scored", "signals"] + [k for k in summary if k.startswith(("hit_rate", "flat_share"))] + \
-        ["ic", "ic_pairs", "pnl", "fees", "fills", "turnover_units", "turnover_notional", "sharpe", "max_drawdown",
-         "latency_ns", "fee_bps", "loop_ticks_per_s", "wall_seconds", "backend", "model_id"]
+        ["ic", "ic_pairs", "pnl", "pnl_gross", "fees", "break_even_fee_bps", "fills", "maker_fills", "unfilled_lots",
+         "turnover_units", "turnover_notional", "max_drawdown", "sharpe", "sharpe_calendar"]
     rows = "\n".join(f"| {k} | {_fmt(summary.get(k))} |" for k in keys)
+    ex = summary.get("execution", {})
+    warn = summary.get("warnings", [])
+    warn_md = ("\n## Warnings\n\n" + "\n".join(f"- **{w}**" for w in warn) + "\n") if warn else ""
     notes = "\n".join(f"- {n}" for n in summary.get("notes", []))
     notes = ("\n## Notes\n\n" + notes + "\n") if notes else ""
+    sharpe_note = f" (no Sharpe: {summary['sharpe_reason']})" if summary.get("sharpe") is None and \
+        summary.get("sharpe_reason") else ""
     md = f"""# Backtest
 
-Model `{summary.get('model')}`; {summary.get('files')} file(s): {', '.join(summary.get('inputs', []))}.
+Model `{summary.get('model')}` ({summary.get('backend')}); strategy {summary.get('strategy', {}).get('name', '')};
+{summary.get('files')} file(s): {', '.join(summary.get('inputs', []))}.
+{warn_md}
+## Figures
 
 | figure | value |
 |---|---|
 {rows}
 
-Hit rate: share of entries (long/short signals) whose forward mid move had their sign, at each
-horizon (moves of zero are counted in flat_share instead). IC: Spearman correlation of the margin
-with the forward return on every scored tick. PnL: a taker holding -1/0/+1 unit as the signals
-say, filling at the touch `latency_ns` after each signal, paying `fee_bps`; Sharpe from 1-minute
-equity changes, annualised over 365 x 24 h.
+Money in {cur}. Execution: {ex.get('orders', 'taker')} orders, entry latency {_fmt(ex.get('entry_ns'))} ns,
+response {_fmt(ex.get('response_ns'))} ns, queue model power {_fmt(ex.get('queue_power'))}; fees per
+instrument in report.json (`instruments`). Hit rate: share of entries whose forward mid move had
+their sign, at each horizon (moves of zero in flat_share). IC: Spearman correlation of the margin
+with the forward return on every scored tick. PnL: the simulated fills' cash plus the position
+marked to mid (gross: before fees). Break-even fee: the fee, in bp of every fill's notional, that
+would take all the gross PnL. Sharpe: 1-minute equity changes annualised by the instrument's
+calendar ({summary.get('sharpe_calendar')}){sharpe_note}.
 
 ![cumulative PnL](pnl.png)
 
-![compute time percentiles](latency.png)
+![drawdown](drawdown.png)
+
+![position](position.png)
+
+## Trades (flat to flat)
+
+{_trades_table(summary.get('trades'))}
+
+Per trade in bp: net PnL over the notional it was opened with.
 
 ![score histogram](scores.png)
-{notes}"""
+{notes}
+## Engine
+
+The backtest loop's per-tick compute time (features + model + decision), not a market figure:
+{_fmt(summary.get('loop_ticks_per_s'))} ticks/s through the loop, {_fmt(summary.get('wall_seconds'))} s for the
+whole command.
+
+![compute time percentiles](compute_time.png)
+"""
     _atomic(os.path.join(out_dir, "report.md"), lambda p: open(p, "w").write(md))

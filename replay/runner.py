@@ -1,5 +1,6 @@
 """`engine backtest FILE... --model DIR --out DIR`: one file per task, in process or on Dask,
 merged in file order into signals.parquet and a report."""
+import contextlib
 import os
 import sys
 import time
@@ -17,19 +18,36 @@ class Params:
     strategy: str | None = None       # a built-in name or a .py file (default: microstructure)
     params: dict = field(default_factory=dict)  # strategy parameter overrides
     horizons_ms: tuple = DEFAULT_HORIZONS_MS
-    latency_ns: int = 0
-    fee_bps: float = 0.0
+    latency_ns: int = 0               # order entry latency (constant), unless `latency` says otherwise
+    fee_bps: float | None = None      # taker fee, bp of notional (None: the instruments table's, else 0)
     extra: dict = field(default_factory=dict)
     marks: object = None              # int64 [m, 2]: a live run's conflation marks (--conflate-as-recorded)
+    # execution (replay/execsim.py, replay/l3.py)
+    orders: str = "strategy"          # taker | maker | strategy (its `maker` param; taker without one)
+    latency: object = None            # None, "lognormal:MEDIAN_US,SIGMA", "uniform:LO_US,HI_US", or int64 ns values
+    response_ns: int = 0
+    feed_ns: int = 0                  # feed latency when the file's receive and exchange clocks differ
+    queue_power: float = 3.0
+    maker_bps: float | None = None
+    per_lot: float | None = None
+    instruments: dict = field(default_factory=dict)  # replay/instruments.py load_file
+    l3: str | None = None             # a DBN MBO file: exact FIFO for maker orders
+    seed: int = 0                     # for sampled latencies
 
 
 _MODELS = {}
 
 
+_HOSTS = {}
+
+
 def _host(p):
-    """The strategy compiled into the host loops (once per process per strategy)."""
+    """The strategy compiled into the host loops (once per process per strategy and parameters)."""
     from engine.strategy_build import load_host
-    return load_host(p.strategy, p.params)
+    key = (p.strategy, tuple(sorted(p.params.items())))
+    if key not in _HOSTS:
+        _HOSTS[key] = load_host(p.strategy, p.params)
+    return _HOSTS[key]
 
 
 def _model(p):
@@ -46,28 +64,74 @@ def _model(p):
     return _MODELS[key]
 
 
-def backtest_one(path, p):
-    """Backtest and evaluate one tick file; a picklable dict (runs on a Dask worker as is)."""
+def entry_latencies(p, m, k):
+    """Per-order entry latencies (ns) for m orders of file number k: a constant, recorded values
+    (used in order, cycled), or draws from a distribution seeded by (seed, file)."""
+    spec = p.latency
+    if spec is None:
+        return np.int64(p.latency_ns)
+    if not isinstance(spec, str):
+        return np.asarray(spec, np.int64)
+    kind, _, args = spec.partition(":")
+    a, b = (float(x) for x in args.split(","))
+    rng = np.random.default_rng([p.seed, k])
+    if kind == "lognormal":
+        return (rng.lognormal(np.log(a), b, m) * 1000).astype(np.int64)
+    return (rng.uniform(a, b, m) * 1000).astype(np.int64)
+
+
+def exec_setup(p, host, tf, res, k):
+    """(ExecParams, spec array, per-instrument specs) for one file's signals."""
+    from . import execsim, instruments
+    names = list(res.instruments or tf.instruments or [])
+    names += [str(i) for i in range(len(names), max(1, int(res.signals["instrument"].max()) + 1 if len(res.signals) else 1))]
+    specs = instruments.resolve(names, tf.source, p.instruments,
+                                {"taker_bps": p.fee_bps, "maker_bps": p.maker_bps, "per_lot": p.per_lot})
+    maker = p.orders == "maker" or (p.orders == "strategy" and bool(host.strategy.values.get("maker", 0.0)))
+    xp = execsim.ExecParams(entry_ns=entry_latencies(p, len(res.signals), k), response_ns=p.response_ns,
+                            feed_ns=p.feed_ns, maker=maker, queue_power=p.queue_power)
+    return xp, instruments.spec_array(specs), [dict(s, symbol=n) for n, s in zip(names, specs)]
+
+
+def backtest_one(path, p, k=0, progress=False):
+    """Backtest and evaluate one tick file (file number k); a picklable dict (runs on a Dask
+    worker as is)."""
     from engine.runner import uses_sigmoid
     from engine.tickfile import TickFile, TickFileError
 
-    from .backtest import run_file, warm_up
+    from .backtest import file_depth, run_file, warm_up
     from .evaluate import evaluate_file
     host = _host(p)
     pred = _model(p)
     cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
     warm_up(pred, host, cfg)
     try:
-        tf = TickFile(path)  # every block's CRC checked here, once, where the file is read
+        tf = TickFile(path, verify=False)  # (structure checked here; the CRCs beside the loop)
     except TickFileError as e:
         raise ValueError(str(e)) from None
-    t0 = time.perf_counter()
-    res = run_file(tf, pred, host, cfg, p.marks)
-    loop_s = time.perf_counter() - t0
-    part, cols = evaluate_file(tf.words, res, p.horizons_ms, p.latency_ns, p.fee_bps)
+    # every block's CRC is checked once, on a thread while the loop runs (zlib and the loop both
+    # release the GIL); nothing the loop computed is used unless the file passed
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        check = ex.submit(tf.verify)
+        t0 = time.perf_counter()
+        res = run_file(tf, pred, host, cfg, p.marks, progress=progress)
+        loop_s = time.perf_counter() - t0
+        try:
+            check.result()
+        except TickFileError as e:
+            raise ValueError(str(e)) from None
+    xp, spec, specs = exec_setup(p, host, tf, res, k)
+    rec = None
+    if p.l3:
+        from . import l3
+        rec = l3.load(p.l3, list(res.instruments or tf.instruments or []))
+    t1 = time.perf_counter()
+    part, cols = evaluate_file(tf.words, res, p.horizons_ms, depth=file_depth(tf), xp=xp, spec=spec, l3_records=rec)
     return {"path": str(path), "instruments": res.instruments, "signals": res.signals, "cols": cols, "part": part,
-            "hist": res.hist, "notes": res.notes, "loop_seconds": loop_s, "backend": pred.backend,
-            "model_id": pred.model_id, "scores": _score_sample(res.margins, uses_sigmoid(pred))}
+            "hist": res.hist, "notes": res.notes, "loop_seconds": loop_s, "eval_seconds": time.perf_counter() - t1,
+            "backend": pred.backend, "model_id": pred.model_id, "specs": specs,
+            "scores": _score_sample(res.margins, uses_sigmoid(pred))}
 
 
 def _score_sample(margins, sigmoid, k=100_000):
@@ -81,18 +145,11 @@ def _say(msg):
     print(f"[backtest] {msg}", file=sys.stderr, flush=True)
 
 
-def run_tasks(files, p, workers=1, scheduler=None, progress=True):
-    """Results in file order: in this process, or on Dask (a LocalCluster of `workers`
-    single-threaded processes, or the cluster at `scheduler`)."""
-    say = _say if progress else (lambda m: None)
-    if workers <= 1 and not scheduler:
-        out = []
-        for k, f in enumerate(files):
-            out.append(backtest_one(f, p))
-            say(f"{k + 1}/{len(files)} files: {f} ({out[-1]['part']['ticks']:,} ticks, "
-                f"{len(out[-1]['signals']):,} signals)")
-        return out
-    from dask.distributed import Client, LocalCluster, as_completed
+@contextlib.contextmanager
+def dask_client(workers, scheduler=None):
+    """A client of the cluster at `scheduler`, or of a LocalCluster of `workers` single-threaded
+    processes started (and stopped) here."""
+    from dask.distributed import Client, LocalCluster
     cluster = None
     if scheduler:
         client = Client(scheduler)
@@ -101,8 +158,28 @@ def run_tasks(files, p, workers=1, scheduler=None, progress=True):
                                silence_logs=40)
         client = Client(cluster)
     try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def run_tasks(files, p, workers=1, scheduler=None, progress=True):
+    """Results in file order: in this process, or on Dask (a LocalCluster of `workers`
+    single-threaded processes, or the cluster at `scheduler`)."""
+    say = _say if progress else (lambda m: None)
+    if workers <= 1 and not scheduler:
+        out = []
+        for k, f in enumerate(files):
+            out.append(backtest_one(f, p, k, progress))
+            say(f"{k + 1}/{len(files)} files: {f} ({out[-1]['part']['ticks']:,} ticks, "
+                f"{len(out[-1]['signals']):,} signals)")
+        return out
+    from dask.distributed import as_completed
+    with dask_client(workers, scheduler) as client:
         say(f"{len(files)} files on {len(client.scheduler_info()['workers'])} Dask workers ({client.scheduler.address})")
-        futs = [client.submit(backtest_one, f, p, key=f"backtest-{k}-{os.path.basename(f)}", pure=False)
+        futs = [client.submit(backtest_one, f, p, k, key=f"backtest-{k}-{os.path.basename(f)}", pure=False)
                 for k, f in enumerate(files)]
         where = {f.key: k for k, f in enumerate(futs)}
         out = [None] * len(files)
@@ -111,10 +188,6 @@ def run_tasks(files, p, workers=1, scheduler=None, progress=True):
             out[where[fut.key]] = r
             say(f"{done}/{len(files)} files: {r['path']} ({r['part']['ticks']:,} ticks, {len(r['signals']):,} signals)")
         return out
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
 def merge(results, p):
@@ -129,12 +202,76 @@ def merge(results, p):
                                        for r in results]) if results else np.zeros(0, object)}
     for name in (results[0]["cols"] if results else {}):
         extra[name] = np.concatenate([r["cols"][name] for r in results])
-    summary, grid, equity = summarize([r["part"] for r in results], p.horizons_ms)
+    specs = [s for r in results for s in r.get("specs", [])]
+    cals = [s["calendar"] for s in specs]
+    calendar = max(set(cals), key=cals.count) if cals else "crypto"
+    summary, grid, equity, gross = summarize([r["part"] for r in results], p.horizons_ms, calendar)
+    summary["instruments"] = {s["symbol"]: {k: v for k, v in s.items() if k != "symbol"} for s in specs}
+    cur = sorted({s["currency"] for s in specs})
+    summary["currency"] = cur[0] if len(cur) == 1 else "mixed currencies (see instruments)"
+    summary["eval_seconds"] = round(sum(r.get("eval_seconds", 0.0) for r in results), 4)
+    fills = _fills_table(results)
     hist = sum((r["hist"] for r in results), new_counts())
     scores = np.concatenate([r["scores"] for r in results]) if results else np.zeros(0, np.float32)
     summary["loop_seconds"] = round(sum(r["loop_seconds"] for r in results), 4)
     summary["loop_ticks_per_s"] = round(summary["ticks"] / summary["loop_seconds"]) if summary["loop_seconds"] else None
-    return sigs, extra, summary, grid, equity, hist, scores
+    series = {"grid": grid, "equity": equity, "gross": gross, "fills": fills, "hist": hist, "scores": scores}
+    return sigs, extra, summary, series
+
+
+def _fills_table(results):
+    """Every file's fills with a symbol column (for the position plot)."""
+    from .execsim import FILL_DTYPE
+    dt = np.dtype(FILL_DTYPE.descr + [("symbol", object)])
+    parts = []
+    for r in results:
+        f = r["part"].get("fills_table")
+        if f is None or not len(f):
+            continue
+        t = np.zeros(len(f), dt)
+        for name in FILL_DTYPE.names:
+            t[name] = f[name]
+        names = r["instruments"] or []
+        t["symbol"] = [names[i] if i < len(names) else str(i) for i in f["instrument"]]
+        parts.append(t)
+    return np.concatenate(parts) if parts else np.zeros(0, dt)
+
+
+FEW_TREES = 20
+
+
+def _source_paths(uri):
+    """The file paths a source URI (scheme:PATH?params) names, resolved."""
+    if not isinstance(uri, str) or ":" not in uri:
+        return set()
+    path = uri.split(":", 1)[1].split("?", 1)[0]
+    return {os.path.realpath(path)} if path and not path.startswith("//") else set()
+
+
+def model_warnings(manifest, files):
+    """Loud warnings a quant must see: a backtest on the data the model was trained on, a model
+    that kept very few trees."""
+    out = []
+    tr = manifest.get("training") or {}
+    srcs = tr.get("sources") or ([tr["source"]] if tr.get("source") else [])
+    trained = set().union(*(_source_paths(u) for u in srcs)) if srcs else set()
+    from engine.tickfile import TickFile, TickFileError
+    for f in files:
+        mine = {os.path.realpath(f)}
+        try:
+            t = TickFile(f, verify=False)
+            mine |= _source_paths(t.source)
+            t.close()
+        except TickFileError:
+            pass
+        both = mine & trained
+        if both:
+            out.append(f"{f}: the model was trained on this data ({', '.join(sorted(both))}): the backtest is "
+                       f"in-sample and flatters the model")
+    n = manifest.get("num_trees")
+    if isinstance(n, int) and n < FEW_TREES:
+        out.append(f"the model kept only {n} trees (early stopping found little to learn): expect weak signals")
+    return out
 
 
 def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
@@ -157,18 +294,30 @@ def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
     from engine.runner import uses_sigmoid
     host.strategy.check_scale(uses_sigmoid(pred))
     t0 = time.monotonic()
+    # the report's plotting library loads while the loop runs (the loop holds no GIL): 0.6 s
+    import threading
+    preload = threading.Thread(target=report.preload, daemon=True, name="preload-matplotlib")
+    preload.start()
     results = run_tasks(files, p, workers, scheduler, progress)
-    sigs, extra, summary, grid, equity, hist, scores = merge(results, p)
+    preload.join()  # (the report forks: no thread may hold the import lock then)
+    sigs, extra, summary, series = merge(results, p)
     notes = [n for r in results for n in r["notes"]]
+    warned = model_warnings(pred.manifest, files)
     summary.update({"model": p.model, "model_id": pred.model_id, "backend": results[0]["backend"] if results else None,
-                    "latency_ns": p.latency_ns, "fee_bps": p.fee_bps, "horizons_ms": list(p.horizons_ms),
+                    "execution": {"orders": "maker" if results and results[0]["part"].get("maker_orders") else "taker",
+                                  "entry_ns": p.latency if p.latency is not None and isinstance(p.latency, str)
+                                  else p.latency_ns, "response_ns": p.response_ns, "queue_power": p.queue_power,
+                                  "exact_fifo": p.l3},
+                    "horizons_ms": list(p.horizons_ms),
                     "strategy": host.strategy.identity(), "workers": workers, "wall_seconds": round(time.monotonic() - t0, 3),
                     "inputs": [r["path"] for r in results], "notes": notes,
                     # what the printed summary warns of: incomplete inputs, their unchecked records
-                    "warnings": notes})
+                    "warnings": warned + notes})
     with atomic_dir(out_dir, "the backtest report") as tmp:  # only once every file ran: a bad input leaves nothing
         write_signals_parquet(os.path.join(tmp, "signals.parquet"), sigs, extra,
                               metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
                                         "engine.strategy": host.strategy.describe()})
-        report.write(tmp, summary, grid, equity, hist, scores)
+        series["thresholds"] = {k: v for k, v in host.strategy.values.items() if k in report.THRESHOLD_PARAMS}
+        summary["probability"] = uses_sigmoid(pred)
+        report.write(tmp, summary, series)
     return summary

@@ -103,6 +103,13 @@ def test_a_token_file_others_can_read_is_refused(tmp_path):
         ensure_token(str(tok))
     r = engine("ctl", "status", "--http", "127.0.0.1:9", "--token-file", str(tok))  # the client too
     one_line_error(r, str(tok), "chmod 600")
+    # the engine refuses it before anything starts (no model load, no feed, no signal file)
+    sig = tmp_path / "run.sig"
+    t0 = time.monotonic()
+    r = engine("run", "--duration", "1", "--token-file", str(tok), "--http", "127.0.0.1:18997", "--signals-out",
+               str(sig), "--name", f"enginetest-tok-{os.getpid()}")
+    one_line_error(r, str(tok), "chmod 600")
+    assert not sig.exists() and time.monotonic() - t0 < 10
 
 
 def test_the_instrument_table_is_private_whatever_the_umask(tmp_path):

@@ -133,7 +133,7 @@ def test_backtest_is_deterministic_and_reports_everything(tmp_path, default_mode
     rep = outs[0]
     assert rep["signals"] > 100 and rep["fills"] > 0 and rep["turnover_units"] >= rep["fills"]
     assert 0 <= rep["hit_rate_1ms"] <= 1 and rep["ic"] is not None and rep["max_drawdown"] >= 0
-    for f in ("report.md", "report.json", "pnl.png", "latency.png", "scores.png"):
+    for f in ("report.md", "report.json", "pnl.png", "drawdown.png", "position.png", "scores.png", "compute_time.png"):
         p = tmp_path / "bt0" / f
         assert p.stat().st_size > 200, f
     assert (tmp_path / "bt0" / "pnl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

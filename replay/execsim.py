@@ -1,0 +1,391 @@
+"""The execution simulator: what a backtest's signals would have filled, order by order.
+
+Each signal sets an instrument's target position (signed lots, the tick sizes' unit). The
+simulator turns it into an order for `target - position`, sent when the signal's tick was
+received and arriving at the exchange `entry` ns later (the order-entry latency; a later signal
+for the same instrument cancels a working order when it arrives). Arrival is in exchange time:
+the signal tick's receive time plus the entry latency when the data's receive and exchange clocks
+are comparable (recorded captures: feed latency is then the data's own ts_recv - ts_event, the
+receive clock moved forward when it ran behind the exchange's: `clock_skew`),
+else its exchange time plus a constant feed latency. The order meets the book (as the ticks before
+it left it) at the first tick after its signal's whose exchange time is at or after its arrival,
+in file order (the exchange's sequence).
+
+Orders (per signal: the strategy's `maker` param, 0 or 1, or `engine backtest --orders`):
+- taker: crosses the spread at arrival and walks the book's depth window for its size (buys take
+  asks from the best up); what the window cannot fill is cancelled (IOC) and counted unfilled.
+- maker: joins its own side's touch at arrival with `ahead` = the level's size then (it is last
+  in the queue). Queue model on aggregate (L2) data, the estimator of Rigtorp's note that
+  hftbacktest's probabilistic models also follow:
+    * a trade at our price hitting our side fills what exceeds `ahead`; `ahead` shrinks by the
+      trade's size;
+    * a trade through our price, or the other side's touch or a level at or through our price,
+      fills all that is left (that counterparty had to meet us first);
+    * a decrease of our level's size that trades of the same event do not explain is a cancel,
+      taken from ahead of us with probability f(ahead) / (f(ahead) + f(behind)), f(x) = x ** n
+      (`queue_power`, default 3: cancels come mostly from the back of a long queue); increases
+      join behind us;
+    * if our price leaves the touch for a worse one (depth 0 data), everything ahead of us left.
+  A maker order works until it fills or a later signal for its instrument arrives.
+- Fills are known to the trader `response` ns after they happen (ts_local); the position an
+  order is sized from is the one the exchange knows (an exact order manager).
+Fees per fill: `maker_bps` / `taker_bps` of the notional plus `per_contract` a lot; notional and
+PnL in currency use the instrument's `multiplier` (currency per 1.0 of price per lot: ES is 50).
+
+Everything runs in one pass over the file (numba), linear in ticks + signals.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from engine.records import KIND_BOOK, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
+
+MAXLV = 32   # book levels a side the simulator keeps (the most a depth window carries)
+# spec columns (float64 per instrument)
+SP_MULT, SP_MAKER_BPS, SP_TAKER_BPS, SP_PER_LOT = range(4)
+# order state columns (int64 per instrument): working order
+O_ACTIVE, O_SIDE, O_PX, O_REM, O_SIG, O_POS = range(6)
+# float state columns per instrument
+F_AHEAD, F_LVL, F_DEC, F_TRADED = range(4)
+
+FILL_DTYPE = np.dtype([("signal", "i8"), ("tick", "i8"), ("ts_event", "i8"), ("ts_local", "i8"), ("instrument", "i8"),
+                       ("qty", "i8"), ("price", "i8"), ("maker", "i8"), ("fee", "f8")])
+FILL_WORDS = 8  # the int64 columns, in order; fees (currency) in a float64 column beside them
+
+
+@dataclass
+class ExecParams:
+    entry_ns: object = 0            # int, or int64 array: per-order entry latencies (used in order, cycled)
+    response_ns: object = 0
+    feed_ns: int = 0                # used only when the data's clocks are not comparable
+    maker: object = False           # bool, or bool array per signal
+    queue_power: float = 3.0
+
+
+def _lat(v, k):
+    """Latencies for k orders: a constant, or recorded/sampled values used in order (cycled)."""
+    a = np.asarray(v, np.int64).reshape(-1)
+    if a.size == 0:
+        return np.zeros(k, np.int64)
+    return np.resize(a, k) if a.size > 1 else np.full(k, int(a[0]), np.int64)
+
+
+def clocks_comparable(words):
+    """Do ts_recv and ts_event share an epoch (a capture's wall-clock receive stamps), so their
+    difference is the feed latency? Live recordings stamp CLOCK_MONOTONIC: not comparable."""
+    if not len(words):
+        return False
+    d = words[:: max(1, len(words) // 1000), 2] - words[:: max(1, len(words) // 1000), 1]
+    return bool(np.abs(np.median(d)) < 3_600_000_000_000)
+
+
+def clock_skew(words):
+    """How far the receiving clock ran behind the exchange's (ns, >= 0): a receive stamp before
+    its own exchange stamp is skew, not negative latency; receive times are moved forward by it
+    so the smallest feed latency in the file is 0 (hftbacktest's converter does the same)."""
+    if not len(words):
+        return 0
+    return max(0, -int((words[:, 2] - words[:, 1]).min()))
+
+
+@njit(nogil=True, cache=True)
+def _better(side, a, b):
+    """Is price a better than b for book side (0 bid, 1 ask)?"""
+    return a > b if side == 0 else a < b
+
+
+@njit(nogil=True, cache=True)
+def find_level(bpx, bn, inst, side, px):
+    """(where px is or would go in (inst, side)'s levels, best first; is it there?)"""
+    n = bn[inst, side]
+    j = 0
+    while j < n and _better(side, bpx[inst, side, j], px):
+        j += 1
+    return j, j < n and bpx[inst, side, j] == px
+
+
+@njit(nogil=True, cache=True)
+def remove_level(bpx, bsz, bn, inst, side, j):
+    n = bn[inst, side]
+    for q in range(j, n - 1):
+        bpx[inst, side, q] = bpx[inst, side, q + 1]
+        bsz[inst, side, q] = bsz[inst, side, q + 1]
+    bn[inst, side] = n - 1
+
+
+@njit(nogil=True, cache=True)
+def insert_level(bpx, bsz, bn, inst, side, j, px, sz):
+    """A new level at position j; the worst one falls off a full side (nothing past it goes in)."""
+    cap = bpx.shape[2]
+    n = bn[inst, side]
+    if j >= cap:
+        return
+    if n == cap:
+        n -= 1
+    for q in range(n, j, -1):
+        bpx[inst, side, q] = bpx[inst, side, q - 1]
+        bsz[inst, side, q] = bsz[inst, side, q - 1]
+    bpx[inst, side, j] = px
+    bsz[inst, side, j] = sz
+    bn[inst, side] = n + 1
+
+
+@njit(nogil=True, cache=True)
+def _set_level(bpx, bsz, bn, inst, side, px, sz):
+    """Apply a level tick to the simulator's book: insert/replace at px, remove on size 0."""
+    j, found = find_level(bpx, bn, inst, side, px)
+    if found:
+        if sz > 0:
+            bsz[inst, side, j] = sz
+        else:
+            remove_level(bpx, bsz, bn, inst, side, j)
+    elif sz > 0:
+        insert_level(bpx, bsz, bn, inst, side, j, px, sz)
+
+
+@njit(nogil=True, cache=True)
+def _set_touch(bpx, bsz, bn, inst, side, px, sz):
+    """A touch from a quote (depth-0 data): the book is that one level."""
+    if px > 0 and sz > 0:
+        bpx[inst, side, 0] = px
+        bsz[inst, side, 0] = sz
+        bn[inst, side] = 1
+    else:
+        bn[inst, side] = 0
+
+
+@njit(nogil=True, cache=True)
+def _emit(fills, fees, nf, k, j, ts, resp, inst, qty, px, spec, maker):
+    mult = spec[inst, SP_MULT]
+    notional = abs(qty) * (px / 1e9) * mult
+    bps = spec[inst, SP_MAKER_BPS] if maker else spec[inst, SP_TAKER_BPS]
+    fees[nf] = notional * bps / 1e4 + abs(qty) * spec[inst, SP_PER_LOT]
+    r = fills[nf]
+    r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] = k, j, ts, ts + resp, inst, qty, px, 1 if maker else 0
+    return nf + 1
+
+
+@njit(nogil=True, cache=True)
+def maker_fill(O, inst, qty, j, ts, resp, spec, fills, fees, nf, pos):
+    """Fill `qty` lots of the working maker order (O's first five columns) at its price."""
+    side = O[inst, O_SIDE]
+    signed = qty if side > 0 else -qty
+    nf = _emit(fills, fees, nf, O[inst, O_SIG], j, ts, resp, inst, signed, O[inst, O_PX], spec, True)
+    pos[inst] += signed
+    O[inst, O_REM] -= qty
+    if O[inst, O_REM] <= 0:
+        O[inst, O_ACTIVE] = 0
+    return nf
+
+
+@njit(nogil=True, cache=True)
+def send(k, j, ts, sig, O, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfilled):
+    """Signal k's order arrives: a taker walks the other side's levels now (what they cannot fill
+    is counted unfilled); a maker becomes the instrument's working order at its own touch.
+    Returns (fills written, size of the level the maker joined, or -1)."""
+    inst = sig[k, 0]
+    O[inst, O_ACTIVE] = 0
+    delta = sig[k, 1] - pos[inst]
+    if delta == 0:
+        return nf, -1
+    book_side = 1 if delta > 0 else 0  # a buy meets the asks; a maker buy joins the bids
+    if sig[k, 2] == 0:
+        left = abs(delta)
+        q = 0
+        while left > 0 and q < bn[inst, book_side]:
+            take = min(left, bsz[inst, book_side, q])
+            if take > 0:
+                signed = take if delta > 0 else -take
+                nf = _emit(fills, fees, nf, k, j, ts, resp, inst, signed, bpx[inst, book_side, q], spec, False)
+                pos[inst] += signed
+                left -= take
+            q += 1
+        unfilled[0] += left
+        return nf, -1
+    own = 1 - book_side
+    if bn[inst, own] == 0:  # no touch to join: nothing to price it from
+        unfilled[0] += abs(delta)
+        return nf, -1
+    O[inst, O_ACTIVE] = 1
+    O[inst, O_SIDE] = 1 if delta > 0 else -1
+    O[inst, O_PX] = bpx[inst, own, 0]
+    O[inst, O_REM] = abs(delta)
+    O[inst, O_SIG] = k
+    return nf, bsz[inst, own, 0]
+
+
+@njit(nogil=True, cache=True)
+def _flush(O, F, inst, power):
+    """End of a book event at our price: decreases not explained by trades were cancels."""
+    dec, traded = F[inst, F_DEC], F[inst, F_TRADED]
+    F[inst, F_DEC] = 0.0
+    F[inst, F_TRADED] = 0.0
+    c = dec - traded
+    if c <= 0 or O[inst, O_ACTIVE] == 0:
+        return
+    ahead = F[inst, F_AHEAD]
+    behind = F[inst, F_LVL] + c - ahead  # the level before the cancel, less what is ahead of us
+    if behind < 0:
+        behind = 0.0
+    fa, fb = ahead ** power, behind ** power
+    p = fa / (fa + fb) if fa + fb > 0 else 1.0
+    ahead -= c * p
+    if ahead > F[inst, F_LVL]:
+        ahead = F[inst, F_LVL]
+    F[inst, F_AHEAD] = ahead if ahead > 0 else 0.0
+
+
+@njit(nogil=True, cache=True)
+def _arrive(k, j, ts, sig, O, F, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfilled):
+    """Signal k's order reaches the exchange before tick j: cancel what works, send the new one."""
+    inst = sig[k, 0]
+    F[inst, F_DEC] = 0.0
+    F[inst, F_TRADED] = 0.0
+    nf, joined = send(k, j, ts, sig, O, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfilled)
+    if joined >= 0:  # last in its queue: everything at the level is ahead
+        F[inst, F_AHEAD] = joined
+        F[inst, F_LVL] = joined
+    return nf
+
+
+@njit(nogil=True, cache=True)
+def _crossed(O, inst, px):
+    """Is a resting price on the other side at or through our working price?"""
+    return px > 0 and (px <= O[inst, O_PX] if O[inst, O_SIDE] > 0 else px >= O[inst, O_PX])
+
+
+@njit(nogil=True, cache=True)
+def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, bpx, bsz, bn, fills, fees, unfilled):
+    """From tick j and signal k on: returns (j, k, fills written). Stops early when `fills` is
+    nearly full (the caller grows it and calls again: every piece of state is in the arrays).
+    sig: int64[m, 4] (instrument, target position, maker 0/1, tick index); arrival: exchange ns per signal."""
+    n = words.shape[0]
+    m = sig.shape[0]
+    nf = 0
+    cap = fills.shape[0] - 2 * MAXLV - 4
+    while j < n:
+        if nf >= cap:
+            return j, k, nf
+        w = words[j]
+        ts = w[1]
+        while k < m and arrival[k] <= ts and sig[k, 3] < j:  # (decided after its tick)
+            nf = _arrive(k, j, ts, sig, O, F, pos, bpx, bsz, bn, spec, resp[k], fills, fees, nf, unfilled)
+            k += 1
+        inst = (w[7] >> 32) & 0xFFFF
+        kind = (w[7] >> 48) & 0xFF
+        tside = (w[7] >> 56) & 0xFF
+        if inst >= O.shape[0]:
+            j += 1
+            continue
+        act = O[inst, O_ACTIVE] != 0
+        r = resp[O[inst, O_SIG]] if act else 0
+        if kind == KIND_LEVEL:
+            bs = 0 if tside == SIDE_BUY else 1
+            if tside != SIDE_BUY and tside != SIDE_SELL:  # a clear tick
+                bn[inst, 0] = 0
+                bn[inst, 1] = 0
+            else:
+                px, sz = w[3], w[6] & 0xFFFFFFFF
+                # strictly inside the window (or a window not full): a size-0 tick there means the level emptied;
+                # at the worst of a full window it may only have been pushed out by a better one
+                inside = bn[inst, bs] < depth or _better(bs, px, bpx[inst, bs, bn[inst, bs] - 1])
+                _set_level(bpx, bsz, bn, inst, bs, px, sz)
+                if act:
+                    own = 0 if O[inst, O_SIDE] > 0 else 1
+                    if bs == own and px == O[inst, O_PX]:
+                        lvl = F[inst, F_LVL]
+                        if sz > 0 or inside:  # size 0 at a price inside the window: emptied
+                            if sz < lvl:
+                                F[inst, F_DEC] += lvl - sz
+                            F[inst, F_LVL] = sz
+                    elif bs != own and sz > 0 and _crossed(O, inst, px):
+                        nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
+        elif kind == KIND_TRADE:
+            if act:
+                hits_us = (tside == SIDE_SELL) if O[inst, O_SIDE] > 0 else (tside == SIDE_BUY)
+                px, sz = w[3], w[6] & 0xFFFFFFFF
+                if hits_us and px == O[inst, O_PX]:
+                    ahead = F[inst, F_AHEAD]
+                    fill = sz - ahead
+                    F[inst, F_AHEAD] = ahead - sz if ahead > sz else 0.0
+                    F[inst, F_TRADED] += sz
+                    if fill >= 1:
+                        q = min(np.int64(fill), O[inst, O_REM])
+                        nf = maker_fill(O, inst, q, j, ts, r, spec, fills, fees, nf, pos)
+                elif hits_us and ((O[inst, O_SIDE] > 0 and px < O[inst, O_PX]) or
+                                  (O[inst, O_SIDE] < 0 and px > O[inst, O_PX])):
+                    nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
+        if kind == KIND_QUOTE or kind == KIND_TRADE or kind == KIND_BOOK:  # they carry the touch
+            bid, ask = w[4], w[5]
+            bsz_, asz_ = (w[6] >> 32) & 0xFFFFFFFF, w[7] & 0xFFFFFFFF
+            if depth == 0:
+                _set_touch(bpx, bsz, bn, inst, 0, bid, bsz_)
+                _set_touch(bpx, bsz, bn, inst, 1, ask, asz_)
+            if O[inst, O_ACTIVE] != 0:
+                buy = O[inst, O_SIDE] > 0
+                own_px, own_sz = (bid, bsz_) if buy else (ask, asz_)
+                other = ask if buy else bid
+                if _crossed(O, inst, other):
+                    nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
+                elif depth == 0:
+                    if own_px == O[inst, O_PX]:
+                        if own_sz < F[inst, F_LVL]:
+                            F[inst, F_DEC] += F[inst, F_LVL] - own_sz
+                        F[inst, F_LVL] = own_sz
+                    elif own_px > 0 and _better(0 if buy else 1, O[inst, O_PX], own_px):
+                        F[inst, F_AHEAD] = 0.0  # our price emptied: the touch is worse now
+                        F[inst, F_LVL] = 0.0
+                if O[inst, O_ACTIVE] != 0 and kind != KIND_TRADE:  # an event ends: net its trades
+                    _flush(O, F, inst, power)
+        j += 1
+    while k < m:  # orders arriving after the last tick meet no book
+        unfilled[0] += abs(sig[k, 1] - pos[sig[k, 0]]) if sig[k, 2] == 0 else 0
+        k += 1
+    return j, k, nf
+
+
+def run(words, signals, n_inst, spec, p, depth):
+    """Fills (FILL_DTYPE) and counters for one file's signals (SIGNAL_DTYPE, file order)."""
+    m = len(signals)
+    sig = np.zeros((m, 4), np.int64)
+    if m:
+        sig[:, 0] = signals["instrument"]
+        sig[:, 1] = signals["position"]
+        sig[:, 2] = np.resize(np.asarray(p.maker, np.int64).reshape(-1), m) if np.ndim(p.maker) else int(bool(p.maker))
+    idx = signals["tick_seq"].astype(np.int64) if m else np.zeros(0, np.int64)
+    sig[:, 3] = idx
+    comparable = clocks_comparable(words)
+    skew = clock_skew(words) if comparable else 0
+    base = words[idx, 2] + skew if comparable else words[idx, 1] + int(p.feed_ns)
+    arrival = base + _lat(p.entry_ns, m)
+    resp = _lat(p.response_ns, m)
+    n_inst = max(n_inst, int(sig[:, 0].max()) + 1 if m else 1)
+    O = np.zeros((n_inst, 6), np.int64)
+    F = np.zeros((n_inst, 4), np.float64)
+    pos = np.zeros(n_inst, np.int64)
+    bpx = np.zeros((n_inst, 2, MAXLV), np.int64)
+    bsz = np.zeros((n_inst, 2, MAXLV), np.int64)
+    bn = np.zeros((n_inst, 2), np.int64)
+    unfilled = np.zeros(1, np.int64)
+    spec = np.ascontiguousarray(spec, np.float64)
+    out, j, k = [], 0, 0
+    buf = np.zeros((max(1024, 4 * m + 2 * MAXLV + 8), FILL_WORDS), np.int64)
+    fee = np.zeros(len(buf), np.float64)
+    fout = []
+    while True:
+        j, k, nf = simulate(words, j, k, sig, arrival, resp, spec, float(p.queue_power), int(depth), O, F, pos,
+                            bpx, bsz, bn, buf, fee, unfilled)
+        out.append(buf[:nf].copy())
+        fout.append(fee[:nf].copy())
+        if j >= len(words) and k >= m:
+            break
+        if nf == 0 and j >= len(words):
+            break
+    rows = np.concatenate(out) if out else np.zeros((0, FILL_WORDS), np.int64)
+    fills = np.zeros(len(rows), FILL_DTYPE)
+    for c, name in enumerate(FILL_DTYPE.names[:FILL_WORDS]):
+        fills[name] = rows[:, c]
+    fills["fee"] = np.concatenate(fout) if fout else 0.0
+    return fills, {"unfilled_lots": int(unfilled[0]), "clocks_comparable": comparable, "clock_skew_ns": skew,
+                   "working_lots": int(np.abs(O[:, O_REM] * O[:, O_ACTIVE]).sum())}

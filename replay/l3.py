@@ -1,0 +1,276 @@
+"""Exact FIFO fills for maker orders on market-by-order data (Databento DBN MBO: CME Globex).
+
+With every order's id on every add, cancel, modify and fill, our order's place in its queue
+needs no model. Our order joins the back of its price level when it arrives; an order is ahead
+of it when it got its priority earlier. Priority (CME's FIFO, Databento's MBO semantics): an add
+gets it; a modify that lowers the size at the same price keeps it; a modify to another price or
+a larger size loses it (the order goes behind us). Then, per record at our price and side:
+  F (a resting order filled): an order ahead of us takes the fill; an order behind us filled
+    means the aggressor reached past us: we take that fill first (up to what we have left);
+  C / M of an order ahead of us: `ahead` shrinks by what left the queue, less what its F
+    records already took (the book change that follows a fill is not a cancel);
+  T at a price through ours (a sell below our bid, a buy above our ask): all we have left fills.
+Taker orders walk the aggregate book at arrival (every level, not a window). Latency, fees,
+position sizing and cancels on a newer signal are as in replay/execsim.py, whose fill layout
+and spec columns this shares; records play the role ticks play there (an order arrives before
+the first record of a later event whose exchange time is at or after its arrival).
+"""
+import numpy as np
+from numba import njit
+
+from feeds import book as B
+from feeds.dbn import UNDEF_PRICE, le32, le64, read_metadata, symbol_table
+
+from .execsim import (FILL_WORDS, O_ACTIVE, O_PX, O_REM, O_SIDE, O_SIG, ExecParams, _lat,  # noqa: F401
+                      clock_skew, clocks_comparable, find_level, insert_level, maker_fill, remove_level, send)
+
+MBO_LEN = 56
+# record columns
+R_TS, R_RECV, R_OID, R_PX, R_SIZE, R_ACTION, R_SIDE, R_INST, R_FLAGS = range(9)
+# order table: oid -> (side 0 bid / 1 ask, price, size); a second table: oid -> (priority, filled, 0)
+MAXLV = 4096  # (execsim's level helpers take the arrays' own width)
+# working order columns
+W_ACTIVE, W_SIDE, W_PX, W_REM, W_SIG = O_ACTIVE, O_SIDE, O_PX, O_REM, O_SIG  # execsim's working-order columns
+W_PRIO, W_AHEAD = 5, 6
+
+
+class L3Error(ValueError):
+    pass
+
+
+@njit(nogil=True, cache=True)
+def _decode(b, off, cols):
+    """MBO records of b[off:] into cols (int64[n, 9]); returns (rows, bad offset or -1)."""
+    n = 0
+    pos = off
+    end = b.shape[0]
+    while end - pos >= 4:
+        ln = np.int64(b[pos]) * 4
+        if ln < 16 or ln > end - pos:
+            return n, pos
+        if b[pos + 1] == 0xA0:
+            if ln < MBO_LEN:
+                return n, pos
+            r = cols[n]
+            r[R_TS] = le64(b, pos + 8)
+            r[R_RECV] = le64(b, pos + 40)
+            r[R_OID] = le64(b, pos + 16)
+            r[R_PX] = le64(b, pos + 24)
+            r[R_SIZE] = le32(b, pos + 32)
+            r[R_INST] = le32(b, pos + 4)
+            r[R_FLAGS] = b[pos + 36]
+            r[R_ACTION] = b[pos + 38]
+            r[R_SIDE] = b[pos + 39]
+            n += 1
+        pos += ln
+    return n, (-1 if pos == end else pos)
+
+
+def load(path, names):
+    """MBO records of a DBN file as int64[n, 9], instrument ids mapped to the indices of `names`
+    (the tick file's instruments; -1 for others)."""
+    import zstandard
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise L3Error(f"--l3 {path}: {e.strerror}") from None
+    if raw[:4] == b"\x28\xb5\x2f\xfd":
+        try:
+            raw = zstandard.ZstdDecompressor().stream_reader(raw).read()
+        except zstandard.ZstdError as e:
+            raise L3Error(f"--l3 {path}: not readable zstd: {e}") from None
+    try:
+        meta, off = read_metadata(path, raw)
+    except Exception as e:  # the metadata decoder's own error types
+        raise L3Error(f"--l3 {path}: not DBN: {e}") from None
+    if str(meta.schema) != "mbo":
+        raise L3Error(f"--l3 {path}: schema {meta.schema}, exact FIFO needs mbo")
+    b = np.frombuffer(raw, np.uint8)
+    cols = np.zeros(((len(raw) - off) // MBO_LEN + 1, 9), np.int64)
+    n, bad = _decode(b, off, cols)
+    if bad >= 0:
+        raise L3Error(f"--l3 {path}: a broken record at byte {bad}")
+    cols = cols[:n]
+    sym = symbol_table(meta)
+    index = {name: i for i, name in enumerate(names)}
+    ids = np.unique(cols[:, R_INST]) if n else np.zeros(0, np.int64)
+    mapped = np.full(n, -1, np.int64)
+    for iid in ids:
+        mapped[cols[:, R_INST] == iid] = index.get(sym.get(int(iid), str(int(iid))), -1)
+    cols[:, R_INST] = mapped
+    return cols
+
+
+@njit(nogil=True, cache=True)
+def _level_add(lpx, lsz, ln, inst, side, px, dq):
+    """Aggregate size at (side, px) += dq; levels kept best first (at most MAXLV a side)."""
+    j, found = find_level(lpx, ln, inst, side, px)
+    if found:
+        lsz[inst, side, j] += dq
+        if lsz[inst, side, j] <= 0:
+            remove_level(lpx, lsz, ln, inst, side, j)
+    elif dq > 0:
+        insert_level(lpx, lsz, ln, inst, side, j, px, dq)
+
+
+@njit(nogil=True, cache=True)
+def _level_size(lpx, lsz, ln, inst, side, px):
+    for j in range(ln[inst, side]):
+        if lpx[inst, side, j] == px:
+            return lsz[inst, side, j]
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def _arrive(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp, fills, fees, nf, unfilled, prio):
+    nf, joined = send(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp, fills, fees, nf, unfilled)
+    if joined >= 0:
+        W[sig[k, 0], W_PRIO] = prio  # every order with an earlier priority is ahead of us
+        W[sig[k, 0], W_AHEAD] = joined
+    return nf
+
+
+@njit(nogil=True, cache=True)
+def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, lsz, ln, fills, fees, unfilled, prio):
+    """From record j and signal k on: (j, k, fills written, next priority). Returns early when
+    fills is nearly full or the order tables need room (the caller grows them and calls again).
+    sig: int64[m, 3] (instrument, target, maker); sig_recv: each signal's tick ts_recv."""
+    n = rec.shape[0]
+    m = sig.shape[0]
+    nf = 0
+    cap = fills.shape[0] - MAXLV - 4
+    while j < n:
+        if nf >= cap or O[2][0] * 3 >= O[0].shape[0] or P[2][0] * 3 >= P[0].shape[0]:
+            return j, k, nf, prio
+        r = rec[j]
+        ts = r[R_TS]
+        while k < m and arrival[k] <= ts and sig_recv[k] < r[R_RECV]:
+            nf = _arrive(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp[k], fills, fees, nf, unfilled, prio)
+            prio += 1
+            k += 1
+        inst = r[R_INST]
+        if inst < 0 or inst >= W.shape[0]:
+            j += 1
+            continue
+        act = r[R_ACTION]
+        side = 0 if r[R_SIDE] == 66 else (1 if r[R_SIDE] == 65 else -1)  # 'B' bid, 'A' ask
+        oid, px, sz = r[R_OID], r[R_PX], r[R_SIZE]
+        w_on = W[inst, W_ACTIVE] != 0
+        w_side = 0 if W[inst, W_SIDE] > 0 else 1
+        rr = resp[W[inst, W_SIG]] if w_on else 0
+        if act == 82:  # 'R': the instrument's book is cleared (its orders are gone)
+            ln[inst, 0] = 0
+            ln[inst, 1] = 0
+        elif act == 65 and side >= 0 and px != UNDEF_PRICE:  # 'A'
+            if B.order_find(O, oid) < 0:
+                B.order_insert(O, oid, side, px, sz)
+                B.order_insert(P, oid, prio, 0, 0)
+                prio += 1
+                _level_add(lpx, lsz, ln, inst, side, px, sz)
+        elif act == 70:  # 'F': a resting order filled (its book change follows as C or M)
+            s = B.order_find(O, oid)
+            if s >= 0 and w_on:
+                q = B.order_find(P, oid)
+                o_side, o_px = O[1][s, B.O_BOOK], O[1][s, B.O_PRICE]
+                if o_side == w_side and o_px == W[inst, W_PX]:
+                    if P[1][q, 0] < W[inst, W_PRIO]:
+                        W[inst, W_AHEAD] -= sz
+                        P[1][q, 1] += sz
+                    else:  # behind us: the aggressor reached past us
+                        nf = maker_fill(W, inst, min(sz, W[inst, W_REM]), j, ts, rr, spec, fills, fees, nf, pos)
+                        P[1][q, 1] += sz
+                elif W[inst, W_ACTIVE] != 0 and o_side == w_side and \
+                        (o_px < W[inst, W_PX] if w_side == 0 else o_px > W[inst, W_PX]):
+                    nf = maker_fill(W, inst, W[inst, W_REM], j, ts, rr, spec, fills, fees, nf, pos)  # through us
+        elif act == 67 or act == 77:  # 'C' cancel (size = what left), 'M' modify (size = new size)
+            s = B.order_find(O, oid)
+            if s >= 0:
+                q = B.order_find(P, oid)
+                o_side, o_px, o_sz = O[1][s, B.O_BOOK], O[1][s, B.O_PRICE], O[1][s, B.O_QTY]
+                new_px = o_px if act == 67 else px
+                new_sz = o_sz - sz if act == 67 else sz
+                if new_sz < 0:
+                    new_sz = 0
+                left_q = o_sz - new_sz if (new_px == o_px and new_sz <= o_sz) else o_sz  # what leaves the queue
+                ahead_of_us = w_on and o_side == w_side and o_px == W[inst, W_PX] and P[1][q, 0] < W[inst, W_PRIO]
+                if ahead_of_us:
+                    filled = P[1][q, 1]
+                    take = left_q - filled if left_q > filled else 0
+                    P[1][q, 1] = filled - left_q if filled > left_q else 0
+                    W[inst, W_AHEAD] -= take
+                else:
+                    P[1][q, 1] = 0
+                _level_add(lpx, lsz, ln, inst, o_side, o_px, -o_sz)
+                if new_sz > 0 and px != UNDEF_PRICE:
+                    O[1][s, B.O_PRICE], O[1][s, B.O_QTY] = new_px, new_sz
+                    _level_add(lpx, lsz, ln, inst, o_side, new_px, new_sz)
+                    if new_px != o_px or new_sz > o_sz:  # priority lost: behind everyone, us included
+                        P[1][q, 0] = prio
+                        prio += 1
+                else:
+                    B.order_remove(O, s)
+                    B.order_remove(P, q)
+            elif act == 77 and side >= 0 and px != UNDEF_PRICE:  # a modify of an order we never saw: an add
+                B.order_insert(O, oid, side, px, sz)
+                B.order_insert(P, oid, prio, 0, 0)
+                prio += 1
+                _level_add(lpx, lsz, ln, inst, side, px, sz)
+        elif act == 84 and w_on and side >= 0:  # 'T': side is the aggressor's
+            hits_us = side != w_side
+            through = (px < W[inst, W_PX]) if w_side == 0 else (px > W[inst, W_PX])
+            if hits_us and through:
+                nf = maker_fill(W, inst, W[inst, W_REM], j, ts, rr, spec, fills, fees, nf, pos)
+        if W[inst, W_AHEAD] < 0:
+            W[inst, W_AHEAD] = 0
+        j += 1
+    while k < m:
+        if sig[k, 2] == 0:
+            unfilled[0] += abs(sig[k, 1] - pos[sig[k, 0]])
+        k += 1
+    return j, k, nf, prio
+
+
+def run(rec, words, signals, n_inst, spec, p):
+    """Fills (execsim.FILL_DTYPE; `tick` holds the record index) of the signals on MBO records."""
+    from .execsim import FILL_DTYPE
+    m = len(signals)
+    sig = np.zeros((m, 3), np.int64)
+    idx = signals["tick_seq"].astype(np.int64) if m else np.zeros(0, np.int64)
+    if m:
+        sig[:, 0] = signals["instrument"]
+        sig[:, 1] = signals["position"]
+        sig[:, 2] = np.resize(np.asarray(p.maker, np.int64).reshape(-1), m) if np.ndim(p.maker) else int(bool(p.maker))
+    comparable = clocks_comparable(words)
+    skew = clock_skew(words) if comparable else 0
+    sig_recv = words[idx, 2] if m else np.zeros(0, np.int64)
+    arrival = (sig_recv + skew if comparable else words[idx, 1] + int(p.feed_ns)) + _lat(p.entry_ns, m)
+    resp = _lat(p.response_ns, m)
+    n_inst = max(n_inst, int(sig[:, 0].max()) + 1 if m else 1)
+    O, P = B.Orders(1 << 16), B.Orders(1 << 16)
+    W = np.zeros((n_inst, 7), np.int64)
+    pos = np.zeros(n_inst, np.int64)
+    lpx = np.zeros((n_inst, 2, MAXLV), np.int64)
+    lsz = np.zeros((n_inst, 2, MAXLV), np.int64)
+    ln = np.zeros((n_inst, 2), np.int64)
+    unfilled = np.zeros(1, np.int64)
+    spec = np.ascontiguousarray(spec, np.float64)
+    buf = np.zeros((max(4096, 4 * m + MAXLV + 8), FILL_WORDS), np.int64)
+    fee = np.zeros(len(buf), np.float64)
+    out, fout, j, k, prio = [], [], 0, 0, 1
+    while True:
+        j, k, nf, prio = simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O.arrays(), P.arrays(), W, pos,
+                                  lpx, lsz, ln, buf, fee, unfilled, prio)
+        out.append(buf[:nf].copy())
+        fout.append(fee[:nf].copy())
+        if j >= len(rec):
+            break
+        O.maybe_grow()
+        P.maybe_grow()
+    rows = np.concatenate(out)
+    fills = np.zeros(len(rows), FILL_DTYPE)
+    for c, name in enumerate(FILL_DTYPE.names[:FILL_WORDS]):
+        fills[name] = rows[:, c]
+    fills["fee"] = np.concatenate(fout)
+    return fills, {"unfilled_lots": int(unfilled[0]), "clocks_comparable": comparable, "clock_skew_ns": skew,
+                   "working_lots": int(np.abs(W[:, W_REM] * W[:, W_ACTIVE]).sum())}
