@@ -1259,7 +1259,7 @@ def main(argv=None):
     except (ValueError, RuntimeError, OSError) as e:
         print(f"engine: error: {e}", file=sys.stderr)
         rc = 2
-    if args.cmd in ("run", "feed", "replay"):
+    if args.cmd in ("run", "feed", "replay", "backtest", "sweep"):
         # Everything is flushed, fsynced and unlinked by now. Tearing down an interpreter with
         # numba/LLVM and XGBoost loaded takes ~300 ms, which a stop "within a second" cannot spare.
         try:

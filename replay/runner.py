@@ -190,6 +190,13 @@ def run_tasks(files, p, workers=1, scheduler=None, progress=True):
         return out
 
 
+def _names(r):
+    """A file's symbol per instrument index (its index as text past the table)."""
+    names = list(r["instruments"] or [])
+    top = int(r["signals"]["instrument"].max()) + 1 if len(r["signals"]) else 0
+    return np.array(names + [str(i) for i in range(len(names), top)], dtype=object)
+
+
 def merge(results, p):
     """One signals table and the report's figures from per-file results, in file order."""
     from engine.latency import new_counts
@@ -197,9 +204,8 @@ def merge(results, p):
     from .evaluate import summarize
     sigs = np.concatenate([r["signals"] for r in results]) if results else np.zeros(0)
     extra = {"file": np.concatenate([np.full(len(r["signals"]), i, np.int32) for i, r in enumerate(results)]),
-             "symbol": np.concatenate([np.array([(r["instruments"][i] if i < len(r["instruments"]) else str(i))
-                                                 for i in r["signals"]["instrument"]], dtype=object)
-                                       for r in results]) if results else np.zeros(0, object)}
+             "symbol": np.concatenate([_names(r)[r["signals"]["instrument"].astype(np.int64)] for r in results])
+             if results else np.zeros(0, object)}
     for name in (results[0]["cols"] if results else {}):
         extra[name] = np.concatenate([r["cols"][name] for r in results])
     specs = [s for r in results for s in r.get("specs", [])]

@@ -14,7 +14,7 @@ def cli(*args):
 
 def test_a_sweep_matches_single_backtests_and_resumes_from_its_cache(tmp_path, default_model):
     ticks = tmp_path / "s.ticks"
-    assert cli("convert", "synthetic://?instruments=2&count=30000&seed=3", "--out", str(ticks)).returncode == 0
+    assert cli("convert", "synthetic://?instruments=2&count=15000&seed=3", "--out", str(ticks)).returncode == 0
     out = tmp_path / "sw"
     r = cli("sweep", str(ticks), "--grid", "enter_long=0.6|0.7,latency_us=0|300", "--out", str(out),
             "--orders", "maker", "--workers", "2", "--json", "--quiet")
