@@ -345,21 +345,38 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, bpx
     return j, k, nf
 
 
-def run(words, signals, n_inst, spec, p, depth):
-    """Fills (FILL_DTYPE) and counters for one file's signals (SIGNAL_DTYPE, file order)."""
+def order_inputs(words, signals, p):
+    """The simulators' view of one file's signals (SIGNAL_DTYPE, file order): int64[m, 4]
+    (instrument, target position, maker 0/1, tick index), each order's arrival in exchange time
+    and its response latency, and whether the file's clocks are comparable (and their skew)."""
     m = len(signals)
     sig = np.zeros((m, 4), np.int64)
     if m:
         sig[:, 0] = signals["instrument"]
         sig[:, 1] = signals["position"]
         sig[:, 2] = np.resize(np.asarray(p.maker, np.int64).reshape(-1), m) if np.ndim(p.maker) else int(bool(p.maker))
-    idx = signals["tick_seq"].astype(np.int64) if m else np.zeros(0, np.int64)
-    sig[:, 3] = idx
+        sig[:, 3] = signals["tick_seq"]
+    idx = sig[:, 3]
     comparable = clocks_comparable(words)
     skew = clock_skew(words) if comparable else 0
     base = words[idx, 2] + skew if comparable else words[idx, 1] + int(p.feed_ns)
-    arrival = base + _lat(p.entry_ns, m)
-    resp = _lat(p.response_ns, m)
+    return sig, base + _lat(p.entry_ns, m), _lat(p.response_ns, m), comparable, skew
+
+
+def fills_table(rows, fees):
+    """FILL_DTYPE records from the simulators' int64 rows and float64 fees (lists of chunks)."""
+    rows = np.concatenate(rows) if rows else np.zeros((0, FILL_WORDS), np.int64)
+    fills = np.zeros(len(rows), FILL_DTYPE)
+    for c, name in enumerate(FILL_DTYPE.names[:FILL_WORDS]):
+        fills[name] = rows[:, c]
+    fills["fee"] = np.concatenate(fees) if fees else 0.0
+    return fills
+
+
+def run(words, signals, n_inst, spec, p, depth):
+    """Fills (FILL_DTYPE) and counters for one file's signals (SIGNAL_DTYPE, file order)."""
+    sig, arrival, resp, comparable, skew = order_inputs(words, signals, p)
+    m = len(sig)
     n_inst = max(n_inst, int(sig[:, 0].max()) + 1 if m else 1)
     O = np.zeros((n_inst, 6), np.int64)
     F = np.zeros((n_inst, 4), np.float64)
@@ -369,23 +386,15 @@ def run(words, signals, n_inst, spec, p, depth):
     bn = np.zeros((n_inst, 2), np.int64)
     unfilled = np.zeros(1, np.int64)
     spec = np.ascontiguousarray(spec, np.float64)
-    out, j, k = [], 0, 0
     buf = np.zeros((max(1024, 4 * m + 2 * MAXLV + 8), FILL_WORDS), np.int64)
     fee = np.zeros(len(buf), np.float64)
-    fout = []
-    while True:
+    out, fout, j, k = [], [], 0, 0
+    while True:  # (simulate stops early only when buf is nearly full; past the last tick it is done)
         j, k, nf = simulate(words, j, k, sig, arrival, resp, spec, float(p.queue_power), int(depth), O, F, pos,
                             bpx, bsz, bn, buf, fee, unfilled)
         out.append(buf[:nf].copy())
         fout.append(fee[:nf].copy())
-        if j >= len(words) and k >= m:
+        if j >= len(words):
             break
-        if nf == 0 and j >= len(words):
-            break
-    rows = np.concatenate(out) if out else np.zeros((0, FILL_WORDS), np.int64)
-    fills = np.zeros(len(rows), FILL_DTYPE)
-    for c, name in enumerate(FILL_DTYPE.names[:FILL_WORDS]):
-        fills[name] = rows[:, c]
-    fills["fee"] = np.concatenate(fout) if fout else 0.0
-    return fills, {"unfilled_lots": int(unfilled[0]), "clocks_comparable": comparable, "clock_skew_ns": skew,
-                   "working_lots": int(np.abs(O[:, O_REM] * O[:, O_ACTIVE]).sum())}
+    return fills_table(out, fout), {"unfilled_lots": int(unfilled[0]), "clocks_comparable": comparable,
+                                    "clock_skew_ns": skew, "working_lots": int(np.abs(O[:, O_REM] * O[:, O_ACTIVE]).sum())}

@@ -118,6 +118,13 @@ def resolve(names, source, table=None, overrides=None):
     return out
 
 
+def symbols(names, top=0):
+    """Symbol per instrument index (object array): the file's table, then the index as text for
+    indices at or past its end, up to `top`."""
+    names = list(names or [])
+    return np.array(names + [str(i) for i in range(len(names), top)], dtype=object)
+
+
 def spec_array(specs):
     """float64[n, 4] as replay/execsim.py reads it."""
     a = np.zeros((max(len(specs), 1), 4))

@@ -21,8 +21,8 @@ from numba import njit
 from feeds import book as B
 from feeds.dbn import UNDEF_PRICE, le32, le64, read_metadata, symbol_table
 
-from .execsim import (FILL_WORDS, O_ACTIVE, O_PX, O_REM, O_SIDE, O_SIG, ExecParams, _lat,  # noqa: F401
-                      clock_skew, clocks_comparable, find_level, insert_level, maker_fill, remove_level, send)
+from .execsim import (FILL_WORDS, O_ACTIVE, O_PX, O_REM, O_SIDE, O_SIG, fills_table, find_level, insert_level,
+                      maker_fill, order_inputs, remove_level, send)
 
 MBO_LEN = 56
 # record columns
@@ -115,14 +115,6 @@ def _level_add(lpx, lsz, ln, inst, side, px, dq):
 
 
 @njit(nogil=True, cache=True)
-def _level_size(lpx, lsz, ln, inst, side, px):
-    for j in range(ln[inst, side]):
-        if lpx[inst, side, j] == px:
-            return lsz[inst, side, j]
-    return 0
-
-
-@njit(nogil=True, cache=True)
 def _arrive(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp, fills, fees, nf, unfilled, prio):
     nf, joined = send(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp, fills, fees, nf, unfilled)
     if joined >= 0:
@@ -135,7 +127,7 @@ def _arrive(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp, fills, fees, nf, un
 def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, lsz, ln, fills, fees, unfilled, prio):
     """From record j and signal k on: (j, k, fills written, next priority). Returns early when
     fills is nearly full or the order tables need room (the caller grows them and calls again).
-    sig: int64[m, 3] (instrument, target, maker); sig_recv: each signal's tick ts_recv."""
+    sig: execsim.order_inputs' (instrument, target, maker, tick); sig_recv: each signal's tick ts_recv."""
     n = rec.shape[0]
     m = sig.shape[0]
     nf = 0
@@ -233,19 +225,9 @@ def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, l
 
 def run(rec, words, signals, n_inst, spec, p):
     """Fills (execsim.FILL_DTYPE; `tick` holds the record index) of the signals on MBO records."""
-    from .execsim import FILL_DTYPE
-    m = len(signals)
-    sig = np.zeros((m, 3), np.int64)
-    idx = signals["tick_seq"].astype(np.int64) if m else np.zeros(0, np.int64)
-    if m:
-        sig[:, 0] = signals["instrument"]
-        sig[:, 1] = signals["position"]
-        sig[:, 2] = np.resize(np.asarray(p.maker, np.int64).reshape(-1), m) if np.ndim(p.maker) else int(bool(p.maker))
-    comparable = clocks_comparable(words)
-    skew = clock_skew(words) if comparable else 0
-    sig_recv = words[idx, 2] if m else np.zeros(0, np.int64)
-    arrival = (sig_recv + skew if comparable else words[idx, 1] + int(p.feed_ns)) + _lat(p.entry_ns, m)
-    resp = _lat(p.response_ns, m)
+    sig, arrival, resp, comparable, skew = order_inputs(words, signals, p)
+    m = len(sig)
+    sig_recv = words[sig[:, 3], 2]
     n_inst = max(n_inst, int(sig[:, 0].max()) + 1 if m else 1)
     O, P = B.Orders(1 << 16), B.Orders(1 << 16)
     W = np.zeros((n_inst, 7), np.int64)
@@ -267,10 +249,5 @@ def run(rec, words, signals, n_inst, spec, p):
             break
         O.maybe_grow()
         P.maybe_grow()
-    rows = np.concatenate(out)
-    fills = np.zeros(len(rows), FILL_DTYPE)
-    for c, name in enumerate(FILL_DTYPE.names[:FILL_WORDS]):
-        fills[name] = rows[:, c]
-    fills["fee"] = np.concatenate(fout)
-    return fills, {"unfilled_lots": int(unfilled[0]), "clocks_comparable": comparable, "clock_skew_ns": skew,
-                   "working_lots": int(np.abs(W[:, W_REM] * W[:, W_ACTIVE]).sum())}
+    return fills_table(out, fout), {"unfilled_lots": int(unfilled[0]), "clocks_comparable": comparable,
+                                    "clock_skew_ns": skew, "working_lots": int(np.abs(W[:, W_REM] * W[:, W_ACTIVE]).sum())}

@@ -83,8 +83,8 @@ def entry_latencies(p, m, k):
 def exec_setup(p, host, tf, res, k):
     """(ExecParams, spec array, per-instrument specs) for one file's signals."""
     from . import execsim, instruments
-    names = list(res.instruments or tf.instruments or [])
-    names += [str(i) for i in range(len(names), max(1, int(res.signals["instrument"].max()) + 1 if len(res.signals) else 1))]
+    top = int(res.signals["instrument"].max()) + 1 if len(res.signals) else 1
+    names = list(instruments.symbols(res.instruments or tf.instruments, top))
     specs = instruments.resolve(names, tf.source, p.instruments,
                                 {"taker_bps": p.fee_bps, "maker_bps": p.maker_bps, "per_lot": p.per_lot})
     maker = p.orders == "maker" or (p.orders == "strategy" and bool(host.strategy.values.get("maker", 0.0)))
@@ -191,10 +191,9 @@ def run_tasks(files, p, workers=1, scheduler=None, progress=True):
 
 
 def _names(r):
-    """A file's symbol per instrument index (its index as text past the table)."""
-    names = list(r["instruments"] or [])
-    top = int(r["signals"]["instrument"].max()) + 1 if len(r["signals"]) else 0
-    return np.array(names + [str(i) for i in range(len(names), top)], dtype=object)
+    """A file's symbol per instrument index."""
+    from .instruments import symbols
+    return symbols(r["instruments"], int(r["signals"]["instrument"].max()) + 1 if len(r["signals"]) else 0)
 
 
 def merge(results, p):
@@ -228,6 +227,7 @@ def merge(results, p):
 def _fills_table(results):
     """Every file's fills with a symbol column (for the position plot)."""
     from .execsim import FILL_DTYPE
+    from .instruments import symbols
     dt = np.dtype(FILL_DTYPE.descr + [("symbol", object)])
     parts = []
     for r in results:
@@ -237,8 +237,7 @@ def _fills_table(results):
         t = np.zeros(len(f), dt)
         for name in FILL_DTYPE.names:
             t[name] = f[name]
-        names = r["instruments"] or []
-        t["symbol"] = [names[i] if i < len(names) else str(i) for i in f["instrument"]]
+        t["symbol"] = symbols(r["instruments"], int(f["instrument"].max()) + 1)[f["instrument"]]
         parts.append(t)
     return np.concatenate(parts) if parts else np.zeros(0, dt)
 
