@@ -282,11 +282,12 @@ def _rt_columns(fills, mult, names):
 
 
 def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee_bps=0.0, ic_horizon_ms=None,
-                  ic_max_pairs=200_000, depth=0, xp=None, spec=None, l3_records=None):
+                  ic_max_pairs=200_000, depth=0, xp=None, spec=None, l3_records=None, mi=None):
     """Per-file figures and series for `summarize`, plus per-signal columns for signals.parquet.
     Fills come from the execution simulator (xp, spec: see `execution`); without xp, taker orders
-    arriving latency_ns after their tick and paying fee_bps."""
-    mi = MidIndex(words)
+    arriving latency_ns after their tick and paying fee_bps. mi: the file's MidIndex when it
+    was built already (a backtest builds it beside its loop)."""
+    mi = mi or MidIndex(words)
     sig = res.signals
     sig_inst = sig["instrument"].astype(np.int64)
     fwd = forward_returns(words, sig_inst, sig["ts_event"], horizons_ms, mi)

@@ -134,54 +134,9 @@ def _compute_time(out_dir, s, summary):
     _save(fig, out_dir, "compute_time.png")
 
 
-PLOTS = (_pnl, _drawdown, _position, _scores, _compute_time)
-
-
-CHILD_TIMEOUT_S = 60.0
-
-
-def _plots(out_dir, s, summary):
-    """Every PNG, split over two processes (a forked child draws half): drawing is most of a
-    short backtest's time. Only a single-threaded process forks (a thread holding a lock would
-    leave the child stuck); a child that fails or takes over a minute is killed and its half is
-    drawn here."""
-    import threading
-    import time
-    child, mine = PLOTS[::2], PLOTS[1::2]
-    pid = -1
-    if threading.active_count() == 1:
-        try:
-            pid = os.fork()
-        except OSError:
-            pid = -1
-    if pid < 0:
-        child, mine = (), PLOTS
-    if pid == 0:
-        code = 1
-        try:
-            for f in child:
-                f(out_dir, s, summary)
-            code = 0
-        finally:
-            os._exit(code)
-    for f in mine:
-        f(out_dir, s, summary)
-    if pid > 0:
-        deadline = time.monotonic() + CHILD_TIMEOUT_S
-        status = None
-        while status is None:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = st
-            elif time.monotonic() > deadline:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                status = -1
-            else:
-                time.sleep(0.005)
-        if status != 0:
-            for f in child:
-                f(out_dir, s, summary)
+# every PNG by name; LOOP_PLOTS need only the loop's results (drawn while the evaluation runs)
+PLOTS = {"pnl": _pnl, "drawdown": _drawdown, "position": _position, "scores": _scores, "compute_time": _compute_time}
+LOOP_PLOTS = ("scores", "compute_time")
 
 
 def _fmt(v):
@@ -204,14 +159,18 @@ def _trades_table(trades):
     return "\n".join(rows)
 
 
-def write(out_dir, summary, series):
-    """series: grid, equity (net), gross, fills (with a symbol column), hist, scores, thresholds."""
+def write(out_dir, summary, series, plotter=None, drawn=()):
+    """series: grid, equity (net), gross, fills (with a symbol column), hist, scores, thresholds.
+    `drawn`: the plots already asked of `plotter` (replay/plotter.py), drawing beside this
+    process; the others are drawn here, and the plotter's are waited for."""
     from engine import latency
     summary = dict(summary)
     summary["compute_ns"] = latency.percentiles(series["hist"][latency.ST_TOTAL])
     _atomic(os.path.join(out_dir, "report.json"),
             lambda p: open(p, "w").write(json.dumps(summary, indent=2, default=str) + "\n"))
-    _plots(out_dir, series, summary)
+    for name in PLOTS:
+        if name not in drawn:
+            PLOTS[name](out_dir, series, summary)
     cur = summary.get("currency", "quote currency")
     keys = ["files", "ticks", "scored", "signals"] + [k for k in summary if k.startswith(("hit_rate", "flat_share"))] + \
         ["ic", "ic_pairs", "pnl", "pnl_gross", "fees", "break_even_fee_bps", "fills", "maker_fills", "unfilled_lots",
@@ -267,3 +226,5 @@ whole command.
 ![compute time percentiles](compute_time.png)
 """
     _atomic(os.path.join(out_dir, "report.md"), lambda p: open(p, "w").write(md))
+    if plotter is not None:
+        plotter.finish()

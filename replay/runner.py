@@ -93,14 +93,14 @@ def exec_setup(p, host, tf, res, k):
     return xp, instruments.spec_array(specs), [dict(s, symbol=n) for n, s in zip(names, specs)]
 
 
-def backtest_one(path, p, k=0, progress=False):
+def backtest_one(path, p, k=0, progress=False, looped=None):
     """Backtest and evaluate one tick file (file number k); a picklable dict (runs on a Dask
-    worker as is)."""
+    worker as is). looped(hist, scores): called between the loop and the evaluation."""
     from engine.runner import uses_sigmoid
     from engine.tickfile import TickFile, TickFileError
 
     from .backtest import file_depth, run_file, warm_up
-    from .evaluate import evaluate_file
+    from .evaluate import MidIndex, evaluate_file
     host = _host(p)
     pred = _model(p)
     cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
@@ -110,10 +110,12 @@ def backtest_one(path, p, k=0, progress=False):
     except TickFileError as e:
         raise ValueError(str(e)) from None
     # every block's CRC is checked once, on a thread while the loop runs (zlib and the loop both
-    # release the GIL); nothing the loop computed is used unless the file passed
+    # release the GIL); nothing the loop computed is used unless the file passed. The evaluation's
+    # mid series, which needs only the file, is built there too.
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
         check = ex.submit(tf.verify)
+        mids = ex.submit(MidIndex, tf.words)
         t0 = time.perf_counter()
         res = run_file(tf, pred, host, cfg, p.marks, progress=progress)
         loop_s = time.perf_counter() - t0
@@ -121,17 +123,22 @@ def backtest_one(path, p, k=0, progress=False):
             check.result()
         except TickFileError as e:
             raise ValueError(str(e)) from None
+        mi = mids.result()
+    scores = _score_sample(res.margins, uses_sigmoid(pred))
+    if looped is not None:
+        looped(res.hist, scores)
     xp, spec, specs = exec_setup(p, host, tf, res, k)
     rec = None
     if p.l3:
         from . import l3
         rec = l3.load(p.l3, list(res.instruments or tf.instruments or []))
     t1 = time.perf_counter()
-    part, cols = evaluate_file(tf.words, res, p.horizons_ms, depth=file_depth(tf), xp=xp, spec=spec, l3_records=rec)
+    part, cols = evaluate_file(tf.words, res, p.horizons_ms, depth=file_depth(tf), xp=xp, spec=spec, l3_records=rec,
+                               mi=mi)
     return {"path": str(path), "instruments": res.instruments, "signals": res.signals, "cols": cols, "part": part,
             "hist": res.hist, "notes": res.notes, "loop_seconds": loop_s, "eval_seconds": time.perf_counter() - t1,
             "backend": pred.backend, "model_id": pred.model_id, "specs": specs,
-            "scores": _score_sample(res.margins, uses_sigmoid(pred))}
+            "scores": scores}
 
 
 def _score_sample(margins, sigmoid, k=100_000):
@@ -165,14 +172,20 @@ def dask_client(workers, scheduler=None):
             cluster.close()
 
 
-def run_tasks(files, p, workers=1, scheduler=None, progress=True):
+def run_tasks(files, p, workers=1, scheduler=None, progress=True, looped=None):
     """Results in file order: in this process, or on Dask (a LocalCluster of `workers`
-    single-threaded processes, or the cluster at `scheduler`)."""
+    single-threaded processes, or the cluster at `scheduler`). looped(hists, scores): called
+    once every file's loop has run (in process: before the last file is evaluated)."""
     say = _say if progress else (lambda m: None)
+    looped = looped or (lambda hists, scores: None)
     if workers <= 1 and not scheduler:
         out = []
         for k, f in enumerate(files):
-            out.append(backtest_one(f, p, k, progress))
+            last = None
+            if k == len(files) - 1:
+                def last(h, s):
+                    looped([r["hist"] for r in out] + [h], [r["scores"] for r in out] + [s])
+            out.append(backtest_one(f, p, k, progress, last))
             say(f"{k + 1}/{len(files)} files: {f} ({out[-1]['part']['ticks']:,} ticks, "
                 f"{len(out[-1]['signals']):,} signals)")
         return out
@@ -187,6 +200,7 @@ def run_tasks(files, p, workers=1, scheduler=None, progress=True):
             r = fut.result()  # a worker's exception is raised here, naming its file
             out[where[fut.key]] = r
             say(f"{done}/{len(files)} files: {r['path']} ({r['part']['ticks']:,} ticks, {len(r['signals']):,} signals)")
+        looped([r["hist"] for r in out], [r["scores"] for r in out])
         return out
 
 
@@ -284,45 +298,66 @@ def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
     built in a temporary directory beside it and renamed into place, so a failure (a full disk)
     leaves no partial report and names what could not be written."""
     from engine.outputs import atomic_dir, check_writable
-    from engine.signal_log import write_signals_parquet
     from engine.tickfile import TickFile, TickFileError
 
-    from . import report
+    from .plotter import Plotter
     check_writable(out_dir, "the backtest report", directory=True)
     for f in files:  # every input is a tick file before any work starts (its CRCs: where it is read)
         try:
             TickFile(f, verify=False).close()
         except TickFileError as e:
             raise ValueError(str(e)) from None
+    plotter = Plotter()  # (forked first, while this process is small and single-threaded)
+    try:
+        return _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_dir)
+    finally:
+        plotter.close()
+
+
+def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_dir):
+    from engine.runner import uses_sigmoid
+    from engine.signal_log import write_signals_parquet
+
+    from . import report
     host = _host(p)  # a broken strategy or a model trained for another one: a clear error now
     pred = _model(p)  # verified (and loaded once when the files run here)
-    from engine.runner import uses_sigmoid
     host.strategy.check_scale(uses_sigmoid(pred))
+    shown = {"probability": uses_sigmoid(pred)}
+    thresholds = {k: v for k, v in host.strategy.values.items() if k in report.THRESHOLD_PARAMS}
     t0 = time.monotonic()
-    # the report's plotting library loads while the loop runs (the loop holds no GIL): 0.6 s
-    import threading
-    preload = threading.Thread(target=report.preload, daemon=True, name="preload-matplotlib")
-    preload.start()
-    results = run_tasks(files, p, workers, scheduler, progress)
-    preload.join()  # (the report forks: no thread may hold the import lock then)
-    sigs, extra, summary, series = merge(results, p)
-    notes = [n for r in results for n in r["notes"]]
-    warned = model_warnings(pred.manifest, files)
-    summary.update({"model": p.model, "model_id": pred.model_id, "backend": results[0]["backend"] if results else None,
-                    "execution": {"orders": "maker" if results and results[0]["part"].get("maker_orders") else "taker",
-                                  "entry_ns": p.latency if p.latency is not None and isinstance(p.latency, str)
-                                  else p.latency_ns, "response_ns": p.response_ns, "queue_power": p.queue_power,
-                                  "exact_fifo": p.l3},
-                    "horizons_ms": list(p.horizons_ms),
-                    "strategy": host.strategy.identity(), "workers": workers, "wall_seconds": round(time.monotonic() - t0, 3),
-                    "inputs": [r["path"] for r in results], "notes": notes,
-                    # what the printed summary warns of: incomplete inputs, their unchecked records
-                    "warnings": warned + notes})
-    with atomic_dir(out_dir, "the backtest report") as tmp:  # only once every file ran: a bad input leaves nothing
-        write_signals_parquet(os.path.join(tmp, "signals.parquet"), sigs, extra,
+    import threading  # the plotting library loads here too while the loop runs: 0.3 s
+    threading.Thread(target=report.preload, daemon=True, name="preload-matplotlib").start()
+    with atomic_dir(out_dir, "the backtest report") as tmp:  # renamed into place once all is written
+        def looped(hists, scores):  # the loop's plots are drawn while the evaluation runs
+            from engine.latency import new_counts
+            plotter.draw(report.LOOP_PLOTS, tmp, {"hist": sum(hists, new_counts()), "scores": np.concatenate(scores),
+                                                  "thresholds": thresholds}, shown)
+        results = run_tasks(files, p, workers, scheduler, progress, looped)
+        sigs, extra, summary, series = merge(results, p)
+        notes = [n for r in results for n in r["notes"]]
+        warned = model_warnings(pred.manifest, files)
+        summary.update({"model": p.model, "model_id": pred.model_id,
+                        "backend": results[0]["backend"] if results else None,
+                        "execution": {"orders": "maker" if results and results[0]["part"].get("maker_orders") else "taker",
+                                      "entry_ns": p.latency if p.latency is not None and isinstance(p.latency, str)
+                                      else p.latency_ns, "response_ns": p.response_ns, "queue_power": p.queue_power,
+                                      "exact_fifo": p.l3},
+                        "horizons_ms": list(p.horizons_ms),
+                        "strategy": host.strategy.identity(), "workers": workers,
+                        "wall_seconds": round(time.monotonic() - t0, 3),
+                        "inputs": [r["path"] for r in results], "notes": notes,
+                        # what the printed summary warns of: incomplete inputs, their unchecked records
+                        "warnings": warned + notes}, **shown)
+        series["thresholds"] = thresholds
+        market = ("pnl", "drawdown")  # drawn beside this process while it writes the rest
+        plotter.draw(market, tmp, series, summary)
+        # the table is written on a thread (Arrow releases the GIL) while the report is drawn
+        import concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="signals-parquet") as ex:
+            table = ex.submit(write_signals_parquet, os.path.join(tmp, "signals.parquet"), sigs, extra,
                               metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
                                         "engine.strategy": host.strategy.describe()})
-        series["thresholds"] = {k: v for k, v in host.strategy.values.items() if k in report.THRESHOLD_PARAMS}
-        summary["probability"] = uses_sigmoid(pred)
-        report.write(tmp, summary, series)
+            report.write(tmp, summary, series, plotter, drawn=report.LOOP_PLOTS + market)
+            table.result()
     return summary
+# y
