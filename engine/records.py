@@ -99,6 +99,28 @@ assert SIGNAL_DTYPE.itemsize == 128, SIGNAL_DTYPE.itemsize
 SIGNAL_FIELDS = tuple(n for n in SIGNAL_DTYPE.names if n != "reserved")  # what tools print
 
 
+def symbols(names, top=0):
+    """Symbol per instrument index (object array): a source's or file's instrument table, then
+    the index as text for indices at or past its end, up to `top`."""
+    names = list(names or [])
+    return np.array(names + [str(i) for i in range(len(names), top)], dtype=object)
+
+
+def symbol_column(names, inst):
+    """The symbol of every record's instrument index (object array, for tables)."""
+    inst = np.asarray(inst, np.int64)
+    return symbols(names, int(inst.max()) + 1 if len(inst) else 0)[inst]
+
+
+def table_metadata(names, **more):
+    """What every Parquet output says of its numbers (schema metadata, bytes): the price scale
+    (an int64 price of PRICE_SCALE is 1.0) and the instrument table (JSON list, index order)."""
+    import json
+    meta = {"engine.price_scale": str(PRICE_SCALE), "engine.symbols": json.dumps(list(names or []))}
+    meta.update({k: str(v) for k, v in more.items()})
+    return {k.encode(): v.encode() for k, v in meta.items()}
+
+
 def signal_dict(r):
     """One signal record as a dict of Python numbers (JSON lines, tools)."""
     return {k: r[k].item() for k in SIGNAL_FIELDS}

@@ -222,15 +222,20 @@ def pa_is_string(t):
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
-def write_signals_parquet(path, sigs, extra=None, metadata=None):
+def write_signals_parquet(path, sigs, extra=None, metadata=None, symbols=None):
     """Write atomically (a temporary file renamed into place; an OutputError naming `path` if
-    that fails, and no temporary left)."""
+    that fails, and no temporary left). symbols: the instrument table (index order); a `symbol`
+    column is added from it unless `extra` has one, and the schema metadata carries it and the
+    price scale (engine/records.py table_metadata)."""
     import pyarrow.parquet as pq
 
     from .outputs import atomic_file
+    from .records import symbol_column, table_metadata
+    extra = dict(extra or {})
+    if "symbol" not in extra:
+        extra["symbol"] = symbol_column(symbols, sigs["instrument"])
     t = signals_table(sigs, extra)
-    if metadata:
-        t = t.replace_schema_metadata({k.encode(): str(v).encode() for k, v in metadata.items()})
+    t = t.replace_schema_metadata(table_metadata(symbols, **(metadata or {})))
     strings = [f.name for f in t.schema if pa_is_string(f.type)]
     with atomic_file(path, "the signal table") as tmp:
         pq.write_table(t, tmp, use_dictionary=strings)  # (dictionary-encoding every float column cost 4x the time)

@@ -9,14 +9,14 @@ import time
 
 import numpy as np
 
-from engine.records import TICK_DTYPE
+from engine.records import TICK_DTYPE, symbol_column, table_metadata
 
 from .sources import open_source
 from .uri import FeedError
 
 FORMATS = (".parquet", ".csv", ".itch", ".itch.gz", ".ticks")
 COLUMNS = ("seq", "ts_event", "ts_recv", "instrument", "kind", "side", "price", "size",
-           "bid_px", "bid_sz", "ask_px", "ask_sz")
+           "bid_px", "bid_sz", "ask_px", "ask_sz")  # then `symbol`; prices int64 at 1e-9 (engine.price_scale)
 
 
 def out_format(path):
@@ -26,11 +26,14 @@ def out_format(path):
     raise FeedError(f"{path}: unknown output format (by extension: {', '.join(FORMATS)})")
 
 
-def _table(ticks, seq0):
+def _table(ticks, seq0, names):
+    """A batch of ticks as columns, with each tick's symbol (from the source's instrument table
+    as it stands: a live source finds its instruments as it reads)."""
     import pyarrow as pa
     rec = ticks.view(TICK_DTYPE).reshape(-1)
     cols = {c: rec[c] for c in COLUMNS}
     cols["seq"] = np.arange(seq0, seq0 + len(rec), dtype=np.uint64)
+    cols["symbol"] = pa.array(symbol_column(names, rec["instrument"]), pa.string())
     return pa.table(cols)
 
 
@@ -40,12 +43,13 @@ class _Tabular:
         self.writer = None
 
     def write(self, ticks, seq0):
-        t = _table(ticks, seq0)
+        t = _table(ticks, seq0, self.source.instruments)
         if self.writer is None:
             if self.fmt == ".parquet":
                 import pyarrow.parquet as pq
-                meta = {b"engine.source": self.source.uri.encode()}
-                self.writer = pq.ParquetWriter(self.path, t.schema.with_metadata(meta), compression="zstd")
+                self.names = list(self.source.instruments)  # (a source may find more as it reads: close())
+                self.writer = pq.ParquetWriter(self.path, t.schema.with_metadata(self._meta()), compression="zstd",
+                                               use_dictionary=["symbol"])
             else:
                 import pyarrow.csv as pcsv
                 self.writer = pcsv.CSVWriter(self.path, t.schema)
@@ -56,7 +60,28 @@ class _Tabular:
             self.write(np.zeros((0, 8), np.int64), 0)
         meta = self.source.instruments
         self.writer.close()
+        if self.fmt == ".parquet" and list(meta) != self.names:
+            self._restamp()
         return meta
+
+    def _meta(self):
+        return table_metadata(self.source.instruments, **{"engine.source": self.source.uri})
+
+    def _restamp(self):
+        """Instruments were found after the first batch: the file is copied once with the whole
+        table in its schema metadata (what readers see), row group by row group."""
+        import pyarrow.parquet as pq
+        src = pq.ParquetFile(self.path)
+        tmp = self.path + ".restamp"
+        try:
+            with pq.ParquetWriter(tmp, src.schema_arrow.with_metadata(self._meta()), compression="zstd",
+                                  use_dictionary=["symbol"]) as w:
+                for i in range(src.num_row_groups):
+                    w.write_table(src.read_row_group(i))
+            os.replace(tmp, self.path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 class TicksSink:

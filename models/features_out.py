@@ -18,10 +18,10 @@ def _say(msg):
 def feature_table(host, words, names, X, inst, idx, source=None):
     """One row per scored tick: seq, ts_event, ts_recv, instrument, symbol, [source], features."""
     import pyarrow as pa
+    from engine.records import symbol_column
     seq = idx.astype(np.uint64)  # the tick's number in its stream: a tick file's record number
-    table = np.array(list(names) or ["?"], dtype=object)
     cols = {"seq": seq, "ts_event": words[idx, 1], "ts_recv": words[idx, 2], "instrument": inst.astype(np.uint16),
-            "symbol": np.where(inst < len(names), table[np.minimum(inst, len(table) - 1)], inst.astype(str))}
+            "symbol": symbol_column(names, inst)}
     if source is not None:
         cols["source"] = np.full(len(idx), source, np.uint16)
     for k, f in enumerate(host.strategy.features):
@@ -37,16 +37,19 @@ def write_features(host, sources, out, ticks=400_000, progress=True):
     from engine.outputs import check_writable
     check_writable(out, "the feature table")  # before any work
     t0 = time.monotonic()
-    tables, total = [], 0
+    tables, total, symbols = [], 0, {}
     for k, uri in enumerate(sources):
         words, n_inst, levels, names = source_ticks(uri, ticks, host.strategy)
+        symbols.update(dict.fromkeys(names))
         X, inst, _, idx = dataset.featurize(host, words, n_inst, levels)
         tables.append(feature_table(host, words, names, X, inst, idx, k if len(sources) > 1 else None))
         total += len(words)
         say(f"{k + 1}/{len(sources)} {uri}: {len(words):,} ticks -> {len(X):,} rows")
     t = pa.concat_tables(tables)
-    meta = {b"engine.strategy": host.strategy.describe().encode(), b"engine.sources": " ".join(sources).encode(),
-            b"engine.params": repr(host.strategy.values).encode()}
+    from engine.records import table_metadata
+    meta = table_metadata(list(symbols), **{"engine.strategy": host.strategy.describe(),
+                                             "engine.sources": " ".join(sources),
+                                             "engine.params": repr(host.strategy.values)})
     from engine.outputs import atomic_file
     with atomic_file(out, "the feature table") as tmp:  # whole or not at all; an error names `out`
         if out.endswith(".parquet"):

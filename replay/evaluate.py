@@ -275,9 +275,9 @@ def trade_stats(rt):
 
 
 def _rt_columns(fills, mult, names):
-    from .instruments import symbols
+    from engine.records import symbol_column
     ti, tf = round_trips(fills, mult)
-    nm = symbols(names, int(ti[:, 0].max()) + 1 if len(ti) else 0)[ti[:, 0]]
+    nm = symbol_column(names, ti[:, 0])
     return {"name": nm, "sign": ti[:, 1], "net": tf[:, 0], "fee": tf[:, 1], "notional": tf[:, 2]}
 
 

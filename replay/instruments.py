@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
+from engine.records import symbols  # noqa: F401  (re-exported: a file's names per index)
 from .execsim import SP_MAKER_BPS, SP_MULT, SP_PER_LOT, SP_TAKER_BPS
 
 CME_MULT = {"ES": 50.0, "MES": 5.0, "NQ": 20.0, "MNQ": 2.0, "YM": 5.0, "MYM": 0.5, "RTY": 50.0, "M2K": 5.0,
@@ -116,13 +117,6 @@ def resolve(names, source, table=None, overrides=None):
         d.update({k: v for k, v in (overrides or {}).items() if v is not None})
         out.append(d)
     return out
-
-
-def symbols(names, top=0):
-    """Symbol per instrument index (object array): the file's table, then the index as text for
-    indices at or past its end, up to `top`."""
-    names = list(names or [])
-    return np.array(names + [str(i) for i in range(len(names), top)], dtype=object)
 
 
 def spec_array(specs):

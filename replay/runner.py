@@ -206,7 +206,7 @@ def run_tasks(files, p, workers=1, scheduler=None, progress=True, looped=None):
 
 def _names(r):
     """A file's symbol per instrument index."""
-    from .instruments import symbols
+    from engine.records import symbols
     return symbols(r["instruments"], int(r["signals"]["instrument"].max()) + 1 if len(r["signals"]) else 0)
 
 
@@ -241,7 +241,7 @@ def merge(results, p):
 def _fills_table(results):
     """Every file's fills with a symbol column (for the position plot)."""
     from .execsim import FILL_DTYPE
-    from .instruments import symbols
+    from engine.records import symbol_column
     dt = np.dtype(FILL_DTYPE.descr + [("symbol", object)])
     parts = []
     for r in results:
@@ -251,7 +251,7 @@ def _fills_table(results):
         t = np.zeros(len(f), dt)
         for name in FILL_DTYPE.names:
             t[name] = f[name]
-        t["symbol"] = symbols(r["instruments"], int(f["instrument"].max()) + 1)[f["instrument"]]
+        t["symbol"] = symbol_column(r["instruments"], f["instrument"])
         parts.append(t)
     return np.concatenate(parts) if parts else np.zeros(0, dt)
 
@@ -354,9 +354,10 @@ def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_d
         # the table is written on a thread (Arrow releases the GIL) while the report is drawn
         import concurrent.futures
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="signals-parquet") as ex:
+            names = list(dict.fromkeys(n for r in results for n in _names(r)))  # every file's, first seen first
             table = ex.submit(write_signals_parquet, os.path.join(tmp, "signals.parquet"), sigs, extra,
                               metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
-                                        "engine.strategy": host.strategy.describe()})
+                                        "engine.strategy": host.strategy.describe()}, symbols=names)
             report.write(tmp, summary, series, plotter, drawn=report.LOOP_PLOTS + market)
             table.result()
     return summary

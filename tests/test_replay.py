@@ -130,6 +130,10 @@ def test_backtest_is_deterministic_and_reports_everything(tmp_path, default_mode
         assert outs[0][k] == outs[1][k], k
     a, b = (pq.read_table(tmp_path / f"bt{k}" / "signals.parquet") for k in range(2))
     assert same_table(a, b)
+    names = ["SYN0000", "SYN0001", "SYN0002"]  # the table names its instruments and price scale
+    assert json.loads(a.schema.metadata[b"engine.symbols"]) == names
+    assert int(a.schema.metadata[b"engine.price_scale"]) == 10**9
+    assert a.column("symbol").to_pylist() == [names[i] for i in a.column("instrument").to_pylist()]
     rep = outs[0]
     assert rep["signals"] > 100 and rep["fills"] > 0 and rep["turnover_units"] >= rep["fills"]
     assert 0 <= rep["hit_rate_1ms"] <= 1 and rep["ic"] is not None and rep["max_drawdown"] >= 0
