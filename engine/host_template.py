@@ -189,12 +189,32 @@ def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, 
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _publish_counters(ctl, ticks, signals, gaps, lost, scored):
+def _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks):
     store_relaxed(ctl, C.L_TICKS, ticks)
     store_relaxed(ctl, C.L_SIGNALS, signals)
     store_relaxed(ctl, C.L_GAPS, gaps)
     store_relaxed(ctl, C.L_LOST, lost)
     store_relaxed(ctl, C.L_SCORED, scored)
+    store_relaxed(ctl, C.L_CONFLATED, cst[CS_CONFLATED])
+    store_relaxed(ctl, C.L_MARKS, cst[CS_MARKS])
+    store_relaxed(ctl, C.L_PARKS, parks)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _commands(ctl, now, paused):
+    """The control block's command at a housekeeping step: (stop the loop?, exit state,
+    paused). An expired lease stops it too: nobody is watching us, stop spinning."""
+    cmd = load_acquire(ctl, C.CTL_CMD)
+    if cmd == C.CMD_STOP:
+        return True, C.LOOP_STOPPED, paused
+    if cmd == C.CMD_REATTACH:  # the feed's ring was replaced: the thread re-enters on the new one
+        return True, C.LOOP_REATTACH, paused
+    if paused != (cmd == C.CMD_PAUSE):
+        paused = cmd == C.CMD_PAUSE
+        store_relaxed(ctl, C.L_STATE, C.LOOP_PAUSED if paused else C.LOOP_RUNNING)
+    if now > load_relaxed(ctl, C.CTL_LEASE_NS):
+        return True, C.LOOP_LEASE_EXPIRED, paused
+    return False, C.LOOP_STOPPED, paused
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -297,6 +317,51 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, p
 
 
 @njit(nogil=True, cache=True)
+def _idle_wait(wait, idle, idle_t0, park, park_max, spin_ns, yield_ns, duty, owed, t_last, parks):
+    """One empty poll's wait (WAIT_BACKOFF or WAIT_DUTY; WAIT_SPIN pauses inline): returns the
+    updated (idle_t0, park, owed, t_last, parks). Only called with nothing to read, so a call
+    costs no tick anything."""
+    now = monotonic_ns()
+    if wait == WAIT_BACKOFF:
+        if idle == 1:
+            idle_t0 = now
+        if now - idle_t0 < spin_ns:
+            cpu_pause()
+        elif now - idle_t0 < yield_ns:
+            sched_yield()
+        else:
+            sleep_ns(park)
+            parks += 1
+            park = min(park * 2, park_max)
+        return idle_t0, park, owed, t_last, parks
+    owed += duty * (now - t_last)  # WAIT_DUTY: spin, but sleep whenever the owed sleep reaches a slice
+    t_last = now
+    if owed >= DUTY_SLICE_NS:
+        sleep_ns(DUTY_SLICE_NS)
+        t_last = monotonic_ns()
+        owed -= t_last - now
+        parks += 1
+    else:
+        cpu_pause()
+    return idle_t0, park, owed, t_last, parks
+
+
+@njit(nogil=True, cache=True)
+def _duty_owed(duty, now, owed, t_last, parks):
+    """WAIT_DUTY when the ring is never empty (overloaded): the owed sleep is still taken once it
+    passes 50 slices, or the kernel's RT throttling takes it instead. (owed, t_last, parks)"""
+    owed += duty * (now - t_last)
+    t_last = now
+    if owed > 50.0 * DUTY_SLICE_NS:
+        sleep_ns(DUTY_SLICE_NS)
+        t1 = monotonic_ns()
+        owed -= t1 - now
+        t_last = t1
+        parks += 1
+    return owed, t_last, parks
+
+
+@njit(nogil=True, cache=True)
 def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist,
              prow, ptick, plist, cst, row, out, tick, sig, pvals, cfg):
     """Run until CMD_STOP, an expired lease, or (cfg) the end of the stream; returns the exit state.
@@ -339,21 +404,9 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
             store_relaxed(ctl, C.L_HEARTBEAT, now)
-            _publish_counters(ctl, ticks, signals, gaps, lost, scored)
-            store_relaxed(ctl, C.L_CONFLATED, cst[CS_CONFLATED])
-            store_relaxed(ctl, C.L_MARKS, cst[CS_MARKS])
-            store_relaxed(ctl, C.L_PARKS, parks)
-            cmd = load_acquire(ctl, C.CTL_CMD)
-            if cmd == C.CMD_STOP:
-                break
-            if cmd == C.CMD_REATTACH:  # the feed's ring was replaced: the thread re-enters on the new one
-                state = C.LOOP_REATTACH
-                break
-            if paused != (cmd == C.CMD_PAUSE):
-                paused = cmd == C.CMD_PAUSE
-                store_relaxed(ctl, C.L_STATE, C.LOOP_PAUSED if paused else C.LOOP_RUNNING)
-            if now > load_relaxed(ctl, C.CTL_LEASE_NS):
-                state = C.LOOP_LEASE_EXPIRED  # nobody is watching us: stop spinning
+            _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
+            stop, state, paused = _commands(ctl, now, paused)
+            if stop:
                 break
             gen, addr = _adopt_model(ctl, gen)  # hot swap while idle
             if addr:
@@ -367,14 +420,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
                     state = C.LOOP_EOF
                     break
             if wait == WAIT_DUTY:  # never idle (overloaded): still take the owed sleep, or the kernel will
-                owed += duty * (now - t_last)
-                t_last = now
-                if owed > 50.0 * DUTY_SLICE_NS:
-                    sleep_ns(DUTY_SLICE_NS)
-                    t1 = monotonic_ns()
-                    owed -= t1 - now
-                    t_last = t1
-                    parks += 1
+                owed, t_last, parks = _duty_owed(duty, now, owed, t_last, parks)
         st = tickring.poll(thdr, tdata, tmask, slot_base, tick)
         if st == tickring.POLL_EMPTY:
             if cst[CS_NPEND] > 0:  # caught up: score what the backlog left pending
@@ -387,29 +433,9 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
                 call_predict(model, row, out)  # result unused: out is rewritten before it is read
             if wait == WAIT_SPIN:
                 cpu_pause()
-            elif wait == WAIT_BACKOFF:
-                now = monotonic_ns()
-                if idle == 1:
-                    idle_t0 = now
-                if now - idle_t0 < spin_ns:
-                    cpu_pause()
-                elif now - idle_t0 < yield_ns:
-                    sched_yield()
-                else:
-                    sleep_ns(park)
-                    parks += 1
-                    park = min(park * 2, park_max)
-            else:  # WAIT_DUTY: spin, but sleep whenever the owed sleep reaches a slice
-                now = monotonic_ns()
-                owed += duty * (now - t_last)
-                t_last = now
-                if owed >= DUTY_SLICE_NS:
-                    sleep_ns(DUTY_SLICE_NS)
-                    t_last = monotonic_ns()
-                    owed -= t_last - now
-                    parks += 1
-                else:
-                    cpu_pause()
+            else:
+                idle_t0, park, owed, t_last, parks = _idle_wait(wait, idle, idle_t0, park, park_max, spin_ns, yield_ns,
+                                                                duty, owed, t_last, parks)
             continue
         idle = 0
         park = PARK_MIN_NS
@@ -451,10 +477,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
                               shdr, sdata, smask, spstate, hist, t_feat)
         scored += 1
         latency.record(hist, latency.ST_FEATURES, t_feat - t_deq)
-    _publish_counters(ctl, ticks, signals, gaps, lost, scored)
-    store_relaxed(ctl, C.L_CONFLATED, cst[CS_CONFLATED])
-    store_relaxed(ctl, C.L_MARKS, cst[CS_MARKS])
-    store_relaxed(ctl, C.L_PARKS, parks)
+    _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
     store_relaxed(ctl, C.L_STATE, state)
     return state
 
