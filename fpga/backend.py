@@ -5,11 +5,18 @@ model's hash), its files checked against fpga.json, loaded from verified bytes l
 back end, then validated: bit for bit against the golden integer model on the validation rows,
 and within the proven error bound of XGBoost's margins (not bit-exact with XGBoost: the leaves
 are rounded to fixed point, which is the point).
+
+models/ imports nothing from fpga/: importing this module registers the back end with
+models/artifact.py (register_backend), so `artifact.load(DIR, backend="fpga-sim")` works in any
+process that has imported it.
 """
 import os
 from pathlib import Path
 
 import numpy as np
+
+from models import artifact
+from models.artifact import ArtifactError, Predictor, _dlopen_bytes
 
 
 def cache_dir(model_sha, leaf_bits):
@@ -18,8 +25,6 @@ def cache_dir(model_sha, leaf_bits):
 
 
 def load(art_dir, manifest, blobs, leaf_bits=16):
-    from models.artifact import ArtifactError, Predictor, _dlopen_bytes
-
     from . import export
     from .fixed import FixedPointError
     model_sha = manifest["files"].get("model.json")
@@ -63,3 +68,6 @@ def load(art_dir, manifest, blobs, leaf_bits=16):
         raise ArtifactError(f"{d}: score error {err:g} exceeds the proven bound {fm.error_bound():g}")
     pred.notes = [f"fixed point: max |score - XGBoost margin| {err:.3g} <= bound {fm.error_bound():.3g}"]
     return pred
+
+
+artifact.register_backend("fpga-sim", load)

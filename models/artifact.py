@@ -8,9 +8,13 @@ re-runs the stored validation rows, which must match XGBoost's margins bit for b
 With a verify key configured (models/signing.py), read_manifest, which every load goes through,
 first checks manifest.sig over the manifest's exact bytes (and so over every file's sha256):
 an unsigned or wrongly signed artifact is refused before any of its code is opened.
+
+Layers: models/ imports the engine core and nothing from fpga/. A back end that lives above it
+(fpga/backend.py's `fpga-sim`) registers its loader here when it is imported
+(register_backend); loading with such a back end before then is an ArtifactError that says
+what to import.
 """
 import ctypes
-import hashlib
 import json
 import os
 import platform
@@ -19,26 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-
-MANIFEST = "manifest.json"
-FORMAT = 1
-
-
-class ArtifactError(RuntimeError):
-    """An artifact is missing, changed, or does not fit this engine; the message says which."""
-
-
-class SignatureError(ArtifactError):
-    """A verify key is configured and the artifact is unsigned, signed with another key, or
-    changed after signing."""
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+from . import signing
+# the manifest's names and errors live in manifest.py (below signing.py); importable from here too
+from .manifest import FORMAT, MANIFEST, ArtifactError, SignatureError, sha256_file, verify_files  # noqa: F401
 
 
 def cpu_flag_set():
@@ -82,7 +69,6 @@ def versions():
 def write_manifest(art_dir, fields):
     """Hash every file in the artifact and write the manifest last; with a signing key configured
     (--sign-key, ENGINE_MODEL_SIGN_KEY) sign it (manifest.sig)."""
-    from . import signing
     art_dir = Path(art_dir)
     key = signing.sign_key()  # a bad key fails here, before the manifest exists
     vkey = signing.verify_key() if key is None else None
@@ -116,7 +102,6 @@ def _manifest_bytes(art_dir):
 
 def signature_status(art_dir):
     """unsigned | signed (not verified: no key configured) | verified (KEY) | refused: WHY."""
-    from . import signing
     return signing.status(art_dir, MANIFEST, _manifest_bytes(art_dir))
 
 
@@ -128,7 +113,6 @@ def read_manifest(art_dir, check_signature=True):
     path = Path(art_dir) / MANIFEST
     raw = _manifest_bytes(art_dir)
     if check_signature:
-        from . import signing
         signing.check(art_dir, MANIFEST, raw)  # the bytes parsed below are the bytes verified
     try:
         m = json.loads(raw)
@@ -137,26 +121,6 @@ def read_manifest(art_dir, check_signature=True):
     if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("files"), dict):
         raise ArtifactError(f"{path}: unknown manifest format {m.get('format') if isinstance(m, dict) else m!r}")
     return m
-
-
-def verify_files(art_dir, manifest):
-    """Every listed file exists and hashes to the manifest's sha256; returns verified bytes of each."""
-    art_dir = Path(art_dir).resolve()
-    blobs = {}
-    for rel, want in manifest["files"].items():
-        p = (art_dir / rel).resolve()
-        if art_dir not in p.parents:
-            raise ArtifactError(f"{art_dir}: manifest names a file outside the artifact: {rel}")
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:
-            raise ArtifactError(f"{art_dir}: {rel} is listed in the manifest but missing") from None
-        got = hashlib.sha256(data).hexdigest()
-        if got != want:
-            raise ArtifactError(f"{art_dir}: {rel} does not match its manifest hash "
-                                f"(sha256 {got[:16]}..., manifest {want[:16]}...); refusing to load it")
-        blobs[rel] = data
-    return blobs
 
 
 @dataclass
@@ -196,6 +160,26 @@ def _dlopen_bytes(data, label):
 
 BACKEND_CHOICES = ("auto", "flat", "treelite", "flat-avx512", "flat-avx2", "flat-portable", "xgboost", "fpga-sim")
 REFERENCE_ONLY = {"xgboost"}  # validation back ends `auto` never picks
+# back ends provided by a package above models/: name -> the module that registers it on import
+PROVIDED_BY = {"fpga-sim": "fpga.backend"}
+_provided = {}  # name -> load(art_dir, manifest, verified blobs) -> Predictor
+
+
+def register_backend(name, loader):
+    """A package above models/ provides back end `name` (one of PROVIDED_BY): `loader(art_dir,
+    manifest, blobs)` gets the verified manifest and the verified bytes of every file it lists and
+    returns a Predictor. fpga/backend.py calls this when it is imported."""
+    if name not in PROVIDED_BY:
+        raise ValueError(f"{name!r} is not a provided back end (those are {', '.join(PROVIDED_BY)})")
+    _provided[name] = loader
+
+
+def _load_provided(art_dir, m, backend):
+    loader = _provided.get(backend)
+    if loader is None:
+        raise ArtifactError(f"{art_dir}: the {backend} back end is not registered in this process: import "
+                            f"{PROVIDED_BY[backend]} before loading a model with backend={backend!r}")
+    return loader(art_dir, m, verify_files(art_dir, m))
 
 
 def _candidates(m, backend, art_dir):
@@ -291,9 +275,8 @@ def load(art_dir, backend="auto", strategy=None):
         check_strategy(art_dir, m, strategy)
     if platform.machine() != m.get("target", {}).get("machine"):
         raise ArtifactError(f"{art_dir}: built for {m.get('target', {}).get('machine')}, this is {platform.machine()}")
-    if backend == "fpga-sim":  # the HLS kernel's emulation: generated from this artifact on first use
-        from fpga.backend import load as load_fpga_sim
-        return load_fpga_sim(art_dir, m, verify_files(art_dir, m))
+    if backend in PROVIDED_BY:  # fpga-sim: the HLS kernel's emulation, generated from this artifact on first use
+        return _load_provided(art_dir, m, backend)
     names = _candidates(m, backend, art_dir)
     if not names:
         raise ArtifactError(f"{art_dir}: no back end this CPU can run")

@@ -62,3 +62,13 @@ def time_split(n, fractions=(0.7, 0.15, 0.15), embargo=0):
     a = int(n * fractions[0])
     b = a + int(n * fractions[1])
     return (np.arange(0, max(0, a - embargo)), np.arange(a, max(a, b - embargo)), np.arange(b, n))
+
+
+def auc(y, p):
+    """ROC AUC of scores p for 0/1 labels y (the rank-sum form; NaN when one class is absent)."""
+    order = np.argsort(p, kind="mergesort")
+    ranks = np.empty(len(p))
+    ranks[order] = np.arange(1, len(p) + 1)
+    pos = y == 1
+    n1, n0 = pos.sum(), (~pos).sum()
+    return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0)) if n1 and n0 else float("nan")

@@ -7,8 +7,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from . import artifact, dataset
 from .build import build_artifact, log, train
 
@@ -26,8 +24,8 @@ def default_key(strategy):
     h.update(json.dumps(strategy.identity(), sort_keys=True).encode())
     h.update(json.dumps(artifact.versions(), sort_keys=True).encode())
     root = Path(__file__).resolve().parent.parent
-    for mod in ("models/compile.py", "models/flat.py", "models/build.py", "models/dataset.py", "feeds/synthetic.py",
-                "engine/host_template.py"):
+    for mod in ("models/compile.py", "models/flat.py", "models/templates/flat.c.tpl", "models/codegen.py",
+                "models/build.py", "models/dataset.py", "feeds/synthetic.py", "engine/host_template.py"):
         h.update((root / mod).read_bytes())
     return h.hexdigest()[:16]
 
@@ -54,7 +52,7 @@ def build_default(out_dir, host):
               feature_names=names)
     import xgboost as xgb
     p = b.predict(xgb.DMatrix(X[te], feature_names=names))
-    auc = _auc(y[te], p)
+    auc = dataset.auc(y[te], p)
     acc = float(((p > 0.5) == y[te]).mean())
     log(f"  test split: AUC {auc:.4f}, accuracy {acc:.4f} on {len(te):,} rows")
     log("[4/4] compiling and verifying")
@@ -63,15 +61,6 @@ def build_default(out_dir, host):
             "test_auc": auc, "test_accuracy": acc}
     build_artifact(out_dir, b, X[te], feature_names=names, info=info, strategy=s.identity())
     log(f"default model ready in {time.time() - t0:.1f} s")
-
-
-def _auc(y, p):
-    order = np.argsort(p, kind="mergesort")
-    ranks = np.empty(len(p))
-    ranks[order] = np.arange(1, len(p) + 1)
-    pos = y == 1
-    n1, n0 = pos.sum(), (~pos).sum()
-    return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0)) if n1 and n0 else float("nan")
 
 
 def default_model_dir(strategy=None):

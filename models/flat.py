@@ -14,8 +14,9 @@
 - Leaves are added in tree order in float32, starting from XGBoost's base margin: that order is
   what makes the result bit-exact. Trees are walked sixteen at a time so their independent
   dependency chains overlap in the CPU.
-The same C source is built twice: a portable x86-64 library and one compiled for AVX2; the
-loader picks what the CPU runs (see artifact.py).
+The same C source is built once per entry of BUILDS (AVX-512 VBMI, AVX2, portable x86-64); the
+loader picks what the CPU runs (see artifact.py). The source is a template,
+models/templates/flat.c.tpl (models/codegen.py): generate_c computes only its per-model parts.
 """
 import json
 import subprocess
@@ -23,7 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .codegen import render
 from .compile import ABI_VERSION, CC, CompileError, _native_output_held, base_margin_c, base_score
+
+TEMPLATE = Path(__file__).resolve().parent / "templates" / "flat.c.tpl"
 
 BUILDS = {
     # name: (extra flags, cpu flags it needs); fastest first
@@ -160,166 +164,48 @@ def simd_tables(tab):
 
 def _c_array(ctype, name, values, fmt):
     body = ",".join(fmt(v) for v in values)
-    return f"static const {ctype} {name}[{max(1, len(values))}] = {{{body or '0'}}};\n"
+    return f"static const {ctype} {name}[{max(1, len(values))}] = {{{body or '0'}}};"
 
 
 def _f32(v):
     return f"{float(v)!r}f" if np.isfinite(v) else ("INFINITY" if v > 0 else "-INFINITY")
 
 
-def generate_c(tab, margin_expr):
-    nf, depth, T = tab["num_feature"], tab["depth"], tab["trees"]
-    grid_all = np.concatenate(tab["grids"]) if tab["grids"] else np.zeros(0, np.float32)
-    offs = np.cumsum([0] + [len(g) for g in tab["grids"]])
-    # one word per node: which quantised copy to read (high bits) and the rank to beat (low bits);
-    # 16-bit words when they fit, so more of the model stays in L1
+def _node_words(tab):
+    """One word per node: which quantised copy to read (high bits) and the rank to beat (low
+    bits); 16-bit words when they fit, so more of the model stays in L1. Returns (shift, C type,
+    words [trees, nodes])."""
+    nf = tab["num_feature"]
     shift = 8 if tab["qmax"] == 255 else 16
     if 2 * nf >= 1 << (32 - shift):
         raise CompileError(f"{nf} features is more than the flat back end packs ({(1 << (32 - shift)) // 2 - 1})")
     wtype = "uint16_t" if shift == 8 and 2 * nf <= 255 else "uint32_t"
-    node = (tab["sel"].astype(np.uint32) << shift) | tab["thr"].astype(np.uint32)
-    src = [f"/* flat branch-free kernel: {T} trees, depth {depth}, {nf} features. Generated, do not edit. */\n",
-           "#include <math.h>\n#include <stdint.h>\n#define EXPORT __attribute__((visibility(\"default\")))\n",
-           f"#define NF {nf}\n#define DEPTH {depth}\n#define NT {T}\n#define NINT {(1 << depth) - 1}\n"
-           f"#define NLEAF {1 << depth}\n#define QMAX {tab['qmax']}\n#define SHIFT {shift}\ntypedef {tab['qtype']} q_t;\n"]
-    src.append(_c_array("float", "GRID", grid_all, _f32))
-    src.append(_c_array("int32_t", "GOFF", offs, str))
-    src.append(_c_array(wtype, "NODE", node.ravel(), str))
-    src.append(_c_array("float", "LEAF", tab["leaves"].ravel(), _f32))
-    use_simd = simd_ok(tab) and depth == SIMD_DEPTH
-    if use_simd:
+    return shift, wtype, (tab["sel"].astype(np.uint32) << shift) | tab["thr"].astype(np.uint32)
+
+
+def _tables(tab, wtype, node):
+    """The model as C arrays: thresholds per feature, node words, leaves, and the SIMD kernels'
+    per-tree tables when the model has their shape (depth 6)."""
+    grid_all = np.concatenate(tab["grids"]) if tab["grids"] else np.zeros(0, np.float32)
+    offs = np.cumsum([0] + [len(g) for g in tab["grids"]])
+    out = [_c_array("float", "GRID", grid_all, _f32), _c_array("int32_t", "GOFF", offs, str),
+           _c_array(wtype, "NODE", node.ravel(), str), _c_array("float", "LEAF", tab["leaves"].ravel(), _f32)]
+    if simd_ok(tab) and tab["depth"] == SIMD_DEPTH:
         feat, thr1, dleft, dmask, walk3 = simd_tables(tab)
-        src.append("#define HAVE_SIMD_TABLES 1\n")
-        src.append(_c_array("uint8_t __attribute__((aligned(64)))", "SFEAT", feat.ravel(), str))
-        src.append(_c_array("uint8_t __attribute__((aligned(64)))", "STHR1", thr1.ravel(), str))
-        src.append(_c_array("uint8_t __attribute__((aligned(64)))", "SDLEFT", dleft.ravel(), str))
-        src.append(_c_array("uint64_t", "SDMASK", dmask, lambda v: f"{int(v)}ULL"))
-        src.append(_c_array("uint8_t", "WALK3", walk3, str))
-    src.append(f"""
-static float g_base_margin;
-__attribute__((constructor)) static void engine_init(void) {{ g_base_margin = {margin_expr}; }}
-EXPORT int engine_abi_version(void) {{ return {ABI_VERSION}; }}
-EXPORT int engine_num_feature(void) {{ return NF; }}
+        aligned = "uint8_t __attribute__((aligned(64)))"
+        out += ["#define HAVE_SIMD_TABLES 1", _c_array(aligned, "SFEAT", feat.ravel(), str),
+                _c_array(aligned, "STHR1", thr1.ravel(), str), _c_array(aligned, "SDLEFT", dleft.ravel(), str),
+                _c_array("uint64_t", "SDMASK", dmask, lambda v: f"{int(v)}ULL"), _c_array("uint8_t", "WALK3", walk3, str)]
+    return "\n".join(out)
 
-/* rank of x among the feature's sorted thresholds: #{{t <= x}}, branch-free binary search */
-static inline int rank_of(float x, int f) {{
-  const float* g = GRID + GOFF[f];
-  int n = GOFF[f + 1] - GOFF[f], base = 0;
-  while (n > 1) {{ int half = n >> 1; base = (g[base + half] <= x) ? base + half : base; n -= half; }}
-  return n ? base + (g[base] <= x) : 0;
-}}
 
-#define STEP(i, t) do {{ uint32_t w_ = (uint32_t)NODE[(t) * NINT + i]; \
-  i = 2 * i + 1 + (q[w_ >> SHIFT] > (q_t)(w_ & QMAX)); }} while (0)
-
-#if defined(HAVE_SIMD_TABLES) && defined(__AVX512VBMI__) && defined(__AVX512BW__)
-#include <immintrin.h>
-/* One tree: vpermb gathers all 63 node features from the 64-byte rank vector, compares land in
-   a mask register, then two WALK3 lookups find the leaf. */
-static inline int simd_leaf(__m512i qv, __m512i ff, int t) {{
-  __m512i n = _mm512_permutexvar_epi8(_mm512_load_si512((const void*)(SFEAT + t * 64)), qv);
-  __mmask64 ge = _mm512_cmpge_epu8_mask(n, _mm512_load_si512((const void*)(STHR1 + t * 64)));
-  __mmask64 miss_left = _mm512_cmpeq_epi8_mask(n, ff) & SDMASK[t];  /* missing, default left */
-  uint64_t r = (uint64_t)(ge & ~miss_left);
-  int top = WALK3[r & 127];
-  return top * 8 + WALK3[(r >> (7 + 7 * top)) & 127];
-}}
-
-EXPORT void engine_predict(const float* row, float* out) {{
-  uint8_t q[64] __attribute__((aligned(64))) = {{0}};  /* NaN -> 255: each node's mask decides */
-  for (int f = 0; f < NF; ++f) {{
-    float x = row[f];
-    q[f] = isnan(x) ? 255 : (uint8_t)rank_of(x, f);
-  }}
-  __m512i qv = _mm512_load_si512((const void*)q);
-  __m512i ff = _mm512_set1_epi8((char)0xFF);
-  float s = g_base_margin;  /* XGBoost's order: base margin, then each tree's leaf */
-  for (int t = 0; t < NT; ++t) s += LEAF[t * NLEAF + simd_leaf(qv, ff, t)];
-  out[0] = s;
-}}
-#elif defined(HAVE_SIMD_TABLES) && defined(__AVX2__) && NF <= 16
-#include <immintrin.h>
-/* One tree: gather its 63 node features with a byte shuffle, compare all at once, then find the
-   leaf with two lookups in WALK3 (top depth-3 block, then the block below it). */
-static inline int simd_leaf(__m256i qv, __m256i ff, int t) {{
-  const __m256i* F = (const __m256i*)(SFEAT + t * 64);
-  const __m256i* H = (const __m256i*)(STHR1 + t * 64);
-  const __m256i* D = (const __m256i*)(SDLEFT + t * 64);
-  __m256i n0 = _mm256_shuffle_epi8(qv, _mm256_load_si256(F));
-  __m256i n1 = _mm256_shuffle_epi8(qv, _mm256_load_si256(F + 1));
-  __m256i h0 = _mm256_load_si256(H), h1 = _mm256_load_si256(H + 1);
-  __m256i ge0 = _mm256_cmpeq_epi8(_mm256_max_epu8(n0, h0), n0);  /* n >= thr + 1: n > thr */
-  __m256i ge1 = _mm256_cmpeq_epi8(_mm256_max_epu8(n1, h1), n1);
-  __m256i m0 = _mm256_and_si256(_mm256_cmpeq_epi8(n0, ff), _mm256_load_si256(D));  /* missing, default left */
-  __m256i m1 = _mm256_and_si256(_mm256_cmpeq_epi8(n1, ff), _mm256_load_si256(D + 1));
-  uint64_t r = (uint32_t)_mm256_movemask_epi8(_mm256_andnot_si256(m0, ge0)) |
-               ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_andnot_si256(m1, ge1)) << 32);
-  int top = WALK3[r & 127];
-  return top * 8 + WALK3[(r >> (7 + 7 * top)) & 127];
-}}
-
-EXPORT void engine_predict(const float* row, float* out) {{
-  uint8_t q[16] __attribute__((aligned(16))) = {{0}};  /* NaN -> 255: each node's mask decides */
-  for (int f = 0; f < NF; ++f) {{
-    float x = row[f];
-    q[f] = isnan(x) ? 255 : (uint8_t)rank_of(x, f);
-  }}
-  __m256i qv = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)q));
-  __m256i ff = _mm256_set1_epi8((char)0xFF);
-  float s = g_base_margin;  /* XGBoost's order: base margin, then each tree's leaf */
-  for (int t = 0; t < NT; ++t) s += LEAF[t * NLEAF + simd_leaf(qv, ff, t)];
-  out[0] = s;
-}}
-#else
-EXPORT void engine_predict(const float* row, float* out) {{
-  q_t q[2 * NF];  /* [0, NF): NaN -> 0 (goes left); [NF, 2NF): NaN -> QMAX (goes right) */
-  for (int f = 0; f < NF; ++f) {{
-    float x = row[f];
-    int nan = isnan(x);
-    q_t r = (q_t)(nan ? 0 : rank_of(x, f));
-    q[f] = r;
-    q[NF + f] = nan ? (q_t)QMAX : r;
-  }}
-  float s = g_base_margin;  /* XGBoost's order: base margin, then each tree's leaf */
-  int t = 0;
-  for (; t + 16 <= NT; t += 16) {{  /* sixteen independent walks in flight */
-    int i0 = 0, i1 = 0, i2 = 0, i3 = 0, i4 = 0, i5 = 0, i6 = 0, i7 = 0, i8 = 0, i9 = 0, i10 = 0, i11 = 0, i12 = 0, i13 = 0, i14 = 0, i15 = 0;
-    for (int k = 0; k < DEPTH; ++k) {{
-      STEP(i0, t + 0); STEP(i1, t + 1); STEP(i2, t + 2); STEP(i3, t + 3);
-      STEP(i4, t + 4); STEP(i5, t + 5); STEP(i6, t + 6); STEP(i7, t + 7);
-      STEP(i8, t + 8); STEP(i9, t + 9); STEP(i10, t + 10); STEP(i11, t + 11);
-      STEP(i12, t + 12); STEP(i13, t + 13); STEP(i14, t + 14); STEP(i15, t + 15);
-    }}
-    s += LEAF[(t + 0) * NLEAF + i0 - NINT];
-    s += LEAF[(t + 1) * NLEAF + i1 - NINT];
-    s += LEAF[(t + 2) * NLEAF + i2 - NINT];
-    s += LEAF[(t + 3) * NLEAF + i3 - NINT];
-    s += LEAF[(t + 4) * NLEAF + i4 - NINT];
-    s += LEAF[(t + 5) * NLEAF + i5 - NINT];
-    s += LEAF[(t + 6) * NLEAF + i6 - NINT];
-    s += LEAF[(t + 7) * NLEAF + i7 - NINT];
-    s += LEAF[(t + 8) * NLEAF + i8 - NINT];
-    s += LEAF[(t + 9) * NLEAF + i9 - NINT];
-    s += LEAF[(t + 10) * NLEAF + i10 - NINT];
-    s += LEAF[(t + 11) * NLEAF + i11 - NINT];
-    s += LEAF[(t + 12) * NLEAF + i12 - NINT];
-    s += LEAF[(t + 13) * NLEAF + i13 - NINT];
-    s += LEAF[(t + 14) * NLEAF + i14 - NINT];
-    s += LEAF[(t + 15) * NLEAF + i15 - NINT];
-  }}
-  for (; t < NT; ++t) {{
-    int a = 0;
-    for (int k = 0; k < DEPTH; ++k) STEP(a, t);
-    s += LEAF[t * NLEAF + a - NINT];
-  }}
-  out[0] = s;
-}}
-#endif
-EXPORT void engine_predict_batch(const float* rows, int64_t n, float* out) {{
-  for (int64_t i = 0; i < n; ++i) engine_predict(rows + i * NF, out + i);
-}}
-""")
-    return "".join(src)
+def generate_c(tab, margin_expr):
+    """The kernel's C source: models/templates/flat.c.tpl with this model's sizes and tables."""
+    shift, wtype, node = _node_words(tab)
+    depth = tab["depth"]
+    return render(TEMPLATE, nf=tab["num_feature"], depth=depth, trees=tab["trees"], n_inner=(1 << depth) - 1,
+                  n_leaf=1 << depth, qmax=tab["qmax"], shift=shift, qtype=tab["qtype"],
+                  tables=_tables(tab, wtype, node), margin_expr=margin_expr, abi_version=ABI_VERSION)
 
 
 def compile_flat(model_json, out_dir, num_feature):

@@ -30,6 +30,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from .manifest import MANIFEST, ArtifactError, SignatureError, verify_files
+
 ENV_VERIFY = "ENGINE_MODEL_VERIFY_KEY"
 ENV_SIGN = "ENGINE_MODEL_SIGN_KEY"
 SIG_FORMAT = 1
@@ -43,14 +45,8 @@ class KeyFileError(ValueError):
     """A key file that cannot be used; the message names it and says why."""
 
 
-def _artifact_error():
-    from .artifact import ArtifactError
-    return ArtifactError
-
-
 def signature_error(msg):
     """A SignatureError (an ArtifactError: every caller that handles a bad artifact handles it)."""
-    from .artifact import SignatureError
     return SignatureError(msg)
 
 
@@ -303,13 +299,13 @@ def status(directory, signed_name, data):
     verified (KEY), or refused: WHY."""
     try:
         s = _read_signature(directory, signed_name)
-    except _artifact_error() as e:
+    except ArtifactError as e:
         s, bad = None, str(e)
     else:
         bad = None
     try:
         key = verify_key()
-    except _artifact_error() as e:
+    except ArtifactError as e:
         return f"refused: {e}"
     if key is None:
         if bad:
@@ -317,7 +313,7 @@ def status(directory, signed_name, data):
         return "unsigned" if s is None else "signed (not verified: no key configured)"
     try:
         check(directory, signed_name, data, key)
-    except _artifact_error() as e:
+    except ArtifactError as e:
         return f"refused: {e}"
     return f"verified ({key.alg} key {key.key_id})"
 
@@ -326,7 +322,7 @@ def signer(directory, signed_name):
     """'ALG key ID' of an existing signature (unverified), or None."""
     try:
         s = _read_signature(directory, signed_name)
-    except _artifact_error():
+    except ArtifactError:
         return None
     return None if s is None else f"{s.get('alg')} key {s.get('key_id')}"
 
@@ -370,39 +366,25 @@ def keygen(out_dir, name="model", use_hmac=False):
 
 
 def sign_directory(directory, key):
-    """`engine model sign DIR`: sign an artifact's manifest.json (or an FPGA directory's fpga.json)
-    after checking every file still matches it: a signature vouches for what is there. Returns
-    (signature path, sha256 of the signed bytes)."""
-    from .artifact import MANIFEST, ArtifactError, verify_files
+    """`engine model sign DIR`: sign a directory's file list (an artifact's manifest.json or an FPGA
+    directory's fpga.json: SIGNATURE_FILES) after checking every file it lists still hashes to its
+    sha256: a signature vouches for what is there. Any directory described that way is signed the
+    same way, so this needs nothing from the package that wrote it (each checks its own format when
+    it reads the directory). Returns (signature path, sha256 of the signed bytes)."""
     d = Path(directory)
-    if (d / MANIFEST).exists():
-        name = MANIFEST
-        raw = (d / MANIFEST).read_bytes()
-        try:
-            m = json.loads(raw)
-            if not isinstance(m, dict) or not isinstance(m.get("files"), dict):
-                raise ValueError("no file list")
-        except ValueError as e:
-            raise ArtifactError(f"{d}: unreadable manifest ({e}); refusing to sign it") from None
-        try:
-            verify_files(d, m)
-        except ArtifactError as e:
-            raise ArtifactError(f"{e}; refusing to sign it") from None
-    elif (d / "fpga.json").exists():
-        name = "fpga.json"
-        raw = (d / name).read_bytes()
-        from fpga import export
-        from fpga.fixed import FixedPointError
-        try:
-            m = json.loads(raw)
-            for rel, want in m["files"].items():
-                p = (d / rel)
-                if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != want:
-                    raise FixedPointError(f"{d}: {rel} does not match its hash in fpga.json")
-            if m.get("format") != export.FORMAT:
-                raise FixedPointError(f"{d}: FPGA directory format {m.get('format')}")
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ArtifactError(f"{e}; refusing to sign it") from None
-    else:
+    name = next((n for n in SIGNATURE_FILES if (d / n).exists()), None)
+    if name is None:
         raise ArtifactError(f"{d}: neither a model artifact ({MANIFEST}) nor an FPGA directory (fpga.json)")
+    raw = (d / name).read_bytes()
+    try:
+        m = json.loads(raw)
+        if not isinstance(m, dict) or not isinstance(m.get("files"), dict):
+            raise ValueError("no file list")
+    except ValueError as e:
+        what = "manifest" if name == MANIFEST else name
+        raise ArtifactError(f"{d}: unreadable {what} ({e}); refusing to sign it") from None
+    try:
+        verify_files(d, m)
+    except ArtifactError as e:
+        raise ArtifactError(f"{str(e).removesuffix('; refusing to load it')}; refusing to sign it") from None
     return write_signature(d, name, raw, key), hashlib.sha256(raw).hexdigest()

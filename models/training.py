@@ -66,9 +66,8 @@ def time_embargo(ts, n, horizon_ns, fractions=(0.7, 0.15, 0.15)):
 
 def metrics(objective, y, pred):
     if objective == "binary:logistic":
-        from .default import _auc
         p = np.clip(pred.astype(np.float64), 1e-7, 1 - 1e-7)
-        return {"auc": _auc(y, pred), "logloss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))),
+        return {"auc": dataset.auc(y, pred), "logloss": float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))),
                 "accuracy": float(((pred > 0.5) == y).mean())}
     err = pred - y
     nz = y != 0

@@ -59,6 +59,7 @@ def _model(p):
         p.model = str(default_model_dir(host.strategy))
     key = (os.path.realpath(p.model), p.backend, host.strategy.sha256)
     if key not in _MODELS:
+        import fpga.backend  # noqa: F401  (registers backend="fpga-sim" with models.artifact)
         from models import artifact
         _MODELS[key] = artifact.load(p.model, backend=p.backend, strategy=host.strategy)
     return _MODELS[key]

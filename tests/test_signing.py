@@ -246,6 +246,26 @@ def test_fpga_directories_are_signed_too(keys, tmp_path, monkeypatch):
         export.read(d)
 
 
+def test_signing_checks_an_fpga_directory_without_knowing_fpga(keys, tmp_path):
+    """sign_directory signs any directory whose fpga.json/manifest.json lists its files' sha256s,
+    after checking them (models/signing.py imports nothing from fpga/)."""
+    import hashlib
+    d = tmp_path / "fpga"
+    d.mkdir()
+    (d / "kernel.cpp").write_text("int x;\n")
+    files = {"kernel.cpp": hashlib.sha256(b"int x;\n").hexdigest()}
+    (d / "fpga.json").write_text(json.dumps({"format": 1, "files": files}))
+    key = signing.load_key(keys / "a.key", private=True)
+    path, sha = signing.sign_directory(d, key)
+    assert path == d / "fpga.sig" and sha == hashlib.sha256((d / "fpga.json").read_bytes()).hexdigest()
+    (d / "kernel.cpp").write_text("int y;\n")
+    with pytest.raises(artifact.ArtifactError, match=r"kernel.cpp does not match its manifest hash .*\); "
+                                                      r"refusing to sign it$"):
+        signing.sign_directory(d, key)
+    with pytest.raises(artifact.ArtifactError, match="neither a model artifact"):
+        signing.sign_directory(tmp_path, key)
+
+
 def test_cli_refusals_are_one_line(signed, unsigned, keys, evil_so, tmp_path):
     evil, marker = evil_so
     d = tamper(signed, tmp_path / "tampered", evil)
