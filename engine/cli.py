@@ -341,95 +341,10 @@ def _check_run_args(a):
         check_core(a.core)
 
 
-def _control(a, method, path):
-    """Call a running engine's control plane; returns (status, JSON)."""
-    import urllib.error
-    import urllib.request
-    from .daemon import read_token, runtime_dir
-    host, port = _http_addr(a.http)
-    token_file = a.token_file or os.path.join(runtime_dir(), f"{a.name}.token")
-    try:
-        token = read_token(token_file)  # refused when others can read it (RuntimeError: chmod 600)
-    except OSError as e:
-        raise ValueError(f"cannot read the control token {token_file}: {e.strerror} (is engine '{a.name}' running "
-                         "as this user? --token-file)") from None
-    req = urllib.request.Request(f"http://{host}:{port}{path}", method=method, data=b"" if method == "POST" else None,
-                                 headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-    except urllib.error.URLError as e:
-        raise ValueError(f"no engine control plane at http://{host}:{port}: {e.reason}") from None
-
-
-def cmd_ctl(a):
-    code, body = _control(a, "GET" if a.command == "status" else "POST",
-                          "/control/status" if a.command == "status" else f"/control/{a.command}")
-    print(json.dumps(body, indent=None if a.command == "status" else 2, default=str))
-    return 0 if code == 200 else 1
-
-
-def cmd_stats(a):
-    from .report import percentile_table
-    code, body = _control(a, "GET", "/status")
-    if code != 200:
-        raise ValueError(f"engine said {code}: {body.get('error', body)}")
-    if a.json:
-        print(json.dumps(body))
-        return 0
-    c = body["counters"]
-    print(f"engine {body['name']} (pid {body['pid']}): {c['state']}, ready={body['ready']}, ticks {c['ticks']:,}, "
-          f"scored {c['scored']:,}, signals {c['signals']:,}, gaps {c['gaps']}, lost {c['lost']}, "
-          f"drops {body['signal_drops']}; model {body['model']['id']} ({body['model']['backend']}); "
-          f"loop {body['loop']['policy']} core {body['loop']['core']}")
-    print(percentile_table(body["latency_ns"]))
-    return 0
-
-
 def cmd_latency_plot(a):
     from .latency_plot import plot
     out = plot(a.file, a.out, stages=a.stage)
     print(out)
-    return 0
-
-
-def cmd_signals_follow(a):
-    import zmq
-    from .records import SIGNAL_DTYPE, signal_dict
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.SUB)
-    try:
-        sock.connect(a.follow)
-    except zmq.ZMQError as e:
-        sock.close(0)
-        raise ValueError(f"--follow {a.follow}: {e.strerror}") from None
-    for t in a.topic or [""]:
-        sock.setsockopt(zmq.SUBSCRIBE, t.encode())
-    n = 0
-    last = {}  # topic -> its last publication number: a jump is signals this subscriber lost
-    try:
-        while not a.count or n < a.count:
-            topic, payload, *rest = sock.recv_multipart() + [b""]
-            if len(payload) != SIGNAL_DTYPE.itemsize:
-                print(f"engine: skipped a {len(payload)}-byte message (not a {SIGNAL_DTYPE.itemsize}-byte signal record)",
-                      file=sys.stderr)
-                continue
-            r = np.frombuffer(payload, SIGNAL_DTYPE)[0]
-            d = signal_dict(r)
-            d["topic"] = topic.decode(errors="replace")
-            if len(rest[0]) == 8:
-                d["pub_seq"] = pub_seq = int.from_bytes(rest[0], "little")
-                if topic in last and pub_seq > last[topic] + 1:
-                    print(f"engine: gap: {pub_seq - last[topic] - 1} signals of {d['topic']} lost (publication "
-                          f"{last[topic] + 1} to {pub_seq - 1}: this subscriber fell behind or was reconnected)",
-                          file=sys.stderr, flush=True)
-                last[topic] = pub_seq
-            print(json.dumps(d), flush=True)
-            n += 1
-    finally:
-        sock.close(0)
     return 0
 
 
@@ -780,27 +695,6 @@ def cmd_model_inspect(a):
     return 0
 
 
-def cmd_signals_show(a):
-    from .records import PRICE_SCALE, signal_dict
-    from .signal_log import read_signals
-
-    from .signal_log import status
-    s = read_signals(a.file)
-    note = status(a.file)["note"]  # "incomplete: the writer stopped at record N (reason)"
-    if a.json:
-        for r in s[: a.limit] if a.limit else s:
-            print(json.dumps(signal_dict(r)))
-        if note:
-            print(f"engine: warning: {a.file}: {note}", file=sys.stderr)
-        return 0
-    print(f"{len(s)} signals in {a.file}" + (f"\n  {note}" if note else ""))
-    print(f"{'seq':>8} {'tick_seq':>10} {'inst':>5} {'position':>9} {'prev':>9} {'score':>9} {'mid':>12} {'tick->signal ns':>16}")
-    for r in s[: a.limit] if a.limit else s:
-        print(f"{r['seq']:>8} {r['tick_seq']:>10} {r['instrument']:>5} {r['position']:>9} {r['prev_position']:>9} "
-              f"{r['score']:>9.5f} {r['mid_px'] / PRICE_SCALE:>12.4f} {int(r['ts_signal'] - r['ts_recv']):>16,}")
-    return 0
-
-
 def _backends(s):
     names = tuple(x.strip() for x in s.split(",") if x.strip())
     if not names or not set(names) <= {"treelite", "flat"}:
@@ -840,6 +734,8 @@ def cmd_features(a):
 
 def cmd_predict(a):
     from models.training import predict_file
+    if a.backend == "fpga-sim":
+        import fpga.backend  # noqa: F401  (registers backend="fpga-sim" with models.artifact)
     used, n = predict_file(a.dir, a.backend, a.input, a.output, a.margin)
     print(f"{n} rows through {used} -> {a.output} ({'margins' if a.margin else 'scores'})", file=sys.stderr)
     return 0
@@ -888,7 +784,8 @@ def build_parser():
                                                 "synthetic://?instruments=8&rate=20000")
     r.add_argument("--ring", default=None,
                    help="attach to an existing tick ring (e.g. one `engine feed` writes) instead of spawning a feed; "
-                        "reading starts at its newest tick")
+                        "reading starts at its newest tick; the run ends when the ring's producer marks it "
+                        "finished (the end of its source, or stopped) and every tick is read")
     r.add_argument("--ring-owner", default=None, metavar="USER",
                    help="also trust rings owned by this user (name or uid): a feed handler running as another "
                         "user (default: only the engine's own; a ring anyone else owns, a link, or one others "
@@ -1153,38 +1050,8 @@ def build_parser():
     verify_key_arg(pr)
     pr.set_defaults(fn=cmd_predict)
 
-    s = sub.add_parser("signals", help="signal tools: show a signal file, or --follow a running engine",
-                       description="engine signals --follow [ENDPOINT] prints a running engine's signals as JSON "
-                                   "lines (from its zmq PUB socket); engine signals show FILE prints a signal file.")
-    s.add_argument("--follow", nargs="?", const="tcp://127.0.0.1:5556", default=None, metavar="ENDPOINT",
-                   type=_sub_endpoint,
-                   help="subscribe to ENDPOINT (default tcp://127.0.0.1:5556)")
-    s.add_argument("--topic", action="append", help="only these instruments (repeatable; default all)")
-    s.add_argument("--count", type=_nonneg_int, default=0, help="stop after N signals (default 0: never)")
-    s.set_defaults(fn=cmd_signals_follow)
-    ss = s.add_subparsers(dest="signals_cmd", required=False, metavar="SUBCOMMAND")
-    sh = ss.add_parser("show", help="print the signals in a signal file")
-    sh.add_argument("file", type=_existing_file)
-    sh.add_argument("--limit", type=_nonneg_int, default=0, help="only the first N (default 0: all)")
-    sh.add_argument("--json", action="store_true", help="one JSON object per line")
-    sh.set_defaults(fn=cmd_signals_show)
-
-    def plane_args(q):
-        q.add_argument("--name", default="engine", help="engine name (default engine)")
-        q.add_argument("--http", default="127.0.0.1:9464", help="its control plane (default 127.0.0.1:9464)")
-        q.add_argument("--token-file", default=None, help="its token (default $XDG_RUNTIME_DIR/engine/NAME.token)")
-
-    ct = sub.add_parser("ctl", help="control a running engine: status, pause, resume, reload",
-                        description="pause: the loop keeps reading ticks and features stay current, but nothing is "
-                                    "scored or signalled; resume; reload: verify and swap the model (as SIGHUP). "
-                                    "Authenticated with the engine's token.")
-    ct.add_argument("command", choices=("status", "pause", "resume", "reload"))
-    plane_args(ct)
-    ct.set_defaults(fn=cmd_ctl)
-    st = sub.add_parser("stats", help="a running engine's counters and latency percentiles")
-    plane_args(st)
-    st.add_argument("--json", action="store_true")
-    st.set_defaults(fn=cmd_stats)
+    from .cli_running import add_parsers
+    add_parsers(sub)  # signals, ctl, stats: commands that talk to a running engine
     lp = sub.add_parser("latency-plot", help="plot an .hlog's percentile distribution per stage")
     lp.add_argument("file", type=_existing_file, help="HdrHistogram interval log (.hlog)")
     lp.add_argument("--out", required=True, help="PNG to write")
@@ -1238,10 +1105,6 @@ def main(argv=None):
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    if args.cmd == "signals" and args.follow is None and not args.signals_cmd:
-        parser.error("engine signals: give --follow [ENDPOINT] or a subcommand (show FILE)")
-    if args.cmd == "signals" and args.signals_cmd:
-        args.fn = cmd_signals_show
     try:
         if args.cmd == "run":
             from .config import apply

@@ -22,7 +22,7 @@ import time
 
 
 from . import control as C
-from . import latency, shm, sigring
+from . import latency, prom, runtime_file, shm, sigring
 from .records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
@@ -156,6 +156,7 @@ class ControlPlane:
         self.drainer, self.drain_stop = None, threading.Event()
         self.http_log = HttpLog()
         self._metrics, self._metrics_at = b"", 0.0
+        self.runtime = None
 
     # -- the feed ----------------------------------------------------------------------
 
@@ -352,7 +353,9 @@ class ControlPlane:
                                           "reading (their queue was full)", value=z["slow_disconnects"])
                 yield CounterMetricFamily("engine_http_bad_requests", "malformed HTTP requests answered 4xx "
                                           "by the parser", value=plane.http_log.bad)
-                lat = GaugeMetricFamily("engine_latency_ns", "latency percentiles since start, ns",
+                yield from prom.families(plane.x.ctl_blk.hist)  # what alerts and dashboards use
+                lat = GaugeMetricFamily("engine_latency_ns", "latency percentiles since start, ns (never recover "
+                                        "from a spike: alert on the engine_*_seconds histograms)",
                                         labels=["stage", "quantile"])
                 for i, stage in enumerate(latency.STAGES):
                     h = latency.to_hdrh(plane.x.ctl_blk.hist[i])
@@ -484,6 +487,7 @@ class ControlPlane:
             from .hlog import HlogWriter
             self.hlog = HlogWriter(x.hlog_path)
             log(f"latency interval log -> {x.hlog_path} every {x.hlog_interval:g} s")
+        self.runtime = self._publish_runtime_file()
         next_hlog = time.monotonic() + x.hlog_interval
         next_watch = 0.0
         self._refresh_instruments()
@@ -512,8 +516,24 @@ class ControlPlane:
                 await asyncio.sleep(WATCH_PERIOD_S)
         finally:
             self.drain_stop.set()
+            if self.runtime is not None:
+                self.runtime.remove()
             if http is not None:
                 await http.cleanup()
+
+    def _publish_runtime_file(self):
+        """Where this engine's control plane is (engine/runtime_file.py), once it serves."""
+        x = self.x
+        info = {"http": f"{x.http[0]}:{x.http[1]}" if x.http else None, "pub": x.pub or None,
+                "token_file": os.path.abspath(x.token_file) if x.http and x.token_file else None,
+                "ring": shm.ring_path(x.ring_name)}
+        try:
+            rf = runtime_file.publish(self.cfg.name, info)
+        except (OSError, RuntimeError) as e:  # the engine runs on; clients then need --config or the endpoints
+            log(f"warning: cannot write the runtime file for `engine stats/ctl --name {self.cfg.name}`: {e}")
+            return None
+        log(f"endpoints in {rf.path} (engine stats/ctl/signals --follow --name {self.cfg.name} read it)")
+        return rf
 
     def _drain_loop(self):
         """Its own thread, never the one that answers HTTP: renews the loop's lease, beats the
@@ -532,6 +552,8 @@ class ControlPlane:
 
     def finish(self):
         """After the loop stopped: the last signals and the last interval, then close."""
+        if self.runtime is not None:
+            self.runtime.remove()
         self.drain_stop.set()
         if self.drainer is not None:
             self.drainer.join()

@@ -48,6 +48,26 @@ def _cmdline_list(cmdline, key):
     return None
 
 
+HOUSEKEEPING_CORE = 0  # the boot CPU: the kernel keeps time there (nohz_full never includes it)
+
+
+def _cpus(cores):
+    return ",".join(map(str, sorted(cores)))
+
+
+def housekeeping(core, cpus):
+    """(the cores left for housekeeping, why `core` cannot be isolated or ""). Core 0 is the kernel's
+    housekeeping core; with the strategy core taken, the rest of this process's cores run the
+    control plane and the feed."""
+    hk = sorted(set(cpus) - {core})
+    if not hk:
+        return hk, f"core {core} is the only core this process may use: nothing would be left for housekeeping"
+    if core == HOUSEKEEPING_CORE:
+        return hk, (f"core {core} is the housekeeping core (the kernel keeps time and runs unbound work there; "
+                    "nohz_full never includes it)")
+    return hk, ""
+
+
 def r(check, status, evidence, advice=""):
     return {"check": check, "status": status, "evidence": evidence, "advice": advice}
 
@@ -59,23 +79,36 @@ def run_checks(core=None, priority=80):
     out = []
     if core not in set(range(os.cpu_count() or 1)):
         return [r("core", "fail", f"core {core} does not exist (cores 0-{(os.cpu_count() or 1) - 1})")]
-    out.append(r("core", "pass" if core in cpus else "fail",
-                 f"core {core}; this process may run on {','.join(map(str, sorted(cpus)))}",
-                 "" if core in cpus else "the core is outside this process's affinity (cgroup cpuset, taskset)"))
+    hk, why_not = housekeeping(core, cpus)
+    core_ok = core in cpus and not why_not
+    out.append(r("core", "pass" if core_ok else "fail" if core not in cpus else "warn",
+                 f"core {core}; this process may run on {','.join(map(str, sorted(cpus)))}; housekeeping (kernel "
+                 f"timekeeping and unbound work, the engine's control plane and feed): "
+                 f"{_cpus(hk) if hk else 'no core left'}",
+                 "" if core_ok else "the core is outside this process's affinity (cgroup cpuset, taskset)"
+                 if core not in cpus else why_not + (f": run the strategy on another core (--core {max(hk)})"
+                                                     if hk else "")))
+
+    def isolate(check, ok, evidence, advice):
+        """An isolation check: never advises isolating a housekeeping core (n/a when the strategy
+        core cannot be isolated)."""
+        if why_not:
+            out.append(r(check, "n/a", evidence, "" if ok else f"not isolated: {why_not}"))
+        else:
+            out.append(r(check, "pass" if ok else "warn", evidence, "" if ok else advice))
     cmdline = _read("/proc/cmdline") or ""
-    out.append(r("kernel command line", "pass" if any(k in cmdline for k in ("isolcpus", "nohz_full")) else "warn",
-                 cmdline or "unreadable", "" if "isolcpus" in cmdline else
-                 f"add isolcpus=managed_irq,domain,{core} nohz_full={core} rcu_nocbs={core} (ops/tuning.md)"))
+    isolate("kernel command line", any(k in cmdline for k in ("isolcpus", "nohz_full")), cmdline or "unreadable",
+            f"add isolcpus=managed_irq,domain,{core} nohz_full={core} rcu_nocbs={core} irqaffinity={_cpus(hk)} "
+            "(ops/tuning.md)")
     for name, path, key in (("isolated CPUs", f"{CPU}/isolated", "isolcpus"),
                             ("nohz_full CPUs", f"{CPU}/nohz_full", "nohz_full")):
         v = _read(path)
         s = parse_cpulist(v) if v not in (None, "(null)") else set()
-        out.append(r(name, "pass" if core in s else "warn", f"{path}: {v or '(none)'}",
-                     "" if core in s else f"boot with {key}={core} so the scheduler and timer tick leave it alone"))
+        isolate(name, core in s, f"{path}: {v or '(none)'}",
+                f"boot with {key}={core} so the scheduler and timer tick leave it alone")
     rcu = _cmdline_list(cmdline, "rcu_nocbs")
-    out.append(r("rcu_nocbs", "pass" if rcu and core in rcu else "warn",
-                 f"rcu_nocbs={','.join(map(str, sorted(rcu)))}" if rcu else "not on the command line",
-                 "" if rcu and core in rcu else f"boot with rcu_nocbs={core}: RCU callbacks run elsewhere"))
+    isolate("rcu_nocbs", bool(rcu and core in rcu), f"rcu_nocbs={','.join(map(str, sorted(rcu)))}" if rcu else
+            "not on the command line", f"boot with rcu_nocbs={core}: RCU callbacks run on {_cpus(hk)}")
     gov = _read(f"{CPU}/cpu{core}/cpufreq/scaling_governor")
     out.append(r("cpu frequency governor", "n/a" if gov is None else "pass" if gov == "performance" else "warn",
                  f"cpu{core}: {gov}" if gov else "no cpufreq (a VM, or fixed frequency)",
@@ -110,10 +143,10 @@ def run_checks(core=None, priority=80):
         aff = parse_cpulist(_read(f"{d}/smp_affinity_list"))
         if core in aff and len(aff) < (os.cpu_count() or 1) + 1:
             hits.append(os.path.basename(d))
-    out.append(r("IRQ affinity", "pass" if not hits else "warn",
-                 f"{len(hits)} IRQs may run on core {core}" + (f" (e.g. {', '.join(sorted(hits, key=int)[:8])})" if hits else ""),
-                 f"steer IRQs off core {core}: /proc/irq/*/smp_affinity_list, irqbalance --banirq / IRQBALANCE_BANNED_CPULIST"
-                 if hits else ""))
+    isolate("IRQ affinity", not hits,
+            f"{len(hits)} IRQs may run on core {core}" + (f" (e.g. {', '.join(sorted(hits, key=int)[:8])})" if hits else ""),
+            f"steer IRQs to {_cpus(hk)}, off core {core}: /proc/irq/*/smp_affinity_list, "
+            f"IRQBALANCE_BANNED_CPULIST={core}")
     rt_rt = _read("/proc/sys/kernel/sched_rt_runtime_us")
     rt_p = _read("/proc/sys/kernel/sched_rt_period_us")
     out.append(r("RT throttling", "n/a" if rt_rt is None else "pass" if rt_rt == "-1" else "warn",
@@ -147,9 +180,12 @@ def run_checks(core=None, priority=80):
         out.append(r("SMT sibling", "pass", f"cpu{core} has no hyperthread sibling"))
     else:
         iso = parse_cpulist(_read(f"{CPU}/isolated"))
+        shared = sorted(sib & {HOUSEKEEPING_CORE})
+        advice = (f"cpu{shared[0]} is the housekeeping core and stays busy: pick a strategy core whose sibling it is "
+                  "not, or disable SMT (nosmt)" if shared else
+                  "isolate the sibling too (and keep it idle), or disable SMT")
         out.append(r("SMT sibling", "pass" if sib <= iso else "warn", f"cpu{core} shares its core with "
-                     f"cpu{','.join(map(str, sorted(sib)))}", "" if sib <= iso else
-                     "isolate the sibling too (and keep it idle), or disable SMT"))
+                     f"cpu{','.join(map(str, sorted(sib)))}", "" if sib <= iso else advice))
     from .waits import choose
     c = choose("auto", "auto", core=core, priority=priority)
     out.append(r("policy auto picks", "pass", c.describe()))

@@ -225,6 +225,8 @@ def load_model(cfg, strategy):
     else:
         from models.default import default_model_dir
         model_dir = str(default_model_dir(strategy))
+    if cfg.backend == "fpga-sim":
+        import fpga.backend  # noqa: F401  (registers backend="fpga-sim" with models.artifact)
     pred = artifact.load(model_dir, backend=cfg.backend, strategy=strategy)
     timing = f" (measured: {', '.join(pred.notes)})" if pred.notes else ""
     exact = ("the fixed-point emulation, bit-exact with its golden model and within its proven bound of XGBoost"
@@ -376,7 +378,10 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         if hasattr(src, "sock"):
             src.sock.close()  # the feed process listens, not us
     if cfg.ring:
-        finite = False
+        # a ring ends when its producer marks it finished (H_STATE, as `engine feed` does at the end of its
+        # source or when stopped): so do we, as with a spawned file feed. A producer that dies without
+        # marking it is a feed that is down: we wait for a new ring under the name.
+        finite = True
     # an incomplete tick file (a killed recorder): its unchecked records, in the summary too
     input_warnings = [] if cfg.ring else list(getattr(getattr(src, "file", None), "warnings", []))
     for w in input_warnings:
@@ -393,7 +398,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         if bad:
             log(f"doctor: {len(fails)} fail, {len(bad) - len(fails)} warn: " +
                 "; ".join(f"{x['check']} ({x['status']})" for x in bad) +
-                f" - `engine doctor --core {cfg.core if cfg.core is not None else ''}` says why".replace("--core  ", ""))
+                f" - `engine doctor{'' if cfg.core is None else f' --core {cfg.core}'}` says why")
         if fails and cfg.strict:
             raise RuntimeError("--strict: engine doctor fails: " + "; ".join(f"{x['check']}: {x['evidence']}" for x in fails))
     own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
@@ -501,6 +506,8 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
                              else None)
         plane = run_control_plane(px)
         proc = px.proc
+        if cfg.ring and thread.exit_state == C.LOOP_EOF:
+            log(f"ring {shm.ring_path(ring_name)}: its producer finished and every tick was read; stopping")
     finally:
         # Cleanup always runs to the end, whatever fails on the way (each step on its own).
         def step(fn, *args):

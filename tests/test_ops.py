@@ -35,10 +35,42 @@ def test_systemd_unit_has_what_the_engine_needs():
 
 
 def test_dashboard_and_scrape_config_refer_to_real_metrics():
-    from engine import daemon  # noqa: F401 (the metric names below are the ones it exports)
+    from engine import daemon, prom  # the metric names below are the ones they export
     dash = json.loads((OPS / "grafana-dashboard.json").read_text())
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
-    src = Path(daemon.__file__).read_text()
+    exprs += (OPS / "engine-alerts.yml").read_text()
+    src = Path(daemon.__file__).read_text() + Path(prom.__file__).read_text()
     for name in set(re.findall(r"engine_[a-z_]+", exprs)):
-        assert name.removesuffix("_total") in src, name
+        base = re.sub(r"_(total|bucket|count|sum)$", "", name)
+        assert f'"{base}"' in src, name  # (tests/test_operators.py checks them against a real scrape)
     assert "9464" in (OPS / "prometheus.yml").read_text()
+
+
+def test_ops_readme_commands_are_ones_this_engine_takes():
+    """Every `engine ...` line of ops/README.md parses with the real command line; every file it
+    installs from /opt/engine is in the tree; its paths are the unit's."""
+    import contextlib
+    import io
+    import shlex
+
+    from engine.cli import build_parser
+    text = (OPS / "README.md").read_text()
+    unit = (OPS / "engine.service").read_text()
+    parser = build_parser()
+    cmds = [ln.split("bin/engine", 1)[1].split("#")[0] for ln in text.splitlines()
+            if ln.startswith("    ") and "/.venv/bin/engine" in ln]
+    assert len(cmds) >= 10
+    for c in cmds:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                parser.parse_args(shlex.split(c))
+        except SystemExit as e:
+            assert e.code == 0, f"ops/README.md: `engine{c}` does not parse"  # (--help)
+    for path in set(re.findall(r"/opt/engine/(ops/[\w.\-]+)", text)):
+        assert (ROOT / path).is_file(), path
+    for must in ("/opt/engine/.venv/bin/engine", "User=engine", "XDG_RUNTIME_DIR=/run", "CPUAffinity=0-2 3"):
+        assert must in unit, must
+    assert "ExecStart=/opt/engine/.venv/bin/engine run --config /etc/engine/engine.toml" in unit
+    assert "/run/engine/engine.token" in text and "engine-run.engine.json" in text
+    from engine.runtime_file import _file_name
+    assert _file_name("engine") == "engine-run.engine.json"

@@ -1,0 +1,74 @@
+"""Latency as Prometheus histograms, made at scrape time from the HdrHistogram counts the strategy
+loop already records (engine/latency.py): nothing is added to the hot path.
+
+A cumulative bucket `le=B` is the number of values whose HdrHistogram bucket lies wholly at or
+below B (B in seconds; the HdrHistogram's 3 significant digits make that exact to 0.1%). The
+counts only ever grow, so every bucket, `_count` and `_sum` is a counter: `rate()` over a window
+gives that window's distribution, and `histogram_quantile()` over it recovers once a spike has
+left the window (the since-start percentiles of `engine_latency_ns` never do).
+
+    engine_tick_to_signal_seconds        feed publish -> decision, every scored tick
+    engine_stage_seconds{stage=...}      ring, features, model, emit
+"""
+import numpy as np
+
+from . import latency
+
+# bucket upper bounds, seconds: 100 ns to 1 s, 1-2-5 steps (+Inf is added)
+BUCKETS_S = (1e-7, 2e-7, 5e-7, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4,
+             1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.25, 1.0)
+TOTAL = "engine_tick_to_signal_seconds"
+STAGE = "engine_stage_seconds"
+
+
+def _index_values():
+    """(highest, median) equivalent value in ns of every counts index, in hdrh's layout."""
+    i = np.arange(latency.COUNTS_LEN, dtype=np.int64)
+    bucket = (i >> latency._SUB_HALF_MAG) - 1
+    sub = (i & (latency._SUB_HALF - 1)) + latency._SUB_HALF
+    first = bucket < 0
+    sub = np.where(first, sub - latency._SUB_HALF, sub)
+    bucket = np.where(first, 0, bucket)
+    shift = bucket + latency._UNIT_MAG
+    lowest = sub << shift
+    size = np.int64(1) << shift
+    return lowest + size - 1, lowest + (size >> 1)
+
+
+_HIGHEST, _MEDIAN = _index_values()
+# how many counts indices lie wholly at or below each bound
+_CUT = np.searchsorted(_HIGHEST, np.round(np.array(BUCKETS_S) * 1e9).astype(np.int64), side="right")
+_MEDIAN_S = _MEDIAN.astype(np.float64) / 1e9
+
+
+def _le(b):
+    from prometheus_client.utils import floatToGoString
+    return floatToGoString(b)
+
+
+_LES = tuple(_le(b) for b in BUCKETS_S) + ("+Inf",)
+
+
+def buckets(counts_row):
+    """([(le, cumulative count)...] ending with +Inf, sum in seconds) for one stage's counts."""
+    c = np.array(counts_row, dtype=np.int64)  # one snapshot: the loop keeps adding meanwhile
+    cum = np.cumsum(c)
+    count = int(cum[-1]) if len(cum) else 0
+    at = [int(cum[k - 1]) if k else 0 for k in _CUT] + [count]
+    return list(zip(_LES, at)), float(c.astype(np.float64) @ _MEDIAN_S)
+
+
+def families(hist):
+    """The latency histogram families for a control block's counts [stage, index]."""
+    from prometheus_client.core import HistogramMetricFamily
+    total = HistogramMetricFamily(TOTAL, "tick-to-signal latency (feed publish to decision) of every scored "
+                                  "tick, seconds", labels=[])
+    b, s = buckets(hist[latency.ST_TOTAL])
+    total.add_metric([], b, s)
+    stage = HistogramMetricFamily(STAGE, "latency of each stage of the strategy loop, seconds: ring (feed "
+                                  "publish to dequeue), features, model, emit", labels=["stage"])
+    for i, name in enumerate(latency.STAGES):
+        if i != latency.ST_TOTAL:
+            b, s = buckets(hist[i])
+            stage.add_metric([name], b, s)
+    return [total, stage]
