@@ -260,7 +260,8 @@ class ControlPlane:
             return
         try:
             m = os.stat(c.path + ".instruments").st_mtime_ns
-        except OSError:
+        except OSError:  # the feed is gone with its table: the one read at claim or since
+            self.instruments = c.instruments()
             return
         if m != self._inst_mtime:
             self._inst_mtime = m
@@ -558,6 +559,7 @@ class ControlPlane:
         if self.drainer is not None:
             self.drainer.join()
         self.drain()
+        self._refresh_instruments()  # (the run's signal table names them: every one the feed found)
         if self.hlog is not None:
             self.hlog.close(self.x.ctl_blk.hist)
         if self.pub is not None:

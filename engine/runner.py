@@ -569,7 +569,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
             from .outputs import OutputError
             from .signal_log import read_signals, write_signals_parquet
             try:
-                write_signals_parquet(parquet_out, read_signals(sig_path))
+                write_signals_parquet(parquet_out, read_signals(sig_path), symbols=getattr(plane, "instruments", None))
                 sig_path = parquet_out
             except OutputError as e:  # nothing left at its name: written whole or not at all
                 error = error or str(e)

@@ -215,7 +215,10 @@ class TickConsumer:
 
     def claim(self, start="now", backpressure=False):
         """Take a consumer line; reading starts at the writer ("now") or the oldest safe seq.
-        backpressure: a file producer waits for us rather than lap us (live ones never wait)."""
+        backpressure: a file producer waits for us rather than lap us (live ones never wait).
+        The producer's instrument table is read first: a file feed released by this claim may
+        finish, and remove its files, before anyone else looks."""
+        self.instruments()
         cap = self.mask + 1
         w = int(self.hdr[shm.H_WRITE])
         begin = w if start == "now" else max(0, w - cap + cap // 8)
@@ -265,18 +268,22 @@ class TickConsumer:
                 int(self.hdr[self.slot_base + shm.C_CURSOR]) >= int(self.hdr[shm.H_WRITE]))
 
     def instruments(self):
-        """The producer's instrument table, if it published one (else [])."""
+        """The producer's instrument table, if it published one (else the last one read here,
+        once the producer has gone and removed it; else [])."""
         import json
+        last = getattr(self, "_names", [])
         try:  # the same checks as the ring: a planted table would name instruments falsely
             fd, _ = shm.open_checked(self.path + ".instruments")
         except shm.RingError:
-            return []
+            return last
         try:
             with os.fdopen(fd) as f:
                 names = json.load(f)
         except (OSError, ValueError):
-            return []
-        return [str(n) for n in names] if isinstance(names, list) else []
+            return last
+        if isinstance(names, list):
+            self._names = [str(n) for n in names]
+        return getattr(self, "_names", [])
 
     def close(self):
         if self.slot is not None:

@@ -9,7 +9,8 @@ pool; a side that fills up is moved to the pool's end with twice the room by `gr
 outside the parser (the parser returns NEED_ROOM instead of allocating).
 
 Order table: open addressing with linear probing and backward-shift deletion (no tombstones,
-so probe chains stay short for a whole trading day of adds and deletes).
+so probe chains stay short for a whole trading day of adds and deletes); consecutive refs
+share a cache line (`_slot`).
 """
 import numpy as np
 from numba import njit
@@ -109,8 +110,11 @@ def _rehash(okeys, ovals, keys, vals):
 
 @njit(nogil=True, inline="always", cache=True)
 def _slot(key, mask):
-    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing spreads sequential refs
-    return np.int64(h >> np.uint64(17)) & mask
+    # Fibonacci hashing of key // 8 spreads runs of refs; key % 8 keeps 8 consecutive refs (as
+    # exchanges number orders) in one cache line of keys, so a lookup of a recent order hits
+    # cache (the first probe's miss was the ITCH parser's largest cost after refcounting)
+    h = np.uint64(key >> 3) * np.uint64(0x9E3779B97F4A7C15)
+    return ((np.int64(h >> np.uint64(17)) << 3) | (key & 7)) & mask
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -123,19 +127,21 @@ def _find(keys, key):
     return i
 
 
+# The table's functions come twice: on its arrays, for a parser's loop that unpacks O once and
+# borrows the arrays (feeds/nrt.py: numba's atomic refcounts on arrays handed on were most of
+# ITCH's time), and on the tuple O, for everyone else.
+
 @njit(nogil=True, inline="always", cache=True)
-def order_find(O, key):
+def ofind(keys, key):
     """Slot of order `key`, or -1."""
-    keys = O[0]
     i = _find(keys, key)
     return i if keys[i] == key else -1
 
 
-@njit(nogil=True, cache=True)
-def order_insert(O, key, book, price, qty):
+@njit(nogil=True, inline="always", cache=True)
+def oinsert(keys, vals, count, key, book, price, qty):
     """Insert a new order; returns its slot, or -1 if the ref is already live (a duplicate add).
     The caller made sure the table has room (Orders.maybe_grow)."""
-    keys, vals, count = O
     i = _find(keys, key)
     if keys[i] == key:
         return -1
@@ -147,10 +153,9 @@ def order_insert(O, key, book, price, qty):
     return i
 
 
-@njit(nogil=True, cache=True)
-def order_remove(O, i):
+@njit(nogil=True, inline="always", cache=True)
+def oremove(keys, vals, count, i):
     """Remove the order in slot i, shifting later members of its probe chain back."""
-    keys, vals, count = O
     mask = keys.shape[0] - 1
     keys[i] = EMPTY_KEY
     count[0] -= 1
@@ -170,6 +175,26 @@ def order_remove(O, i):
             i = j
 
 
+@njit(nogil=True, inline="always", cache=True)
+def order_find(O, key):
+    """Slot of order `key`, or -1."""
+    return ofind(O[0], key)
+
+
+@njit(nogil=True, cache=True)
+def order_insert(O, key, book, price, qty):
+    """oinsert: the new order's slot, or -1 for a duplicate ref."""
+    keys, vals, count = O
+    return oinsert(keys, vals, count, key, book, price, qty)
+
+
+@njit(nogil=True, cache=True)
+def order_remove(O, i):
+    """oremove: the order in slot i goes."""
+    keys, vals, count = O
+    oremove(keys, vals, count, i)
+
+
 # --- ladders -----------------------------------------------------------------------------
 
 @njit(nogil=True, inline="always", cache=True)
@@ -179,9 +204,8 @@ def _key(book, price):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _locate(L, book, price):
+def _locate_a(meta, px, book, price):
     """(index of the level at `price`, or of where it would be inserted; found?)."""
-    meta, px = L[0], L[1]
     off = meta[book, M_OFF]
     n = meta[book, M_LEN]
     k = _key(book, price)
@@ -206,17 +230,19 @@ def _locate(L, book, price):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _locate(L, book, price):
+    return _locate_a(L[0], L[1], book, price)
+
+
+@njit(nogil=True, inline="always", cache=True)
 def has_room(L, book):
     return L[0][book, M_LEN] < L[0][book, M_CAP]
 
 
-@njit(nogil=True, cache=True)
-def level_add(L, book, price, dqty, dcount):
-    """Add dqty (may be negative) and dcount orders at `price`; a level whose quantity reaches
-    zero or below goes away. Returns the level's new quantity (negative = the book was
-    inconsistent, clamped away). Needs has_room(L, book) when the level may be new."""
-    meta, px, qty, cnt = L[0], L[1], L[2], L[3]
-    j, found = _locate(L, book, price)
+@njit(nogil=True, inline="always", cache=True)
+def ladd(meta, px, qty, cnt, book, price, dqty, dcount):
+    """level_add on the ladder's arrays (for a parser's loop, like ofind/oinsert/oremove)."""
+    j, found = _locate_a(meta, px, book, price)
     end = meta[book, M_OFF] + meta[book, M_LEN]
     if found:
         q = qty[j] + dqty
@@ -245,6 +271,15 @@ def level_add(L, book, price, dqty, dcount):
 
 
 @njit(nogil=True, cache=True)
+def level_add(L, book, price, dqty, dcount):
+    """Add dqty (may be negative) and dcount orders at `price`; a level whose quantity reaches
+    zero or below goes away. Returns the level's new quantity (negative = the book was
+    inconsistent, clamped away). Needs has_room(L, book) when the level may be new."""
+    meta, px, qty, cnt = L[0], L[1], L[2], L[3]
+    return ladd(meta, px, qty, cnt, book, price, dqty, dcount)
+
+
+@njit(nogil=True, cache=True)
 def level_set(L, book, price, q):
     """Set the quantity at `price` (L2 feeds send absolute sizes); q == 0 removes it.
     Needs has_room(L, book) when the level may be new."""
@@ -263,14 +298,18 @@ def level_clear(L, book):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def best(L, book):
+def best_a(meta, px, qty, book):
     """(price, quantity) of the best level, (0, 0) if the side is empty."""
-    meta = L[0]
     n = meta[book, M_LEN]
     if n == 0:
         return np.int64(0), np.int64(0)
     j = meta[book, M_OFF] + n - 1
-    return L[1][j], L[2][j]
+    return px[j], qty[j]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def best(L, book):
+    return best_a(L[0], L[1], L[2], book)
 
 
 @njit(nogil=True, cache=True)

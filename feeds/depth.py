@@ -73,7 +73,13 @@ def changed(W, b, price):
     """Book side b changed at `price` in the current event."""
     if W[0].shape[1] == 0:
         return
-    dirty, chg = W[4], W[5]
+    changed_a(W[4], W[5], b, price)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def changed_a(dirty, chg, b, price):
+    """`changed` on the window's arrays, for a parser's loop that passes no tuple to a helper
+    (numba increfs every array of a tuple passed on, even to an inlined function). Depth > 0."""
     bid = (b & 1) == 0
     if dirty[b] == 0 or (price > chg[b] if bid else price < chg[b]):
         chg[b] = price

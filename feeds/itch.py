@@ -20,7 +20,8 @@ from engine.records import SIDE_BUY, SIDE_SELL, KIND_TRADE
 from . import book, depth
 from .book import Ladders, Orders
 from .depth import Windows
-from .ticks import emit, emit_quote, touch_changed
+from .nrt import borrow
+from .ticks import emit, emit_quote, touch_changed_a
 
 # message type -> length (ITCH 5.0 specification, section 1.x); the book needs the first ten
 LENGTHS = {
@@ -104,31 +105,25 @@ def _emit_quote(out, n, ts, tr, inst, top, stats):
     return emit_quote(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
 
 
-@njit(nogil=True, inline="always", cache=True)
-def _end(L, W, out, n, ts, tr, inst, top, stats):
-    """End of a book event without a trade: its level ticks, then a quote (touch changed) or a
-    book tick (only deeper levels did)."""
-    n, nl = depth.publish(W, L, inst, ts, tr, out, n, stats, S_SATURATED, 1)
-    if touch_changed(L, inst, top):
-        return _emit_quote(out, n, ts, tr, inst, top, stats)
-    if nl:
-        return depth.emit_book(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
-    return n
+# depth.publish inlined into parse's one call site: a call passes the window and ladder arrays
+# field by field (about 80 words copied per event), which cost more than publish's own work.
+_publish = njit(nogil=True, inline="always")(depth.publish.py_func)
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _reduce(L, W, O, slot, dq):
+def _reduce(meta, lpx, lqty, lcnt, keys, vals, count, dirty, chg, N, slot, dq):
     """Take dq shares off the order in `slot` (removing it when none remain); returns the
     shares actually taken (clamped to what the order had)."""
-    vals = O[1]
     bk = vals[slot, book.O_BOOK]
+    px = vals[slot, book.O_PRICE]
     have = vals[slot, book.O_QTY]
     take = dq if dq < have else have
     left = have - take
-    book.level_add(L, bk, vals[slot, book.O_PRICE], -take, -1 if left == 0 else 0)
-    depth.changed(W, bk, vals[slot, book.O_PRICE])
+    book.ladd(meta, lpx, lqty, lcnt, bk, px, -take, -1 if left == 0 else 0)
+    if N:
+        depth.changed_a(dirty, chg, bk, px)
     if left == 0:
-        book.order_remove(O, slot)
+        book.oremove(keys, vals, count, slot)
     else:
         vals[slot, book.O_QTY] = left
     return take
@@ -145,9 +140,20 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, W,
     incomplete message; on ST_OUT / ST_ROOM_* the message at pos was not applied and the
     caller makes room and calls again; on ST_ERROR err holds what and where.
     """
+    # Every array borrowed (feeds/nrt.py): numba's atomic refcounting of arrays handed to
+    # helpers was two thirds of the time. The caller holds them all for the call.
+    b, cfg, locmap, syms, want = borrow(b), borrow(cfg), borrow(locmap), borrow(syms), borrow(want)
+    top, stats, err, need, out = borrow(top), borrow(stats), borrow(err), borrow(need), borrow(out)
+    meta, lpx, lqty, lcnt = borrow(L[0]), borrow(L[1]), borrow(L[2]), borrow(L[3])
+    L = (meta, lpx, lqty, lcnt, borrow(L[4]))
+    keys, vals, count = borrow(O[0]), borrow(O[1]), borrow(O[2])
+    ocap = keys.shape[0]
+    dirty, chg = borrow(W[4]), borrow(W[5])
+    W = (borrow(W[0]), borrow(W[1]), borrow(W[2]), borrow(W[3]), dirty, chg)
+    N = W[0].shape[1]  # depth: 0 skips every depth call
     strict = cfg[C_STRICT] != 0
     day = cfg[C_DAY_NS]
-    room = 2 + depth.room(W[0].shape[1])  # a message writes a trade, a quote and its level ticks
+    room = 2 + depth.room(N)  # a message writes a trade, a quote and its level ticks
     k = 0
     while k < max_msgs:
         if end - pos < 2:
@@ -188,8 +194,12 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, W,
             continue
         loc = be16(b, m + 1)
         ts = day + be48(b, m + 5)
-        tr = ts if ts_recv < 0 else ts_recv
         inst = locmap[loc]
+        # a message that changes a book or trades is one event of instrument ev, ended below
+        ev = -1
+        touch = True   # did the book change (so the touch may have)?
+        trade = False  # and a trade tick: tside (the resting side), tpx, tq
+        tside = tpx = tq = 0
         if t == 82:  # 'R' stock directory: maybe a new instrument
             if inst < 0 and stats[S_INSTRUMENTS] < MAX_INSTRUMENTS and _wanted(b, m + 11, want):
                 inst = stats[S_INSTRUMENTS]
@@ -201,81 +211,92 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, W,
             pass
         elif inst < 0:
             stats[S_UNTRACKED] += 1
-        elif t == 65 or t == 70:  # 'A', 'F' add order
-            s = b[m + 19]
-            if s != 66 and s != 83:
-                stats[S_BAD_SIDE] += 1
-            else:
-                bk = 2 * inst + (book.BID if s == 66 else book.ASK)
-                if O[2][0] * 3 >= O[0].shape[0]:
-                    return pos, n, k, ST_ROOM_ORDERS
-                if not book.has_room(L, bk):
-                    need[0] = bk
-                    return pos, n, k, ST_ROOM_LADDER
-                qty = be32(b, m + 20)
-                px = be32(b, m + 32) * PRICE_TO_NANO
-                if book.order_insert(O, be64(b, m + 11), bk, px, qty) < 0:
-                    stats[S_DUP_ORDER] += 1
-                else:
-                    book.level_add(L, bk, px, qty, 1)
-                    depth.changed(W, bk, px)
-                    n = _end(L, W, out, n, ts, tr, inst, top, stats)
-        elif t == 69 or t == 67 or t == 88 or t == 68:  # 'E', 'C' executions, 'X' cancel, 'D' delete
-            slot = book.order_find(O, be64(b, m + 11))
+        elif t == 85:  # 'U' replace: the old order goes, a new one (new ref) takes its side
+            slot = book.ofind(keys, be64(b, m + 11))
             if slot < 0:
                 stats[S_UNKNOWN_ORDER] += 1
             else:
-                vals = O[1]
                 bk = vals[slot, book.O_BOOK]
-                oinst = bk >> 1
+                if meta[bk, book.M_LEN] >= meta[bk, book.M_CAP]:
+                    need[0] = bk
+                    return pos, n, k, ST_ROOM_LADDER
+                if count[0] * 3 >= ocap:
+                    return pos, n, k, ST_ROOM_ORDERS
+                qty = be32(b, m + 27)
+                px = be32(b, m + 31) * PRICE_TO_NANO
+                if book.oinsert(keys, vals, count, be64(b, m + 19), bk, px, qty) < 0:  # the new ref is live
+                    stats[S_DUP_ORDER] += 1
+                else:
+                    # an insert moves no other entry, so slot still holds the old order
+                    _reduce(meta, lpx, lqty, lcnt, keys, vals, count, dirty, chg, N, slot, vals[slot, book.O_QTY])
+                    book.ladd(meta, lpx, lqty, lcnt, bk, px, qty, 1)
+                    if N:
+                        depth.changed_a(dirty, chg, bk, px)
+                    ev = bk >> 1
+        elif t == 69 or t == 67 or t == 88 or t == 68:  # 'E', 'C' executions, 'X' cancel, 'D' delete
+            slot = book.ofind(keys, be64(b, m + 11))
+            if slot < 0:
+                stats[S_UNKNOWN_ORDER] += 1
+            else:
+                bk = vals[slot, book.O_BOOK]
                 if t == 68:
                     dq = vals[slot, book.O_QTY]
                 else:
                     dq = be32(b, m + 19)
                     if dq > vals[slot, book.O_QTY]:
                         stats[S_OVER_EXEC] += 1
-                px = vals[slot, book.O_PRICE]
-                resting = bk & 1
-                took = _reduce(L, W, O, slot, dq)
-                n, nl = depth.publish(W, L, oinst, ts, tr, out, n, stats, S_SATURATED, 1)
-                changed = touch_changed(L, oinst, top)  # trade ticks carry the touch after the trade
+                tpx = vals[slot, book.O_PRICE]
+                tside = bk & 1
+                took = _reduce(meta, lpx, lqty, lcnt, keys, vals, count, dirty, chg, N, slot, dq)
+                ev = bk >> 1
+                tq = took
                 if t == 69:
-                    n = _trade(out, n, ts, tr, oinst, resting, px, took, top, stats)
-                elif t == 67 and b[m + 31] == 89:  # printable 'Y': a trade to count
-                    n = _trade(out, n, ts, tr, oinst, resting, be32(b, m + 32) * PRICE_TO_NANO, took,
-                               top, stats)
-                if changed:
-                    n = _emit_quote(out, n, ts, tr, oinst, top, stats)
-                elif nl:
-                    n = depth.emit_book(out, n, ts, tr, oinst, top, stats, S_SATURATED, 1)
-        elif t == 85:  # 'U' replace: the old order goes, a new one (new ref) takes its side
-            slot = book.order_find(O, be64(b, m + 11))
-            if slot < 0:
-                stats[S_UNKNOWN_ORDER] += 1
+                    trade = True
+                elif t == 67 and b[m + 31] == 89:  # printable 'Y': a trade to count, at its own price
+                    trade = True
+                    tpx = be32(b, m + 32) * PRICE_TO_NANO
+        elif t == 65 or t == 70:  # 'A', 'F' add order
+            s = b[m + 19]
+            if s != 66 and s != 83:
+                stats[S_BAD_SIDE] += 1
             else:
-                bk = O[1][slot, book.O_BOOK]
-                if not book.has_room(L, bk):
+                bk = 2 * inst + (book.BID if s == 66 else book.ASK)
+                if count[0] * 3 >= ocap:
+                    return pos, n, k, ST_ROOM_ORDERS
+                if meta[bk, book.M_LEN] >= meta[bk, book.M_CAP]:
                     need[0] = bk
                     return pos, n, k, ST_ROOM_LADDER
-                if O[2][0] * 3 >= O[0].shape[0]:
-                    return pos, n, k, ST_ROOM_ORDERS
-                qty = be32(b, m + 27)
-                px = be32(b, m + 31) * PRICE_TO_NANO
-                if book.order_insert(O, be64(b, m + 19), bk, px, qty) < 0:  # the new ref is live
+                qty = be32(b, m + 20)
+                px = be32(b, m + 32) * PRICE_TO_NANO
+                if book.oinsert(keys, vals, count, be64(b, m + 11), bk, px, qty) < 0:
                     stats[S_DUP_ORDER] += 1
                 else:
-                    _reduce(L, W, O, slot, O[1][slot, book.O_QTY])  # an insert moves no other entry
-                    book.level_add(L, bk, px, qty, 1)
-                    depth.changed(W, bk, px)
-                    n = _end(L, W, out, n, ts, tr, bk >> 1, top, stats)
+                    book.ladd(meta, lpx, lqty, lcnt, bk, px, qty, 1)
+                    if N:
+                        depth.changed_a(dirty, chg, bk, px)
+                    ev = inst
         elif t == 80:  # 'P' trade of a non-displayed order: a trade, no book change
-            s = b[m + 19]
-            # (a stale window, after a gap, is re-sent before the trade like any event's)
-            n, nl = depth.publish(W, L, inst, ts, tr, out, n, stats, S_SATURATED, 1)
-            n = _trade(out, n, ts, tr, inst, book.BID if s == 66 else book.ASK,
-                       be32(b, m + 32) * PRICE_TO_NANO, be32(b, m + 20), top, stats)
-            if nl:
-                n = depth.emit_book(out, n, ts, tr, inst, top, stats, S_SATURATED, 1)
+            ev = inst
+            touch = False
+            trade = True
+            tside = book.BID if b[m + 19] == 66 else book.ASK
+            tpx = be32(b, m + 32) * PRICE_TO_NANO
+            tq = be32(b, m + 20)
+        if ev >= 0:
+            # The event's ticks: level ticks (a stale window, after a gap, is re-sent even for a
+            # trade alone), its trade (carrying the touch after it), then a quote if the touch
+            # changed, else a book tick if only deeper levels did.
+            tr = ts if ts_recv < 0 else ts_recv
+            nl = 0
+            if N:
+                n, nl = _publish(W, L, ev, ts, tr, out, n, stats, S_SATURATED, 1)
+            changed = touch and touch_changed_a(meta, lpx, lqty, ev, top)
+            if trade:
+                n = _trade(out, n, ts, tr, ev, tside, tpx, tq, top, stats)
+            if changed:
+                n = _emit_quote(out, n, ts, tr, ev, top, stats)
+            elif nl:
+                n = depth.emit_book(out, n, ts, tr, ev, top, stats, S_SATURATED, 1)
         stats[S_MSGS] += 1
         pos = m + ln
         k += 1

@@ -29,8 +29,15 @@ def sat32(q):
 @njit(nogil=True, inline="always", cache=True)
 def touch_changed(L, inst, top):
     """Has instrument `inst`'s touch changed since the last quote tick? Updates `top` if so."""
-    bp, bq = book.best(L, 2 * inst)
-    ap, aq = book.best(L, 2 * inst + 1)
+    return touch_changed_a(L[0], L[1], L[2], inst, top)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def touch_changed_a(meta, px, qty, inst, top):
+    """touch_changed on the ladder's arrays: a parser's loop passes no tuple to a helper (numba
+    increfs every array in a tuple it passes, even to an inlined function)."""
+    bp, bq = book.best_a(meta, px, qty, 2 * inst)
+    ap, aq = book.best_a(meta, px, qty, 2 * inst + 1)
     if bp == top[inst, T_BID] and bq == top[inst, T_BQ] and ap == top[inst, T_ASK] and aq == top[inst, T_AQ]:
         return False
     top[inst, T_BID] = bp

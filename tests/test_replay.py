@@ -98,8 +98,9 @@ def _parity(tmp_path, src, core, *extra, min_signals=50):
     assert a.column("tick_seq").to_pylist() == b.column("tick_seq").to_pylist()
     for col in ("score", "margin"):  # bit for bit
         assert np.array_equal(a.column(col).to_numpy().view(np.uint32), b.column(col).to_numpy().view(np.uint32)), col
-    for col in ("position", "prev_position", "side", "prev_side", "instrument", "ts_event", "mid_px"):
+    for col in ("position", "prev_position", "side", "prev_side", "instrument", "ts_event", "mid_px", "symbol"):
         assert a.column(col).to_pylist() == b.column(col).to_pylist(), col
+    assert a.schema.metadata[b"engine.symbols"] == b.schema.metadata[b"engine.symbols"] != b"[]"
     return json.loads(r.stdout), a
 
 
