@@ -8,6 +8,8 @@ snapshot {"lastUpdateId", "bids", "asks"}); gzip or plain.
   on_error   stop (default): a line that is not "<ns> <json>" is an error naming its line number;
              skip: count it and go on
   depth      book levels per side published as level ticks, 0..32 (default 10; 0 = none)
+  book_ticker  quote (default): bookTicker messages become quote ticks (below); check: they are
+             only cross-checked against the book and counted (what this reader did before)
 
 The depth stream is applied to an L2 book with Binance's documented continuity checks:
 - spot: after the snapshot, drop events with u <= lastUpdateId; the first applied event must
@@ -17,9 +19,18 @@ The depth stream is applied to an L2 book with Binance's documented continuity c
 Events before the snapshot are held and replayed against it. A break in continuity emits a gap
 tick (price = update ids missed, or 1 when unknown), clears the book and waits for the next
 snapshot in the capture. One quote tick per depth event that changes the top of book; trade
-ticks from the trade stream (aggressor: sell when the buyer is the maker). bookTicker messages
-do not become ticks: wherever a ticker and a depth event name the same final update id, the
-ticker's best bid/ask is compared with the book's, and the agreement is counted.
+ticks from the trade stream (aggressor: sell when the buyer is the maker).
+
+bookTicker messages are ordered against the depth diffs by update id. One older than the book
+(u <= the last update id the book applied: a diff's u or the snapshot's lastUpdateId) is
+dropped (ticker_dropped_old; ticker_no_book while there is no book). A newer one puts its best
+bid/ask over the book's touch: levels better than (or at) its prices go and its levels are the
+best, in the published window and the quote tick (ticker_quotes counts those), until a diff
+reaches its update id and the diff's book replaces it; an older diff still updates the book
+underneath, with the newer touch kept over it. Spot tickers carry no event time: they take the
+instrument's latest exchange time seen. Wherever a ticker and a depth event name the same final
+update id, the ticker's best bid/ask is compared with the diff book's, and the agreement is
+counted (ticker_checked, ticker_agree, ticker_disagree).
 
 Depth (engine/records.py): each depth event is a book event (level ticks, then the quote or a
 book tick). A snapshot emits a clear tick, its whole window and a book tick carrying the book's
@@ -27,25 +38,22 @@ touch (stamped with the capture's receive time: a REST snapshot has no event tim
 voids every book downstream, so every window is re-sent (after a clear tick) by its
 instrument's next event; a trade is an event too, so a stale window goes out before it.
 
-JSON is parsed per line in Python (orjson) along with the continuity checks; what touches the
-book or writes a tick becomes a command in a queue that numba runs in batches of thousands of
-lines, so no per-message Python->numba call is paid.
+The lines are scanned as bytes in numba (feeds/binance_scan.py: the message shapes Binance sends,
+any key order or whitespace, every read bounds-checked), continuity checks, book and ticks
+included; Python only hands it decompressed chunks and grows buffers when it asks. With
+book_ticker=check the ticks are byte for byte those of the orjson reader it replaced
+(tests/helpers/binance_orjson.py, tests/test_binance.py).
 """
-from itertools import chain
-
 import numpy as np
-from numba import njit
 
-from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
-
-from . import book, depth, files, uri as U
+from . import binance_scan as S, depth, files, uri as U
 from .book import Ladders
 from .depth import Windows
-from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 QTY_SCALE = 10**8
-HOLD_MAX = 100_000  # depth events held while waiting for a snapshot
+HOLD_MAX = 100_000  # depth events held while waiting for a snapshot (per instrument)
 MATCH_WINDOW = 50_000  # update ids remembered for the book-ticker cross-check
+STATS = S.STATS
 
 
 def fixed(s, scale_digits):
@@ -68,365 +76,94 @@ def qty8(s):
     return fixed(s, 8)
 
 
-@njit(nogil=True, cache=True)
-def parse_levels(b, vals):
-    """Parse "p,q,p,q,..." (ASCII decimals) into vals: prices at 1e-9, quantities at 1e-8, exactly.
-    Returns how many numbers, or -1 if one is malformed (not digits[.digits], too many decimals,
-    too long) or vals is too small."""
-    k = 0
-    i = 0
-    n = b.shape[0]
-    while i < n:
-        if k >= vals.shape[0]:
-            return -1
-        scale = 9 if (k & 1) == 0 else 8
-        v = np.int64(0)
-        digits = 0
-        frac = -1
-        while i < n and b[i] != 44:  # ','
-            c = b[i]
-            if c == 46 and frac < 0:  # '.'
-                frac = 0
-            elif 48 <= c <= 57:
-                if frac >= 0:
-                    if frac >= scale:
-                        if c != 48:
-                            return -1  # more precision than the fixed point holds
-                        i += 1
-                        continue
-                    frac += 1
-                digits += 1
-                if digits > 17:
-                    return -1
-                v = v * 10 + (c - 48)
-            else:
-                return -1
-            i += 1
-        if digits == 0:
-            return -1
-        if frac < 0:
-            frac = 0
-        for _ in range(scale - frac):
-            v *= 10
-        vals[k] = v
-        k += 1
-        i += 1  # the comma
-    return k
-
-
-# commands: [op, inst, a, b, ts, recv, c, d]
-OP_DEPTH, OP_SNAPSHOT, OP_TRADE, OP_GAP = 1, 2, 3, 4
-# OP_DEPTH / OP_SNAPSHOT: a = levels offset in vals (pairs), b = bid levels, c = all levels
-# OP_TRADE: a = price, b = qty, c = side;  OP_GAP: a = update ids missed
-R_DONE, R_OUT, R_ROOM = 0, 1, 2
-Q_CMDS = 4096
-(ST_SAT, ST_QUOTES, ST_CROSSED, NST) = range(4)
-
-
-@njit(nogil=True, cache=True)
-def run(L, cmds, ncmd, vals, top, tops, prog, W, out, n, stats, size_div):
-    """Run commands prog[0].. in order (prog[1] = levels already applied of the current one),
-    writing ticks to out[n:]; tops[i] gets the touch after depth command i. W: the depth windows.
-    Returns (n, R_DONE | R_OUT | R_ROOM); on R_ROOM prog[2] is the book side that needs room
-    (nothing of the command was written yet: its ticks come once all its levels are in)."""
-    room = 2 + depth.room(W[0].shape[1])
-    i = prog[0]
-    while i < ncmd:
-        if n + room > out.shape[0]:
-            prog[0] = i
-            return n, R_OUT
-        c = cmds[i]
-        op = c[0]
-        inst = c[1]
-        if op == OP_DEPTH or op == OP_SNAPSHOT:
-            if op == OP_SNAPSHOT and prog[1] == 0:
-                book.level_clear(L, 2 * inst)
-                book.level_clear(L, 2 * inst + 1)
-            off, nbid, nlev = c[2], c[3], c[6]
-            j = prog[1]
-            while j < nlev:
-                bk = 2 * inst + (book.BID if j < nbid else book.ASK)
-                q = vals[2 * (off + j) + 1]
-                if q > 0 and not book.has_room(L, bk):
-                    prog[0] = i
-                    prog[1] = j
-                    prog[2] = bk
-                    return n, R_ROOM
-                book.level_set(L, bk, vals[2 * (off + j)], q)
-                depth.changed(W, bk, vals[2 * (off + j)])
-                j += 1
-            prog[1] = 0
-            if op == OP_SNAPSHOT:
-                if W[0].shape[1] > 0:  # a clear tick, the whole window, a book tick with the touch
-                    depth.mark_stale(W, inst)
-                    n, nl = depth.publish(W, L, inst, c[4], c[5], out, n, stats, ST_SAT, size_div)
-                    touch_changed(L, inst, top)
-                    n = depth.emit_book(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
-                for k in range(4):
-                    top[inst, k] = -1  # so the first event applied after it always quotes
-            else:
-                n, nl = depth.publish(W, L, inst, c[4], c[5], out, n, stats, ST_SAT, size_div)
-                if touch_changed(L, inst, top):
-                    stats[ST_QUOTES] += 1
-                    if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
-                        stats[ST_CROSSED] += 1
-                    n = emit_quote(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
-                elif nl:
-                    n = depth.emit_book(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
-            bp, bq = book.best(L, 2 * inst)
-            ap, aq = book.best(L, 2 * inst + 1)
-            tops[i, 0] = bp
-            tops[i, 1] = bq
-            tops[i, 2] = ap
-            tops[i, 3] = aq
-        elif op == OP_TRADE:
-            n, nl = depth.publish(W, L, inst, c[4], c[5], out, n, stats, ST_SAT, size_div)  # stale only
-            n = emit(out, n, c[4], c[5], inst, KIND_TRADE, c[6], c[2], c[3], top, stats, ST_SAT, size_div)
-            if nl:
-                n = depth.emit_book(out, n, c[4], c[5], inst, top, stats, ST_SAT, size_div)
-        elif op == OP_GAP:
-            book.level_clear(L, 2 * inst)
-            book.level_clear(L, 2 * inst + 1)
-            for k in range(4):
-                top[inst, k] = 0
-            n = emit_gap(out, n, c[4], c[5], c[2])
-            depth.forget(W)  # the consumer voids every book: every window is re-sent
-        i += 1
-    prog[0] = i
-    return n, R_DONE
-
-
-STATS = ("lines", "depth_events", "depth_applied", "depth_dropped_old", "snapshots", "resyncs", "gaps",
-         "trades", "quotes", "book_tickers", "ticker_checked", "ticker_agree", "ticker_disagree",
-         "bad_lines", "other_messages", "size_saturated", "crossed_quotes", "held_overflow")
-
-
-class _Instrument:
-    def __init__(self, idx, symbol):
-        self.idx, self.symbol = idx, symbol
-        self.synced = False       # book built from a snapshot and continuous since
-        self.snapshot_id = None   # lastUpdateId of the snapshot awaiting its first event
-        self.last_u = None
-        self.held = []            # depth events waiting for a snapshot
-        self.book_tops = {}       # final update id -> (bid, bidq, ask, askq) after that event
-        self.ticker_tops = {}     # ticker update ids not yet matched
+def _match_map():
+    return (np.full(1 << S.MATCH_BITS, S.EMPTY, np.int64), np.zeros(1 << S.MATCH_BITS, np.int64),
+            np.zeros(MATCH_WINDOW, np.int64), np.zeros((MATCH_WINDOW, 4), np.int64), np.zeros(2, np.int64))
 
 
 class BinanceFile:
     live = False
 
     def __init__(self, u, path, params):
-        import orjson  # noqa: F401 (fail early, with the import error, if missing)
         self.uri, self.path = u, path
         files.check_readable(path)
         p = U.take(u, params, {"size_unit": (float, 1e-5), "on_error": (U.on_error, "stop"),
-                               "depth": (U.depth, U.DEFAULT_DEPTH)})
+                               "depth": (U.depth, U.DEFAULT_DEPTH), "book_ticker": (str, "quote")})
         div = p["size_unit"] * QTY_SCALE
         if p["size_unit"] <= 0 or abs(div - round(div)) > 1e-9 or round(div) < 1:
             raise U.FeedError(f"{u}: size_unit must be a power of ten between 1e-8 and 1, got {p['size_unit']}")
+        if p["book_ticker"] not in ("quote", "check"):
+            raise U.FeedError(f"{u}: book_ticker must be quote or check, got {p['book_ticker']!r}")
         self.size_div = int(round(div))
         self.strict = p["on_error"] == "stop"
-        self.insts = {}
-        self.ladders = Ladders(512)
         self.depth = p["depth"]
-        self.windows = Windows(512, self.depth)
-        self.top = np.zeros((256, 4), np.int64)
-        self.st = np.zeros(NST, np.int64)
-        self.counts = dict.fromkeys(STATS, 0)
-        self._orphan = None
-        # the command queue
-        self.cmds = np.zeros((Q_CMDS, 8), np.int64)
-        self.tops = np.zeros((Q_CMDS, 4), np.int64)
-        self.vals = np.zeros(1 << 16, np.int64)
-        self.ncmd = 0
-        self.nvals = 0            # level pairs queued
-        self.depth_ids = []       # (command index, instrument, u) of queued depth commands
-        self.prog = np.zeros(3, np.int64)
+        nbooks = 2 * S.MAX_SYMBOLS
+        self.ladders = Ladders(nbooks)
+        self.windows = Windows(nbooks, self.depth)
+        k = max(self.depth, 1) + 1  # the view's levels a side: the window and the ticker's touch
+        self.view = (np.zeros((nbooks, 3), np.int64), np.zeros(nbooks * k, np.int64), np.zeros(nbooks * k, np.int64),
+                     np.zeros(nbooks * k, np.int64), np.zeros(1, np.int64))
+        self.top = np.zeros((S.MAX_SYMBOLS, 4), np.int64)
+        G = np.zeros(S.NG, np.int64)
+        G[S.G_RP_INST] = -1
+        G[S.G_STRICT] = self.strict
+        G[S.G_QUOTE] = p["book_ticker"] == "quote"
+        G[S.G_SIZE_DIV] = self.size_div
+        G[S.G_HOLD_MAX] = HOLD_MAX
+        F = lambda: np.zeros((S.NK, 3), np.int64)  # noqa: E731
+        # state (binance_scan): instruments, globals, counters, level scratch, symbols, held
+        # entries and their bytes, four parsed-field tables
+        self.state = [np.zeros((S.MAX_SYMBOLS, S.NI), np.int64), G, np.zeros(len(STATS), np.int64),
+                      np.zeros(1 << 14, np.int64), np.zeros((S.MAX_SYMBOLS, S.SYM_LEN + 1), np.uint8),
+                      np.zeros((64, 4), np.int64), np.zeros(1 << 16, np.uint8), F(), F(), F(), F()]
+        self.dmap, self.tmap = _match_map(), _match_map()
+        self._n = 0
 
     @property
     def instruments(self):
-        return [i.symbol for i in sorted(self.insts.values(), key=lambda i: i.idx)]
+        sym = self.state[4]
+        return [bytes(sym[i, :sym[i, S.SYM_LEN]]).decode("utf-8", "replace")
+                for i in range(int(self.state[1][S.G_NSYM]))]
 
     def resync(self):
         """A consumer asked for every window again (feeds/process.py)."""
         self.windows.forget()
 
     def stats(self):
-        c = dict(self.counts)
-        c["size_saturated"] = int(self.st[ST_SAT])
-        c["quotes"] = int(self.st[ST_QUOTES])
-        c["crossed_quotes"] = int(self.st[ST_CROSSED])
-        return c
+        return dict(zip(STATS, (int(x) for x in self.state[2])))
 
-    def _inst(self, symbol):
-        ins = self.insts.get(symbol)
-        if ins is None:
-            if len(self.insts) >= 256:
-                raise U.FeedError(f"{self.path}: more than 256 symbols in one capture")
-            ins = self.insts[symbol] = _Instrument(len(self.insts), symbol)
-            if self._orphan is not None:
-                self._place_snapshot(ins, *self._orphan)
-                self._orphan = None
-        return ins
+    def _grow(self, i, need):
+        a = self.state[i]
+        size = a.shape[0]
+        while size < need:
+            size *= 2
+        b = np.zeros((size,) + a.shape[1:], a.dtype)
+        b[:a.shape[0]] = a
+        self.state[i] = b
 
-    # -- the queue ------------------------------------------------------------------------
-
-    def _cmd(self, op, inst, a=0, b=0, ts=0, recv=0, c=0):
-        if self.ncmd == len(self.cmds):  # a snapshot replaying many held events: grow
-            self.cmds = np.concatenate([self.cmds, np.zeros_like(self.cmds)])
-            self.tops = np.concatenate([self.tops, np.zeros_like(self.tops)])
-        cm = self.cmds[self.ncmd]
-        cm[0], cm[1], cm[2], cm[3], cm[4], cm[5], cm[6] = op, inst, a, b, ts, recv, c
-        self.ncmd += 1
-
-    def _levels_cmd(self, op, ins, bids, asks, ts, recv):
-        """Queue a depth/snapshot command with its levels parsed into vals (ValueError if any
-        level is malformed: then nothing is queued)."""
-        nlev = len(bids) + len(asks)
-        need = 2 * (self.nvals + nlev)
-        if need > len(self.vals):
-            self.vals = np.concatenate([self.vals, np.zeros(max(need, len(self.vals)), np.int64)])
-        joined = ",".join(chain.from_iterable(chain(bids, asks))).encode()
-        if parse_levels(np.frombuffer(joined, np.uint8), self.vals[2 * self.nvals:]) != 2 * nlev:
-            raise ValueError('a price level is not ["price", "quantity"] in decimals')
-        self._cmd(op, ins.idx, self.nvals, len(bids), ts, recv, nlev)
-        self.nvals += nlev
-
-    def _run(self, out, n):
-        """Run the queue; yields full tick batches; returns the ticks left in out."""
-        self.prog[:] = 0
+    def _scan(self, buf, pos, final, out):
+        """Run buf[pos:] through the scanner, yielding full tick batches; returns where it stopped."""
+        G = self.state[1]
         while True:
-            n, r = run(self.ladders.arrays(), self.cmds, self.ncmd, self.vals, self.top, self.tops, self.prog,
-                       self.windows.arrays(), out, n, self.st, self.size_div)
-            if r == R_ROOM:
-                self.ladders.grow(int(self.prog[2]))
-            elif r == R_OUT:
-                yield out[:n]
-                n = 0
+            pos, self._n, r = S.scan(buf, pos, len(buf), final, self.ladders.arrays(), self.windows.arrays(),
+                                     self.view, self.top, out, self._n, tuple(self.state), self.dmap, self.tmap)
+            if r == S.R_DONE:
+                return pos
+            if r == S.R_OUT:
+                yield out[:self._n]
+                self._n = 0
+            elif r == S.R_ROOM:
+                self.ladders.grow(int(G[S.G_NEED]))
+            elif r == S.R_VALS:
+                self._grow(3, 2 * int(G[S.G_NEED]) + 2)
+            elif r == S.R_HOLD:
+                self._grow(5, len(self.state[5]) + 1)
+                self._grow(6, int(G[S.G_HBYTES] + G[S.G_NEED]))
             else:
-                break
-        for i, ins, u_ in self.depth_ids:  # the book-ticker cross-check, in queue order
-            top = tuple(int(x) for x in self.tops[i])
-            ins.book_tops[u_] = top
-            if len(ins.book_tops) > MATCH_WINDOW:  # a ticker matches a depth event near it in time
-                del ins.book_tops[next(iter(ins.book_tops))]
-            t = ins.ticker_tops.pop(u_, None)
-            if t is not None:
-                self._check(top, t)
-        self.ncmd = self.nvals = 0
-        self.depth_ids.clear()
-        return n
-
-    # -- messages -------------------------------------------------------------------------
-
-    def _snapshot(self, d, recv):
-        """A REST snapshot carries no symbol: it belongs to the capture's one symbol (the next
-        one seen, when it comes first)."""
-        if not self.insts:
-            self._orphan = (d, recv)
-            return
-        if len(self.insts) != 1:
-            raise U.FeedError(f"{self.path}: a depth snapshot carries no symbol and this capture has "
-                              f"{len(self.insts)} symbols, so it cannot be placed")
-        self._place_snapshot(next(iter(self.insts.values())), d, recv)
-
-    def _place_snapshot(self, ins, d, recv):
-        sid = int(d["lastUpdateId"])
-        self._levels_cmd(OP_SNAPSHOT, ins, d["bids"], d["asks"], recv, recv)  # no event time: the capture's
-        self.counts["snapshots"] += 1
-        ins.snapshot_id, ins.synced, ins.last_u = sid, False, None
-        held, ins.held = ins.held, []
-        for ev, _ in held:  # their effect is known only now that the snapshot is here
-            self._depth(ins, ev, recv)
-
-    def _depth(self, ins, d, recv):
-        """One diff event: continuity, then the book and maybe a quote tick (queued)."""
-        U_, u_ = int(d["U"]), int(d["u"])
-        fut = "pu" in d
-        if ins.snapshot_id is None and not ins.synced:
-            if len(ins.held) >= HOLD_MAX:
-                ins.held.pop(0)
-                self.counts["held_overflow"] += 1
-            ins.held.append((d, recv))
-            return
-        if not ins.synced:
-            sid = ins.snapshot_id
-            if (u_ < sid) if fut else (u_ <= sid):
-                self.counts["depth_dropped_old"] += 1
-                return
-            if not ((U_ <= sid <= u_) if fut else (U_ <= sid + 1 <= u_)):
-                return self._lose(ins, d, recv, U_ - sid - 1)  # the snapshot is older than the stream bridges
-            ins.synced, ins.snapshot_id = True, None
-        elif not ((int(d["pu"]) == ins.last_u) if fut else (U_ == ins.last_u + 1)):
-            return self._lose(ins, d, recv, U_ - ins.last_u - 1 if not fut else 1)
-        ts = int(d.get("T") or d["E"]) * 1_000_000
-        self._levels_cmd(OP_DEPTH, ins, d.get("b", ()), d.get("a", ()), ts, recv)
-        self.depth_ids.append((self.ncmd - 1, ins, u_))
-        ins.last_u = u_
-        self.counts["depth_applied"] += 1
-
-    def _lose(self, ins, d, recv, missed):
-        """Out of sync: a gap tick, an empty book, and wait for the next snapshot."""
-        self.counts["resyncs"] += 1
-        self.counts["gaps"] += 1
-        ins.synced, ins.snapshot_id, ins.last_u = False, None, None
-        ins.held = [(d, recv)]
-        self._cmd(OP_GAP, ins.idx, max(1, missed), 0, int(d["E"]) * 1_000_000, recv)
-
-    def _check(self, top, t):
-        self.counts["ticker_checked"] += 1
-        if top == (price9(t[0]), qty8(t[1]), price9(t[2]), qty8(t[3])):
-            self.counts["ticker_agree"] += 1
-        else:
-            self.counts["ticker_disagree"] += 1
-
-    def _ticker(self, ins, d):
-        self.counts["book_tickers"] += 1
-        t = (d["b"], d["B"], d["a"], d["A"])  # parsed only if a depth event shares its id
-        u_ = int(d["u"])
-        top = ins.book_tops.get(u_)
-        if top is not None:
-            self._check(top, t)
-        else:
-            ins.ticker_tops[u_] = t
-            if len(ins.ticker_tops) > MATCH_WINDOW:
-                del ins.ticker_tops[next(iter(ins.ticker_tops))]
-
-    def _trade(self, ins, d, recv):
-        self.counts["trades"] += 1
-        self._cmd(OP_TRADE, ins.idx, price9(d["p"]), qty8(d["q"]), int(d["T"]) * 1_000_000, recv,
-                  SIDE_SELL if d["m"] else SIDE_BUY)
-
-    def _line(self, line, lineno):
-        import orjson
-        self.counts["lines"] += 1
-        ts, sep, body = line.partition(b" ")
-        try:
-            if not sep or not ts.isdigit():
-                raise ValueError("expected '<receive ns> <json>'")
-            recv = int(ts)
-            msg = orjson.loads(body)
-            if not isinstance(msg, dict):
-                raise ValueError("the message is not a JSON object")
-            d = msg.get("data", msg)
-            if "lastUpdateId" in d:
-                return self._snapshot(d, recv)
-            kind = d.get("e")
-            if kind == "depthUpdate":
-                self.counts["depth_events"] += 1
-                return self._depth(self._inst(d["s"]), d, recv)
-            if kind == "trade":
-                return self._trade(self._inst(d["s"]), d, recv)
-            if kind == "bookTicker" or (kind is None and "u" in d and "b" in d and "A" in d):
-                return self._ticker(self._inst(d["s"]), d)
-            self.counts["other_messages"] += 1
-        except U.FeedError:
-            raise
-        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:
-            if self.strict:
-                what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
-                raise U.FeedError(f"{self.path}: line {lineno}: {what}") from None
-            self.counts["bad_lines"] += 1
+                msg = S.errors_text(int(G[S.G_ERR]), int(G[S.G_ERR_KEY]), self.strict)
+                if r == S.R_ERR:
+                    raise U.FeedError(f"{self.path}: line {int(G[S.G_ERR_LINE])}: {msg}")
+                raise U.FeedError(f"{self.path}: {msg}")
 
     OUT_ROWS = 4096  # tick batch size (tests make it small to run the out-of-room path)
 
@@ -435,26 +172,17 @@ class BinanceFile:
             raise ValueError(f"a tick buffer of {self.OUT_ROWS} rows cannot hold one event's ticks "
                              f"at depth {self.depth}")
         out = np.zeros((self.OUT_ROWS, 8), np.int64)
-        n = 0
+        self._n = 0
         carry = b""
-        lineno = 0
         for chunk in files.chunks(self.path):
-            lines = (carry + chunk).split(b"\n")
-            carry = lines.pop()
-            for line in lines:
-                lineno += 1
-                if line.strip():
-                    self._line(line, lineno)
-                    if self.ncmd >= Q_CMDS:
-                        n = yield from self._run(out, n)
-            n = yield from self._run(out, n)
-        if not self.counts["lines"] and not carry.strip():
+            data = carry + chunk if carry else chunk
+            pos = yield from self._scan(np.frombuffer(data, np.uint8), 0, False, out)
+            carry = data[pos:]
+        C, G = self.state[2], self.state[1]
+        if not C[S.C_LINES] and not carry.strip():
             raise U.FeedError(f"{self.path}: empty: no messages")
-        if carry.strip():
-            lineno += 1
-            if self.strict and not carry.rstrip().endswith(b"}"):
-                raise U.FeedError(f"{self.path}: truncated: the last line ({lineno}) is cut off")
-            self._line(carry, lineno)
-        n = yield from self._run(out, n)
-        if n:
-            yield out[:n]
+        if carry.strip() and self.strict and not carry.rstrip().endswith(b"}"):
+            raise U.FeedError(f"{self.path}: truncated: the last line ({int(G[S.G_LINENO]) + 1}) is cut off")
+        yield from self._scan(np.frombuffer(carry, np.uint8), 0, True, out)
+        if self._n:
+            yield out[:self._n]

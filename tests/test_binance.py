@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_GAP, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
-from feeds.binance import fixed
+from feeds.binance import fixed, price9, qty8
 from feeds.uri import FeedError
 
 from tests.conftest import SHARED_DATA
@@ -124,3 +124,182 @@ def test_cut_gzip_is_an_error_not_a_short_file(tmp_path):
     p.write_bytes(z[: len(z) // 2])
     res = cli("convert", f"binance:{p}", "--out", str(tmp_path / "o.csv"), "--quiet")
     assert "corrupted gzip" in one_line_error(res)
+
+
+# --- the numba scanner against the orjson reader it replaced; bookTicker quotes ------------------
+
+def _both(uri_tail, path, **params):
+    """(ticks, stats) of the scanner with book_ticker=check and of the orjson reader, same input."""
+    from tests.helpers.binance_orjson import BinanceFile as Orjson
+    from feeds.binance import BinanceFile
+    out = []
+    for cls, extra in ((BinanceFile, {"book_ticker": "check"}), (Orjson, {})):
+        src = cls(f"binance:{path}", str(path), {**params, **extra})
+        parts = [b.copy() for b in src.batches()]
+        out.append((np.concatenate(parts) if parts else np.zeros((0, 8), np.int64), src.stats()))
+    return out
+
+
+@needs_data
+@pytest.mark.parametrize("depth_", ["0", "10"])
+@pytest.mark.parametrize("path", REAL, ids=["spot", "usdm"])
+def test_scanner_ticks_are_the_orjson_readers_byte_for_byte(path, depth_):
+    (a, sa), (b, sb) = _both("", path, depth=depth_, size_unit="1e-3")
+    assert a.shape == b.shape and a.tobytes() == b.tobytes()
+    assert {k: sa[k] for k in sb} == sb
+
+
+def _mixed_lines():
+    """Shapes the scanner must read as orjson does: whitespace, key orders, no wrapper, unknown
+    keys, held events, a gap, futures ids, bad lines among good ones."""
+    raw = [
+        b'1 {"stream":"btcusdt@depth","data":{"e":"depthUpdate","E":5,"s":"BTCUSDT","U":8,"u":10,"b":[["99.0","1.0"]],"a":[]}}',
+        b'2 {"lastUpdateId": 10, "bids": [["99.0", "1.0"], ["98.0", "3.0"]], "asks": [["101.0", "1.0"]]}',
+        b'3   { "data" : { "u" : 11 , "U" : 11, "a": [ [ "100.5" , "2" ] ], "s":"BTCUSDT", "e":"depthUpdate",'
+        b' "E": 7, "x": {"nested": [1, {"y": "}"}]}, "T": 0 }, "stream": "btcusdt@depth" }',
+        b'4 {"e":"trade","E":8,"T":9,"s":"BTCUSDT","t":1,"p":"100.50","q":"0.125","m":false,"M":true}',
+        b'5 {"u":11,"s":"BTCUSDT","b":"99.0","B":"1.0","a":"100.5","A":"2.0"}',
+        b'',
+        b'   ',
+        b'6 {"e":"depthUpdate","E":10,"s":"ETHUSDT","U":1,"u":2,"b":[["5.0","1.0"]],"a":[]}',
+        b'7 {"e":"kline","s":"BTCUSDT"}',
+        b'8 {"e":"depthUpdate","E":11,"s":"BTCUSDT","U":12,"u":12,"b":[["99.5","2.5"]]}',
+        b'9 {"e":"depthUpdate","E":12,"s":"BTCUSDT","U":15,"u":16,"b":[["99.6","1"]],"a":[]}',
+        b'10 {"e":"trade","E":13,"T":13,"s":"BTCUSDT","t":2,"p":"99.0","q":"1","m":true}',
+        b'11 {"e":"depthUpdate","E":14,"s":"BTCUSDT","U":16,"u":17,"b":[],"a":[["100.4","1"]]}',
+    ]
+    return raw
+
+
+SAME_AS_ORJSON = [None, b'12 {"e":"trade","s":"BTCUSDT","p":"1.0000000001","q":"1","T":1,"m":true}',
+                  b'12 {"stream":"x","data":{"e":"trade","s":"BTCUSDT","p":"1","q":"1","T":1,"m":true}',
+                  b'12 {"e":"trade","s":"BTCUSDT","p":"1","q":"1","T":1,"m":true} trailing',
+                  b'-1 {}', b'12{}', b'12 {"a":"\\"}', b'12 [1, 2]', b'12 {"s": 1, "e": "trade"}',
+                  b'12 {"e":"trade","s":"BTCUSDT","p":"1","q":"1","T":1,"m":true,"x":[[[[']
+# where the orjson reader took the line (parsing a ticker's prices only when checked), or crashed
+STRICTER = [b'12 {"e":"trade","s":"BTCUSDT","p":"1","q":"1","T":99999999999999999999,"m":true}',
+            b'99999999999999999999 {}', b'12 {"u":1,"s":"BTCUSDT","b":"1","B":"1","a":"x","A":"1"}',
+            b'12 {"e":"trade","s":"BTCUSDT","p":"1","q":"1","T":1,"m":"yes"}']
+
+
+def _mixed_capture(tmp_path, bad):
+    raw = _mixed_lines() + ([bad] if bad is not None else []) + [
+        b'13 {"e":"depthUpdate","E":15,"s":"BTCUSDT","U":18,"u":18,"b":[["99.7","1"]],"a":[]}']
+    p = tmp_path / "m.txt"
+    p.write_bytes(b"\n".join(raw) + b"\n")
+    return p
+
+
+@pytest.mark.parametrize("bad", SAME_AS_ORJSON, ids=lambda b: "good" if b is None else b[3:40].decode())
+def test_scanner_reads_hand_made_shapes_as_orjson_does_and_names_bad_lines(tmp_path, bad):
+    p = _mixed_capture(tmp_path, bad)
+    (a, sa), (b, sb) = _both("", p, depth="2", size_unit="1e-8", on_error="skip")
+    assert a.tobytes() == b.tobytes()
+    # (the orjson reader counted a malformed trade in trades too; the scanner only in bad_lines)
+    assert {k: sa[k] for k in sb if k != "trades"} == {k: v for k, v in sb.items() if k != "trades"}
+    assert sa["trades"] == 2 and sa["gaps"] == 1 and sa["bad_lines"] == (bad is not None)
+    if bad is not None:
+        with pytest.raises(FeedError, match=rf"^{p}: line 14: "):
+            read_all(f"binance:{p}")
+
+
+@pytest.mark.parametrize("bad", STRICTER, ids=lambda b: b[3:40].decode())
+def test_scanner_refuses_what_the_orjson_reader_let_through(tmp_path, bad):
+    p = _mixed_capture(tmp_path, bad)
+    with pytest.raises(FeedError, match=rf"^{p}: line 14: \S"):
+        read_all(f"binance:{p}")
+    a, src = read_all(f"binance:{p}?on_error=skip&book_ticker=check")
+    (b, _), _ = _both("", _mixed_capture(tmp_path, None), on_error="skip")
+    assert src.stats()["bad_lines"] == 1 and a.tobytes() == b.tobytes()
+
+
+def _ticker(ns, u, b, B, a, A):
+    return line(ns, {"stream": "btcusdt@bookTicker", "data": {"u": u, "s": "BTCUSDT", "b": b, "B": B, "a": a,
+                                                               "A": A}})
+
+
+def _touch(r):
+    return (int(r["bid_px"]) // 10**8, int(r["bid_sz"]), int(r["ask_px"]) // 10**8, int(r["ask_sz"]))
+
+
+def test_book_tickers_become_quotes_ordered_by_update_id(tmp_path):
+    lines = [
+        line(1, snapshot(10, [["99.0", "1"], ["98.0", "1"]], [["101.0", "1"], ["102.0", "1"]])),
+        line(2, depth(11, 12, bids=[["99.0", "2"]])),                 # the book at 12: 99x2 / 101x1
+        _ticker(3, 12, "99.0", "2", "101.0", "1"),                     # equal ids: dropped (and checked)
+        _ticker(4, 11, "98.0", "1", "101.0", "1"),                     # older than the book: dropped
+        _ticker(5, 15, "99.5", "3", "101.0", "1"),                     # newer: its touch goes over the book's
+        line(6, {"stream": "btcusdt@trade", "data": {"e": "trade", "E": 6, "s": "BTCUSDT", "t": 1, "p": "99.5",
+                                                     "q": "1", "T": 6, "m": True}}),
+        line(7, depth(13, 14, asks=[["101.0", "5"]])),               # older diff: book moves, the ticker's touch stays
+        line(8, depth(15, 16, bids=[["99.5", "0"]], asks=[["100.5", "1"]])),  # reaches 15: the diff's book replaces it
+        _ticker(9, 16, "99.0", "2", "100.5", "1"),                     # equal ids again: dropped, agrees
+        _ticker(10, 17, "99.0", "2", "100.5", "1"),                    # newer but the same touch: no quote
+        _ticker(11, 18, "98.0", "1", "100.5", "1"),                    # the bid at 99 went: 98 is the best
+    ]
+    a, src = read_all(f"binance:{_capture(tmp_path, lines)}?size_unit=1e-8&depth=0")
+    st = src.stats()
+    got = [(int(r["kind"]), int(r["ts_recv"])) + _touch(r) for r in a]
+    Q, T = KIND_QUOTE, KIND_TRADE
+    assert got == [
+        (Q, 2, 990, 2 * 10**8, 1010, 10**8),
+        (Q, 5, 995, 3 * 10**8, 1010, 10**8),
+        (T, 6, 995, 3 * 10**8, 1010, 10**8),
+        (Q, 8, 990, 2 * 10**8, 1005, 10**8),
+        (Q, 11, 980, 10**8, 1005, 10**8),
+    ]
+    assert st["ticker_dropped_old"] == 3 and st["ticker_quotes"] == 2 and st["book_tickers"] == 6
+    assert st["ticker_checked"] == st["ticker_agree"] == 2
+    assert a[1]["ts_event"] == 1_000_000  # a spot ticker has no time: the instrument's latest exchange time
+    # with depth, the window follows the published touch (level 0 is what each quote carries)
+    from tests.helpers.depthbook import windows
+    d, _ = read_all(f"binance:{_capture(tmp_path, lines, 'd.gz')}?size_unit=1e-8&depth=2")
+    windows(d, 2)
+    assert [_touch(r) for r in d[d["kind"] == Q]] == [g[2:] for g in got if g[0] == Q]
+    # book_ticker=check: tickers only checked, as before
+    c, src = read_all(f"binance:{_capture(tmp_path, lines, 'c.gz')}?size_unit=1e-8&depth=0&book_ticker=check")
+    assert [int(r["kind"]) for r in c] == [Q, T, Q, Q] and src.stats()["ticker_quotes"] == 0
+
+
+@needs_data
+@pytest.mark.parametrize("path,unit", [(REAL[0], "1e-5"), (REAL[1], "1e-3")], ids=["spot", "usdm"])
+def test_quote_ticks_cover_every_book_ticker_change_of_the_touch(path, unit):
+    """From the raw lines (json, not the scanner): every bookTicker newer than the book's last
+    applied diff must be the touch right after its line; the ticks must show exactly that."""
+    from collections import Counter
+    a, src = read_all(f"binance:{path}?size_unit={unit}&depth=10")
+    from tests.helpers.depthbook import windows
+    windows(a, 10)  # the published window's level 0 is every quote's touch
+    st = src.stats()
+    assert st["gaps"] == 0 and st["ticker_disagree"] == 0
+    div = src.size_div
+    with gzip.open(path) as f:
+        msgs = [(int(ln.split(b" ", 1)[0]), json.loads(ln.split(b" ", 1)[1])) for ln in f if ln.strip()]
+    per_recv = Counter(r for r, _ in msgs)
+    sid, held, book_u, expect, dropped = None, [], None, [], 0
+    for recv, m in msgs:
+        d = m.get("data", m)
+        if "lastUpdateId" in d:
+            sid = d["lastUpdateId"]
+            fut = any("pu" in h for h in held)
+            ok = [h["u"] for h in held if (h["u"] >= sid if fut else h["u"] > sid)]
+            book_u = max(ok + [sid])
+        elif d.get("e") == "depthUpdate":
+            if sid is None:
+                held.append(d)
+            elif d["u"] > book_u or ("pu" not in d and d["u"] > sid):
+                book_u = max(book_u, d["u"])
+        elif "A" in d and "u" in d:
+            if book_u is None or d["u"] <= book_u:
+                dropped += 1
+            elif per_recv[recv] == 1:
+                expect.append((recv, price9(d["b"]), qty8(d["B"]) // div, price9(d["a"]), qty8(d["A"]) // div))
+    recvs = a["ts_recv"]
+    assert (np.diff(recvs) >= 0).all()
+    for recv, *touch in expect:
+        k = np.searchsorted(recvs, recv, side="right") - 1  # the last tick at or before the ticker's line
+        r = a[k]
+        assert (int(r["bid_px"]), int(r["bid_sz"]), int(r["ask_px"]), int(r["ask_sz"])) == tuple(touch), recv
+    assert len(expect) > 0.9 * (st["book_tickers"] - dropped)
+    assert st["ticker_dropped_old"] + st["ticker_no_book"] == dropped
+    assert st["quotes"] > 9 * 2_853  # the spot capture gave 2,853 quotes from depth@100ms alone

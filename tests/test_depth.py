@@ -519,11 +519,13 @@ def test_binance_real_captures_windows_equal_a_python_book_of_the_lines(which):
     path, unit = BINANCE[which]
     if not path.exists():
         pytest.skip(f"{path} is not here (../shared/data: CI has it)")
-    a, src = read_all(f"binance:{path}?{unit}&depth=10")
+    # book_ticker=check: the diff book alone, as the reference builds it (the bookTicker touch
+    # over it: tests/test_binance.py)
+    a, src = read_all(f"binance:{path}?{unit}&depth=10&book_ticker=check")
     assert src.depth == 10 and src.stats()["size_saturated"] == 0
     div = src.size_div
     same_history(windows(a, 10), binance_reference(path, 10, div))
-    z, _ = read_all(f"binance:{path}?{unit}&depth=0")
+    z, _ = read_all(f"binance:{path}?{unit}&depth=0&book_ticker=check")
     same_quotes_and_trades(a, z)
 
 
@@ -624,7 +626,7 @@ def test_replay_and_record_carry_the_depth_through_the_ring(tmp_path, shm_name):
 
 
 def test_ring_header_carries_depth_and_a_lapped_consumer_asks_for_a_resync(shm_name):
-    from engine import shm
+    from engine import ring_info as shm  # (inspect: engine/ring_info.py)
     from engine.tickring import POLL_GAP, POLL_TICK, TickConsumer, TickRing, poll, publish
     ring = TickRing(shm_name, 64, depth=7)
     c = TickConsumer(shm_name, start="now")

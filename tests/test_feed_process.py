@@ -65,7 +65,8 @@ def test_file_pace_follows_recorded_receive_times(tmp_path, shm_name):
     path = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
     if not path.exists():
         pytest.skip("../shared/data is not here (a user's clone); CI has it")
-    uri = f"binance:{path}?depth=0"  # (level ticks would crowd the first 400 into a few ms)
+    # (level ticks, or bookTicker quotes, would crowd the first 400 into a few ms)
+    uri = f"binance:{path}?depth=0&book_ticker=check"
     want, _ = read_all(uri)
     n = 400
     proc = _feed(uri, shm_name, "--speed", "1000", "--count", str(n))

@@ -20,7 +20,7 @@ def test_parsers_survive_hostile_inputs_without_an_out_of_bounds_read():
                          env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-4000:]
     done = {r["parser"]: r["cases"] for r in map(json.loads, res.stdout.split("\n")[:-1])}
-    assert done == {"itch": CASES, "moldudp64": CASES, "dbn": CASES}
+    assert done == {"itch": CASES, "moldudp64": CASES, "dbn": CASES, "binance": CASES}
 
 
 def test_boundscheck_is_really_on_in_the_fuzz_process():

@@ -1,4 +1,5 @@
-"""Fuzz the binary parsers: ITCH 5.0 streams, MoldUDP64 datagrams, DBN records and metadata.
+"""Fuzz the parsers: ITCH 5.0 streams, MoldUDP64 datagrams, DBN records and metadata, Binance
+capture lines (scanned as bytes in numba).
 
 Run by tests/test_fuzz.py in a child process with NUMBA_BOUNDSCHECK=1, so any out-of-bounds
 access in the numba code raises IndexError instead of reading past a buffer. Hypothesis picks
@@ -6,7 +7,7 @@ the seed stream and a random seed per example; each example runs CASES mutated i
 the parser (state carried across them, as a live feed would). Accepted outcomes: the parser
 consumes the input, or stops with its own error (FeedError / ST_ERROR). Anything else fails.
 
-usage: python -m tests.helpers.fuzz_parsers PARSER CASES   (PARSER: itch, moldudp64, dbn, all)
+usage: python -m tests.helpers.fuzz_parsers PARSER CASES   (PARSER: itch, moldudp64, dbn, binance, all)
 """
 import json
 import socket
@@ -181,7 +182,59 @@ def run_dbn(cases, _):
     return counter[0]
 
 
-RUNNERS = {"itch": run_itch, "moldudp64": run_mold, "dbn": run_dbn}
+def binance_seed():
+    """Capture lines of every shape the scanner reads (snapshot, diffs held and applied, a gap,
+    trades, book tickers, a second symbol), in the capture's "<ns> <json>" form."""
+    def line(ns, msg):
+        return f"{ns} {json.dumps(msg)}\n".encode()
+
+    def diff(U, u, bids=(), asks=(), sym="BTCUSDT"):
+        return {"stream": f"{sym.lower()}@depth", "data": {"e": "depthUpdate", "E": U, "s": sym, "U": U, "u": u,
+                                                           "b": list(bids), "a": list(asks)}}
+    out = [line(1, diff(8, 10, bids=[["99.0", "1.0"]])),
+           line(2, {"lastUpdateId": 10, "bids": [["99.0", "1.0"], ["98.5", "2.5"]], "asks": [["101.0", "1.0"]]}),
+           line(3, diff(11, 12, asks=[["100.5", "0.25"]])),
+           line(4, {"stream": "btcusdt@trade", "data": {"e": "trade", "E": 5, "s": "BTCUSDT", "t": 1, "p": "99.5",
+                                                        "q": "0.25", "T": 5, "m": True}}),
+           line(5, {"stream": "btcusdt@bookTicker", "data": {"u": 13, "s": "BTCUSDT", "b": "99.1", "B": "1.0",
+                                                             "a": "100.4", "A": "2.0"}}),
+           line(6, diff(13, 14, bids=[["99.1", "0"]])),
+           line(7, diff(20, 22, bids=[["99.6", "1.0"]])),
+           line(8, diff(5, 6, asks=[["7.5", "3"]], sym="ETHUSDT"))]
+    return b"".join(out)
+
+
+def run_binance(cases, _):
+    import tempfile
+
+    from feeds import binance as B
+    seed = binance_seed()
+    counter = [0]
+    with tempfile.NamedTemporaryFile(suffix=".txt") as f:
+        f.write(seed)
+        f.flush()
+
+        @fuzz_settings(cases)
+        @given(st.integers(0, 2**63 - 1), st.booleans(), st.sampled_from([0, 3]))
+        def one(seed_, strict, depth):
+            rng = np.random.default_rng(seed_)
+            src = B.BinanceFile(f"binance:{f.name}", f.name, {"depth": str(depth)} if strict else
+                                {"on_error": "skip", "depth": str(depth)})
+            out = np.zeros((2 + B.depth.room(depth) + 4, 8), np.int64)  # small: the out-of-room path runs
+            for _ in range(PER_EXAMPLE):
+                data = np.frombuffer(mutate(rng, seed), np.uint8)
+                src._n = 0
+                try:
+                    for _b in src._scan(data, 0, bool(rng.integers(2)), out):
+                        assert 0 <= src._n <= len(out)
+                except FeedError:
+                    pass
+                counter[0] += 1
+        one()
+    return counter[0]
+
+
+RUNNERS = {"itch": run_itch, "moldudp64": run_mold, "dbn": run_dbn, "binance": run_binance}
 
 
 def main():

@@ -1,0 +1,1196 @@
+"""The Binance capture scanner: raw line bytes -> continuity checks -> L2 book -> ticks, all in
+numba (feeds/binance.py drives it and documents the behaviour).
+
+Why hand-written: orjson plus per-line Python ran ~180k lines/s, with the Python around the
+parse costing more than the parse; a scanner for the few message shapes Binance sends (any key
+order, any whitespace, unknown keys skipped) keeps a line in a few hundred ns.
+
+Every read is bounds-checked against the line's end (numba does not check indices). A line is
+handled in one step that first parses and validates everything it needs, then checks room (tick
+buffer, book sides, scratch, held-event arena) and only then changes state; so a step that
+returns for room (R_ROOM, R_VALS, R_HOLD) or fails (R_ERR) has changed nothing and is simply run
+again (or skipped: counted in bad_lines).
+"""
+import numpy as np
+from numba import njit
+
+from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
+
+from . import book, depth
+from .ticks import emit, emit_gap, emit_quote, touch_changed
+
+# keys we read; any other key's value is skipped
+KEYS = ("e", "E", "s", "U", "u", "b", "a", "B", "A", "p", "q", "T", "m", "pu", "data", "lastUpdateId", "bids",
+        "asks")
+(K_e, K_E, K_s, K_U, K_u, K_b, K_a, K_B, K_A, K_p, K_q, K_T, K_m, K_pu, K_data, K_last, K_bids, K_asks) = range(18)
+NK = len(KEYS)
+# JSON value types in F[k, 0]; F[k, 1:3] is the value's span
+V_NONE, V_STR, V_NUM, V_ARR, V_OBJ, V_TRUE, V_FALSE, V_NULL = range(8)
+_LAST_ID = np.frombuffer(b"lastUpdateId", np.uint8).copy()
+_DEPTH_UPDATE = np.frombuffer(b"depthUpdate", np.uint8).copy()
+_TRADE = np.frombuffer(b"trade", np.uint8).copy()
+_BOOK_TICKER = np.frombuffer(b"bookTicker", np.uint8).copy()
+
+# per-instrument state I[inst, .]
+(I_SYNCED, I_SID, I_LAST, I_BOOKU, I_OVU, I_OVBP, I_OVBQ, I_OVAP, I_OVAQ, I_HELD, I_HFIRST, I_TS) = range(12)
+NI = 12
+# globals G[.]
+(G_NSYM, G_LINENO, G_RP_INST, G_RP_CUR, G_RP_END, G_RP_RECV, G_ERR, G_ERR_KEY, G_ERR_LINE, G_NEED, G_HN,
+ G_HBYTES, G_STRICT, G_QUOTE, G_SIZE_DIV, G_HOLD_MAX, G_LAST_SYM) = range(17)
+NG = 20
+# counters C[.]
+STATS = ("lines", "depth_events", "depth_applied", "depth_dropped_old", "snapshots", "resyncs", "gaps", "trades",
+         "quotes", "book_tickers", "ticker_checked", "ticker_agree", "ticker_disagree", "bad_lines",
+         "other_messages", "size_saturated", "crossed_quotes", "held_overflow", "ticker_quotes",
+         "ticker_dropped_old", "ticker_no_book")
+(C_LINES, C_DEPTH_EVENTS, C_DEPTH_APPLIED, C_DROPPED_OLD, C_SNAPSHOTS, C_RESYNCS, C_GAPS, C_TRADES, C_QUOTES,
+ C_TICKERS, C_CHECKED, C_AGREE, C_DISAGREE, C_BAD, C_OTHER, C_SAT, C_CROSSED, C_HELD_OVERFLOW, C_TK_QUOTES,
+ C_TK_OLD, C_TK_NO_BOOK) = range(len(STATS))
+
+# returns of scan (and of one step)
+R_DONE, R_OUT, R_ROOM, R_VALS, R_HOLD, R_ERR, R_FATAL = range(7)
+_OK, _AGAIN = 100, 101
+# errors (G_ERR); G_ERR_KEY names the field where one is concerned
+(E_FORMAT, E_JSON, E_NOTOBJ, E_MISSING, E_INT, E_DEC, E_LEVEL, E_BOOL, E_SYMBOL, E_TOO_MANY_SYMBOLS,
+ E_SNAPSHOT_SYMBOLS) = range(1, 12)
+FATAL = (E_TOO_MANY_SYMBOLS, E_SNAPSHOT_SYMBOLS)
+MAX_SYMBOLS = 256
+SYM_LEN = 64
+# held-event entries H[k, .]: owner (instrument, or the tags below), start and length in the
+# arena, line number
+H_OWNER, H_START, H_LEN, H_LINENO = range(4)
+DEAD, ORPHAN = -1, -2   # a consumed entry; the snapshot that came before any symbol
+_REPLAY = -10           # owner _REPLAY - inst: detached for replay against inst's new snapshot
+MATCH_BITS = 17         # cross-check maps: 2^17 slots for MATCH_WINDOW entries
+EMPTY = np.int64(-1)
+
+
+def errors_text(code, key, strict_line):
+    """The message for error `code` (Python side)."""
+    k = KEYS[key] if 0 <= key < NK else "?"
+    return {E_FORMAT: "expected '<receive ns> <json>'",
+            E_JSON: "the message is not valid JSON",
+            E_NOTOBJ: "the message is not a JSON object",
+            E_MISSING: f"missing field '{k}'",
+            E_INT: f"field '{k}' is not an unsigned integer",
+            E_DEC: f"field '{k}' is not a decimal string within the fixed point (1e-9 prices, 1e-8 quantities)",
+            E_LEVEL: 'a price level is not ["price", "quantity"] in decimals',
+            E_BOOL: f"field '{k}' is not true or false",
+            E_SYMBOL: f"the symbol is not a string of 1..{SYM_LEN} bytes",
+            E_TOO_MANY_SYMBOLS: f"more than {MAX_SYMBOLS} symbols in one capture",
+            E_SNAPSHOT_SYMBOLS: "a depth snapshot carries no symbol and this capture has several, so it cannot be "
+                                "placed"}[code]
+
+
+# --- JSON scanning (every index checked against e) -------------------------------------------
+
+@njit(nogil=True, inline="always", cache=True)
+def _ws(b, i, e):
+    while i < e and (b[i] == 32 or b[i] == 9 or b[i] == 10 or b[i] == 13):
+        i += 1
+    return i
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _str_end(b, i, e):
+    """b[i] is '"': index after the closing quote, or -1."""
+    i += 1
+    while i < e:
+        c = b[i]
+        if c == 92:  # backslash: skip the escaped byte
+            i += 2
+            continue
+        if c == 34:
+            return i + 1
+        i += 1
+    return -1
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _skip(b, i, e):
+    """Skip the JSON value at b[i] (i < e): (type, index after it) or (V_NONE, -1)."""
+    c = b[i]
+    if c == 34:
+        return V_STR, _str_end(b, i, e)
+    if c == 123 or c == 91:
+        lvl = 0
+        while i < e:
+            c = b[i]
+            if c == 34:
+                i = _str_end(b, i, e)
+                if i < 0:
+                    return V_NONE, -1
+                continue
+            if c == 123 or c == 91:
+                lvl += 1
+                if lvl > 64:
+                    return V_NONE, -1
+            elif c == 125 or c == 93:
+                lvl -= 1
+                if lvl == 0:
+                    return (V_OBJ if b[i] == 125 else V_ARR), i + 1
+            i += 1
+        return V_NONE, -1
+    if c == 116 and i + 4 <= e and b[i + 1] == 114 and b[i + 2] == 117 and b[i + 3] == 101:
+        return V_TRUE, i + 4
+    if c == 102 and i + 5 <= e and b[i + 1] == 97 and b[i + 2] == 108 and b[i + 3] == 115 and b[i + 4] == 101:
+        return V_FALSE, i + 5
+    if c == 110 and i + 4 <= e and b[i + 1] == 117 and b[i + 2] == 108 and b[i + 3] == 108:
+        return V_NULL, i + 4
+    j = i
+    while j < e and ((48 <= b[j] <= 57) or b[j] == 45 or b[j] == 43 or b[j] == 46 or b[j] == 101 or b[j] == 69):
+        j += 1
+    if j == i:
+        return V_NONE, -1
+    return V_NUM, j
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _key(b, s, n):
+    if n == 1:
+        c = b[s]
+        if c == 101:
+            return K_e
+        if c == 69:
+            return K_E
+        if c == 115:
+            return K_s
+        if c == 85:
+            return K_U
+        if c == 117:
+            return K_u
+        if c == 98:
+            return K_b
+        if c == 97:
+            return K_a
+        if c == 66:
+            return K_B
+        if c == 65:
+            return K_A
+        if c == 112:
+            return K_p
+        if c == 113:
+            return K_q
+        if c == 84:
+            return K_T
+        if c == 109:
+            return K_m
+        return -1
+    if n == 2:
+        return K_pu if b[s] == 112 and b[s + 1] == 117 else -1
+    if n == 4:
+        c0, c1, c2, c3 = b[s], b[s + 1], b[s + 2], b[s + 3]
+        if c0 == 100 and c1 == 97 and c2 == 116 and c3 == 97:
+            return K_data
+        if c0 == 98 and c1 == 105 and c2 == 100 and c3 == 115:
+            return K_bids
+        if c0 == 97 and c1 == 115 and c2 == 107 and c3 == 115:
+            return K_asks
+        return -1
+    if n == 12:
+        for j in range(12):
+            if b[s + j] != _LAST_ID[j]:
+                return -1
+        return K_last
+    return -1
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _open(b, i, e, F):
+    """Clear F; skip to after the object's '{': (index, empty object?) or (-1, False)."""
+    for k in range(NK):
+        F[k, 0] = V_NONE
+    i = _ws(b, i, e)
+    if i >= e or b[i] != 123:
+        return -1, False
+    i = _ws(b, i + 1, e)
+    return i, i < e and b[i] == 125
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _member_key(b, i, e):
+    """'"key"' ':' at b[i]: (key id or -1, index of the value) or (-2, -1)."""
+    if i >= e or b[i] != 34:
+        return -2, -1
+    j = _str_end(b, i, e)
+    if j < 0:
+        return -2, -1
+    k = _key(b, i + 1, j - i - 2)
+    i = _ws(b, j, e)
+    if i >= e or b[i] != 58:
+        return -2, -1
+    i = _ws(b, i + 1, e)
+    if i >= e:
+        return -2, -1
+    return k, i
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _member_end(b, v, e):
+    """After a value: (1, next member) on ',', (0, after the object) on '}', (-1, -1) else."""
+    i = _ws(b, v, e)
+    if i < e and b[i] == 44:
+        return 1, _ws(b, i + 1, e)
+    if i < e and b[i] == 125:
+        return 0, i + 1
+    return -1, -1
+
+
+@njit(nogil=True, cache=True)
+def _object(b, i, e, F):
+    """Parse the JSON object starting at or after b[i] (whitespace first): the known keys' value
+    types and spans go to F (a repeated key: the last wins). Returns the index after it, or -1."""
+    i, empty = _open(b, i, e, F)
+    if i < 0 or empty:
+        return i if i < 0 else i + 1
+    while True:
+        k, i = _member_key(b, i, e)
+        if k == -2:
+            return -1
+        t, v = _skip(b, i, e)
+        if v < 0:
+            return -1
+        if k >= 0:
+            F[k, 0] = t
+            F[k, 1] = i
+            F[k, 2] = v
+        more, i = _member_end(b, v, e)
+        if more <= 0:
+            return i
+
+
+@njit(nogil=True, cache=True)
+def _wrapper(b, i, e, F, F1):
+    """_object, where a "data" object's own keys go to F1 as it is read (F[K_data] spans it):
+    the combined-stream wrapper costs one pass, not two."""
+    i, empty = _open(b, i, e, F)
+    if i < 0 or empty:
+        return i if i < 0 else i + 1
+    while True:
+        k, i = _member_key(b, i, e)
+        if k == -2:
+            return -1
+        if k == K_data and b[i] == 123:
+            t, v = V_OBJ, _object(b, i, e, F1)
+        else:
+            t, v = _skip(b, i, e)
+        if v < 0:
+            return -1
+        if k >= 0:
+            F[k, 0] = t
+            F[k, 1] = i
+            F[k, 2] = v
+        more, i = _member_end(b, v, e)
+        if more <= 0:
+            return i
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _uint(b, s, e):
+    """Digits in b[s:e] -> value (< 2^63), or -1."""
+    if s >= e or e - s > 19:
+        return np.int64(-1)
+    v = np.int64(0)
+    for i in range(s, e):
+        c = b[i]
+        if c < 48 or c > 57:
+            return np.int64(-1)
+        if i == s + 18 and v > np.int64(922337203685477579):  # (only a 19th digit can overflow)
+            if v > np.int64(922337203685477580) or c > 55:
+                return np.int64(-1)
+        v = v * 10 + (c - 48)
+    return v
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _dec(b, s, e, scale, neg_ok):
+    """An ASCII decimal b[s:e] ([-]digits[.digits]) -> int at 10^-scale exactly: (ok, value).
+    Digits past the scale must be zeros; at most 17 significant digits (as parse_levels)."""
+    neg = False
+    i = s
+    if neg_ok and i < e and b[i] == 45:
+        neg = True
+        i += 1
+    v = np.int64(0)
+    digits = 0
+    frac = -1
+    while i < e:
+        c = b[i]
+        if c == 46 and frac < 0:
+            frac = 0
+        elif 48 <= c <= 57:
+            if frac >= 0:
+                if frac >= scale:
+                    if c != 48:
+                        return False, np.int64(0)
+                    i += 1
+                    continue
+                frac += 1
+            digits += 1
+            if digits > 17:
+                return False, np.int64(0)
+            v = v * 10 + (c - 48)
+        else:
+            return False, np.int64(0)
+        i += 1
+    if digits == 0:
+        return False, np.int64(0)
+    if frac < 0:
+        frac = 0
+    for _ in range(scale - frac):
+        if v > np.int64(922337203685477580):  # would not fit in int64 at this scale
+            return False, np.int64(0)
+        v *= 10
+    return True, -v if neg else v
+
+
+@njit(nogil=True, cache=True)
+def _levels(b, s, e, V, k0):
+    """The JSON array b[s:e] of ["price", "quantity"] pairs -> V[2k], V[2k+1] from pair k0 on.
+    Returns (status, pairs): status 0 ok, 1 malformed, 2 V too small (pairs = how many needed so far)."""
+    i = _ws(b, s + 1, e)  # b[s] is '['
+    k = k0
+    if i < e and b[i] == 93:
+        return 0, 0
+    while True:
+        if i >= e or b[i] != 91:
+            return 1, 0
+        for half in range(2):
+            i = _ws(b, i + 1, e)
+            if i >= e or b[i] != 34:
+                return 1, 0
+            j = _str_end(b, i, e)
+            if j < 0:
+                return 1, 0
+            if 2 * k + 1 >= V.shape[0]:
+                return 2, k + 1
+            ok, v = _dec(b, i + 1, j - 1, 9 if half == 0 else 8, False)
+            if not ok:
+                return 1, 0
+            V[2 * k + half] = v
+            i = _ws(b, j, e)
+            if i >= e or b[i] != (44 if half == 0 else 93):
+                return 1, 0
+        k += 1
+        i = _ws(b, i + 1, e)
+        if i >= e:
+            return 1, 0
+        if b[i] == 44:
+            i = _ws(b, i + 1, e)
+            continue
+        if b[i] == 93:
+            return 0, k - k0
+        return 1, 0
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _is(b, F, k, word):
+    if F[k, 0] != V_STR or F[k, 2] - F[k, 1] - 2 != word.shape[0]:
+        return False
+    s = F[k, 1] + 1
+    for j in range(word.shape[0]):
+        if b[s + j] != word[j]:
+            return False
+    return True
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _int_field(b, F, k):
+    """(error or 0, value)."""
+    if F[k, 0] == V_NONE:
+        return E_MISSING, np.int64(0)
+    if F[k, 0] == V_NUM:
+        v = _uint(b, F[k, 1], F[k, 2])
+    elif F[k, 0] == V_STR:  # digits in a string, as int() took them
+        v = _uint(b, F[k, 1] + 1, F[k, 2] - 1)
+    else:
+        return E_INT, np.int64(0)
+    return (E_INT if v < 0 else 0), v
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _dec_field(b, F, k, scale):
+    if F[k, 0] == V_NONE:
+        return E_MISSING, np.int64(0)
+    if F[k, 0] != V_STR:
+        return E_DEC, np.int64(0)
+    ok, v = _dec(b, F[k, 1] + 1, F[k, 2] - 1, scale, True)
+    return (0 if ok else E_DEC), v
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _ts_field(b, F):
+    """Event time in ns: T when present and non-zero, else E (as `int(d.get("T") or d["E"])`)."""
+    if F[K_T, 0] == V_NUM:
+        t = _uint(b, F[K_T, 1], F[K_T, 2])
+        if t < 0:
+            return E_INT, K_T, np.int64(0)
+        if t != 0:
+            return 0, 0, t * 1_000_000
+    elif F[K_T, 0] != V_NONE and F[K_T, 0] != V_NULL and F[K_T, 0] != V_FALSE:
+        return E_INT, K_T, np.int64(0)
+    err, v = _int_field(b, F, K_E)
+    return err, K_E, v * 1_000_000
+
+
+@njit(nogil=True, cache=True)
+def parse_line(b, s, e, F0, F1):
+    """One line "<recv ns> <json object>" -> (error, recv, which F holds the message: 0 or 1).
+    The message is the object's "data" when it has one (the combined-stream wrapper)."""
+    i = s
+    while i < e and b[i] != 32:
+        i += 1
+    if i >= e:
+        return E_FORMAT, np.int64(0), 0
+    recv = _uint(b, s, i)
+    if recv < 0:
+        return E_FORMAT, np.int64(0), 0
+    j = _wrapper(b, i + 1, e, F0, F1)
+    if j < 0:
+        c = _ws(b, i + 1, e)
+        if c < e and (b[c] == 91 or b[c] == 34 or (48 <= b[c] <= 57) or b[c] == 45 or b[c] == 116
+                      or b[c] == 102 or b[c] == 110):
+            return E_NOTOBJ, recv, 0
+        return E_JSON, recv, 0
+    if _ws(b, j, e) != e:
+        return E_JSON, recv, 0
+    if F0[K_data, 0] == V_NONE:
+        return 0, recv, 0
+    if F0[K_data, 0] != V_OBJ:
+        return E_NOTOBJ, recv, 0
+    return 0, recv, 1
+
+
+# --- cross-check maps: (update id, instrument) -> 4 values, the oldest forgotten first ----------
+
+@njit(nogil=True, inline="always", cache=True)
+def _mslot(key, mask):
+    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+    return np.int64(h >> np.uint64(64 - MATCH_BITS)) & mask
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _mfind(keys, key):
+    mask = keys.shape[0] - 1
+    i = _mslot(key, mask)
+    while keys[i] != EMPTY and keys[i] != key:
+        i = (i + 1) & mask
+    return i
+
+
+@njit(nogil=True, cache=True)
+def _mremove(keys, pos, i):
+    mask = keys.shape[0] - 1
+    keys[i] = EMPTY
+    j = i
+    while True:
+        j = (j + 1) & mask
+        if keys[j] == EMPTY:
+            return
+        home = _mslot(keys[j], mask)
+        if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
+            keys[i] = keys[j]
+            pos[i] = pos[j]
+            keys[j] = EMPTY
+            i = j
+
+
+@njit(nogil=True, cache=True)
+def map_put(M, key, v0, v1, v2, v3):
+    keys, pos, rk, rv, mc = M
+    i = _mfind(keys, key)
+    if keys[i] == key:
+        p = pos[i]
+    else:
+        W = rk.shape[0]
+        if mc[1] == W:  # forget the oldest (if it is still the live entry of its key)
+            h = mc[0]
+            j = _mfind(keys, rk[h])
+            if keys[j] == rk[h] and pos[j] == h:
+                _mremove(keys, pos, j)
+            mc[0] = (h + 1) % W
+            mc[1] -= 1
+            i = _mfind(keys, key)
+        p = (mc[0] + mc[1]) % W
+        mc[1] += 1
+        rk[p] = key
+        keys[i] = key
+        pos[i] = p
+    rv[p, 0] = v0
+    rv[p, 1] = v1
+    rv[p, 2] = v2
+    rv[p, 3] = v3
+
+
+@njit(nogil=True, cache=True)
+def map_get(M, key, pop):
+    """Ring position of key's values, or -1; pop: forget the key."""
+    keys, pos = M[0], M[1]
+    i = _mfind(keys, key)
+    if keys[i] != key:
+        return -1
+    p = pos[i]
+    if pop:
+        _mremove(keys, pos, i)
+    return p
+
+
+# --- the book as published: the pure diff book, or it with a newer bookTicker over its touch ---
+
+@njit(nogil=True, cache=True)
+def _build_view(L, VL, I, inst):
+    """VL's sides of inst: L's top levels with the ticker's touch (I_OV*) over them: levels better
+    than (or at) the ticker's price are gone, the ticker's level is the best."""
+    vmeta, vpx, vqty, vcnt = VL[0], VL[1], VL[2], VL[3]
+    meta, px, qty = L[0], L[1], L[2]
+    K = vpx.shape[0] // vmeta.shape[0]
+    for s in range(2):
+        b = 2 * inst + s
+        base = b * K
+        p = I[inst, I_OVBP if s == 0 else I_OVAP]
+        q = I[inst, I_OVBQ if s == 0 else I_OVAQ]
+        c = 0
+        if q > 0:  # (a zero quantity: Binance has no level on that side)
+            vpx[base] = p
+            vqty[base] = q
+            vcnt[base] = 1
+            c = 1
+            off, n = meta[b, book.M_OFF], meta[b, book.M_LEN]
+            j = off + n - 1
+            while j >= off and c < K:
+                pj = px[j]
+                if (pj < p) if s == 0 else (pj > p):
+                    vpx[base + c] = pj
+                    vqty[base + c] = qty[j]
+                    vcnt[base + c] = 1
+                    c += 1
+                j -= 1
+        for a in range(c // 2):  # best first -> best last, the ladder's order
+            x, y = base + a, base + c - 1 - a
+            vpx[x], vpx[y] = vpx[y], vpx[x]
+            vqty[x], vqty[y] = vqty[y], vqty[x]
+        vmeta[b, book.M_OFF] = base
+        vmeta[b, book.M_LEN] = c
+        vmeta[b, book.M_CAP] = K
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _book_event_ticks(L, W, inst, ts, recv, out, n, top, C, size_div, ticker):
+    """End of a book event: level ticks, then a quote (touch changed) or a book tick."""
+    n, nl = depth.publish(W, L, inst, ts, recv, out, n, C, C_SAT, size_div)
+    if touch_changed(L, inst, top):
+        C[C_QUOTES] += 1
+        if ticker:
+            C[C_TK_QUOTES] += 1
+        if top[inst, 0] != 0 and top[inst, 2] != 0 and top[inst, 0] >= top[inst, 2]:
+            C[C_CROSSED] += 1
+        n = emit_quote(out, n, ts, recv, inst, top, C, C_SAT, size_div)
+    elif nl:
+        n = depth.emit_book(out, n, ts, recv, inst, top, C, C_SAT, size_div)
+    return n
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _mkey(u, inst):
+    return u * 256 + inst
+
+
+# --- held events (before a snapshot): raw line bytes in an arena ------------------------------
+
+@njit(nogil=True, cache=True)
+def _compact(G, H, HB):
+    """Drop dead entries and their bytes (replay cursors follow)."""
+    w = 0
+    pos = 0
+    cur, end = G[G_RP_CUR], G[G_RP_END]
+    ncur, nend = 0, 0
+    for k in range(G[G_HN]):
+        if k == cur:
+            ncur = w
+        if k == end:
+            nend = w
+        if H[k, H_OWNER] == DEAD:
+            continue
+        s, ln = H[k, H_START], H[k, H_LEN]
+        for j in range(ln):
+            HB[pos + j] = HB[s + j]
+        H[w, H_OWNER] = H[k, H_OWNER]
+        H[w, H_START] = pos
+        H[w, H_LEN] = ln
+        H[w, H_LINENO] = H[k, H_LINENO]
+        pos += ln
+        w += 1
+    if cur >= G[G_HN]:
+        ncur = w
+    if end >= G[G_HN]:
+        nend = w
+    G[G_RP_CUR], G[G_RP_END] = ncur, nend
+    G[G_HN] = w
+    G[G_HBYTES] = pos
+
+
+@njit(nogil=True, cache=True)
+def _hold_room(G, H, HB, ln):
+    """Room for one more held line of ln bytes (compacting first if that makes it)? Else R_HOLD."""
+    if G[G_HN] < H.shape[0] and G[G_HBYTES] + ln <= HB.shape[0]:
+        return _OK
+    if G[G_RP_INST] < 0:  # (not while replaying: the line being replayed lives in the arena)
+        _compact(G, H, HB)
+    if G[G_HN] < H.shape[0] and G[G_HBYTES] + ln <= HB.shape[0]:
+        return _OK
+    G[G_NEED] = ln
+    return R_HOLD
+
+
+@njit(nogil=True, cache=True)
+def _hold(G, H, HB, I, C, owner, src, s, e, lineno):
+    """Append a held line (room checked by _hold_room). An instrument holds at most G_HOLD_MAX:
+    past that its oldest goes (counted)."""
+    if owner >= 0:
+        if I[owner, I_HELD] >= G[G_HOLD_MAX]:
+            k = I[owner, I_HFIRST]
+            while k < G[G_HN] and H[k, H_OWNER] != owner:
+                k += 1
+            if k < G[G_HN]:
+                H[k, H_OWNER] = DEAD
+                I[owner, I_HFIRST] = k + 1
+                I[owner, I_HELD] -= 1
+                C[C_HELD_OVERFLOW] += 1
+        I[owner, I_HELD] += 1
+    k = G[G_HN]
+    p = G[G_HBYTES]
+    for j in range(e - s):
+        HB[p + j] = src[s + j]
+    H[k, H_OWNER] = owner
+    H[k, H_START] = p
+    H[k, H_LEN] = e - s
+    H[k, H_LINENO] = lineno
+    G[G_HN] = k + 1
+    G[G_HBYTES] = p + (e - s)
+
+
+@njit(nogil=True, cache=True)
+def _drop_held(G, H, I, owner):
+    for k in range(G[G_HN]):
+        if H[k, H_OWNER] == owner:
+            H[k, H_OWNER] = DEAD
+    if owner >= 0:
+        I[owner, I_HELD] = 0
+        I[owner, I_HFIRST] = 0
+
+
+# --- the messages ---------------------------------------------------------------------------
+
+@njit(nogil=True, inline="always", cache=True)
+def _err(G, code, key):
+    G[G_ERR] = code
+    G[G_ERR_KEY] = key
+    return R_FATAL if code == E_TOO_MANY_SYMBOLS or code == E_SNAPSHOT_SYMBOLS else R_ERR
+
+
+@njit(nogil=True, cache=True)
+def _need_room(L, b, V, off, k):
+    """Is there room on book side b for the k levels at V pairs off.. (those with q > 0 may be new)?"""
+    new = 0
+    for j in range(off, off + k):
+        if V[2 * j + 1] > 0:
+            new += 1
+    meta = L[0]
+    return meta[b, book.M_LEN] + new <= meta[b, book.M_CAP]
+
+
+@njit(nogil=True, cache=True)
+def _parse_book_levels(b, F, kb, ka, V, required):
+    """Both sides' levels into V: (error or R_VALS or 0, key, nbid, nask)."""
+    nb = 0
+    for side in range(2):
+        k = kb if side == 0 else ka
+        if F[k, 0] == V_NONE:
+            if required:
+                return E_MISSING, k, 0, 0
+            continue
+        if F[k, 0] != V_ARR:
+            return E_LEVEL, k, 0, 0
+        st, cnt = _levels(b, F[k, 1], F[k, 2], V, nb)
+        if st == 1:
+            return E_LEVEL, k, 0, 0
+        if st == 2:
+            return R_VALS, nb + cnt, 0, 0
+        if side == 0:
+            nb = cnt
+        else:
+            return 0, 0, nb, cnt
+    return 0, 0, nb, 0
+
+
+@njit(nogil=True, cache=True)
+def _place_snapshot(b, F, inst, recv, L, W, VL, top, out, n, S):
+    """A depth snapshot becomes inst's book; its held events are then replayed against it."""
+    I, G, C, V = S[0], S[1], S[2], S[3]
+    H = S[5]
+    err, sid = _int_field(b, F, K_last)
+    if err:
+        return _err(G, err, K_last), n
+    r, key, nb, na = _parse_book_levels(b, F, K_bids, K_asks, V, True)
+    if r == R_VALS:
+        G[G_NEED] = key
+        return R_VALS, n
+    if r:
+        return _err(G, r, key), n
+    for s in range(2):  # the side is cleared first: room for its levels with a quantity
+        bk = 2 * inst + s
+        new = 0
+        for j in range(0 if s == 0 else nb, nb if s == 0 else nb + na):
+            if V[2 * j + 1] > 0:
+                new += 1
+        if new > L[0][bk, book.M_CAP]:
+            G[G_NEED] = bk
+            return R_ROOM, n
+    size_div = G[G_SIZE_DIV]
+    book.level_clear(L, 2 * inst)
+    book.level_clear(L, 2 * inst + 1)
+    for j in range(nb + na):
+        bk = 2 * inst + (book.BID if j < nb else book.ASK)
+        book.level_set(L, bk, V[2 * j], V[2 * j + 1])
+        depth.changed(W, bk, V[2 * j])
+    I[inst, I_OVU] = -1
+    if W[0].shape[1] > 0:  # a clear tick, the whole window, a book tick with the touch
+        depth.mark_stale(W, inst)
+        n, nl = depth.publish(W, L, inst, recv, recv, out, n, C, C_SAT, size_div)
+        touch_changed(L, inst, top)
+        n = depth.emit_book(out, n, recv, recv, inst, top, C, C_SAT, size_div)
+    for k in range(4):
+        top[inst, k] = -1  # so the first event applied after it always quotes
+    C[C_SNAPSHOTS] += 1
+    I[inst, I_SID] = sid
+    I[inst, I_SYNCED] = 0
+    I[inst, I_LAST] = -1
+    I[inst, I_BOOKU] = sid
+    if I[inst, I_HELD] > 0:  # detach them (a gap while replaying holds afresh, as a new list)
+        for k in range(G[G_HN]):
+            if H[k, H_OWNER] == inst:
+                H[k, H_OWNER] = _REPLAY - inst
+        I[inst, I_HELD] = 0
+        I[inst, I_HFIRST] = 0
+        G[G_RP_INST] = inst
+        G[G_RP_CUR] = 0
+        G[G_RP_END] = G[G_HN]
+        G[G_RP_RECV] = recv
+    return _OK, n
+
+
+@njit(nogil=True, cache=True)
+def _depth(src, s, e, F, inst, recv, lineno, L, W, VL, top, out, n, S, DM, TM):
+    """One diff event of a known instrument: continuity, then the book, ticks and the cross-check."""
+    I, G, C, V, H, HB = S[0], S[1], S[2], S[3], S[5], S[6]
+    err, U_ = _int_field(src, F, K_U)
+    if err:
+        return _err(G, err, K_U), n
+    err, u_ = _int_field(src, F, K_u)
+    if err:
+        return _err(G, err, K_u), n
+    fut = F[K_pu, 0] != V_NONE
+    synced = I[inst, I_SYNCED] != 0
+    sid = I[inst, I_SID]
+    if sid < 0 and not synced:  # no snapshot yet: hold it
+        r = _hold_room(G, H, HB, e - s)
+        if r != _OK:
+            return r, n
+        _hold(G, H, HB, I, C, inst, src, s, e, lineno)
+        return _OK, n
+    missed = np.int64(0)
+    lose = False
+    if not synced:
+        if (u_ < sid) if fut else (u_ <= sid):
+            C[C_DROPPED_OLD] += 1
+            return _OK, n
+        if not ((U_ <= sid <= u_) if fut else (U_ <= sid + 1 <= u_)):
+            lose, missed = True, U_ - sid - 1  # the snapshot is older than the stream bridges
+    elif fut:
+        err, pu = _int_field(src, F, K_pu)
+        if err:
+            return _err(G, err, K_pu), n
+        if pu != I[inst, I_LAST]:
+            lose, missed = True, np.int64(1)
+    elif U_ != I[inst, I_LAST] + 1:
+        lose, missed = True, U_ - I[inst, I_LAST] - 1
+    size_div = G[G_SIZE_DIV]
+    if lose:  # a gap tick, an empty book, and wait for the next snapshot (holding this event)
+        err, E = _int_field(src, F, K_E)
+        if err:
+            return _err(G, err, K_E), n
+        r = _hold_room(G, H, HB, e - s)
+        if r != _OK:
+            return r, n
+        C[C_RESYNCS] += 1
+        C[C_GAPS] += 1
+        I[inst, I_SYNCED] = 0
+        I[inst, I_SID] = -1
+        I[inst, I_LAST] = -1
+        I[inst, I_BOOKU] = -1
+        I[inst, I_OVU] = -1
+        _drop_held(G, H, I, inst)
+        _hold(G, H, HB, I, C, inst, src, s, e, lineno)
+        book.level_clear(L, 2 * inst)
+        book.level_clear(L, 2 * inst + 1)
+        for k in range(4):
+            top[inst, k] = 0
+        n = emit_gap(out, n, E * 1_000_000, recv, max(np.int64(1), missed))
+        depth.forget(W)  # the consumer voids every book: every window is re-sent
+        return _OK, n
+    err, key, ts = _ts_field(src, F)
+    if err:
+        return _err(G, err, key), n
+    r, key, nb, na = _parse_book_levels(src, F, K_b, K_a, V, False)
+    if r == R_VALS:
+        G[G_NEED] = key
+        return R_VALS, n
+    if r:
+        return _err(G, r, key), n
+    if not _need_room(L, 2 * inst, V, 0, nb):
+        G[G_NEED] = 2 * inst
+        return R_ROOM, n
+    if not _need_room(L, 2 * inst + 1, V, nb, na):
+        G[G_NEED] = 2 * inst + 1
+        return R_ROOM, n
+    # -- from here on, state changes
+    if not synced:
+        I[inst, I_SYNCED] = 1
+        I[inst, I_SID] = -1
+    for j in range(nb + na):
+        bk = 2 * inst + (book.BID if j < nb else book.ASK)
+        book.level_set(L, bk, V[2 * j], V[2 * j + 1])
+        depth.changed(W, bk, V[2 * j])
+    I[inst, I_LAST] = u_
+    I[inst, I_BOOKU] = u_
+    if ts > I[inst, I_TS]:
+        I[inst, I_TS] = ts
+    C[C_DEPTH_APPLIED] += 1
+    view = False
+    if I[inst, I_OVU] >= 0:
+        if u_ >= I[inst, I_OVU]:  # the diff reaches the ticker: the diff's book replaces it
+            I[inst, I_OVU] = -1
+        else:  # an older diff: the newer ticker's touch stays over it
+            _build_view(L, VL, I, inst)
+            view = True
+        depth.changed_all(W, inst)
+    if view:
+        n = _book_event_ticks(VL, W, inst, ts, recv, out, n, top, C, size_div, False)
+    else:
+        n = _book_event_ticks(L, W, inst, ts, recv, out, n, top, C, size_div, False)
+    # the cross-check: the diff book's touch under this update id, against a ticker's
+    bp, bq = book.best(L, 2 * inst)
+    ap, aq = book.best(L, 2 * inst + 1)
+    k = _mkey(u_, inst)
+    map_put(DM, k, bp, bq, ap, aq)
+    p = map_get(TM, k, True)
+    if p >= 0:
+        _check(C, TM[3], p, bp, bq, ap, aq)
+    return _OK, n
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _check(C, rv, p, bp, bq, ap, aq):
+    C[C_CHECKED] += 1
+    if rv[p, 0] == bp and rv[p, 1] == bq and rv[p, 2] == ap and rv[p, 3] == aq:
+        C[C_AGREE] += 1
+    else:
+        C[C_DISAGREE] += 1
+
+
+@njit(nogil=True, cache=True)
+def _ticker(b, F, inst, recv, L, W, VL, top, out, n, S, DM, TM):
+    """A bookTicker: cross-checked against the diff book on a shared update id; newer than the
+    book, its touch goes over the book's (quote tick) until a diff reaches its update id."""
+    I, G, C = S[0], S[1], S[2]
+    err, u_ = _int_field(b, F, K_u)
+    if err:
+        return _err(G, err, K_u), n
+    err, bp = _dec_field(b, F, K_b, 9)
+    if err:
+        return _err(G, err, K_b), n
+    err, bq = _dec_field(b, F, K_B, 8)
+    if err:
+        return _err(G, err, K_B), n
+    err, ap = _dec_field(b, F, K_a, 9)
+    if err:
+        return _err(G, err, K_a), n
+    err, aq = _dec_field(b, F, K_A, 8)
+    if err:
+        return _err(G, err, K_A), n
+    ts = I[inst, I_TS]  # spot tickers carry no time: the instrument's latest exchange time
+    if F[K_T, 0] != V_NONE or F[K_E, 0] != V_NONE:
+        err, key, ts = _ts_field(b, F)
+        if err:
+            return _err(G, err, key), n
+    elif ts == 0:
+        ts = recv
+    C[C_TICKERS] += 1
+    k = _mkey(u_, inst)
+    p = map_get(DM, k, False)
+    if p >= 0:
+        _check(C, DM[3], p, bp, bq, ap, aq)
+    else:
+        map_put(TM, k, bp, bq, ap, aq)
+    if G[G_QUOTE] == 0:
+        return _OK, n
+    if I[inst, I_BOOKU] < 0:
+        C[C_TK_NO_BOOK] += 1
+        return _OK, n
+    if u_ <= I[inst, I_BOOKU]:
+        C[C_TK_OLD] += 1
+        return _OK, n
+    I[inst, I_OVU] = u_
+    I[inst, I_OVBP] = bp
+    I[inst, I_OVBQ] = bq
+    I[inst, I_OVAP] = ap
+    I[inst, I_OVAQ] = aq
+    _build_view(L, VL, I, inst)
+    depth.changed_all(W, inst)
+    n = _book_event_ticks(VL, W, inst, ts, recv, out, n, top, C, G[G_SIZE_DIV], True)
+    return _OK, n
+
+
+@njit(nogil=True, cache=True)
+def _trade(b, F, inst, recv, L, W, VL, top, out, n, S):
+    I, G, C = S[0], S[1], S[2]
+    err, px = _dec_field(b, F, K_p, 9)
+    if err:
+        return _err(G, err, K_p), n
+    err, qty = _dec_field(b, F, K_q, 8)
+    if err:
+        return _err(G, err, K_q), n
+    err, T = _int_field(b, F, K_T)
+    if err:
+        return _err(G, err, K_T), n
+    if F[K_m, 0] == V_TRUE:
+        side = SIDE_SELL  # the buyer was the maker: a sell hit the bid
+    elif F[K_m, 0] == V_FALSE:
+        side = SIDE_BUY
+    elif F[K_m, 0] == V_NONE:
+        return _err(G, E_MISSING, K_m), n
+    else:
+        return _err(G, E_BOOL, K_m), n
+    C[C_TRADES] += 1
+    ts = T * 1_000_000
+    if ts > I[inst, I_TS]:
+        I[inst, I_TS] = ts
+    size_div = G[G_SIZE_DIV]
+    if I[inst, I_OVU] >= 0:
+        n, nl = depth.publish(W, VL, inst, ts, recv, out, n, C, C_SAT, size_div)  # stale only
+    else:
+        n, nl = depth.publish(W, L, inst, ts, recv, out, n, C, C_SAT, size_div)
+    n = emit(out, n, ts, recv, inst, KIND_TRADE, side, px, qty, top, C, C_SAT, size_div)
+    if nl:
+        n = depth.emit_book(out, n, ts, recv, inst, top, C, C_SAT, size_div)
+    return _OK, n
+
+
+@njit(nogil=True, cache=True)
+def _symbol(b, F, S):
+    """The instrument of the message's "s": (error, index or -1 when new)."""
+    G, SYM = S[1], S[4]
+    if F[K_s, 0] == V_NONE:
+        return E_MISSING, -1
+    ln = F[K_s, 2] - F[K_s, 1] - 2
+    if F[K_s, 0] != V_STR or ln < 1 or ln > SYM_LEN:
+        return E_SYMBOL, -1
+    s = F[K_s, 1] + 1
+    last = G[G_LAST_SYM]
+    for a in range(G[G_NSYM]):
+        i = (last + a) % G[G_NSYM]  # the last one seen first
+        if SYM[i, SYM_LEN] != ln:
+            continue
+        same = True
+        for j in range(ln):
+            if SYM[i, j] != b[s + j]:
+                same = False
+                break
+        if same:
+            G[G_LAST_SYM] = i
+            return 0, i
+    return 0, -1
+
+
+@njit(nogil=True, cache=True)
+def _new_symbol(b, F, recv, L, W, VL, top, out, n, S, F2):
+    """Register the message's symbol; a snapshot that came before any symbol is its book."""
+    I, G, SYM, H, HB = S[0], S[1], S[4], S[5], S[6]
+    if G[G_NSYM] >= MAX_SYMBOLS:
+        return _err(G, E_TOO_MANY_SYMBOLS, -1), n
+    inst = G[G_NSYM]
+    # staged first (unseen until G_NSYM moves on), so a return for room changes nothing
+    ln = F[K_s, 2] - F[K_s, 1] - 2
+    s = F[K_s, 1] + 1
+    for j in range(ln):
+        SYM[inst, j] = b[s + j]
+    SYM[inst, SYM_LEN] = ln
+    for k in range(NI):
+        I[inst, k] = 0
+    I[inst, I_SID] = -1
+    I[inst, I_LAST] = -1
+    I[inst, I_BOOKU] = -1
+    I[inst, I_OVU] = -1
+    orphan = -1
+    for k in range(G[G_HN]):
+        if H[k, H_OWNER] == ORPHAN:
+            orphan = k
+    r = _OK
+    if orphan >= 0:
+        F3 = S[10]
+        s0, e0 = H[orphan, H_START], H[orphan, H_START] + H[orphan, H_LEN]
+        err, orecv, which = parse_line(HB, s0, e0, F2, F3)
+        if err == 0:
+            r, n = _place_snapshot(HB, F2 if which == 0 else F3, inst, orecv, L, W, VL, top, out, n, S)
+            if r == R_ROOM or r == R_VALS:
+                return r, n
+        else:
+            r = _err(G, err, -1)
+        if r == R_ERR and G[G_STRICT] != 0:
+            G[G_ERR_LINE] = H[orphan, H_LINENO]
+        H[orphan, H_OWNER] = DEAD
+    G[G_NSYM] = inst + 1
+    G[G_LAST_SYM] = inst
+    return (r if r == R_ERR else _AGAIN), n
+
+
+@njit(nogil=True, cache=True)
+def _step(b, s, e, lineno, L, W, VL, top, out, n, S, DM, TM):
+    """One line b[s:e] (not blank)."""
+    I, G, C, H, HB = S[0], S[1], S[2], S[5], S[6]
+    F0, F1, F2 = S[7], S[8], S[9]
+    err, recv, which = parse_line(b, s, e, F0, F1)
+    if err:
+        return _err(G, err, -1), n
+    F = F0 if which == 0 else F1
+    if F[K_last, 0] != V_NONE:  # a REST depth snapshot
+        if G[G_NSYM] == 0:  # it is the book of the first symbol to come
+            r = _hold_room(G, H, HB, e - s)
+            if r != _OK:
+                return r, n
+            _drop_held(G, H, I, ORPHAN)
+            _hold(G, H, HB, I, C, ORPHAN, b, s, e, lineno)
+            C[C_LINES] += 1
+            return _OK, n
+        if G[G_NSYM] != 1:
+            return _err(G, E_SNAPSHOT_SYMBOLS, -1), n
+        r, n = _place_snapshot(b, F, 0, recv, L, W, VL, top, out, n, S)
+        if r == _OK:
+            C[C_LINES] += 1
+        return r, n
+    depth_ev = _is(b, F, K_e, _DEPTH_UPDATE)
+    trade = not depth_ev and _is(b, F, K_e, _TRADE)
+    ticker = not depth_ev and not trade and (
+        _is(b, F, K_e, _BOOK_TICKER) or ((F[K_e, 0] == V_NONE or F[K_e, 0] == V_NULL) and F[K_u, 0] != V_NONE
+                                         and F[K_b, 0] != V_NONE and F[K_A, 0] != V_NONE))
+    if not (depth_ev or trade or ticker):
+        C[C_LINES] += 1
+        C[C_OTHER] += 1
+        return _OK, n
+    err, inst = _symbol(b, F, S)
+    if err:
+        return _err(G, err, K_s), n
+    if inst < 0:
+        r, n = _new_symbol(b, F, recv, L, W, VL, top, out, n, S, F2)
+        if r == R_ERR and G[G_STRICT] == 0:  # (the snapshot's fault, counted; this line runs again)
+            C[C_BAD] += 1
+            r = _AGAIN
+        return r, n
+    if depth_ev:
+        r, n = _depth(b, s, e, F, inst, recv, lineno, L, W, VL, top, out, n, S, DM, TM)
+        if r == _OK:
+            C[C_DEPTH_EVENTS] += 1
+    elif trade:
+        r, n = _trade(b, F, inst, recv, L, W, VL, top, out, n, S)
+    else:
+        r, n = _ticker(b, F, inst, recv, L, W, VL, top, out, n, S, DM, TM)
+    if r == _OK:
+        C[C_LINES] += 1
+    return r, n
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _blank(b, s, e):
+    for i in range(s, e):
+        c = b[i]
+        if not (c == 32 or (9 <= c <= 13)):
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _replay(L, W, VL, top, out, n, S, DM, TM):
+    """Replay one held event detached for the snapshot just placed: (status, n); R_DONE when
+    none are left."""
+    G, C, H, HB = S[1], S[2], S[5], S[6]
+    F0, F1 = S[7], S[8]
+    inst = G[G_RP_INST]
+    k = G[G_RP_CUR]
+    while k < G[G_RP_END] and H[k, H_OWNER] != _REPLAY - inst:
+        k += 1
+    G[G_RP_CUR] = k
+    if k >= G[G_RP_END]:
+        G[G_RP_INST] = -1
+        return R_DONE, n
+    s0, e0 = H[k, H_START], H[k, H_START] + H[k, H_LEN]
+    err, recv, which = parse_line(HB, s0, e0, F0, F1)
+    if err:
+        r = _err(G, err, -1)
+    else:
+        r, n = _depth(HB, s0, e0, F0 if which == 0 else F1, inst, G[G_RP_RECV], H[k, H_LINENO], L, W, VL, top,
+                      out, n, S, DM, TM)
+    if r == R_ERR:
+        if G[G_STRICT] == 0:
+            C[C_BAD] += 1
+            r = _OK
+        else:
+            G[G_ERR_LINE] = H[k, H_LINENO]
+    if r == _OK:
+        H[k, H_OWNER] = DEAD  # (no compaction runs while replaying: k is still this entry)
+        G[G_RP_CUR] = k + 1
+    return r, n
+
+
+@njit(nogil=True, cache=True)
+def scan(buf, pos, end, final, L, W, VL, top, out, n, S, DM, TM):
+    """Run the lines of buf[pos:end] (the last one only if final, else up to the last newline).
+    Returns (pos, n, status): R_DONE (all of it, or all whole lines), R_OUT (out is full: take
+    out[:n] and call again), R_ROOM (grow book side G[G_NEED]), R_VALS (V needs G[G_NEED]
+    pairs), R_HOLD (the held arena needs G[G_NEED] bytes more), R_ERR (G_ERR at line
+    G_ERR_LINE), R_FATAL. On any of these, pos is the line to run again."""
+    G, C = S[1], S[2]
+    room = 2 + depth.room(W[0].shape[1])
+    while True:
+        if n + room > out.shape[0]:
+            return pos, n, R_OUT
+        if G[G_RP_INST] >= 0:
+            r, n = _replay(L, W, VL, top, out, n, S, DM, TM)
+            if r == _OK or r == R_DONE:
+                continue
+            return pos, n, r
+        if pos >= end:
+            return pos, n, R_DONE
+        j = pos
+        while j < end and buf[j] != 10:
+            j += 1
+        if j >= end and not final:
+            return pos, n, R_DONE
+        lineno = G[G_LINENO] + 1
+        if _blank(buf, pos, j):
+            r = _OK
+        else:
+            r, n = _step(buf, pos, j, lineno, L, W, VL, top, out, n, S, DM, TM)
+            if r == _AGAIN:
+                continue
+            if r == R_ERR:
+                if G[G_ERR_LINE] == 0:
+                    G[G_ERR_LINE] = lineno
+                if G[G_STRICT] == 0:
+                    G[G_ERR_LINE] = 0
+                    C[C_LINES] += 1
+                    C[C_BAD] += 1
+                    r = _OK
+        if r != _OK:
+            return pos, n, r
+        G[G_LINENO] = lineno
+        pos = j + 1 if j < end else end
