@@ -45,7 +45,7 @@ def peer_python():
 
 
 def ours(reps):
-    from engine.runner import uses_sigmoid
+    from models.artifact import uses_sigmoid
     from engine.strategy_build import load_host
     from feeds.convert import convert
     from models import artifact
@@ -73,7 +73,7 @@ EXEC = {"entry_ns": 1_000_000, "response_ns": 1_000_000, "queue_power": 3.0, "ma
 
 def ours_exec():
     """The touch-imbalance maker through our backtest loop and execution simulator."""
-    from engine.runner import uses_sigmoid
+    from models.artifact import uses_sigmoid
     from engine.strategy_build import load_host
     from models import artifact
     from models.default import default_model_dir
@@ -106,12 +106,12 @@ def whole_command(quick):
     for label, count in (("1x", n // 8), ("8x", n)):
         f = CACHE / f"synthetic_{count}.ticks"
         if not f.exists():
-            subprocess.run([sys.executable, "-m", "engine.cli", "convert", f"synthetic://?count={count}&rate=0&seed=4",
+            subprocess.run([sys.executable, "-m", "engine", "convert", f"synthetic://?count={count}&rate=0&seed=4",
                             "--out", str(f)], check=True, capture_output=True, cwd=ROOT)
         best = None
         for _ in range(2):  # (the first run may compile or build the default model)
             t = time.perf_counter()
-            r = subprocess.run([sys.executable, "-m", "engine.cli", "backtest", str(f), "--out", str(CACHE / "bt-out"),
+            r = subprocess.run([sys.executable, "-m", "engine", "backtest", str(f), "--out", str(CACHE / "bt-out"),
                                 "--quiet", "--json", "--orders", "maker"], check=True, capture_output=True, text=True,
                                cwd=ROOT)
             dt = time.perf_counter() - t

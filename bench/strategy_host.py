@@ -24,10 +24,10 @@ import numpy as np
 
 from engine import latency
 from engine.records import SIGNAL_WORDS
-from engine.runner import uses_sigmoid
 from engine.strategy_build import build, load_host
 from engine.strategy_load import load
 from models import artifact
+from models.artifact import uses_sigmoid
 from models.default import default_model_dir
 from models.training import source_ticks
 

@@ -50,7 +50,7 @@ CONFIGS = {"auto": [], "fifo": ["--policy", "fifo"], "other": ["--policy", "othe
 
 def run_engine(rate, duration, extra):
     sig = f"/tmp/bench-t2s-{os.getpid()}.sig"
-    cmd = [sys.executable, "-m", "engine.cli", "run", "--core", str(CORE), "--duration", str(duration),
+    cmd = [sys.executable, "-m", "engine", "run", "--core", str(CORE), "--duration", str(duration),
            "--rate", str(rate), "--json", "--name", f"bench-t2s-{os.getpid()}", "--http", "none", "--pub", "none",
            "--signals-out", sig, *extra]
     env = dict(os.environ, PYTHONPATH=str(_common.ROOT))

@@ -1,4 +1,15 @@
-"""Low-latency trading-signal engine: rings, strategy loop, latency, CLI."""
+"""Low-latency trading-signal engine. This package is two layers (README "Layout"):
+
+- the core: every module directly in engine/ (records, tick files, rings and shared memory,
+  intrinsics and the clock, latency, the strategy contract, loader, host and loop, real-time
+  setup, waits, locks, outputs, signal files). It imports nothing from feeds/, models/,
+  replay/, fpga/, strategies/ or engine/app/: everything else builds on it.
+- the application, engine/app/: the `engine` command line, the orchestration of a run, the
+  control plane, doctor, config. It may import everything; nothing imports it.
+
+engine/__main__.py (`python -m engine`) is an entry point, not part of the core.
+tests/test_layers.py checks these rules.
+"""
 import hashlib
 import os
 import sys

@@ -19,6 +19,24 @@ def available_cpus():
     return sorted(os.sched_getaffinity(0))
 
 
+def parse_cpulist(s):
+    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11}"""
+    out = set()
+    for part in (s or "").replace("\n", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            step = 1
+            if ":" in b:
+                b, step = b.split(":", 1)[0], 1
+            out.update(range(int(a), int(b) + 1, step))
+        elif part.isdigit():
+            out.add(int(part))
+    return out
+
+
 def check_core(core):
     cpus = available_cpus()
     if core not in cpus:

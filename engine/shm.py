@@ -1,4 +1,5 @@
-"""Ring files in /dev/shm: creation with ownership checks, mapping, read-only inspection.
+"""Ring files in /dev/shm: creation with ownership checks, mapping (read-only inspection of any
+ring: engine/ring_info.py).
 
 A ring is one file: a 4 KiB header page (int64 words, layout below) then the slots.
 Files are created 0600 under a temporary name and renamed into place, so nobody ever
@@ -124,7 +125,7 @@ def pid_alive(pid):
     return True
 
 
-def _read_header(path):
+def read_header(path):
     with open(path, "rb") as f:
         return read_header_fd(f.fileno(), path)
 
@@ -214,11 +215,11 @@ def open_rw(path, kind):
     finally:
         os.close(fd)
     hdr = np.frombuffer(mm, np.int64, HEADER_WORDS, 0)
-    _validate(path, hdr, size, kind)
+    validate(path, hdr, size, kind)
     return mm, hdr
 
 
-def _validate(path, hdr, size, kind):
+def validate(path, hdr, size, kind):
     if int(hdr[H_MAGIC]) != MAGIC:
         raise RingError(f"{path}: not an engine ring (bad magic)")
     if int(hdr[H_VERSION]) != LAYOUT_VERSION:
@@ -228,51 +229,3 @@ def _validate(path, hdr, size, kind):
     cap, rs = int(hdr[H_CAPACITY]), int(hdr[H_RECORD_SIZE])
     if cap <= 0 or cap & (cap - 1) or rs != 64 or HEADER_BYTES + cap * rs != size:
         raise RingError(f"{path}: inconsistent header (capacity {cap}, record size {rs}, file {size} bytes)")
-
-
-def inspect(path):
-    """Header and counters of a ring, read-only (a plain read; never writes)."""
-    hdr = _read_header(path).copy()
-    size = os.path.getsize(path)
-    _validate(path, hdr, size, None)
-    kind = int(hdr[H_KIND])
-    now = time.monotonic_ns()
-    pid = int(hdr[H_PID])
-    info = {
-        "path": path,
-        "kind": {RING_TICKS: "ticks (broadcast)", RING_SIGNALS: "signals (spsc)",
-                 RING_CONTROL: "engine control block"}.get(kind, str(kind)),
-        "layout_version": int(hdr[H_VERSION]),
-        "record_size": int(hdr[H_RECORD_SIZE]),
-        "capacity": int(hdr[H_CAPACITY]),
-        "producer_pid": pid,
-        "producer_alive": pid_alive(pid),
-        "heartbeat_age_s": round((now - int(hdr[H_HEARTBEAT_NS])) / 1e9, 3),
-        "state": STATE_NAMES.get(int(hdr[H_STATE]), str(int(hdr[H_STATE]))),
-        "created_unix_ns": int(hdr[H_CREATED_NS]),
-        "write_cursor": int(hdr[H_WRITE]),
-    }
-    if kind == RING_TICKS:
-        info["depth"] = int(hdr[H_DEPTH])
-    if kind == RING_CONTROL:
-        from . import control
-        info.update(loop_state=control.LOOP_STATE_NAMES.get(int(hdr[control.L_STATE]), "?"),
-                    ticks=int(hdr[control.L_TICKS]), signals=int(hdr[control.L_SIGNALS]),
-                    gaps=int(hdr[control.L_GAPS]), lost=int(hdr[control.L_LOST]),
-                    model_gen=int(hdr[control.CTL_MODEL_GEN]))
-        for k in ("write_cursor", "capacity", "record_size"):
-            info.pop(k)
-    elif kind == RING_SIGNALS:
-        info.update(read_cursor=int(hdr[H_READ]), consumer_pid=int(hdr[H_CONSUMER_PID]),
-                    drops=int(hdr[H_DROPS]), backlog=int(hdr[H_WRITE] - hdr[H_READ]))
-    else:
-        cons = []
-        for i in range(int(hdr[H_MAX_CONSUMERS])):
-            b = H_CONSUMERS + 8 * i
-            if hdr[b + C_PID]:
-                cons.append({"slot": i, "pid": int(hdr[b + C_PID]), "alive": pid_alive(int(hdr[b + C_PID])),
-                             "cursor": int(hdr[b + C_CURSOR]), "lag": int(hdr[H_WRITE] - hdr[b + C_CURSOR]),
-                             "lost": int(hdr[b + C_LOST]), "gaps": int(hdr[b + C_GAPS]),
-                             "resyncs": int(hdr[b + C_RESYNC])})
-        info["consumers"] = cons
-    return info

@@ -1,1 +1,6 @@
-"""Data sets, XGBoost training, Treelite/TL2cgen compilation and verified model artifacts."""
+"""Data sets, XGBoost training, Treelite/TL2cgen compilation and verified model artifacts.
+
+Layer: above the core and feeds/. Imports the engine core and feeds/ (data sets read sources);
+never fpga/ (the fpga-sim back end registers itself with models/artifact.py), replay/ or the
+application (engine/app/). tests/test_layers.py checks this.
+"""

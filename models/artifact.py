@@ -148,6 +148,12 @@ class Predictor:
         return self.manifest["files"].get("model.json", "")[:12]
 
 
+def uses_sigmoid(pred):
+    """Does this model score on the probability scale (binary:logistic: the loop applies the
+    sigmoid to its margin) rather than as a raw margin (regression)?"""
+    return pred.manifest.get("objective") == "binary:logistic"
+
+
 def _dlopen_bytes(data, label):
     fd = os.memfd_create(f"engine-model-{label}", os.MFD_CLOEXEC)
     os.write(fd, data)

@@ -97,7 +97,7 @@ def exec_setup(p, host, tf, res, k):
 def backtest_one(path, p, k=0, progress=False, looped=None):
     """Backtest and evaluate one tick file (file number k); a picklable dict (runs on a Dask
     worker as is). looped(hist, scores): called between the loop and the evaluation."""
-    from engine.runner import uses_sigmoid
+    from models.artifact import uses_sigmoid
     from engine.tickfile import TickFile, TickFileError
 
     from .backtest import file_depth, run_file, warm_up
@@ -316,7 +316,7 @@ def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
 
 
 def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_dir):
-    from engine.runner import uses_sigmoid
+    from models.artifact import uses_sigmoid
     from engine.signal_log import write_signals_parquet
 
     from . import report

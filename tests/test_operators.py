@@ -190,7 +190,7 @@ def test_nothing_found_stale_refused_and_bad_configs_are_one_line_errors(tmp_pat
 
 def test_histograms_are_cumulative_and_count_what_the_loop_recorded(eng):
     from engine import latency
-    from engine.prom import BUCKETS_S
+    from engine.app.prom import BUCKETS_S
     from hdrh.histogram import HdrHistogram
     m = scrape(eng)
     stages = {"tick_to_signal": ("engine_tick_to_signal_seconds", {})}
@@ -230,22 +230,23 @@ def test_a_latency_spike_leaves_the_windowed_quantile(eng):
     p99 over the window holding it is high; over the next window it is back to normal, while
     the since-start gauge keeps the spike."""
     from engine import shm
+    from engine.ring_info import inspect
     ring = shm.ring_path(f"{eng.name}.ticks")
     name = "engine_tick_to_signal_seconds"
     m0 = scrape(eng)
     backlog = RATE // 4
     os.kill(eng.proc.pid, signal.SIGSTOP)
     try:
-        w0 = shm.inspect(ring)["write_cursor"]
-        wait_until(lambda: shm.inspect(ring)["write_cursor"] >= w0 + backlog, "the feed ran on")
+        w0 = inspect(ring)["write_cursor"]
+        wait_until(lambda: inspect(ring)["write_cursor"] >= w0 + backlog, "the feed ran on")
     finally:
         os.kill(eng.proc.pid, signal.SIGCONT)
-    w1 = shm.inspect(ring)["write_cursor"]
+    w1 = inspect(ring)["write_cursor"]
     b0 = hist(m0, name)[0]
     # the window ends once the engine has read the whole backlog and a scrape shows it
-    cursor = lambda: next(c["cursor"] for c in shm.inspect(ring)["consumers"] if c["pid"] == eng.proc.pid)  # noqa
+    cursor = lambda: next(c["cursor"] for c in inspect(ring)["consumers"] if c["pid"] == eng.proc.pid)  # noqa
     wait_until(lambda: cursor() >= w1, "the backlog read")
-    read = shm.inspect(shm.ring_path(f"{eng.name}.ctl"))["ticks"]
+    read = inspect(shm.ring_path(f"{eng.name}.ctl"))["ticks"]
     m1 = wait_until(lambda: (lambda m: m if m["engine_ticks_total"][()] >= read else None)(scrape(eng)),
                     "a scrape after the backlog")
     b1 = hist(m1, name)[0]
@@ -342,8 +343,8 @@ def _isolation_lists(advice):
 
 
 def test_doctor_never_advises_isolating_the_housekeeping_core():
-    from engine.doctor import parse_cpulist, run_checks
-    from engine.rt import available_cpus
+    from engine.app.doctor import run_checks
+    from engine.rt import available_cpus, parse_cpulist
     for core in available_cpus():
         res = run_checks(core)
         for x in res:

@@ -11,7 +11,7 @@ import pytest
 
 from engine import rt
 from engine.latency import STAGES
-from engine.runner import STRATEGY_THREAD_NAME
+from engine.app.runner import STRATEGY_THREAD_NAME
 from engine.signal_log import read_signals
 
 from .conftest import ROOT, engine_cmd, engine_env, strategy_core

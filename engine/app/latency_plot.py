@@ -2,7 +2,7 @@
 whole log (its intervals added up), on the usual log scale of 1 / (1 - percentile)."""
 import numpy as np
 
-from . import hlog, latency
+from engine import hlog, latency
 
 PCTS = np.array([50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.995, 99.999])
 

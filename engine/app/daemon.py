@@ -21,9 +21,11 @@ import threading
 import time
 
 
-from . import control as C
-from . import latency, prom, runtime_file, shm, sigring
-from .records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
+from engine import control as C
+from engine import latency, shm, sigring
+from engine.records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
+
+from . import prom, runtime_file
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
@@ -485,7 +487,7 @@ class ControlPlane:
             log(f"http://{x.http[0]}:{x.http[1]}/metrics /health /ready; /status and /control/* need the token in "
                 f"{x.token_file}")
         if x.hlog_path:
-            from .hlog import HlogWriter
+            from engine.hlog import HlogWriter
             self.hlog = HlogWriter(x.hlog_path)
             log(f"latency interval log -> {x.hlog_path} every {x.hlog_interval:g} s")
         self.runtime = self._publish_runtime_file()

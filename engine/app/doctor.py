@@ -9,7 +9,7 @@ import glob
 import os
 import resource
 
-from .rt import available_cpus
+from engine.rt import available_cpus, parse_cpulist
 
 CPU = "/sys/devices/system/cpu"
 
@@ -20,24 +20,6 @@ def _read(path):
             return f.read().strip()
     except OSError:
         return None
-
-
-def parse_cpulist(s):
-    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11}"""
-    out = set()
-    for part in (s or "").replace("\n", ",").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            step = 1
-            if ":" in b:
-                b, step = b.split(":", 1)[0], 1
-            out.update(range(int(a), int(b) + 1, step))
-        elif part.isdigit():
-            out.add(int(part))
-    return out
 
 
 def _cmdline_list(cmdline, key):
@@ -73,42 +55,72 @@ def r(check, status, evidence, advice=""):
 
 
 def run_checks(core=None, priority=80):
+    """Every check for strategy core `core` (default: the last one this process may use), in the
+    order `engine doctor` prints them."""
     cpus = available_cpus()
     if core is None:
         core = max(cpus)
-    out = []
     if core not in set(range(os.cpu_count() or 1)):
         return [r("core", "fail", f"core {core} does not exist (cores 0-{(os.cpu_count() or 1) - 1})")]
     hk, why_not = housekeeping(core, cpus)
-    core_ok = core in cpus and not why_not
-    out.append(r("core", "pass" if core_ok else "fail" if core not in cpus else "warn",
-                 f"core {core}; this process may run on {','.join(map(str, sorted(cpus)))}; housekeeping (kernel "
-                 f"timekeeping and unbound work, the engine's control plane and feed): "
-                 f"{_cpus(hk) if hk else 'no core left'}",
-                 "" if core_ok else "the core is outside this process's affinity (cgroup cpuset, taskset)"
-                 if core not in cpus else why_not + (f": run the strategy on another core (--core {max(hk)})"
-                                                     if hk else "")))
-
-    def isolate(check, ok, evidence, advice):
-        """An isolation check: never advises isolating a housekeeping core (n/a when the strategy
-        core cannot be isolated)."""
-        if why_not:
-            out.append(r(check, "n/a", evidence, "" if ok else f"not isolated: {why_not}"))
-        else:
-            out.append(r(check, "pass" if ok else "warn", evidence, "" if ok else advice))
+    isolate = _isolation_check(why_not)
     cmdline = _read("/proc/cmdline") or ""
-    isolate("kernel command line", any(k in cmdline for k in ("isolcpus", "nohz_full")), cmdline or "unreadable",
-            f"add isolcpus=managed_irq,domain,{core} nohz_full={core} rcu_nocbs={core} irqaffinity={_cpus(hk)} "
-            "(ops/tuning.md)")
+    out = [_core_check(core, cpus, hk, why_not)]
+    out += _isolation_checks(core, hk, cmdline, isolate)
+    out += _power_checks(core)
+    out.append(_irq_check(core, hk, isolate))
+    out += _limit_checks(priority)
+    out.append(_clock_check())
+    out.append(_smt_check(core))
+    from engine.waits import choose
+    c = choose("auto", "auto", core=core, priority=priority)
+    out.append(r("policy auto picks", "pass", c.describe()))
+    return out
+
+
+def _core_check(core, cpus, hk, why_not):
+    core_ok = core in cpus and not why_not
+    return r("core", "pass" if core_ok else "fail" if core not in cpus else "warn",
+             f"core {core}; this process may run on {','.join(map(str, sorted(cpus)))}; housekeeping (kernel "
+             f"timekeeping and unbound work, the engine's control plane and feed): "
+             f"{_cpus(hk) if hk else 'no core left'}",
+             "" if core_ok else "the core is outside this process's affinity (cgroup cpuset, taskset)"
+             if core not in cpus else why_not + (f": run the strategy on another core (--core {max(hk)})"
+                                                 if hk else ""))
+
+
+def _isolation_check(why_not):
+    """An isolation check's result: never advises isolating a housekeeping core (n/a when the
+    strategy core cannot be isolated)."""
+    def isolate(check, ok, evidence, advice):
+        if why_not:
+            return r(check, "n/a", evidence, "" if ok else f"not isolated: {why_not}")
+        return r(check, "pass" if ok else "warn", evidence, "" if ok else advice)
+    return isolate
+
+
+def _isolation_checks(core, hk, cmdline, isolate):
+    """The kernel command line, isolated and nohz_full CPUs, rcu_nocbs."""
+    out = [isolate("kernel command line", any(k in cmdline for k in ("isolcpus", "nohz_full")),
+                   cmdline or "unreadable",
+                   f"add isolcpus=managed_irq,domain,{core} nohz_full={core} rcu_nocbs={core} "
+                   f"irqaffinity={_cpus(hk)} (ops/tuning.md)")]
     for name, path, key in (("isolated CPUs", f"{CPU}/isolated", "isolcpus"),
                             ("nohz_full CPUs", f"{CPU}/nohz_full", "nohz_full")):
         v = _read(path)
         s = parse_cpulist(v) if v not in (None, "(null)") else set()
-        isolate(name, core in s, f"{path}: {v or '(none)'}",
-                f"boot with {key}={core} so the scheduler and timer tick leave it alone")
+        out.append(isolate(name, core in s, f"{path}: {v or '(none)'}",
+                           f"boot with {key}={core} so the scheduler and timer tick leave it alone"))
     rcu = _cmdline_list(cmdline, "rcu_nocbs")
-    isolate("rcu_nocbs", bool(rcu and core in rcu), f"rcu_nocbs={','.join(map(str, sorted(rcu)))}" if rcu else
-            "not on the command line", f"boot with rcu_nocbs={core}: RCU callbacks run on {_cpus(hk)}")
+    out.append(isolate("rcu_nocbs", bool(rcu and core in rcu),
+                       f"rcu_nocbs={','.join(map(str, sorted(rcu)))}" if rcu else "not on the command line",
+                       f"boot with rcu_nocbs={core}: RCU callbacks run on {_cpus(hk)}"))
+    return out
+
+
+def _power_checks(core):
+    """Frequency governor, C-states, PM QoS, transparent huge pages."""
+    out = []
     gov = _read(f"{CPU}/cpu{core}/cpufreq/scaling_governor")
     out.append(r("cpu frequency governor", "n/a" if gov is None else "pass" if gov == "performance" else "warn",
                  f"cpu{core}: {gov}" if gov else "no cpufreq (a VM, or fixed frequency)",
@@ -138,15 +150,25 @@ def run_checks(core=None, priority=80):
     out.append(r("transparent huge pages", "n/a" if thp is None else "warn" if "[always]" in thp else "pass",
                  thp or "unreadable", "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (compaction stalls)"
                  if thp and "[always]" in thp else ""))
+    return out
+
+
+def _irq_check(core, hk, isolate):
     hits = []
     for d in glob.glob("/proc/irq/[0-9]*"):
         aff = parse_cpulist(_read(f"{d}/smp_affinity_list"))
         if core in aff and len(aff) < (os.cpu_count() or 1) + 1:
             hits.append(os.path.basename(d))
-    isolate("IRQ affinity", not hits,
-            f"{len(hits)} IRQs may run on core {core}" + (f" (e.g. {', '.join(sorted(hits, key=int)[:8])})" if hits else ""),
-            f"steer IRQs to {_cpus(hk)}, off core {core}: /proc/irq/*/smp_affinity_list, "
-            f"IRQBALANCE_BANNED_CPULIST={core}")
+    return isolate("IRQ affinity", not hits,
+                   f"{len(hits)} IRQs may run on core {core}" + (f" (e.g. {', '.join(sorted(hits, key=int)[:8])})"
+                                                                 if hits else ""),
+                   f"steer IRQs to {_cpus(hk)}, off core {core}: /proc/irq/*/smp_affinity_list, "
+                   f"IRQBALANCE_BANNED_CPULIST={core}")
+
+
+def _limit_checks(priority):
+    """RT throttling, swap, the memlock and RT priority limits."""
+    out = []
     rt_rt = _read("/proc/sys/kernel/sched_rt_runtime_us")
     rt_p = _read("/proc/sys/kernel/sched_rt_period_us")
     out.append(r("RT throttling", "n/a" if rt_rt is None else "pass" if rt_rt == "-1" else "warn",
@@ -168,28 +190,30 @@ def run_checks(core=None, priority=80):
     rt_ok = root or soft >= priority
     out.append(r("RT priority limit", "pass" if rt_ok else "fail", f"RLIMIT_RTPRIO {soft}" + (" (root)" if root else ""),
                  "" if rt_ok else f"LimitRTPRIO={priority} in the unit, or rtprio {priority} in limits.conf"))
+    return out
+
+
+def _clock_check():
     cs = _read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
     status = "n/a" if cs is None else "pass" if cs == "tsc" else "warn" if cs in ("kvm-clock", "hyperv_clocksource_tsc_page") else "fail"
-    out.append(r("clock source", status, f"{cs} (available: "
-                 f"{_read('/sys/devices/system/clocksource/clocksource0/available_clocksource')})",
-                 "" if status in ("pass", "n/a") else "tsc is best (clocksource=tsc tsc=reliable); "
-                 "hpet/acpi_pm cost a system call per clock read" if status == "fail" else
-                 "a paravirtual clock: vDSO reads work, tsc would be cheaper"))
+    return r("clock source", status, f"{cs} (available: "
+             f"{_read('/sys/devices/system/clocksource/clocksource0/available_clocksource')})",
+             "" if status in ("pass", "n/a") else "tsc is best (clocksource=tsc tsc=reliable); "
+             "hpet/acpi_pm cost a system call per clock read" if status == "fail" else
+             "a paravirtual clock: vDSO reads work, tsc would be cheaper")
+
+
+def _smt_check(core):
     sib = parse_cpulist(_read(f"{CPU}/cpu{core}/topology/thread_siblings_list")) - {core}
     if not sib:
-        out.append(r("SMT sibling", "pass", f"cpu{core} has no hyperthread sibling"))
-    else:
-        iso = parse_cpulist(_read(f"{CPU}/isolated"))
-        shared = sorted(sib & {HOUSEKEEPING_CORE})
-        advice = (f"cpu{shared[0]} is the housekeeping core and stays busy: pick a strategy core whose sibling it is "
-                  "not, or disable SMT (nosmt)" if shared else
-                  "isolate the sibling too (and keep it idle), or disable SMT")
-        out.append(r("SMT sibling", "pass" if sib <= iso else "warn", f"cpu{core} shares its core with "
-                     f"cpu{','.join(map(str, sorted(sib)))}", "" if sib <= iso else advice))
-    from .waits import choose
-    c = choose("auto", "auto", core=core, priority=priority)
-    out.append(r("policy auto picks", "pass", c.describe()))
-    return out
+        return r("SMT sibling", "pass", f"cpu{core} has no hyperthread sibling")
+    iso = parse_cpulist(_read(f"{CPU}/isolated"))
+    shared = sorted(sib & {HOUSEKEEPING_CORE})
+    advice = (f"cpu{shared[0]} is the housekeeping core and stays busy: pick a strategy core whose sibling it is "
+              "not, or disable SMT (nosmt)" if shared else
+              "isolate the sibling too (and keep it idle), or disable SMT")
+    return r("SMT sibling", "pass" if sib <= iso else "warn", f"cpu{core} shares its core with "
+             f"cpu{','.join(map(str, sorted(sib)))}", "" if sib <= iso else advice)
 
 
 def format_table(res):

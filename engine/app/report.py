@@ -1,7 +1,7 @@
 """The end-of-run summary: a table for people, one JSON object for programs."""
 import json
 
-from .latency import STAGES
+from engine.latency import STAGES
 
 COLS = ("p50", "p90", "p99", "p99.9", "p99.99", "max")
 

@@ -12,7 +12,7 @@ left the window (the since-start percentiles of `engine_latency_ns` never do).
 """
 import numpy as np
 
-from . import latency
+from engine import latency
 
 # bucket upper bounds, seconds: 100 ns to 1 s, 1-2-5 steps (+Inf is added)
 BUCKETS_S = (1e-7, 2e-7, 5e-7, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4,

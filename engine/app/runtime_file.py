@@ -51,7 +51,7 @@ class Published:
 def publish(name, info):
     """Write the runtime file of engine `name` (info: JSON-able endpoints) atomically; returns a
     Published to remove() at exit."""
-    from .locks import lock_dir
+    from engine.locks import lock_dir
     d = lock_dir()
     path = os.path.join(d, _file_name(name))
     tmp = os.path.join(d, f".{_file_name(name)}.tmp-{os.getpid()}")

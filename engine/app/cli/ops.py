@@ -1,5 +1,6 @@
-"""Commands that talk to a running engine: `engine ctl`, `engine stats`, `engine signals`
-(--follow a running engine, or show a signal file).
+"""Operator commands. Those that talk to a running engine: `engine ctl`, `engine stats`,
+`engine signals` (--follow a running engine, or show a signal file); and those about the
+machine and its measurements: `engine doctor`, `engine latency-plot`.
 
 Where the engine is comes from, in this order: the flags (--http, --token-file, --follow
 ENDPOINT); --config FILE (the TOML `engine run --config` reads: name, [control] http, pub,
@@ -14,7 +15,7 @@ import sys
 
 import numpy as np
 
-from .cli import _existing_file, _http_addr, _nonneg_int, _sub_endpoint, zmq_endpoint
+from .common import existing_file, http_addr, nonneg_int, sub_endpoint, zmq_endpoint
 
 DEFAULTS = {"http": "127.0.0.1:9464", "pub": "tcp://127.0.0.1:5556"}
 FLAG = {"http": "--http", "pub": "--follow"}
@@ -29,10 +30,10 @@ class Where:
 
 def resolve(a, want):
     """Where engine a.name's `want` ("http" or "pub") endpoint is (see the module's docstring)."""
-    from .runtime_file import RuntimeFileError, find
+    from engine.app.runtime_file import RuntimeFileError, find
     conf = {}
     if getattr(a, "config", None):
-        from .config import load
+        from engine.app.config import load
         conf = load(a.config)
     name = a.name or conf.get("name") or "engine"
     flag = a.http if want == "http" else (a.follow if isinstance(a.follow, str) else None)  # (True: --follow alone)
@@ -55,14 +56,14 @@ def resolve(a, want):
         raise ValueError(f"engine {name!r} has no {what}: {origin} says none")
     try:
         if want == "http":
-            value = _http_addr(value)
+            value = http_addr(value)
         else:
             value = zmq_endpoint(value, bind=False)
     except (ValueError, argparse.ArgumentTypeError) as e:
         raise ValueError(f"{origin}: {e}") from None
     token = None
     if want == "http":
-        from .daemon import runtime_dir
+        from engine.app.daemon import runtime_dir
         same = rt is not None and rt.get("http") == f"{value[0]}:{value[1]}"
         token = (a.token_file or conf.get("token_file") or (rt.get("token_file") if same else None)
                  or os.path.join(runtime_dir(), f"{name}.token"))
@@ -74,7 +75,7 @@ def _control(a, method, path):
     import urllib.error
     import urllib.request
 
-    from .daemon import read_token
+    from engine.app.daemon import read_token
     w = resolve(a, "http")
     host, port = w.value
     try:
@@ -131,7 +132,7 @@ def cmd_ctl(a):
 
 
 def cmd_stats(a):
-    from .report import percentile_table
+    from engine.app.report import percentile_table
     code, body = _control(a, "GET", "/status")
     if code != 200:
         raise ValueError(f"engine said {code}: {body.get('error', body)}")
@@ -154,7 +155,7 @@ def cmd_signals(a):
 def cmd_signals_follow(a):
     import zmq
 
-    from .records import SIGNAL_DTYPE, signal_dict
+    from engine.records import SIGNAL_DTYPE, signal_dict
     endpoint = resolve(a, "pub").value
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.SUB)
@@ -192,8 +193,8 @@ def cmd_signals_follow(a):
 
 
 def cmd_signals_show(a):
-    from .records import PRICE_SCALE, signal_dict
-    from .signal_log import read_signals, status
+    from engine.records import PRICE_SCALE, signal_dict
+    from engine.signal_log import read_signals, status
     s = read_signals(a.file)
     note = status(a.file)["note"]  # "incomplete: the writer stopped at record N (reason)"
     if a.json:
@@ -224,25 +225,54 @@ def _where_args(q, http=True):
                        help="its token (default: --config, the runtime file, else $XDG_RUNTIME_DIR/engine/NAME.token)")
 
 
+def cmd_latency_plot(a):
+    from engine.app.latency_plot import plot
+    out = plot(a.file, a.out, stages=a.stage)
+    print(out)
+    return 0
+
+
+def cmd_doctor(a):
+    from engine.app.doctor import run_checks, format_table
+    res = run_checks(a.core)
+    if a.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(format_table(res))
+    return 1 if any(r["status"] == "fail" for r in res) else 0
+
+
 def add_parsers(sub):
-    """`engine signals`, `engine ctl`, `engine stats` on the top-level subparsers."""
+    """`engine signals`, `engine ctl`, `engine stats`, `engine latency-plot`, `engine doctor`."""
+    _add_signals(sub)
+    _add_ctl(sub)
+    _add_stats(sub)
+    _add_latency_plot(sub)
+    _add_doctor(sub)
+
+
+def _add_signals(sub):
+    """`engine signals --follow [ENDPOINT]` and `engine signals show FILE`."""
     s = sub.add_parser("signals", help="signal tools: show a signal file, or --follow a running engine",
                        description="engine signals --follow [ENDPOINT] prints a running engine's signals as JSON "
                                    "lines (from its zmq PUB socket: ENDPOINT, else --config's [control] pub, else "
                                    "the runtime file of --name); engine signals show FILE prints a signal file.")
-    s.add_argument("--follow", nargs="?", const=True, default=None, metavar="ENDPOINT", type=_sub_endpoint,
+    s.add_argument("--follow", nargs="?", const=True, default=None, metavar="ENDPOINT", type=sub_endpoint,
                    help="subscribe to ENDPOINT (default: where engine --name publishes)")
     _where_args(s, http=False)
     s.add_argument("--topic", action="append", help="only these instruments (repeatable; default all)")
-    s.add_argument("--count", type=_nonneg_int, default=0, help="stop after N signals (default 0: never)")
+    s.add_argument("--count", type=nonneg_int, default=0, help="stop after N signals (default 0: never)")
     s.set_defaults(fn=cmd_signals)
     ss = s.add_subparsers(dest="signals_cmd", required=False, metavar="SUBCOMMAND")
     sh = ss.add_parser("show", help="print the signals in a signal file")
-    sh.add_argument("file", type=_existing_file)
-    sh.add_argument("--limit", type=_nonneg_int, default=0, help="only the first N (default 0: all)")
+    sh.add_argument("file", type=existing_file)
+    sh.add_argument("--limit", type=nonneg_int, default=0, help="only the first N (default 0: all)")
     sh.add_argument("--json", action="store_true", help="one JSON object per line")
     sh.set_defaults(fn=cmd_signals)
 
+
+def _add_ctl(sub):
+    """`engine ctl status|pause|resume|reload`."""
     ct = sub.add_parser("ctl", help="control a running engine: status, pause, resume, reload",
                         description="pause: the loop keeps reading ticks and features stay current, but nothing is "
                                     "scored or signalled; resume; reload: verify and swap the model (as SIGHUP). "
@@ -252,7 +282,32 @@ def add_parsers(sub):
     _where_args(ct)
     ct.add_argument("--json", action="store_true", help="one JSON object on one line")
     ct.set_defaults(fn=cmd_ctl)
+
+
+def _add_stats(sub):
+    """`engine stats`."""
     st = sub.add_parser("stats", help="a running engine's counters and latency percentiles")
     _where_args(st)
     st.add_argument("--json", action="store_true")
     st.set_defaults(fn=cmd_stats)
+
+
+def _add_latency_plot(sub):
+    """`engine latency-plot FILE.hlog --out PNG`."""
+    lp = sub.add_parser("latency-plot", help="plot an .hlog's percentile distribution per stage")
+    lp.add_argument("file", type=existing_file, help="HdrHistogram interval log (.hlog)")
+    lp.add_argument("--out", required=True, help="PNG to write")
+    lp.add_argument("--stage", action="append", help="only these stages (repeatable; default all)")
+    lp.set_defaults(fn=cmd_latency_plot)
+
+
+def _add_doctor(sub):
+    """`engine doctor [--core N]`."""
+    dr = sub.add_parser("doctor", help="check how well this machine is tuned for a strategy core",
+                        description="Reads the kernel command line, isolated/nohz_full/rcu_nocbs CPUs, governor, "
+                                    "C-states and PM QoS, THP, IRQ affinity, RT throttling, swap, memlock and RT "
+                                    "limits, clock source and the SMT sibling, and prints pass/warn/fail/n/a with "
+                                    "what it read. Exit status 1 if any check fails.")
+    dr.add_argument("--core", type=int, default=None, help="the strategy core (default: the last one)")
+    dr.add_argument("--json", action="store_true")
+    dr.set_defaults(fn=cmd_doctor)

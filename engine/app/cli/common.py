@@ -1,0 +1,209 @@
+"""What every command group shares: argparse type= validators (a bad value is one line naming
+the option, before any work starts), the shared option sets (--strategy/--param, --verify-key,
+a tick ring's publisher options), the one-line parser error, and small helpers of the handlers."""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+
+SOURCES_HELP = """
+sources:
+  synthetic://?instruments=4&rate=100000&seed=1&trade_prob=0.1&gap_us=10&count=0&depth=10
+  itch:FILE[?symbols=A,B&date=YYYY-MM-DD&utc_offset=H&on_error=stop|skip&depth=10]   ITCH 5.0 day file (gzip ok)
+  moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&symbols=..&depth=10]   live ITCH
+  dbn:FILE[?symbols=ESH4&on_error=stop|skip&depth=10]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
+  binance:FILE[?size_unit=1e-5&depth=10]                   raw Binance websocket capture (gzip ok)
+  tickfile:FILE                                            an engine tick file (engine convert, engine record)
+  depth=0..32: book levels a side sent as level ticks (0 = none; capped by what the data has); commands
+  that run a strategy ask for what it reads (0 for a touch-only strategy) unless the URI says
+"""
+
+
+def positive_float(s):
+    v = float(s)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+    return v
+
+
+def nonneg_float(s):
+    v = float(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+def pow2(s):
+    v = int(s)
+    if v < 2 or v & (v - 1):
+        raise argparse.ArgumentTypeError(f"must be a power of two >= 2, got {s}")
+    return v
+
+
+# argparse type= validators shared by every command: a bad value is one line naming the option
+# (argparse adds "argument --NAME:"), before any work starts
+
+def _int(s):
+    try:
+        return int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+
+
+def positive_int(s):
+    v = _int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {s}")
+    return v
+
+
+def nonneg_int(s):
+    v = _int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+def int_range(lo, hi):
+    def check(s):
+        v = _int(s)
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be {lo}..{hi}, got {s}")
+        return v
+    return check
+
+
+def existing_file(s):
+    """A readable regular file (a directory, a missing or unreadable path is refused by name)."""
+    import stat
+    try:
+        st = os.stat(s)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{s}: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise argparse.ArgumentTypeError(f"{s}: is a directory, not a file")
+    if not os.access(s, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{s}: permission denied")
+    return s
+
+
+def npy_file(s):
+    """An existing .npy array file (checked by reading its header)."""
+    existing_file(s)
+    try:
+        np.load(s, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        why = str(e).splitlines()[0] if str(e) else "empty"
+        raise argparse.ArgumentTypeError(f"{s}: not a .npy array file ({why})") from None
+    return s
+
+
+def zmq_endpoint(s, bind=True):
+    """tcp://HOST:PORT, ipc://PATH (to bind: in an existing directory) or inproc://NAME."""
+    s = str(s)
+    if s.startswith("tcp://"):
+        host, sep, port = s[6:].rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{s!r} is not tcp://HOST:PORT (PORT 1-65535)")
+    elif s.startswith("ipc://"):
+        path = s[6:]
+        if not path or len(os.fsencode(path)) > 107:
+            raise argparse.ArgumentTypeError(f"{s!r}: ipc://PATH needs a path of 1-107 bytes")
+        d = os.path.dirname(os.path.abspath(path))
+        if bind and not os.path.isdir(d):
+            raise argparse.ArgumentTypeError(f"{s!r}: no directory {d}")
+    elif not (s.startswith("inproc://") and len(s) > 9):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a zmq endpoint (tcp://HOST:PORT or ipc://PATH)")
+    return s
+
+
+def pub_endpoint(s):
+    return s if s in ("", "none") else zmq_endpoint(s, bind=True)
+
+
+def sub_endpoint(s):
+    return zmq_endpoint(s, bind=False)
+
+
+def http_addr(v):
+    if v in (None, "", "none"):
+        return None
+    from feeds.uri import hostport
+    return hostport(v, "HOST:PORT for --http")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One line, not the usage block: which argument and why, and where to look."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+STRATEGY_HELP = ("strategy: a built-in name (microstructure, depth_imbalance) or a .py file written to the "
+                 "contract in README 'Strategies' (default microstructure)")
+def strategy_args(q):
+    """--strategy and --param: every command that runs a strategy's code takes them."""
+    q.add_argument("--strategy", default=None, metavar="NAME|FILE.py", help=STRATEGY_HELP)
+    q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="set one of the strategy's PARAMS for this run (repeatable); unknown names are an error")
+
+
+def overrides(a):
+    """--param NAME=VALUE (repeatable), over [strategy.params] from --config."""
+    from engine.strategy_load import parse_params
+    return {**(getattr(a, "param_table", None) or {}), **parse_params(a.param)}
+
+
+def strategy_host(a):
+    from engine.strategy_build import load_host
+    return load_host(a.strategy, overrides(a))
+
+
+VERIFY_KEY_HELP = ("refuse every model artifact (and FPGA directory) not signed by this key: an ed25519 public key "
+                   "(engine model keygen) or an HMAC secret (default $ENGINE_MODEL_VERIFY_KEY)")
+SIGN_KEY_HELP = ("sign what this writes with this private key (ed25519, or an HMAC secret; default "
+                 "$ENGINE_MODEL_SIGN_KEY)")
+
+
+def verify_key_arg(q):
+    """--verify-key: every command that loads a model (or runs an FPGA directory) takes it."""
+    q.add_argument("--verify-key", default=None, metavar="KEY", help=VERIFY_KEY_HELP)
+
+
+def model_keys(a):
+    """--verify-key / [model] verify_key and --sign-key: checked now (a bad key file is an error
+    before any work) and put in the environment, where every load, the reload and child
+    processes find them (models/signing.py)."""
+    if not hasattr(a, "verify_key") and not hasattr(a, "sign_key"):
+        return
+    from models import signing
+    if hasattr(a, "verify_key"):
+        signing.use_verify_key(a.verify_key)
+    if hasattr(a, "sign_key"):
+        key = signing.use_sign_key(a.sign_key)
+        vkey = signing.verify_key() if key is None and a.cmd in ("train", "compile") else None
+        if vkey is not None:  # before the work: write_manifest would refuse it at the end
+            raise ValueError(f"a verify key is configured ({vkey.describe()}) but no signing key, so the artifact "
+                             f"would be unsigned and refused; give --sign-key PRIVATE_KEY (or {signing.ENV_SIGN})")
+
+
+def publisher_args(q):
+    """What every process that writes a tick ring takes."""
+    q.add_argument("--ring", default="engine.ticks", help="ring name in /dev/shm or a path (default engine.ticks)")
+    q.add_argument("--speed", type=positive_float, default=1.0,
+                   help="files: the recorded pace times X (default 1)")
+    q.add_argument("--max", action="store_true", help="publish as fast as possible")
+    q.add_argument("--capacity", type=pow2, default=1 << 18, help="ring slots (power of two, default 262144)")
+    q.add_argument("--wait-consumers", type=nonneg_int, default=0,
+                   help="hold ticks until this many consumers attach")
+    q.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
+    q.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
+
+
+def print_warnings(ws, json_out=False):
+    """An input's or output's warnings (an incomplete tick file...): in the printed summary, or on
+    stderr when stdout is one JSON object."""
+    for w in ws:
+        print(f"engine: warning: {w}" if json_out else f"  warning: {w}", file=sys.stderr if json_out else sys.stdout,
+              flush=True)

@@ -1,0 +1,187 @@
+"""Data commands: `engine convert`, `engine record`, `engine features`, `engine ring inspect`,
+`engine moldudp64 serve` (test traffic for the MoldUDP64 receiver)."""
+import argparse
+import json
+import signal
+import threading
+
+from .common import (SOURCES_HELP, nonneg_float, nonneg_int, positive_float, positive_int, print_warnings,
+                     strategy_args, strategy_host)
+
+
+def cmd_convert(a):
+    from feeds.convert import convert
+
+    def wire(src):  # a live source (MoldUDP64) ends on SIGINT/SIGTERM with its file complete
+        if src.live:
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, lambda *_: src.stop())
+    res = convert(a.source, a.out, progress=not a.quiet, on_source=wire)
+    if a.json:
+        print(json.dumps(res))
+    else:
+        st = " ".join(f"{k}={v}" for k, v in res["stats"].items() if v)
+        print(f"{res['out']}: {res['ticks']:,} ticks, {len(res['instruments'])} instruments, "
+              f"{res['seconds']:.2f} s" + (f"\n  {st}" if st else "") + (f"\n  {res['note']}" if "note" in res else ""))
+    print_warnings(res.get("warnings", []), a.json)
+    return 0
+
+
+def cmd_mold_serve(a):
+    from feeds.mold_server import Server
+    from feeds.uri import hostport
+    stop = threading.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda *_: stop.set())
+    srv = Server(a.source, hostport(a.dest), session=a.session.encode(),
+                 rerequest=hostport(a.rerequest) if a.rerequest else None, rate=a.rate,
+                 drop=a.drop, drop_every=a.drop_every, linger=a.linger, iface=a.iface)
+    res = srv.run(stop.is_set)
+    if a.json:
+        print(json.dumps(res))
+    return 0
+
+
+def _session(s):
+    """A MoldUDP64 session: up to 10 printable ASCII characters (padded with spaces on the wire)."""
+    if not 1 <= len(s) <= 10 or not s.isascii() or not s.isprintable():
+        raise argparse.ArgumentTypeError(f"a MoldUDP64 session is 1-10 printable ASCII characters, got {s!r} "
+                                         f"({len(s)} characters)")
+    return s
+
+
+def _int_list(s):
+    try:
+        return tuple(int(x) for x in s.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated packet numbers, got {s!r}") from None
+
+
+def cmd_record(a):
+    from replay.record import record
+    res = record(a.ring, a.out, start="oldest" if a.from_oldest else "now", core=a.core, duration=a.duration,
+                 wait=a.wait)
+    if a.json:
+        print(json.dumps(res))
+    return 0
+
+
+def cmd_ring_inspect(a):
+    from engine import shm
+    from engine.ring_info import inspect
+
+    info = inspect(shm.ring_path(a.name))
+    if a.json:
+        print(json.dumps(info))
+        return 0
+    for k, v in info.items():
+        if k != "consumers":
+            print(f"{k:>18}: {v}")
+    for c in info.get("consumers", []):
+        print(f"{'consumer':>18}: slot {c['slot']} pid {c['pid']} ({'alive' if c['alive'] else 'dead'}) "
+              f"cursor {c['cursor']} lag {c['lag']} lost {c['lost']} gaps {c['gaps']}")
+    return 0
+
+
+def cmd_features(a):
+    from models.features_out import write_features
+    res = write_features(strategy_host(a), a.sources, a.out, ticks=a.ticks, progress=not a.quiet)
+    print(json.dumps(res) if a.json else f"{res['out']}: {res['rows']:,} rows x {res['features']} features from "
+          f"{res['ticks']:,} ticks ({res['sources']} source(s)), strategy {res['strategy']}")
+    return 0
+
+
+def add_parsers(sub):
+    _add_convert(sub)
+    _add_moldudp64(sub)
+    _add_record(sub)
+    _add_ring(sub)
+    _add_features(sub)
+
+
+def _add_convert(sub):
+    """`engine convert SOURCE --out FILE`."""
+    cv = sub.add_parser("convert", help="write a source's normalised ticks to .parquet, .csv or ITCH 5.0",
+                        description="Read SOURCE to its end and write its ticks: .parquet or .csv (one column "
+                                    "per tick field, prices int64 at 1e-9, sizes as in the record, seq from 0), "
+                                    ".itch / .itch.gz (ITCH 5.0 messages through the ITCH writer). The output "
+                                    "appears only when complete; a live source (moldudp64://) runs until its "
+                                    "session ends or SIGINT, then its file is completed. " + SOURCES_HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cv.add_argument("source")
+    cv.add_argument("--out", required=True, help="output file: .parquet, .csv, .itch or .itch.gz")
+    cv.add_argument("--quiet", action="store_true", help="no progress lines")
+    cv.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    cv.set_defaults(fn=cmd_convert)
+
+
+def _add_moldudp64(sub):
+    """`engine moldudp64 serve`."""
+    mo = sub.add_parser("moldudp64", help="MoldUDP64 tools")
+    mos = mo.add_subparsers(dest="mold_cmd", required=True, metavar="SUBCOMMAND")
+    ms_ = mos.add_parser("serve", help="send an ITCH stream as MoldUDP64 packets and answer re-requests",
+                         description="Send SOURCE (itch:FILE, or synthetic://?...&count=N through the ITCH writer) "
+                                     "to --dest as MoldUDP64 (unicast or multicast), then end the session and "
+                                     "linger, answering re-requests on --rerequest. --drop loses chosen packets "
+                                     "on purpose, to test gap handling.")
+    ms_.add_argument("source")
+    ms_.add_argument("--dest", required=True, help="HOST:PORT to send to (a 224-239.x.x.x group for multicast)")
+    ms_.add_argument("--rerequest", default=None, help="HOST:PORT to serve re-requests on (default: none)")
+    ms_.add_argument("--rate", type=nonneg_float, default=100_000.0,
+                     help="messages per second (0 = flat out; default 100000)")
+    ms_.add_argument("--session", type=_session, default="ENGINE0001",
+                     help="session name (up to 10 ASCII characters, space-padded)")
+    ms_.add_argument("--drop", type=_int_list, default=(), help="data packets to drop, by number from 0 (e.g. 3,17)")
+    ms_.add_argument("--drop-every", type=nonneg_int, default=0, help="drop every Nth data packet")
+    ms_.add_argument("--linger", type=nonneg_float, default=1.0,
+                     help="seconds to keep answering re-requests after the end (default 1)")
+    ms_.add_argument("--iface", default=None, help="local interface address to send multicast from (e.g. 127.0.0.1)")
+    ms_.add_argument("--json", action="store_true", help="print a summary object")
+    ms_.set_defaults(fn=cmd_mold_serve)
+
+
+def _add_record(sub):
+    """`engine record --ring NAME --out FILE.ticks`."""
+    rc = sub.add_parser("record", help="record a live tick ring into a tick file",
+                        description="Consume ring NAME like any other reader (never slowing its producer; gaps are "
+                                    "recorded with their exact counts) and write FILE.ticks until SIGINT/SIGTERM, "
+                                    "--duration, or the producer's end of stream, then completes the file; a write "
+                                    "that fails (a full disk) stops it with the file marked incomplete, its whole "
+                                    "records kept. "
+                                    "Run it off the strategy core (--core pins it).")
+    rc.add_argument("--ring", required=True, help="ring name in /dev/shm or a path")
+    rc.add_argument("--out", required=True, help="tick file to write (.ticks)")
+    rc.add_argument("--from-oldest", action="store_true", help="start at the oldest tick still in the ring (default: now)")
+    rc.add_argument("--core", type=int, default=None, help="pin the recorder to this core")
+    rc.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
+    rc.add_argument("--wait", type=nonneg_float, default=0.0,
+                    help="wait up to this many seconds for the ring to appear")
+    rc.add_argument("--json", action="store_true", help="print a summary object at the end")
+    rc.set_defaults(fn=cmd_record)
+
+
+def _add_ring(sub):
+    """`engine ring inspect NAME`."""
+    g = sub.add_parser("ring", help="ring tools")
+    gs = g.add_subparsers(dest="ring_cmd", required=True, metavar="SUBCOMMAND")
+    gi = gs.add_parser("inspect", help="print a ring's header and counters (read-only)")
+    gi.add_argument("name", help="ring name in /dev/shm (e.g. engine.ticks) or a path")
+    gi.add_argument("--json", action="store_true")
+    gi.set_defaults(fn=cmd_ring_inspect)
+
+
+def _add_features(sub):
+    """`engine features SOURCE... --out FILE`."""
+    fe = sub.add_parser("features", help="write a strategy's feature rows (the data set `engine train` uses)",
+                        description="Run the strategy over SOURCE(s) exactly as training does and write one row per "
+                                    "tick it scores: seq, ts_event, ts_recv, instrument, symbol (and source, with "
+                                    "several), then every feature by name. The output appears only when complete. "
+                                    + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    fe.add_argument("sources", nargs="+", metavar="SOURCE")
+    fe.add_argument("--out", required=True, help="output file: .parquet or .csv")
+    strategy_args(fe)
+    fe.add_argument("--ticks", type=positive_int, default=400_000,
+                    help="ticks per synthetic source without count= (default 400000)")
+    fe.add_argument("--quiet", action="store_true", help="no progress lines")
+    fe.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    fe.set_defaults(fn=cmd_features)

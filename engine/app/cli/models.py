@@ -1,0 +1,199 @@
+"""Model commands: `engine train`, `engine compile`, `engine predict`, `engine model
+default|inspect|keygen|sign`."""
+import argparse
+import json
+import sys
+
+from models.artifact import BACKEND_CHOICES
+
+from .common import (SIGN_KEY_HELP, SOURCES_HELP, int_range, nonneg_float, npy_file, positive_float,
+                     positive_int, strategy_args, strategy_host, verify_key_arg)
+
+
+def cmd_model_keygen(a):
+    from models.signing import keygen
+    key_id, paths = keygen(a.out, a.name, use_hmac=a.hmac)
+    if a.hmac:
+        print(f"{paths[0]}: HMAC-SHA256 secret, key {key_id} (mode 0600). It both signs and verifies: give it as "
+              f"--sign-key where models are built and as --verify-key / [model] verify_key where they run")
+    else:
+        print(f"{paths[0]}: ed25519 private key {key_id} (mode 0600): keep it on the build host; sign with "
+              f"`engine train/compile --sign-key {paths[0]}` or `engine model sign DIR --key {paths[0]}`")
+        print(f"{paths[1]}: its public key: configure it where models run (--verify-key, [model] verify_key, "
+              "ENGINE_MODEL_VERIFY_KEY)")
+    return 0
+
+
+def cmd_model_sign(a):
+    from models import signing
+    key = signing.load_key(a.key, private=True)
+    path, sha = signing.sign_directory(a.dir, key)
+    print(f"{a.dir}: signed (sha256 {sha[:16]}...) with {key.describe()} -> {path}")
+    return 0
+
+
+def cmd_model_default(a):
+    from models.default import default_model_dir
+    print(default_model_dir())
+    return 0
+
+
+def _strategy_now(ident):
+    """Does the strategy file the model was trained for still hold that strategy?"""
+    if not isinstance(ident, dict):
+        return "no strategy (generic)"
+    from engine.strategy_load import StrategyError, load
+    try:
+        s = load(ident.get("file"))
+    except StrategyError as e:
+        return f"cannot load it now: {e}"
+    return "unchanged" if s.sha256 == ident.get("sha256") else f"changed since (now sha256 {s.sha256[:12]}): refused"
+
+
+def cmd_model_inspect(a):
+    from models import artifact, signing
+    m = artifact.read_manifest(a.dir, check_signature=a.verify)  # --verify: refused here, before any dlopen
+    m["signature"] = artifact.signature_status(a.dir)
+    if signing.signer(a.dir, artifact.MANIFEST):
+        m["signed_by"] = signing.signer(a.dir, artifact.MANIFEST)
+    if a.verify:
+        artifact.load(a.dir)
+        m["verified"] = True
+        m["strategy_now"] = _strategy_now(m.get("strategy"))
+    print(json.dumps(m, indent=2))
+    return 0
+
+
+def _backends(s):
+    names = tuple(x.strip() for x in s.split(",") if x.strip())
+    if not names or not set(names) <= {"treelite", "flat"}:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of treelite, flat; got {s!r}")
+    return names
+
+
+def cmd_train(a):
+    from models.training import run_train
+    for flag, v, ok in (("--trees", a.trees, a.trees >= 1), ("--depth", a.depth, 1 <= a.depth <= 16),
+                        ("--eta", a.eta, a.eta > 0), ("--horizon", a.horizon, a.horizon > 0),
+                        ("--ticks", a.ticks, a.ticks >= 1), ("--early-stopping", a.early_stopping, a.early_stopping >= 1)):
+        if not ok:
+            raise ValueError(f"{flag} {v}: must be {'1..16' if flag == '--depth' else '> 0'}")
+    m = run_train(a.sources, a.out, host=strategy_host(a), trees=a.trees, depth=a.depth, eta=a.eta, horizon=a.horizon, unit=a.horizon_unit,
+                  labels=a.labels, dead_band_bps=a.dead_band, objective=a.objective, early_stopping=a.early_stopping,
+                  ticks=a.ticks, backends=a.backends, seed=a.seed)
+    print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], **m["training"]["test_metrics"]}))
+    return 0
+
+
+def cmd_compile(a):
+    from models.training import run_compile
+    m = run_compile(a.model, a.out, host=None if a.generic else strategy_host(a), generic=a.generic, backends=a.backends)
+    print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], "generic": m["generic"],
+                      "backends": m["validation"]["checked_backends"]}))
+    return 0
+
+
+def cmd_predict(a):
+    from models.training import predict_file
+    if a.backend == "fpga-sim":
+        import fpga.backend  # noqa: F401  (registers backend="fpga-sim" with models.artifact)
+    used, n = predict_file(a.dir, a.backend, a.input, a.output, a.margin)
+    print(f"{n} rows through {used} -> {a.output} ({'margins' if a.margin else 'scores'})", file=sys.stderr)
+    return 0
+
+
+def add_parsers(sub):
+    _add_model(sub)
+    _add_train(sub)
+    _add_compile(sub)
+    _add_predict(sub)
+
+
+def _add_model(sub):
+    """`engine model default|inspect|keygen|sign`."""
+    m = sub.add_parser("model", help="model tools")
+    ms = m.add_subparsers(dest="model_cmd", required=True, metavar="SUBCOMMAND")
+    md = ms.add_parser("default", help="build (if needed) the default model and print its directory")
+    md.set_defaults(fn=cmd_model_default)
+    mi = ms.add_parser("inspect", help="print an artifact's manifest")
+    mi.add_argument("dir")
+    mi.add_argument("--verify", action="store_true", help="also verify the signature (with a verify key), "
+                    "hashes and bit-exactness")
+    verify_key_arg(mi)
+    mi.set_defaults(fn=cmd_model_inspect)
+    mk = ms.add_parser("keygen", help="make a signing key: ed25519 NAME.key (0600) + NAME.pub, or --hmac",
+                       description="Write a new ed25519 key pair into DIR: NAME.key (private, mode 0600; signs on "
+                                   "the build host) and NAME.pub (public; engine hosts verify with it). --hmac: one "
+                                   "HMAC-SHA256 secret NAME.hmac (0600) that both signs and verifies. Never "
+                                   "overwrites a key.")
+    mk.add_argument("--out", required=True, metavar="DIR", help="directory to write the key files into")
+    mk.add_argument("--name", default="model", help="file name stem (default model)")
+    mk.add_argument("--hmac", action="store_true", help="an HMAC-SHA256 secret instead of an ed25519 pair")
+    mk.set_defaults(fn=cmd_model_keygen)
+    msg = ms.add_parser("sign", help="sign an artifact's manifest (or an FPGA directory's fpga.json)",
+                        description="Check every file of DIR against its manifest, then sign the manifest's exact "
+                                    "bytes (which hold every file's sha256) with --key, writing DIR/manifest.sig "
+                                    "(fpga.sig for an FPGA directory). Engines with a verify key refuse anything "
+                                    "not signed by it.")
+    msg.add_argument("dir", help="model artifact directory, or an FPGA directory")
+    msg.add_argument("--key", required=True, metavar="PRIVATE_KEY", help="ed25519 private key or HMAC secret (0600)")
+    msg.set_defaults(fn=cmd_model_sign)
+
+
+def _add_train(sub):
+    """`engine train SOURCE... --out DIR`."""
+    t = sub.add_parser("train", help="train and compile a model for a strategy from tick sources",
+                       description="Build a data set from SOURCE(s) with the strategy's own code (the rows `engine "
+                                   "features` writes), label it from future mid moves, split by time (train/validation/"
+                                   "test with an embargo), train XGBoost with early stopping, print test metrics, and "
+                                   "write a verified artifact that records the strategy it was trained for. "
+                                   + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("sources", nargs="+", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7")
+    strategy_args(t)
+    t.add_argument("--out", required=True, help="artifact directory to write")
+    t.add_argument("--trees", type=positive_int, default=200, help="maximum trees (default 200)")
+    t.add_argument("--depth", type=int_range(1, 16), default=6, help="tree depth (default 6)")
+    t.add_argument("--eta", type=positive_float, default=0.1, help="learning rate (default 0.1)")
+    t.add_argument("--horizon", type=positive_float, default=20, help="label horizon (default 20)")
+    t.add_argument("--horizon-unit", choices=("ticks", "ms"), default="ticks",
+                   help="horizon in the instrument's scored ticks or in exchange-time milliseconds")
+    t.add_argument("--labels", choices=("binary", "ternary"), default="binary",
+                   help="binary: up/down (flat dropped); ternary: +1/0/-1 with --dead-band")
+    t.add_argument("--dead-band", type=nonneg_float, default=0.5,
+                   help="ternary: |move| in bps counted as flat (default 0.5)")
+    t.add_argument("--objective", choices=("binary:logistic", "reg:squarederror"), default=None,
+                   help="default: binary:logistic for binary labels, reg:squarederror for ternary")
+    t.add_argument("--early-stopping", type=positive_int, default=20,
+                   help="rounds without improvement before stopping")
+    t.add_argument("--ticks", type=positive_int, default=400_000,
+                   help="ticks per synthetic source without count= (default 400000)")
+    t.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build (default treelite,flat)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP)
+    t.set_defaults(fn=cmd_train)
+
+
+def _add_compile(sub):
+    """`engine compile MODEL --out DIR`."""
+    c = sub.add_parser("compile", help="compile an XGBoost model trained elsewhere into an artifact")
+    c.add_argument("model", help="XGBoost model (.json or .ubj)")
+    c.add_argument("--out", required=True, help="artifact directory to write")
+    c.add_argument("--generic", action="store_true",
+                   help="no strategy: usable for predict and benchmarks, refused by `engine run`")
+    c.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build")
+    strategy_args(c)
+    c.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP)
+    c.set_defaults(fn=cmd_compile)
+
+
+def _add_predict(sub):
+    """`engine predict DIR --input X.npy --output Y.npy`."""
+    pr = sub.add_parser("predict", help="score float32 rows from a .npy file through one back end")
+    pr.add_argument("dir", help="model artifact directory")
+    pr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                    help="auto = the fastest bit-exact back end here; xgboost = the reference")
+    pr.add_argument("--input", required=True, type=npy_file, help="float32 rows [n, features], NaN = missing (.npy)")
+    pr.add_argument("--output", required=True, help="float32 results (.npy), written atomically")
+    pr.add_argument("--margin", action="store_true", help="raw margins instead of probabilities")
+    verify_key_arg(pr)
+    pr.set_defaults(fn=cmd_predict)

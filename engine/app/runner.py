@@ -1,0 +1,692 @@
+"""`engine run`: feed process -> tick ring -> pinned real-time strategy thread -> signals.
+
+Start-up order follows DESIGN.md: load (or build) the model, compile the loop, create
+the rings, spawn the feed, then in the strategy thread: pin, lock memory, pre-fault,
+warm the model, switch to SCHED_FIFO, attach to the ring (which releases the feed),
+and run. The main thread (on the other cores) drains signals to the signal file,
+refreshes the loop's lease, and watches the feed, the clock and SIGINT/SIGTERM.
+
+Application layer (engine/app/). run() is that order as named steps, the methods of _Run:
+check_request, open_input, check_machine, check_free, load_model, compile, lock_memory (nothing
+created yet), then create_rings, start_feed, start_thread, serve, and stop (always, to the end).
+"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models import artifact
+from models.artifact import uses_sigmoid
+
+from engine import control as C
+from engine import latency, ring_info, rt, shm, sigring, waits, warmup
+from engine.records import SIGNAL_WORDS
+from engine.signal_log import SignalLog
+from engine.tickring import TickConsumer
+
+LEASE_NS = 3_000_000_000  # the loop stops by itself if the main thread goes quiet this long
+DRAIN_PERIOD_S = 0.002
+STRATEGY_THREAD_NAME = "engine-strategy"
+MAX_INSTRUMENTS = 65536  # feature state for every possible instrument index of an external ring
+
+
+def log(msg):
+    print(f"[engine] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunConfig:
+    core: int | None = None
+    priority: int = 80
+    realtime: bool = True           # False (--no-rt): the same as policy "other"
+    policy: str = "auto"            # auto | fifo | other (engine/waits.py)
+    wait: str = "auto"              # auto | spin | backoff | duty
+    conflate: str = "auto"          # auto (live sources on, file replays off: they wait) | on | off
+    conflate_max: int = 1024        # ticks folded before a conflation window is scored regardless
+    strict: bool = False
+    duration: float | None = None
+    model: str | None = None
+    instruments: int = 4
+    rate: float = 50_000.0
+    seed: int = 1
+    feed: str | None = None
+    ring: str | None = None  # attach to this existing tick ring instead of spawning a feed
+    name: str = "engine"
+    signals_out: str | None = None
+    strategy: str | None = None     # a built-in name or a .py file (default: microstructure)
+    params: dict = field(default_factory=dict)  # strategy parameter overrides
+    ring_capacity: int = 1 << 18
+    keep_rings: bool = False
+    warm_every: int = 0
+    backend: str = "auto"
+    speed: float = 1.0  # file feeds: recorded pace times this; 0 = as fast as possible
+    http: tuple | None = None       # (host, port) of the control plane's HTTP server
+    pub: str | None = None          # zmq PUB endpoint for signals
+    token_file: str | None = None   # bearer token for /status and /control/*
+    hlog: str | None = None         # HdrHistogram interval log path
+    hlog_interval: float = 10.0
+    doctor: bool = True             # check the machine for the core at start (warnings; --strict: fails fatal)
+
+
+@dataclass
+class RunResult:
+    counters: dict
+    drops: int
+    core: int | None
+    policy: str
+    wait: str
+    choice: str
+    conflate: bool
+    backpressure: bool
+    backend: str
+    latency: dict
+    signals_path: str
+    model_dir: str
+    strategy: dict
+    run_seconds: float
+    notes: list = field(default_factory=list)
+    swaps: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # incomplete inputs and outputs, in words (report.warnings)
+    error: str | None = None        # an output that could not be written: the run stopped, exit non-zero
+
+
+class StrategyThread(threading.Thread):
+    def __init__(self, cfg, ring_name, start, args_fn, predictor, host, choice, backpressure=False):
+        super().__init__(name="strategy", daemon=True)
+        self.choice, self.backpressure = choice, backpressure
+        self.conflate = False
+        self.cfg, self.ring_name, self.start_at, self.args_fn, self.predictor = cfg, ring_name, start, args_fn, predictor
+        self.host = host
+        self.ready = threading.Event()
+        self.error = None
+        self.tid = None
+        self.core = None
+        self.policy = "SCHED_OTHER"
+        self.notes = []
+        self.consumer = None
+        self.exit_state = None
+        self.reattached = 0
+
+    def _want(self, ok, msg, what):
+        self.notes.append(msg)
+        if not ok:
+            if self.cfg.strict:
+                raise RuntimeError(f"--strict: {msg}")
+            log(f"warning: {msg}; running without {what}")
+
+    def run(self):
+        try:
+            self.tid = threading.get_native_id()
+            rt.name_current_thread(STRATEGY_THREAD_NAME)
+            if self.cfg.core is not None:
+                ok, msg = rt.pin_current_thread(self.cfg.core)
+                self._want(ok, msg, "pinning")
+                self.core = self.cfg.core if ok else None
+            args = self.args_fn()
+            for a in args:
+                if isinstance(a, np.ndarray) and a.dtype.kind in "if":
+                    warmup.prefault(a)
+            row, out = args[A_ROW], args[A_OUT]
+            warmup.warm_model(self.predictor.addr, row, out, 20_000)
+            row[:] = 0
+            if self.choice.wait.name != "spin":
+                rt.set_timer_slack(1000)  # parks as short as asked (the default slack is 50 us)
+            if self.choice.policy == "fifo":
+                ok, msg = rt.set_fifo(self.cfg.priority)
+                self._want(ok, msg, "SCHED_FIFO")
+            self.policy = rt.policy_name()
+            c = self.consumer = TickConsumer(self.ring_name)
+            warmup.prefault(c.data)
+            # Claiming a consumer line is what releases a spawned feed: ticks start once we are ready.
+            c.claim(start=self.start_at, backpressure=self.backpressure)
+            ctl = args[A_CTL]
+            ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
+            self.ready.set()
+            while True:
+                self.exit_state = self.host.mod.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
+                if self.exit_state != C.LOOP_REATTACH:
+                    break
+                c = self._reattach(c, args)
+        except BaseException as e:  # reported by the main thread
+            self.error = e
+            self.ready.set()
+        finally:
+            rt.set_other()
+
+
+    def _reattach(self, old, args):
+        """The control plane saw a new ring under our ring's name (the feed was restarted): map
+        it, claim a line (which releases a feed that waits for us) and go on. The data is
+        discontinuous, so features start again, as after a gap. No recompilation."""
+        ctl = args[A_CTL]
+        old.close()
+        while True:
+            if int(ctl[C.CTL_CMD]) == C.CMD_STOP:
+                return old
+            try:
+                c = TickConsumer(self.ring_name)
+                break
+            except shm.RingError:
+                time.sleep(0.01)  # (blocking, not spinning: this thread may be SCHED_FIFO)
+        warmup.prefault(c.data)
+        c.claim(start="oldest", backpressure=self.backpressure)
+        self.host.mod.host_reset(*args[A_FSTATE:A_FSTATE + 3])
+        ctl[C.L_GAPS] += 1
+        self.consumer = c
+        self.reattached += 1
+        if int(ctl[C.CTL_CMD]) == C.CMD_REATTACH:
+            ctl[C.CTL_CMD] = C.CMD_RUN
+        return c
+
+
+def _spawn_feed(cfg, ring_name, uri):
+    cmd = [sys.executable, "-m", "engine", "feed", uri, "--ring", ring_name,
+           "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent"]
+    if cfg.keep_rings:
+        cmd += ["--keep"]  # the feed removes its ring on exit unless told to keep it
+    if cfg.feed is None or "rate=" not in cfg.feed:
+        cmd += ["--rate", f"{cfg.rate:g}"]
+    cmd += ["--max"] if cfg.speed == 0 else ["--speed", f"{cfg.speed:g}"]
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # (engine/app/runner.py)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    try:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    except OSError as e:
+        raise RuntimeError(f"cannot start the feed process ({cmd[0]}): {e.strerror}") from None
+
+
+def _wait_ring(path, proc, timeout=60.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"feed process exited with status {proc.returncode} before creating {path}")
+        if os.path.exists(path):
+            try:
+                info = ring_info.inspect(path)
+                if info["producer_pid"] == proc.pid:
+                    return
+            except shm.RingError:
+                pass
+        time.sleep(0.01)
+    raise RuntimeError(f"feed process did not create {path} within {timeout:.0f} s")
+
+
+def default_signals_path(name):
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "engine", "signals", f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.sig")
+
+
+def load_model(cfg, strategy):
+    """The verified model for this strategy: --model, or the strategy's default model (trained
+    on the synthetic market and cached on first use)."""
+    if cfg.model:
+        model_dir = cfg.model
+    else:
+        from models.default import default_model_dir
+        model_dir = str(default_model_dir(strategy))
+    if cfg.backend == "fpga-sim":
+        import fpga.backend  # noqa: F401  (registers backend="fpga-sim" with models.artifact)
+    pred = artifact.load(model_dir, backend=cfg.backend, strategy=strategy)
+    timing = f" (measured: {', '.join(pred.notes)})" if pred.notes else ""
+    exact = ("the fixed-point emulation, bit-exact with its golden model and within its proven bound of XGBoost"
+             if pred.backend == "fpga-sim" else f"bit-exact with XGBoost on {pred.manifest['validation']['rows']} rows")
+    log(f"model {pred.model_id} ({pred.manifest['num_trees']} trees) from {model_dir}: verified, {exact}; "
+        f"back end {pred.backend}{timing}")
+    return pred, model_dir
+
+
+def reload_model(cfg, strategy, ctl, loaded, swaps):
+    """SIGHUP: load, verify and validate the model off the hot path, then publish its address and
+    a new generation; the loop adopts it between two ticks. A bad artifact (or one trained for
+    another strategy) changes nothing."""
+    t0 = time.monotonic()
+    try:
+        pred, model_dir = load_model(cfg, strategy)
+        if uses_sigmoid(pred) != uses_sigmoid(loaded[0]):
+            raise ValueError(f"{model_dir}: objective {pred.manifest.get('objective')} scores on another scale "
+                             f"than the running {loaded[0].manifest.get('objective')}; restart the engine to "
+                             "change it")
+    except Exception as e:  # noqa: BLE001 - any failure keeps the running model
+        log(f"reload refused, still running generation {int(ctl[C.CTL_MODEL_GEN])}: {e}")
+        swaps.append({"ok": False, "error": str(e)})
+        return
+    loaded.append(pred)  # the old library stays mapped: the loop may still be inside it
+    gen = int(ctl[C.CTL_MODEL_GEN]) + 1
+    ctl[C.CTL_MODEL_ADDR] = pred.addr
+    t_pub = time.monotonic_ns()
+    ctl[C.CTL_MODEL_GEN] = gen  # after the address: the loop reads generation, then address
+    while int(ctl[C.L_MODEL_GEN]) != gen and time.monotonic_ns() - t_pub < 1_000_000_000:
+        time.sleep(0.0001)
+    adopted = int(ctl[C.L_MODEL_GEN]) == gen
+    lag_us = (int(ctl[C.L_SWAP_NS]) - t_pub) / 1e3 if adopted else None
+    swaps.append({"ok": adopted, "generation": gen, "model": pred.model_id, "backend": pred.backend,
+                  "prepare_ms": round((t_pub / 1e9 - t0) * 1e3, 1), "adopted_after_us": lag_us})
+    log(f"model generation {gen} ({pred.model_id}, {pred.backend}) prepared off the hot path in "
+        f"{(t_pub / 1e9 - t0) * 1e3:.0f} ms; " + (f"adopted by the loop {lag_us:.1f} us after publication"
+                                                   if adopted else "NOT adopted within 1 s"))
+
+
+def check_outputs(cfg, sig_path, parquet_out):
+    """Every file the run will write can be written: checked before anything is created or
+    started, so a bad path leaves nothing behind (an OutputError naming it)."""
+    from engine.outputs import OutputError, check_writable
+    check_writable(sig_path, "signals")
+    if parquet_out:
+        check_writable(parquet_out, "the signal table")
+    if cfg.hlog:
+        check_writable(cfg.hlog, "the latency log")
+    if cfg.http and cfg.token_file:
+        if os.path.isdir(cfg.token_file):
+            raise OutputError(cfg.token_file, "the control token", "Is a directory")
+        if not os.path.exists(cfg.token_file):  # created on first use
+            check_writable(cfg.token_file, "the control token")
+        else:  # one that others can read (or a link) is refused now, not after the model loaded
+            from .daemon import _open_token
+            fd = _open_token(cfg.token_file)
+            if fd is not None:
+                os.close(fd)
+
+
+def _drain_signals(sring, buf, slog):
+    """Move pending signals from the ring to the signal file; returns how many."""
+    n = sigring.drain(sring.hdr, sring.data, sring.mask, buf)
+    slog.write(buf[:n])
+    return n
+
+
+def check_ports(cfg):
+    """The control plane's ports must be free before anything is created."""
+    import socket
+    wanted = []
+    if cfg.http:
+        wanted.append(("--http", cfg.http[0], cfg.http[1]))
+    if cfg.pub and cfg.pub.startswith("tcp://"):
+        host, _, port = cfg.pub[6:].rpartition(":")
+        if port.isdigit():
+            host = host.strip("[]")
+            wanted.append(("--pub", "0.0.0.0" if host in ("", "*") else host, int(port)))
+    for flag, host, port in wanted:
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ValueError(f"{flag} {host}:{port}: {e.strerror} (another engine? pick another port)") from None
+        finally:
+            s.close()
+
+
+def _feed_uri(cfg, strategy=None):
+    """The source the feed process reads, with the book levels the strategy needs."""
+    uri = cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
+    return strategy.source_uri(uri) if strategy is not None else uri
+
+
+# indices into the loop's argument tuple (StrategyThread.args_fn): after the ring's own four
+A_CTL, A_FSTATE, A_ROW, A_OUT = 4, 6, 13, 14
+
+
+def run(cfg: RunConfig, stop_event: threading.Event | None = None,
+        reload_event: threading.Event | None = None) -> RunResult:
+    """Validate everything, then create rings, spawn the feed, run until stopped; cleans up always.
+    The steps, in order, are the methods of _Run (each one named for what it does)."""
+    r = _Run(cfg, stop_event or threading.Event(), reload_event or threading.Event())
+    # 1. everything that can be wrong with the request, before anything is created
+    r.check_request()
+    r.open_input()
+    r.check_machine()
+    r.check_free()
+    r.load_model()
+    r.compile()
+    r.lock_memory()
+    # 2. resources: everything created from here on is removed by stop(), whatever happens
+    try:
+        r.create_rings()
+        r.start_feed()
+        r.start_thread()
+        r.serve()
+    finally:
+        r.stop()
+    return r.result()
+
+
+class _Run:
+    """One `engine run`: its state, and its steps as methods (run() calls them in order)."""
+
+    def __init__(self, cfg, stop_event, reload_event):
+        self.cfg, self.stop_event, self.reload_event = cfg, stop_event, reload_event
+        self.swaps, self.notes, self.created, self.cleanup_errors = [], [], [], []
+        self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = None
+        self.running = False
+        self.t_start = self.t_stop = time.monotonic()
+
+    # -- 1. checks and preparation: nothing created yet --
+
+    def check_request(self):
+        """The options, the outputs' paths and the strategy file: refused before anything starts."""
+        cfg = self.cfg
+        if cfg.core is not None:
+            rt.check_core(cfg.core)
+        self.choice = waits.choose("other" if not cfg.realtime else cfg.policy, cfg.wait, cfg.core, cfg.priority)
+        if cfg.conflate not in ("auto", "on", "off"):
+            raise ValueError(f"--conflate must be auto, on or off, got {cfg.conflate!r}")
+        if cfg.conflate_max < 1:
+            raise ValueError(f"conflate_max must be >= 1, got {cfg.conflate_max}")
+        if not 1 <= cfg.priority <= 99:
+            raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
+        if cfg.warm_every < 0:
+            raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
+        sig_path = cfg.signals_out or default_signals_path(cfg.name)
+        parquet_out = None
+        if sig_path.endswith(".parquet"):  # the raw log goes next to it; the table is written at the end
+            parquet_out, sig_path = sig_path, sig_path[:-len(".parquet")] + ".sig"
+        check_outputs(cfg, sig_path, parquet_out)
+        self.sig_path, self.parquet_out = sig_path, parquet_out
+        from engine.strategy_build import load_host
+        self.host = load_host(cfg.strategy, cfg.params)  # a broken strategy file fails here, before anything
+        self.strat = self.host.strategy
+
+    def open_input(self):
+        """The tick ring to attach to, or the source the feed process will read (opened once here,
+        so a bad URI fails now): its depth, instruments, whether it ends, and conflation."""
+        from feeds.sources import Synthetic, open_source
+        cfg = self.cfg
+        src = None
+        if cfg.ring:
+            if cfg.feed:
+                raise ValueError("--ring attaches to an existing tick ring; --feed spawns a feed: give one of them")
+            self.ring_name = cfg.ring
+            probe = TickConsumer(self.ring_name)  # it must exist and be a tick ring (clear error otherwise)
+            self.levels = int(getattr(probe, "depth", 0))
+            self.n_inst = MAX_INSTRUMENTS  # whatever the producer publishes
+            self.feed_uri = None
+            # a ring ends when its producer marks it finished (H_STATE, as `engine feed` does at the end of its
+            # source or when stopped): so do we, as with a spawned file feed. A producer that dies without
+            # marking it is a feed that is down: we wait for a new ring under the name.
+            self.finite = True
+        else:
+            self.feed_uri = _feed_uri(cfg, self.strat)
+            src = open_source(self.feed_uri)  # a bad URI fails here, before anything is created
+            self.levels = int(getattr(src, "depth", 0))
+            self.ring_name = f"{cfg.name}.ticks"
+            self.n_inst = src.params.instruments if isinstance(src, Synthetic) else MAX_INSTRUMENTS
+            # a source with an end (a file, a counted simulation) ends the run once it is played
+            self.finite = not src.live and (not isinstance(src, Synthetic) or src.params.count > 0)
+            if hasattr(src, "sock"):
+                src.sock.close()  # the feed process listens, not us
+        # an incomplete tick file (a killed recorder): its unchecked records, in the summary too
+        self.input_warnings = [] if cfg.ring else list(getattr(getattr(src, "file", None), "warnings", []))
+        for w in self.input_warnings:
+            log(f"warning: {w}")
+        # A file can wait, a market cannot: a file feed waits for our loop (lossless, every tick scored);
+        # live sources never block, and the loop conflates when it falls behind them.
+        self.file_feed = not cfg.ring and not src.live and not isinstance(src, Synthetic)
+        self.conflate = cfg.conflate == "on" or (cfg.conflate == "auto" and not self.file_feed)
+
+    def check_machine(self):
+        """engine doctor for the strategy core: warnings logged; with --strict a fail stops the run."""
+        cfg = self.cfg
+        if not cfg.doctor:
+            return
+        from .doctor import run_checks
+        res = run_checks(cfg.core, cfg.priority)
+        bad = [x for x in res if x["status"] in ("warn", "fail")]
+        fails = [x for x in bad if x["status"] == "fail"]
+        if bad:
+            log(f"doctor: {len(fails)} fail, {len(bad) - len(fails)} warn: " +
+                "; ".join(f"{x['check']} ({x['status']})" for x in bad) +
+                f" - `engine doctor{'' if cfg.core is None else f' --core {cfg.core}'}` says why")
+        if fails and cfg.strict:
+            raise RuntimeError("--strict: engine doctor fails: " + "; ".join(f"{x['check']}: {x['evidence']}" for x in fails))
+
+    def check_free(self):
+        """No live engine owns our rings' names, and the control plane's ports are free."""
+        cfg = self.cfg
+        own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
+        for suffix in own:  # refuse a live owner (engine first) before creating anything
+            shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
+        check_ports(cfg)
+
+    def load_model(self):
+        """The strategy's feature state, and its verified model on the right scale."""
+        self.hs = self.host.state(self.n_inst, self.levels)  # DEPTH beyond what the stream carries fails here
+        self.pred, self.model_dir = load_model(self.cfg, self.strat)
+        self.strat.check_scale(uses_sigmoid(self.pred))
+        self.loaded = [self.pred]
+
+    def compile(self):
+        """The loop's configuration words, and the strategy compiled into the live loop."""
+        cfg, host, strat = self.cfg, self.host, self.strat
+        self.cfg_arr = host.loop_cfg(exit_on_eof=self.finite, warm_every=cfg.warm_every,
+                                     sigmoid=uses_sigmoid(self.pred), wait=self.choice.wait, conflate=self.conflate,
+                                     conflate_max=cfg.conflate_max)
+        log(f"policy: {self.choice.describe()}; conflation {'on' if self.conflate else 'off'}"
+            + ("; the file feed waits for the loop (lossless)" if self.file_feed else ""))
+        t1 = time.monotonic()
+        host.compile_live()
+        log(f"strategy {strat.describe()} from {strat.path}: compiled into the loop in "
+            f"{host.compile_seconds + time.monotonic() - t1:.2f} s; "
+            f"params " + ", ".join(f"{k}={v:g}" for k, v in strat.values.items()))
+
+    def lock_memory(self):
+        """Keep other work off the strategy core, lock memory, and allocate the loop's buffers."""
+        cfg = self.cfg
+        if cfg.core is not None:
+            ok, msg = rt.keep_off_core(cfg.core)
+            self.notes.append(msg)
+            if not ok:
+                log(f"warning: {msg}")
+        ok, msg = rt.mlockall()
+        self.notes.append(msg)
+        if not ok:
+            if cfg.strict:
+                raise RuntimeError(f"--strict: {msg}")
+            log(f"warning: {msg}; running without locked memory")
+        self.row = self.host.new_row()
+        self.out = np.zeros(1, np.float32)
+        self.tick = np.zeros(8, np.int64)
+        self.sig = np.zeros(SIGNAL_WORDS, np.int64)
+        self.pvals = self.host.params()
+        self.drain_buf = np.zeros((4096, SIGNAL_WORDS), np.int64)
+
+    # -- 2. resources: each one recorded as it is created, for stop() --
+
+    def create_rings(self):
+        """Locks on the core and the ring name, the control block, the signal ring, the signal file."""
+        from engine import locks
+        cfg = self.cfg
+        if cfg.core is not None:
+            locks.acquire("core", cfg.core, cfg.name)
+        locks.acquire("ring", shm.ring_path(self.ring_name), cfg.name)
+        self.ctl_blk = C.ControlBlock(f"{cfg.name}.ctl")
+        self.created.append(self.ctl_blk.path)
+        self.sring = sigring.SignalRing(f"{cfg.name}.signals")
+        self.created.append(self.sring.path)
+        if not cfg.ring:
+            self.created += [shm.ring_path(self.ring_name), shm.ring_path(self.ring_name) + ".instruments"]
+        for n in (self.ctl_blk.note, self.sring.note):
+            if n:
+                log(n)
+        ctl = self.ctl_blk.hdr
+        ctl[C.CTL_MODEL_ADDR] = self.pred.addr
+        ctl[C.CTL_MODEL_GEN] = 1
+        ctl[C.L_MODEL_GEN] = 0
+        self.slog = SignalLog(self.sig_path, on_error=self._on_write_error)
+
+    def _on_write_error(self, msg):  # from the drain thread: stop the run, which still prints its summary
+        log(f"error: {msg}; stopping")
+        self.stop_event.set()
+
+    def loop_args(self):
+        """The loop's argument tuple (A_* name positions in it)."""
+        sring, ctl_blk = self.sring, self.ctl_blk
+        return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl_blk.hdr, ctl_blk.hist,
+                *self.hs.loop_arrays(), self.row, self.out, self.tick, self.sig, self.pvals, self.cfg_arr)
+
+    def start_feed(self):
+        """The feed process (unless attached to a ring), once its ring is there."""
+        if not self.cfg.ring:
+            self.proc = _spawn_feed(self.cfg, self.ring_name, self.feed_uri)
+            _wait_ring(shm.ring_path(self.ring_name), self.proc)
+
+    def start_thread(self):
+        """The strategy thread: ready once pinned, warm and attached to the ring."""
+        cfg, choice = self.cfg, self.choice
+        thread = self.thread = StrategyThread(cfg, self.ring_name, "now" if cfg.ring else "oldest", self.loop_args,
+                                              self.pred, self.host, choice,
+                                              backpressure=True)  # honoured by file feeds only
+        thread.conflate = self.conflate
+        thread.start()
+        thread.ready.wait()
+        if thread.error:
+            raise thread.error
+        self.running = True
+        feed = f"feed pid {self.proc.pid}" if self.proc else f"ring {shm.ring_path(self.ring_name)}"
+        log(f"running: core {thread.core if thread.core is not None else 'unpinned'}, {thread.policy}, "
+            f"{feed}, signals -> {self.sig_path}")
+        if thread.policy == "SCHED_FIFO" and choice.wait.name == "spin":
+            note = rt.rt_throttle_note()
+            if note:
+                log(f"warning: {note}")
+                self.notes.append(note)
+
+    def serve(self):
+        """The control plane (engine/app/daemon.py) until the run ends: drains signals, serves HTTP
+        and zmq, renews the loop's lease, restarts a live feed that died."""
+        from types import SimpleNamespace
+
+        from .daemon import run_control_plane
+        cfg, ring_name, feed_uri = self.cfg, self.ring_name, self.feed_uri
+        self.t_start = time.monotonic()
+        ctl = self.ctl_blk.hdr
+        px = SimpleNamespace(cfg=cfg, ctl_blk=self.ctl_blk, sring=self.sring, slog=self.slog,
+                             drain_buf=self.drain_buf, thread=self.thread, proc=self.proc, ring_name=ring_name,
+                             stop_event=self.stop_event, reload_event=self.reload_event, loaded=self.loaded,
+                             swaps=self.swaps, model_dir=self.model_dir, lease_ns=LEASE_NS,
+                             drain_period=DRAIN_PERIOD_S,
+                             deadline=self.t_start + cfg.duration if cfg.duration else None,
+                             http=cfg.http, pub=cfg.pub, token_file=cfg.token_file, hlog_path=cfg.hlog,
+                             hlog_interval=cfg.hlog_interval,
+                             reload=lambda: reload_model(cfg, self.strat, ctl, self.loaded, self.swaps),
+                             respawn=(lambda: _spawn_feed(cfg, ring_name, feed_uri))
+                             if not cfg.ring and not self.finite else None)
+        self.plane = run_control_plane(px)
+        self.proc = px.proc
+        if cfg.ring and self.thread.exit_state == C.LOOP_EOF:
+            log(f"ring {shm.ring_path(ring_name)}: its producer finished and every tick was read; stopping")
+
+    # -- 3. stop: always, to the end --
+
+    def _step(self, fn, *args):
+        """One cleanup step: a failure is logged and reported after the rest is cleaned up."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - reported after the rest is cleaned up
+            log(f"error while stopping: {e}")
+            self.cleanup_errors.append(e)
+
+    def stop(self):
+        """Cleanup always runs to the end, whatever fails on the way (each step on its own)."""
+        from engine import locks
+        step, proc, thread, slog = self._step, self.proc, self.thread, self.slog
+        self.t_stop = time.monotonic()
+        if self.ctl_blk is not None:
+            self.ctl_blk.hdr[C.CTL_CMD] = C.CMD_STOP
+        if proc is not None and proc.poll() is None:
+            step(proc.send_signal, signal.SIGTERM)  # it exits while we drain and summarise
+        if thread is not None:
+            thread.join(timeout=2.0)
+        if self.plane is not None:
+            step(self.plane.finish)  # the last signals (file and zmq) and the last latency interval
+        elif slog is not None:
+            step(self._drain_rest)
+        if slog is not None:
+            step(slog.close)
+            if not self.running and not slog.count and slog.regular:
+                step(_unlink, self.sig_path)  # the run never started: no empty signal file left behind
+        if proc is not None:
+            step(_stop_feed, proc)
+        if thread is not None and thread.consumer is not None:
+            step(thread.consumer.close)
+        if not self.cfg.keep_rings:
+            for p in self.created:
+                step(_unlink, p)
+        step(rt.munlockall)
+        step(locks.release_all)
+
+    def _drain_rest(self):
+        while _drain_signals(self.sring, self.drain_buf, self.slog):
+            pass
+
+    # -- 4. the summary --
+
+    def result(self):
+        """The run's RunResult; the thread's error or the first cleanup error raised instead."""
+        thread, slog, sig_path = self.thread, self.slog, self.sig_path
+        if thread.error:
+            raise thread.error
+        if self.cleanup_errors:
+            raise self.cleanup_errors[0]
+        warnings = list(self.input_warnings)
+        error = None
+        if slog.error is not None:
+            error = str(slog.error)
+            warnings.append(f"signal file {sig_path} is incomplete: the writer stopped at record {slog.count:,} "
+                            f"({slog.error.reason}); {slog.unwritten:,} records not written (marked in its header: "
+                            "`engine signals show` says so)")
+        hl = getattr(self.plane, "hlog", None)
+        if hl is not None and hl.error is not None:
+            warnings.append(f"latency log {hl.path} is incomplete after {hl.intervals} intervals: {hl.error.reason}")
+            error = error or str(hl.error)
+        if self.parquet_out:
+            sig_path, error = self._write_table(sig_path, error, warnings)
+        if thread.exit_state == C.LOOP_LEASE_EXPIRED:
+            raise RuntimeError(f"the strategy loop stopped itself: the control thread did not renew its lease "
+                               f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")
+        c = self.choice
+        return RunResult(counters=self.ctl_blk.counters(), drops=self.sring.drops, core=thread.core,
+                         policy=thread.policy, wait=c.wait.name, choice=c.reason, conflate=self.conflate,
+                         backpressure=self.file_feed, backend=self.pred.backend,
+                         latency=latency.summary(self.ctl_blk.hist), signals_path=sig_path,
+                         model_dir=self.model_dir, strategy=self.strat.identity(),
+                         run_seconds=self.t_stop - self.t_start, notes=self.notes + thread.notes, swaps=self.swaps,
+                         warnings=warnings, error=error)
+
+    def _write_table(self, sig_path, error, warnings):
+        """--signals-out X.parquet: the table from the signal file, whole or not at all; returns
+        (the signals' path for the summary, the run's error)."""
+        parquet_out = self.parquet_out
+        if self.slog.error is not None:
+            warnings.append(f"signal table {parquet_out} not written: the signal file is incomplete")
+            return sig_path, error
+        from engine.outputs import OutputError
+        from engine.signal_log import read_signals, write_signals_parquet
+        try:
+            write_signals_parquet(parquet_out, read_signals(sig_path), symbols=getattr(self.plane, "instruments", None))
+            sig_path = parquet_out
+        except OutputError as e:  # nothing left at its name: written whole or not at all
+            error = error or str(e)
+            warnings.append(f"signal table {parquet_out} not written ({e.reason}); the signals are in {sig_path}")
+        return sig_path, error
+
+
+def _stop_feed(proc):
+    try:
+        proc.wait(timeout=0.3)  # it has nothing to flush; we remove its ring ourselves
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
