@@ -32,6 +32,7 @@ from engine.records import KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SELL
 from . import book, depth, files, uri as U
 from .book import Ladders, Orders
 from .depth import Windows
+from .nrt import borrow
 from .ticks import emit, emit_quote, touch_changed
 
 RT_MBP0, RT_MBP1, RT_MBP10, RT_MBO = 0x00, 0x01, 0x0A, 0xA0
@@ -165,10 +166,147 @@ def _mbp_levels(L, b, pos, inst, nlev, N):
             book.level_set(L, bk, px, le32(b, at + 16 + 4 * s))
 
 
+# The record kinds, inlined into parse's loop (its arrays are borrowed, feeds/nrt.py, so the
+# tuples handed on cost no reference counting). Each returns (n, _OK or the status parse
+# returns: ST_ROOM_* when nothing was applied and the caller makes room and calls again).
+_OK = -1
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _mbo_add(L, O, W, inst, oid, price, size, action, sidec, stats, need):
+    """MBO 'A' add, 'M' modify (an unknown order: an add). Returns _OK or ST_ROOM_*."""
+    slot = book.order_find(O, oid)
+    if sidec != 66 and sidec != 65:
+        stats[S_BAD_SIDE] += 1
+        return _OK
+    if price == UNDEF_PRICE:
+        stats[S_UNDEF_PRICE] += 1
+        return _OK
+    bk = 2 * inst + (book.BID if sidec == 66 else book.ASK)
+    if O[2][0] * 3 >= O[0].shape[0]:
+        return ST_ROOM_ORDERS
+    if not book.has_room(L, bk):
+        need[0] = bk
+        return ST_ROOM_LADDER
+    if slot >= 0 and action == 65:
+        stats[S_DUP_ORDER] += 1
+        return _OK
+    if slot >= 0:  # modify: out of the old level, into the new one
+        vals = O[1]
+        if book.level_add(L, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE],
+                          -vals[slot, book.O_QTY], -1) < 0:
+            stats[S_NEGATIVE] += 1
+        depth.changed(W, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE])
+        book.order_remove(O, slot)
+    elif action == 77:
+        stats[S_UNKNOWN_ORDER] += 1
+    if size > 0:
+        book.order_insert(O, oid, bk, price, size)
+        book.level_add(L, bk, price, size, 1)
+        depth.changed(W, bk, price)
+    return _OK
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _mbo_cancel(L, O, W, oid, size, stats):
+    """MBO 'C' cancel, full or partial."""
+    slot = book.order_find(O, oid)
+    if slot < 0:
+        stats[S_UNKNOWN_ORDER] += 1
+        return
+    vals = O[1]
+    have = vals[slot, book.O_QTY]
+    take = size if size < have else have
+    if book.level_add(L, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE], -take,
+                      -1 if take == have else 0) < 0:
+        stats[S_NEGATIVE] += 1
+    depth.changed(W, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE])
+    if take == have:
+        book.order_remove(O, slot)
+    else:
+        vals[slot, book.O_QTY] = have - take
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _mbo(b, pos, inst, ts, L, O, W, top, pend, npend, stats, need, out, n):
+    """An MBO record into the L3 book; its event ends with F_LAST. Returns (n, _OK or ST_ROOM_*)."""
+    price = le64(b, pos + 24)
+    size = le32(b, pos + 32)
+    flags = b[pos + 36]
+    action = b[pos + 38]
+    sidec = b[pos + 39]
+    tr = le64(b, pos + 40)
+    oid = le64(b, pos + 16)
+    if action == 65 or action == 77:  # 'A' add, 'M' modify
+        st = _mbo_add(L, O, W, inst, oid, price, size, action, sidec, stats, need)
+        if st != _OK:
+            return n, st
+    elif action == 67:  # 'C' cancel
+        _mbo_cancel(L, O, W, oid, size, stats)
+    elif action == 82:  # 'R' clear
+        _clear(L, O, inst)
+        depth.mark_stale(W, inst)  # the event's level ticks start with a clear tick
+        stats[S_CLEARS] += 1
+    elif action == 84:  # 'T' trade: held until the event's end
+        n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, True)
+    elif action != 70 and action != 78:  # 'F' fill, 'N' none: no book change
+        stats[S_BAD_ACTION] += 1
+    if flags & F_LAST:
+        n = _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, True)
+    return n, _OK
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _mbp(b, pos, rt, inst, ts, N, L, W, top, pend, npend, stats, need, out, n):
+    """An MBP-0 (trades), MBP-1 or MBP-10 record: it carries the touch (and levels) itself.
+    Returns (n, _OK or ST_ROOM_LADDER)."""
+    if N > 0 and rt != RT_MBP0:
+        nlev = 10 if rt == RT_MBP10 else 1
+        for s in range(2):  # room for the record's levels, before anything is applied
+            if L[0][2 * inst + s, book.M_CAP] < nlev:
+                need[0] = 2 * inst + s
+                return n, ST_ROOM_LADDER
+        _mbp_levels(L, b, pos, inst, nlev, N)
+        depth.changed_all(W, inst)
+    price = le64(b, pos + 16)
+    size = le32(b, pos + 24)
+    action = b[pos + 28]
+    sidec = b[pos + 29]
+    flags = b[pos + 30]
+    tr = le64(b, pos + 32)
+    if rt != RT_MBP0:
+        bp = le64(b, pos + 48)
+        ap = le64(b, pos + 56)
+        bq = le32(b, pos + 64)
+        aq = le32(b, pos + 68)
+        if bp == UNDEF_PRICE:
+            bp, bq = 0, 0
+        if ap == UNDEF_PRICE:
+            ap, aq = 0, 0
+        if bp != top[inst, 0] or bq != top[inst, 1] or ap != top[inst, 2] or aq != top[inst, 3]:
+            top[inst, 0] = bp
+            top[inst, 1] = bq
+            top[inst, 2] = ap
+            top[inst, 3] = aq
+            top[inst, 4] = 1  # changed since the last quote tick
+    if action == 84:
+        n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, False)
+    if flags & F_LAST or rt == RT_MBP0:
+        n = _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, False)
+    return n, _OK
+
+
 @njit(nogil=True, cache=True)
 def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, W, stats, err, need, out, n):
     """Apply DBN records b[pos:end]; returns (pos, n, status) like itch.parse. W: the depth
     windows (feeds/depth.py)."""
+    # Every array borrowed (feeds/nrt.py): no reference counting of what is handed on. The
+    # caller holds them all for the call.
+    b, cfg, ids, idx, top = borrow(b), borrow(cfg), borrow(ids), borrow(idx), borrow(top)
+    pend, npend, stats, err, need, out = borrow(pend), borrow(npend), borrow(stats), borrow(err), borrow(need), borrow(out)
+    L = (borrow(L[0]), borrow(L[1]), borrow(L[2]), borrow(L[3]), borrow(L[4]))
+    O = (borrow(O[0]), borrow(O[1]), borrow(O[2]))
+    W = (borrow(W[0]), borrow(W[1]), borrow(W[2]), borrow(W[3]), borrow(W[4]), borrow(W[5]))
     strict = cfg[0] != 0
     auto = cfg[1] != 0
     N = W[0].shape[1]
@@ -209,102 +347,11 @@ def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, W, stats, err, nee
             continue
         ts = le64(b, pos + 8)
         if rt == RT_MBO:
-            price = le64(b, pos + 24)
-            size = le32(b, pos + 32)
-            flags = b[pos + 36]
-            action = b[pos + 38]
-            sidec = b[pos + 39]
-            tr = le64(b, pos + 40)
-            oid = le64(b, pos + 16)
-            if action == 65 or action == 77:  # 'A' add, 'M' modify (an unknown order: an add)
-                slot = book.order_find(O, oid)
-                if sidec != 66 and sidec != 65:
-                    stats[S_BAD_SIDE] += 1
-                elif price == UNDEF_PRICE:
-                    stats[S_UNDEF_PRICE] += 1
-                else:
-                    bk = 2 * inst + (book.BID if sidec == 66 else book.ASK)
-                    if O[2][0] * 3 >= O[0].shape[0]:
-                        return pos, n, ST_ROOM_ORDERS
-                    if not book.has_room(L, bk):
-                        need[0] = bk
-                        return pos, n, ST_ROOM_LADDER
-                    if slot >= 0 and action == 65:
-                        stats[S_DUP_ORDER] += 1
-                    else:
-                        if slot >= 0:  # modify: out of the old level, into the new one
-                            vals = O[1]
-                            if book.level_add(L, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE],
-                                              -vals[slot, book.O_QTY], -1) < 0:
-                                stats[S_NEGATIVE] += 1
-                            depth.changed(W, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE])
-                            book.order_remove(O, slot)
-                        elif action == 77:
-                            stats[S_UNKNOWN_ORDER] += 1
-                        if size > 0:
-                            book.order_insert(O, oid, bk, price, size)
-                            book.level_add(L, bk, price, size, 1)
-                            depth.changed(W, bk, price)
-            elif action == 67:  # 'C' cancel, full or partial
-                slot = book.order_find(O, oid)
-                if slot < 0:
-                    stats[S_UNKNOWN_ORDER] += 1
-                else:
-                    vals = O[1]
-                    have = vals[slot, book.O_QTY]
-                    take = size if size < have else have
-                    if book.level_add(L, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE], -take,
-                                      -1 if take == have else 0) < 0:
-                        stats[S_NEGATIVE] += 1
-                    depth.changed(W, vals[slot, book.O_BOOK], vals[slot, book.O_PRICE])
-                    if take == have:
-                        book.order_remove(O, slot)
-                    else:
-                        vals[slot, book.O_QTY] = have - take
-            elif action == 82:  # 'R' clear
-                _clear(L, O, inst)
-                depth.mark_stale(W, inst)  # the event's level ticks start with a clear tick
-                stats[S_CLEARS] += 1
-            elif action == 84:  # 'T' trade: held until the event's end
-                n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, True)
-            elif action != 70 and action != 78:  # 'F' fill, 'N' none: no book change
-                stats[S_BAD_ACTION] += 1
-            if flags & F_LAST:
-                n = _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, True)
-        else:  # MBP-0 (trades), MBP-1, MBP-10: the record carries the touch itself
-            if N > 0 and rt != RT_MBP0:
-                nlev = 10 if rt == RT_MBP10 else 1
-                for s in range(2):  # room for the record's levels, before anything is applied
-                    if L[0][2 * inst + s, book.M_CAP] < nlev:
-                        need[0] = 2 * inst + s
-                        return pos, n, ST_ROOM_LADDER
-                _mbp_levels(L, b, pos, inst, nlev, N)
-                depth.changed_all(W, inst)
-            price = le64(b, pos + 16)
-            size = le32(b, pos + 24)
-            action = b[pos + 28]
-            sidec = b[pos + 29]
-            flags = b[pos + 30]
-            tr = le64(b, pos + 32)
-            if rt != RT_MBP0:
-                bp = le64(b, pos + 48)
-                ap = le64(b, pos + 56)
-                bq = le32(b, pos + 64)
-                aq = le32(b, pos + 68)
-                if bp == UNDEF_PRICE:
-                    bp, bq = 0, 0
-                if ap == UNDEF_PRICE:
-                    ap, aq = 0, 0
-                if bp != top[inst, 0] or bq != top[inst, 1] or ap != top[inst, 2] or aq != top[inst, 3]:
-                    top[inst, 0] = bp
-                    top[inst, 1] = bq
-                    top[inst, 2] = ap
-                    top[inst, 3] = aq
-                    top[inst, 4] = 1  # changed since the last quote tick
-            if action == 84:
-                n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, False)
-            if flags & F_LAST or rt == RT_MBP0:
-                n = _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, False)
+            n, st = _mbo(b, pos, inst, ts, L, O, W, top, pend, npend, stats, need, out, n)
+        else:
+            n, st = _mbp(b, pos, rt, inst, ts, N, L, W, top, pend, npend, stats, need, out, n)
+        if st != _OK:
+            return pos, n, st
         stats[S_RECORDS] += 1
         pos += ln
 
