@@ -112,11 +112,19 @@ def symbol_column(names, inst):
     return symbols(names, int(inst.max()) + 1 if len(inst) else 0)[inst]
 
 
-def table_metadata(names, **more):
+def table_metadata(tables, **more):
     """What every Parquet output says of its numbers (schema metadata, bytes): the price scale
-    (an int64 price of PRICE_SCALE is 1.0) and the instrument table (JSON list, index order)."""
+    (an int64 price of PRICE_SCALE is 1.0) and the instrument tables of its inputs (`tables`: one
+    list of names per input, index order). `engine.symbols` when the inputs share one table; else
+    `engine.symbols_by_input`, the tables in input order (a table's `file`/`source` column), as an
+    instrument index means another name in each."""
     import json
-    meta = {"engine.price_scale": str(PRICE_SCALE), "engine.symbols": json.dumps(list(names or []))}
+    tables = [list(t or []) for t in tables] or [[]]
+    meta = {"engine.price_scale": str(PRICE_SCALE)}
+    if all(t == tables[0] for t in tables):
+        meta["engine.symbols"] = json.dumps(tables[0])
+    else:
+        meta["engine.symbols_by_input"] = json.dumps(tables)
     meta.update({k: str(v) for k, v in more.items()})
     return {k.encode(): v.encode() for k, v in meta.items()}
 

@@ -222,20 +222,20 @@ def pa_is_string(t):
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
-def write_signals_parquet(path, sigs, extra=None, metadata=None, symbols=None):
+def write_signals_parquet(path, sigs, extra=None, metadata=None, tables=None):
     """Write atomically (a temporary file renamed into place; an OutputError naming `path` if
-    that fails, and no temporary left). symbols: the instrument table (index order); a `symbol`
-    column is added from it unless `extra` has one, and the schema metadata carries it and the
-    price scale (engine/records.py table_metadata)."""
+    that fails, and no temporary left). tables: the instrument table of each input (a live run:
+    one); the schema metadata carries them and the price scale (engine/records.py
+    table_metadata), and unless `extra` has a `symbol` column one is made from the first table."""
     import pyarrow.parquet as pq
 
     from .outputs import atomic_file
     from .records import symbol_column, table_metadata
     extra = dict(extra or {})
     if "symbol" not in extra:
-        extra["symbol"] = symbol_column(symbols, sigs["instrument"])
+        extra["symbol"] = symbol_column((tables or [None])[0], sigs["instrument"])
     t = signals_table(sigs, extra)
-    t = t.replace_schema_metadata(table_metadata(symbols, **(metadata or {})))
+    t = t.replace_schema_metadata(table_metadata(tables or [], **(metadata or {})))
     strings = [f.name for f in t.schema if pa_is_string(f.type)]
     with atomic_file(path, "the signal table") as tmp:
         pq.write_table(t, tmp, use_dictionary=strings)  # (dictionary-encoding every float column cost 4x the time)

@@ -65,7 +65,7 @@ class _Tabular:
         return meta
 
     def _meta(self):
-        return table_metadata(self.source.instruments, **{"engine.source": self.source.uri})
+        return table_metadata([self.source.instruments], **{"engine.source": self.source.uri})
 
     def _restamp(self):
         """Instruments were found after the first batch: the file is copied once with the whole

@@ -37,17 +37,17 @@ def write_features(host, sources, out, ticks=400_000, progress=True):
     from engine.outputs import check_writable
     check_writable(out, "the feature table")  # before any work
     t0 = time.monotonic()
-    tables, total, symbols = [], 0, {}
+    tables, total, symbols = [], 0, []
     for k, uri in enumerate(sources):
         words, n_inst, levels, names = source_ticks(uri, ticks, host.strategy)
-        symbols.update(dict.fromkeys(names))
+        symbols.append(names)
         X, inst, _, idx = dataset.featurize(host, words, n_inst, levels)
         tables.append(feature_table(host, words, names, X, inst, idx, k if len(sources) > 1 else None))
         total += len(words)
         say(f"{k + 1}/{len(sources)} {uri}: {len(words):,} ticks -> {len(X):,} rows")
     t = pa.concat_tables(tables)
     from engine.records import table_metadata
-    meta = table_metadata(list(symbols), **{"engine.strategy": host.strategy.describe(),
+    meta = table_metadata(symbols, **{"engine.strategy": host.strategy.describe(),
                                              "engine.sources": " ".join(sources),
                                              "engine.params": repr(host.strategy.values)})
     from engine.outputs import atomic_file

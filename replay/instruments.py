@@ -26,7 +26,6 @@ from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
-from engine.records import symbols  # noqa: F401  (re-exported: a file's names per index)
 from .execsim import SP_MAKER_BPS, SP_MULT, SP_PER_LOT, SP_TAKER_BPS
 
 CME_MULT = {"ES": 50.0, "MES": 5.0, "NQ": 20.0, "MNQ": 2.0, "YM": 5.0, "MYM": 0.5, "RTY": 50.0, "M2K": 5.0,

@@ -83,9 +83,11 @@ def entry_latencies(p, m, k):
 
 def exec_setup(p, host, tf, res, k):
     """(ExecParams, spec array, per-instrument specs) for one file's signals."""
+    from engine.records import symbols
+
     from . import execsim, instruments
     top = int(res.signals["instrument"].max()) + 1 if len(res.signals) else 1
-    names = list(instruments.symbols(res.instruments or tf.instruments, top))
+    names = list(symbols(res.instruments or tf.instruments, top))
     specs = instruments.resolve(names, tf.source, p.instruments,
                                 {"taker_bps": p.fee_bps, "maker_bps": p.maker_bps, "per_lot": p.per_lot})
     maker = p.orders == "maker" or (p.orders == "strategy" and bool(host.strategy.values.get("maker", 0.0)))
@@ -355,10 +357,10 @@ def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_d
         # the table is written on a thread (Arrow releases the GIL) while the report is drawn
         import concurrent.futures
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="signals-parquet") as ex:
-            names = list(dict.fromkeys(n for r in results for n in _names(r)))  # every file's, first seen first
             table = ex.submit(write_signals_parquet, os.path.join(tmp, "signals.parquet"), sigs, extra,
                               metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
-                                        "engine.strategy": host.strategy.describe()}, symbols=names)
+                                        "engine.strategy": host.strategy.describe()},
+                              tables=[list(_names(r)) for r in results])
             report.write(tmp, summary, series, plotter, drawn=report.LOOP_PLOTS + market)
             table.result()
     return summary

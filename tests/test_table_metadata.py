@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from engine.records import PRICE_SCALE, TICK_DTYPE
+from engine.records import PRICE_SCALE, TICK_DTYPE, table_metadata
 from feeds.convert import _Tabular
 
 from tests.helpers.feedutil import cli
@@ -71,3 +71,12 @@ def test_features_table_names_its_instruments(tmp_path):
     t = pq.read_table(out)
     assert _meta(t) == (PRICE_SCALE, NAMES)
     assert t.column("symbol").to_pylist() == [NAMES[i] for i in t.column("instrument").to_numpy()]
+
+
+def test_inputs_with_other_instrument_tables_are_named_each():
+    """An index means another instrument in each of two files: no single table is claimed."""
+    one = table_metadata([["A", "B"], ["A", "B"]])
+    assert json.loads(one[b"engine.symbols"]) == ["A", "B"] and b"engine.symbols_by_input" not in one
+    two = table_metadata([["A", "B"], ["C"]], **{"engine.inputs": "x,y"})
+    assert b"engine.symbols" not in two and json.loads(two[b"engine.symbols_by_input"]) == [["A", "B"], ["C"]]
+    assert two[b"engine.inputs"] == b"x,y" and int(two[b"engine.price_scale"]) == PRICE_SCALE

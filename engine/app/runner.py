@@ -668,7 +668,7 @@ class _Run:
         from engine.outputs import OutputError
         from engine.signal_log import read_signals, write_signals_parquet
         try:
-            write_signals_parquet(parquet_out, read_signals(sig_path), symbols=getattr(self.plane, "instruments", None))
+            write_signals_parquet(parquet_out, read_signals(sig_path), tables=[getattr(self.plane, "instruments", None)])
             sig_path = parquet_out
         except OutputError as e:  # nothing left at its name: written whole or not at all
             error = error or str(e)
