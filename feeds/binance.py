@@ -48,6 +48,7 @@ import numpy as np
 
 from . import binance_scan as S, depth, files, uri as U
 from .book import Ladders
+from .book_deep import Deep
 from .depth import Windows
 
 QTY_SCALE = 10**8
@@ -99,6 +100,7 @@ class BinanceFile:
         self.depth = p["depth"]
         nbooks = 2 * S.MAX_SYMBOLS
         self.ladders = Ladders(nbooks)
+        self.deep = Deep(nbooks)
         self.windows = Windows(nbooks, self.depth)
         k = max(self.depth, 1) + 1  # the view's levels a side: the window and the ticker's touch
         self.view = (np.zeros((nbooks, 3), np.int64), np.zeros(nbooks * k, np.int64), np.zeros(nbooks * k, np.int64),
@@ -145,7 +147,7 @@ class BinanceFile:
         """Run buf[pos:] through the scanner, yielding full tick batches; returns where it stopped."""
         G = self.state[1]
         while True:
-            pos, self._n, r = S.scan(buf, pos, len(buf), final, self.ladders.arrays(), self.windows.arrays(),
+            pos, self._n, r = S.scan(buf, pos, len(buf), final, self.ladders.arrays(), self.deep.arrays(), self.windows.arrays(),
                                      self.view, self.top, out, self._n, tuple(self.state), self.dmap, self.tmap)
             if r == S.R_DONE:
                 return pos
@@ -154,6 +156,8 @@ class BinanceFile:
                 self._n = 0
             elif r == S.R_ROOM:
                 self.ladders.grow(int(G[S.G_NEED]))
+            elif r == S.R_DEEP:
+                self.deep.grow()
             elif r == S.R_VALS:
                 self._grow(3, 2 * int(G[S.G_NEED]) + 2)
             elif r == S.R_HOLD:

@@ -16,7 +16,8 @@ from numba import njit
 
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 
-from . import book, depth
+from . import book, book_deep as deep, depth
+from .nrt import borrow
 from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 # keys we read; any other key's value is skipped
@@ -48,7 +49,7 @@ STATS = ("lines", "depth_events", "depth_applied", "depth_dropped_old", "snapsho
  C_TK_OLD, C_TK_NO_BOOK) = range(len(STATS))
 
 # returns of scan (and of one step)
-R_DONE, R_OUT, R_ROOM, R_VALS, R_HOLD, R_ERR, R_FATAL = range(7)
+R_DONE, R_OUT, R_ROOM, R_VALS, R_HOLD, R_ERR, R_FATAL, R_DEEP = range(8)
 _OK, _AGAIN = 100, 101
 # errors (G_ERR); G_ERR_KEY names the field where one is concerned
 (E_FORMAT, E_JSON, E_NOTOBJ, E_MISSING, E_INT, E_DEC, E_LEVEL, E_BOOL, E_SYMBOL, E_TOO_MANY_SYMBOLS,
@@ -689,14 +690,27 @@ def _err(G, code, key):
 
 
 @njit(nogil=True, cache=True)
-def _need_room(L, b, V, off, k):
-    """Is there room on book side b for the k levels at V pairs off.. (those with q > 0 may be new)?"""
+def _need_room(L, D, G, b, V, off, k, cleared):
+    """_OK, or R_ROOM (G_NEED = side b) / R_DEEP when book side b cannot take the k levels at V
+    pairs off.. (those with q > 0 may be new; `cleared`: the side is emptied first)."""
     new = 0
     for j in range(off, off + k):
         if V[2 * j + 1] > 0:
             new += 1
-    meta = L[0]
-    return meta[b, book.M_LEN] + new <= meta[b, book.M_CAP]
+    r = deep.room(L, D, b, new, cleared)
+    if r == 1:
+        G[G_NEED] = b
+        return R_ROOM
+    return R_DEEP if r == 2 else _OK
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _apply_levels(L, D, W, V, inst, nb, na):
+    """The parsed levels (nb bids, then na asks, in V) set on inst's book sides (room checked)."""
+    for j in range(nb + na):
+        depth.changed(W, 2 * inst + (book.BID if j < nb else book.ASK), V[2 * j])
+    deep.set_levels(L, D, 2 * inst, V, 0, nb)
+    deep.set_levels(L, D, 2 * inst + 1, V, nb, na)
 
 
 @njit(nogil=True, cache=True)
@@ -724,7 +738,7 @@ def _parse_book_levels(b, F, kb, ka, V, required):
 
 
 @njit(nogil=True, cache=True)
-def _place_snapshot(b, F, inst, recv, L, W, VL, top, out, n, S):
+def _place_snapshot(b, F, inst, recv, L, D, W, VL, top, out, n, S):
     """A depth snapshot becomes inst's book; its held events are then replayed against it."""
     I, G, C, V = S[0], S[1], S[2], S[3]
     H = S[5]
@@ -738,21 +752,13 @@ def _place_snapshot(b, F, inst, recv, L, W, VL, top, out, n, S):
     if r:
         return _err(G, r, key), n
     for s in range(2):  # the side is cleared first: room for its levels with a quantity
-        bk = 2 * inst + s
-        new = 0
-        for j in range(0 if s == 0 else nb, nb if s == 0 else nb + na):
-            if V[2 * j + 1] > 0:
-                new += 1
-        if new > L[0][bk, book.M_CAP]:
-            G[G_NEED] = bk
-            return R_ROOM, n
+        r = _need_room(L, D, G, 2 * inst + s, V, 0 if s == 0 else nb, nb if s == 0 else na, True)
+        if r != _OK:
+            return r, n
     size_div = G[G_SIZE_DIV]
-    book.level_clear(L, 2 * inst)
-    book.level_clear(L, 2 * inst + 1)
-    for j in range(nb + na):
-        bk = 2 * inst + (book.BID if j < nb else book.ASK)
-        book.level_set(L, bk, V[2 * j], V[2 * j + 1])
-        depth.changed(W, bk, V[2 * j])
+    deep.clear(L, D, 2 * inst)
+    deep.clear(L, D, 2 * inst + 1)
+    _apply_levels(L, D, W, V, inst, nb, na)
     I[inst, I_OVU] = -1
     if W[0].shape[1] > 0:  # a clear tick, the whole window, a book tick with the touch
         depth.mark_stale(W, inst)
@@ -780,7 +786,7 @@ def _place_snapshot(b, F, inst, recv, L, W, VL, top, out, n, S):
 
 
 @njit(nogil=True, cache=True)
-def _depth(src, s, e, F, inst, recv, lineno, L, W, VL, top, out, n, S, DM, TM):
+def _depth(src, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM):
     """One diff event of a known instrument: continuity, then the book, ticks and the cross-check."""
     I, G, C, V, H, HB = S[0], S[1], S[2], S[3], S[5], S[6]
     err, U_ = _int_field(src, F, K_U)
@@ -831,8 +837,8 @@ def _depth(src, s, e, F, inst, recv, lineno, L, W, VL, top, out, n, S, DM, TM):
         I[inst, I_OVU] = -1
         _drop_held(G, H, I, inst)
         _hold(G, H, HB, I, C, inst, src, s, e, lineno)
-        book.level_clear(L, 2 * inst)
-        book.level_clear(L, 2 * inst + 1)
+        deep.clear(L, D, 2 * inst)
+        deep.clear(L, D, 2 * inst + 1)
         for k in range(4):
             top[inst, k] = 0
         n = emit_gap(out, n, E * 1_000_000, recv, max(np.int64(1), missed))
@@ -847,20 +853,15 @@ def _depth(src, s, e, F, inst, recv, lineno, L, W, VL, top, out, n, S, DM, TM):
         return R_VALS, n
     if r:
         return _err(G, r, key), n
-    if not _need_room(L, 2 * inst, V, 0, nb):
-        G[G_NEED] = 2 * inst
-        return R_ROOM, n
-    if not _need_room(L, 2 * inst + 1, V, nb, na):
-        G[G_NEED] = 2 * inst + 1
-        return R_ROOM, n
+    for sd in range(2):
+        r = _need_room(L, D, G, 2 * inst + sd, V, 0 if sd == 0 else nb, nb if sd == 0 else na, False)
+        if r != _OK:
+            return r, n
     # -- from here on, state changes
     if not synced:
         I[inst, I_SYNCED] = 1
         I[inst, I_SID] = -1
-    for j in range(nb + na):
-        bk = 2 * inst + (book.BID if j < nb else book.ASK)
-        book.level_set(L, bk, V[2 * j], V[2 * j + 1])
-        depth.changed(W, bk, V[2 * j])
+    _apply_levels(L, D, W, V, inst, nb, na)
     I[inst, I_LAST] = u_
     I[inst, I_BOOKU] = u_
     if ts > I[inst, I_TS]:
@@ -1013,7 +1014,7 @@ def _symbol(b, F, S):
 
 
 @njit(nogil=True, cache=True)
-def _new_symbol(b, F, recv, L, W, VL, top, out, n, S, F2):
+def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
     """Register the message's symbol; a snapshot that came before any symbol is its book."""
     I, G, SYM, H, HB = S[0], S[1], S[4], S[5], S[6]
     if G[G_NSYM] >= MAX_SYMBOLS:
@@ -1041,8 +1042,8 @@ def _new_symbol(b, F, recv, L, W, VL, top, out, n, S, F2):
         s0, e0 = H[orphan, H_START], H[orphan, H_START] + H[orphan, H_LEN]
         err, orecv, which = parse_line(HB, s0, e0, F2, F3)
         if err == 0:
-            r, n = _place_snapshot(HB, F2 if which == 0 else F3, inst, orecv, L, W, VL, top, out, n, S)
-            if r == R_ROOM or r == R_VALS:
+            r, n = _place_snapshot(HB, F2 if which == 0 else F3, inst, orecv, L, D, W, VL, top, out, n, S)
+            if r == R_ROOM or r == R_VALS or r == R_DEEP:
                 return r, n
         else:
             r = _err(G, err, -1)
@@ -1055,7 +1056,7 @@ def _new_symbol(b, F, recv, L, W, VL, top, out, n, S, F2):
 
 
 @njit(nogil=True, cache=True)
-def _step(b, s, e, lineno, L, W, VL, top, out, n, S, DM, TM):
+def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
     """One line b[s:e] (not blank)."""
     I, G, C, H, HB = S[0], S[1], S[2], S[5], S[6]
     F0, F1, F2 = S[7], S[8], S[9]
@@ -1074,7 +1075,7 @@ def _step(b, s, e, lineno, L, W, VL, top, out, n, S, DM, TM):
             return _OK, n
         if G[G_NSYM] != 1:
             return _err(G, E_SNAPSHOT_SYMBOLS, -1), n
-        r, n = _place_snapshot(b, F, 0, recv, L, W, VL, top, out, n, S)
+        r, n = _place_snapshot(b, F, 0, recv, L, D, W, VL, top, out, n, S)
         if r == _OK:
             C[C_LINES] += 1
         return r, n
@@ -1091,13 +1092,13 @@ def _step(b, s, e, lineno, L, W, VL, top, out, n, S, DM, TM):
     if err:
         return _err(G, err, K_s), n
     if inst < 0:
-        r, n = _new_symbol(b, F, recv, L, W, VL, top, out, n, S, F2)
+        r, n = _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2)
         if r == R_ERR and G[G_STRICT] == 0:  # (the snapshot's fault, counted; this line runs again)
             C[C_BAD] += 1
             r = _AGAIN
         return r, n
     if depth_ev:
-        r, n = _depth(b, s, e, F, inst, recv, lineno, L, W, VL, top, out, n, S, DM, TM)
+        r, n = _depth(b, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM)
         if r == _OK:
             C[C_DEPTH_EVENTS] += 1
     elif trade:
@@ -1119,7 +1120,7 @@ def _blank(b, s, e):
 
 
 @njit(nogil=True, cache=True)
-def _replay(L, W, VL, top, out, n, S, DM, TM):
+def _replay(L, D, W, VL, top, out, n, S, DM, TM):
     """Replay one held event detached for the snapshot just placed: (status, n); R_DONE when
     none are left."""
     G, C, H, HB = S[1], S[2], S[5], S[6]
@@ -1137,8 +1138,8 @@ def _replay(L, W, VL, top, out, n, S, DM, TM):
     if err:
         r = _err(G, err, -1)
     else:
-        r, n = _depth(HB, s0, e0, F0 if which == 0 else F1, inst, G[G_RP_RECV], H[k, H_LINENO], L, W, VL, top,
-                      out, n, S, DM, TM)
+        r, n = _depth(HB, s0, e0, F0 if which == 0 else F1, inst, G[G_RP_RECV], H[k, H_LINENO], L, D, W, VL,
+                      top, out, n, S, DM, TM)
     if r == R_ERR:
         if G[G_STRICT] == 0:
             C[C_BAD] += 1
@@ -1152,19 +1153,30 @@ def _replay(L, W, VL, top, out, n, S, DM, TM):
 
 
 @njit(nogil=True, cache=True)
-def scan(buf, pos, end, final, L, W, VL, top, out, n, S, DM, TM):
+def scan(buf, pos, end, final, L, D, W, VL, top, out, n, S, DM, TM):
     """Run the lines of buf[pos:end] (the last one only if final, else up to the last newline).
     Returns (pos, n, status): R_DONE (all of it, or all whole lines), R_OUT (out is full: take
-    out[:n] and call again), R_ROOM (grow book side G[G_NEED]), R_VALS (V needs G[G_NEED]
+    out[:n] and call again), R_ROOM (grow book side G[G_NEED]), R_DEEP (grow the deep levels' table), R_VALS (V needs G[G_NEED]
     pairs), R_HOLD (the held arena needs G[G_NEED] bytes more), R_ERR (G_ERR at line
     G_ERR_LINE), R_FATAL. On any of these, pos is the line to run again."""
+    # every array borrowed (feeds/nrt.py): the handlers below take tuples of ~40 arrays, and
+    # numba's atomic reference counts on each call were most of a ticker's or trade's time
+    buf, top, out = borrow(buf), borrow(top), borrow(out)
+    L = (borrow(L[0]), borrow(L[1]), borrow(L[2]), borrow(L[3]), borrow(L[4]))
+    D = (borrow(D[0]), borrow(D[1]), borrow(D[2]), borrow(D[3]))
+    W = (borrow(W[0]), borrow(W[1]), borrow(W[2]), borrow(W[3]), borrow(W[4]), borrow(W[5]))
+    VL = (borrow(VL[0]), borrow(VL[1]), borrow(VL[2]), borrow(VL[3]), borrow(VL[4]))
+    S = (borrow(S[0]), borrow(S[1]), borrow(S[2]), borrow(S[3]), borrow(S[4]), borrow(S[5]), borrow(S[6]),
+         borrow(S[7]), borrow(S[8]), borrow(S[9]), borrow(S[10]))
+    DM = (borrow(DM[0]), borrow(DM[1]), borrow(DM[2]), borrow(DM[3]), borrow(DM[4]))
+    TM = (borrow(TM[0]), borrow(TM[1]), borrow(TM[2]), borrow(TM[3]), borrow(TM[4]))
     G, C = S[1], S[2]
     room = 2 + depth.room(W[0].shape[1])
     while True:
         if n + room > out.shape[0]:
             return pos, n, R_OUT
         if G[G_RP_INST] >= 0:
-            r, n = _replay(L, W, VL, top, out, n, S, DM, TM)
+            r, n = _replay(L, D, W, VL, top, out, n, S, DM, TM)
             if r == _OK or r == R_DONE:
                 continue
             return pos, n, r
@@ -1179,7 +1191,7 @@ def scan(buf, pos, end, final, L, W, VL, top, out, n, S, DM, TM):
         if _blank(buf, pos, j):
             r = _OK
         else:
-            r, n = _step(buf, pos, j, lineno, L, W, VL, top, out, n, S, DM, TM)
+            r, n = _step(buf, pos, j, lineno, L, D, W, VL, top, out, n, S, DM, TM)
             if r == _AGAIN:
                 continue
             if r == R_ERR:

@@ -292,6 +292,96 @@ def level_set(L, book, price, q):
     return 0
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _vkey(book, V, off, k, i):
+    """Sort key of the i-th update in ascending order (`k` < 0: V holds them in descending order)."""
+    j = off + i if k > 0 else off - k - 1 - i
+    return _key(book, V[2 * j]), j
+
+
+@njit(nogil=True, cache=True)
+def levels_set(L, book, V, off, k):
+    """level_set for the k (price, quantity) pairs V[2j], V[2j+1], j = off..off+k-1, in one merge:
+    O(levels from the deepest update to the touch + k) instead of one array shift per update
+    (a Binance diff carries ~40 levels, many far from the touch of a 1000-level book).
+    Same result as calling level_set in order; pairs not strictly sorted by price (either way)
+    are set one by one. Needs room for every pair with q > 0. Marks V's applied quantities -1."""
+    if k == 0:
+        return
+    meta, px, qty, cnt = L[0], L[1], L[2], L[3]
+    up = True
+    down = True
+    for i in range(off + 1, off + k):
+        d = _key(book, V[2 * i]) - _key(book, V[2 * i - 2])
+        up = up and d > 0
+        down = down and d < 0
+    if not (up or down):
+        for i in range(off, off + k):
+            level_set(L, book, V[2 * i], V[2 * i + 1])
+        return
+    kk = k if up else -k
+    base = meta[book, M_OFF]
+    end = base + meta[book, M_LEN]
+    k0, _ = _vkey(book, V, off, kk, 0)
+    lo, hi = base, end  # the first level at or above the smallest key
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _key(book, px[mid]) < k0:
+            lo = mid + 1
+        else:
+            hi = mid
+    # pass 1, towards the touch: set and remove matched levels, compacting in place (w <= r)
+    w = lo
+    u = 0
+    ins = 0
+    for r in range(lo, end):
+        kr = _key(book, px[r])
+        while u < k:
+            ku, j = _vkey(book, V, off, kk, u)
+            if ku >= kr:
+                break
+            if V[2 * j + 1] > 0:
+                ins += 1
+            u += 1
+        keep = True
+        if u < k:
+            ku, j = _vkey(book, V, off, kk, u)
+            if ku == kr:
+                if V[2 * j + 1] > 0:
+                    qty[r] = V[2 * j + 1]
+                else:
+                    keep = False
+                V[2 * j + 1] = -1
+                u += 1
+        if keep:
+            px[w] = px[r]
+            qty[w] = qty[r]
+            cnt[w] = cnt[r]
+            w += 1
+    for i in range(u, k):
+        _, j = _vkey(book, V, off, kk, i)
+        if V[2 * j + 1] > 0:
+            ins += 1
+    # pass 2, from the touch back: the new levels go in (d >= r)
+    r = w - 1
+    d = w + ins - 1
+    for i in range(k - 1, -1, -1):
+        ku, j = _vkey(book, V, off, kk, i)
+        if V[2 * j + 1] <= 0:
+            continue
+        while r >= lo and _key(book, px[r]) > ku:
+            px[d] = px[r]
+            qty[d] = qty[r]
+            cnt[d] = cnt[r]
+            d -= 1
+            r -= 1
+        px[d] = V[2 * j]
+        qty[d] = V[2 * j + 1]
+        cnt[d] = 1
+        d -= 1
+    meta[book, M_LEN] = w + ins - base
+
+
 @njit(nogil=True, cache=True)
 def level_clear(L, book):
     L[0][book, M_LEN] = 0

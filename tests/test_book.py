@@ -48,6 +48,38 @@ def test_ladder_matches_a_dict_under_random_updates(seed):
         assert (np.diff(px) < 0).all() if bk & 1 == book.BID else (np.diff(px) > 0).all()
 
 
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_batched_levels_equal_one_by_one(seed):
+    """levels_set (one merge per batch) leaves every side exactly as level_set in order does:
+    batches sorted best first (as Binance sends them), worst first, unsorted and with repeats."""
+    rng = np.random.default_rng(seed)
+    A, B = Ladders(2, pool=64), Ladders(2, pool=64)
+    for step in range(3000):
+        bk = int(rng.integers(2))
+        k = int(rng.integers(0, 40))
+        px = rng.choice(np.arange(1, 400), size=k, replace=False) * 1000
+        order = rng.integers(4)
+        if order == 0:  # best first
+            px = np.sort(px)[::-1] if bk == book.BID else np.sort(px)
+        elif order == 1:
+            px = np.sort(px) if bk == book.BID else np.sort(px)[::-1]
+        elif order == 2 and k > 1:
+            px[-1] = px[0]  # a repeated price: set one by one, the later wins
+        q = np.where(rng.random(k) < 0.3, 0, rng.integers(1, 50, k))
+        V = np.zeros(2 * (k + 3), np.int64)
+        V[6:6 + 2 * k:2], V[7:7 + 2 * k:2] = px, q
+        while A.meta[bk, book.M_LEN] + k > A.meta[bk, book.M_CAP]:
+            A.grow(bk)
+        while B.meta[bk, book.M_LEN] + k > B.meta[bk, book.M_CAP]:
+            B.grow(bk)
+        for p_, q_ in zip(px, q):
+            book.level_set(A.arrays(), bk, int(p_), int(q_))
+        book.levels_set(B.arrays(), bk, V, 3, k)
+        for side in range(2):
+            assert all((a == b).all() for a, b in zip(A.side(side), B.side(side))), (step, side, order)
+    assert max(A.meta[:, book.M_LEN]) > 100  # the books grew deep enough for merges to matter
+
 def test_order_table_survives_a_day_of_adds_and_deletes():
     rng = np.random.default_rng(7)
     O = Orders(cap=16)
