@@ -11,7 +11,8 @@ snapshot {"lastUpdateId", "bids", "asks"}); gzip or plain.
   book_ticker  quote (default): bookTicker messages become quote ticks (below); check: they are
              only cross-checked against the book and counted (what this reader did before)
 
-The depth stream is applied to an L2 book with Binance's documented continuity checks:
+The depth stream is applied to an L2 book (its top levels in a sorted ladder, the thousands below
+in a hash table: feeds/book_deep.py) with Binance's documented continuity checks:
 - spot: after the snapshot, drop events with u <= lastUpdateId; the first applied event must
   have U <= lastUpdateId + 1 <= u, every later one U == previous u + 1;
 - USD-M futures (events carry `pu`): drop u < lastUpdateId; the first applied event must have

@@ -17,7 +17,7 @@ from numba import njit
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 
 from . import book, book_deep as deep, depth
-from .nrt import borrow
+from .nrt import borrow, borrow_readonly, load_u64
 from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 # keys we read; any other key's value is skipped
@@ -304,9 +304,11 @@ def _uint(b, s, e):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _dec(b, s, e, scale, neg_ok):
-    """An ASCII decimal b[s:e] ([-]digits[.digits]) -> int at 10^-scale exactly: (ok, value).
-    Digits past the scale must be zeros; at most 17 significant digits (as parse_levels)."""
+def _dec(b, s, e, scale, neg_ok, stop):
+    """An ASCII decimal b[s:e] ([-]digits[.digits]) -> int at 10^-scale exactly: (ok, value,
+    index of the byte `stop` that ended it, or e). Digits past the scale must be zeros; at most 17
+    significant digits (as parse_levels). stop = -1: the whole span; 34: a string's closing
+    quote, so a level's numbers are read in the pass that finds their end."""
     neg = False
     i = s
     if neg_ok and i < e and b[i] == 45:
@@ -317,32 +319,34 @@ def _dec(b, s, e, scale, neg_ok):
     frac = -1
     while i < e:
         c = b[i]
+        if c == stop:
+            break
         if c == 46 and frac < 0:
             frac = 0
         elif 48 <= c <= 57:
             if frac >= 0:
                 if frac >= scale:
                     if c != 48:
-                        return False, np.int64(0)
+                        return False, np.int64(0), i
                     i += 1
                     continue
                 frac += 1
             digits += 1
             if digits > 17:
-                return False, np.int64(0)
+                return False, np.int64(0), i
             v = v * 10 + (c - 48)
         else:
-            return False, np.int64(0)
+            return False, np.int64(0), i
         i += 1
     if digits == 0:
-        return False, np.int64(0)
+        return False, np.int64(0), i
     if frac < 0:
         frac = 0
     for _ in range(scale - frac):
         if v > np.int64(922337203685477580):  # would not fit in int64 at this scale
-            return False, np.int64(0)
+            return False, np.int64(0), i
         v *= 10
-    return True, -v if neg else v
+    return True, (-v if neg else v), i
 
 
 @njit(nogil=True, cache=True)
@@ -360,16 +364,13 @@ def _levels(b, s, e, V, k0):
             i = _ws(b, i + 1, e)
             if i >= e or b[i] != 34:
                 return 1, 0
-            j = _str_end(b, i, e)
-            if j < 0:
-                return 1, 0
             if 2 * k + 1 >= V.shape[0]:
                 return 2, k + 1
-            ok, v = _dec(b, i + 1, j - 1, 9 if half == 0 else 8, False)
-            if not ok:
+            ok, v, j = _dec(b, i + 1, e, 9 if half == 0 else 8, False, 34)
+            if not ok or j >= e:  # (a backslash is not a digit: an escape fails here too)
                 return 1, 0
             V[2 * k + half] = v
-            i = _ws(b, j, e)
+            i = _ws(b, j + 1, e)
             if i >= e or b[i] != (44 if half == 0 else 93):
                 return 1, 0
         k += 1
@@ -415,7 +416,7 @@ def _dec_field(b, F, k, scale):
         return E_MISSING, np.int64(0)
     if F[k, 0] != V_STR:
         return E_DEC, np.int64(0)
-    ok, v = _dec(b, F[k, 1] + 1, F[k, 2] - 1, scale, True)
+    ok, v, _ = _dec(b, F[k, 1] + 1, F[k, 2] - 1, scale, True, -1)
     return (0 if ok else E_DEC), v
 
 
@@ -693,7 +694,7 @@ def _err(G, code, key):
 def _need_room(L, D, G, b, V, off, k, cleared):
     """_OK, or R_ROOM (G_NEED = side b) / R_DEEP when book side b cannot take the k levels at V
     pairs off.. (those with q > 0 may be new; `cleared`: the side is emptied first)."""
-    new = 0
+    new = np.int64(0)
     for j in range(off, off + k):
         if V[2 * j + 1] > 0:
             new += 1
@@ -709,14 +710,14 @@ def _apply_levels(L, D, W, V, inst, nb, na):
     """The parsed levels (nb bids, then na asks, in V) set on inst's book sides (room checked)."""
     for j in range(nb + na):
         depth.changed(W, 2 * inst + (book.BID if j < nb else book.ASK), V[2 * j])
-    deep.set_levels(L, D, 2 * inst, V, 0, nb)
+    deep.set_levels(L, D, 2 * inst, V, np.int64(0), nb)
     deep.set_levels(L, D, 2 * inst + 1, V, nb, na)
 
 
 @njit(nogil=True, cache=True)
 def _parse_book_levels(b, F, kb, ka, V, required):
     """Both sides' levels into V: (error or R_VALS or 0, key, nbid, nask)."""
-    nb = 0
+    nb = np.int64(0)  # (not a literal: one compiled _levels)
     for side in range(2):
         k = kb if side == 0 else ka
         if F[k, 0] == V_NONE:
@@ -745,14 +746,14 @@ def _place_snapshot(b, F, inst, recv, L, D, W, VL, top, out, n, S):
     err, sid = _int_field(b, F, K_last)
     if err:
         return _err(G, err, K_last), n
-    r, key, nb, na = _parse_book_levels(b, F, K_bids, K_asks, V, True)
+    r, key, nb, na = _parse_book_levels(b, F, np.int64(K_bids), np.int64(K_asks), V, np.bool_(True))
     if r == R_VALS:
         G[G_NEED] = key
         return R_VALS, n
     if r:
         return _err(G, r, key), n
     for s in range(2):  # the side is cleared first: room for its levels with a quantity
-        r = _need_room(L, D, G, 2 * inst + s, V, 0 if s == 0 else nb, nb if s == 0 else na, True)
+        r = _need_room(L, D, G, 2 * inst + s, V, 0 if s == 0 else nb, nb if s == 0 else na, np.bool_(True))
         if r != _OK:
             return r, n
     size_div = G[G_SIZE_DIV]
@@ -847,14 +848,14 @@ def _depth(src, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM
     err, key, ts = _ts_field(src, F)
     if err:
         return _err(G, err, key), n
-    r, key, nb, na = _parse_book_levels(src, F, K_b, K_a, V, False)
+    r, key, nb, na = _parse_book_levels(src, F, np.int64(K_b), np.int64(K_a), V, np.bool_(False))
     if r == R_VALS:
         G[G_NEED] = key
         return R_VALS, n
     if r:
         return _err(G, r, key), n
     for sd in range(2):
-        r = _need_room(L, D, G, 2 * inst + sd, V, 0 if sd == 0 else nb, nb if sd == 0 else na, False)
+        r = _need_room(L, D, G, 2 * inst + sd, V, 0 if sd == 0 else nb, nb if sd == 0 else na, np.bool_(False))
         if r != _OK:
             return r, n
     # -- from here on, state changes
@@ -884,7 +885,7 @@ def _depth(src, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM
     ap, aq = book.best(L, 2 * inst + 1)
     k = _mkey(u_, inst)
     map_put(DM, k, bp, bq, ap, aq)
-    p = map_get(TM, k, True)
+    p = map_get(TM, k, np.bool_(True))
     if p >= 0:
         _check(C, TM[3], p, bp, bq, ap, aq)
     return _OK, n
@@ -899,7 +900,7 @@ def _check(C, rv, p, bp, bq, ap, aq):
         C[C_DISAGREE] += 1
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _ticker(b, F, inst, recv, L, W, VL, top, out, n, S, DM, TM):
     """A bookTicker: cross-checked against the diff book on a shared update id; newer than the
     book, its touch goes over the book's (quote tick) until a diff reaches its update id."""
@@ -928,7 +929,7 @@ def _ticker(b, F, inst, recv, L, W, VL, top, out, n, S, DM, TM):
         ts = recv
     C[C_TICKERS] += 1
     k = _mkey(u_, inst)
-    p = map_get(DM, k, False)
+    p = map_get(DM, k, np.bool_(False))
     if p >= 0:
         _check(C, DM[3], p, bp, bq, ap, aq)
     else:
@@ -952,7 +953,7 @@ def _ticker(b, F, inst, recv, L, W, VL, top, out, n, S, DM, TM):
     return _OK, n
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _trade(b, F, inst, recv, L, W, VL, top, out, n, S):
     I, G, C = S[0], S[1], S[2]
     err, px = _dec_field(b, F, K_p, 9)
@@ -1040,9 +1041,10 @@ def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
     if orphan >= 0:
         F3 = S[10]
         s0, e0 = H[orphan, H_START], H[orphan, H_START] + H[orphan, H_LEN]
-        err, orecv, which = parse_line(HB, s0, e0, F2, F3)
+        HR = borrow_readonly(HB)  # (the input's type: one compiled parser)
+        err, orecv, which = parse_line(HR, s0, e0, F2, F3)
         if err == 0:
-            r, n = _place_snapshot(HB, F2 if which == 0 else F3, inst, orecv, L, D, W, VL, top, out, n, S)
+            r, n = _place_snapshot(HR, F2 if which == 0 else F3, inst, orecv, L, D, W, VL, top, out, n, S)
             if r == R_ROOM or r == R_VALS or r == R_DEEP:
                 return r, n
         else:
@@ -1055,7 +1057,7 @@ def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
     return (r if r == R_ERR else _AGAIN), n
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
     """One line b[s:e] (not blank)."""
     I, G, C, H, HB = S[0], S[1], S[2], S[5], S[6]
@@ -1069,13 +1071,13 @@ def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
             r = _hold_room(G, H, HB, e - s)
             if r != _OK:
                 return r, n
-            _drop_held(G, H, I, ORPHAN)
-            _hold(G, H, HB, I, C, ORPHAN, b, s, e, lineno)
+            _drop_held(G, H, I, np.int64(ORPHAN))
+            _hold(G, H, HB, I, C, np.int64(ORPHAN), b, s, e, lineno)
             C[C_LINES] += 1
             return _OK, n
         if G[G_NSYM] != 1:
             return _err(G, E_SNAPSHOT_SYMBOLS, -1), n
-        r, n = _place_snapshot(b, F, 0, recv, L, D, W, VL, top, out, n, S)
+        r, n = _place_snapshot(b, F, np.int64(0), recv, L, D, W, VL, top, out, n, S)
         if r == _OK:
             C[C_LINES] += 1
         return r, n
@@ -1111,6 +1113,20 @@ def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _newline(b, i, e):
+    """Index of the first newline in b[i:e], or e; eight bytes a step (a zero byte of word ^
+    0x0a.. is a newline; the test below has no false negatives), the last few one at a time."""
+    while i + 8 <= e:
+        x = load_u64(b, i) ^ np.uint64(0x0A0A0A0A0A0A0A0A)
+        if ((x - np.uint64(0x0101010101010101)) & ~x & np.uint64(0x8080808080808080)) != 0:
+            break
+        i += 8
+    while i < e and b[i] != 10:
+        i += 1
+    return i
+
+
+@njit(nogil=True, inline="always", cache=True)
 def _blank(b, s, e):
     for i in range(s, e):
         c = b[i]
@@ -1134,11 +1150,12 @@ def _replay(L, D, W, VL, top, out, n, S, DM, TM):
         G[G_RP_INST] = -1
         return R_DONE, n
     s0, e0 = H[k, H_START], H[k, H_START] + H[k, H_LEN]
-    err, recv, which = parse_line(HB, s0, e0, F0, F1)
+    HR = borrow_readonly(HB)  # (the input's type: one compiled parser)
+    err, recv, which = parse_line(HR, s0, e0, F0, F1)
     if err:
         r = _err(G, err, -1)
     else:
-        r, n = _depth(HB, s0, e0, F0 if which == 0 else F1, inst, G[G_RP_RECV], H[k, H_LINENO], L, D, W, VL,
+        r, n = _depth(HR, s0, e0, F0 if which == 0 else F1, inst, G[G_RP_RECV], H[k, H_LINENO], L, D, W, VL,
                       top, out, n, S, DM, TM)
     if r == R_ERR:
         if G[G_STRICT] == 0:
@@ -1156,12 +1173,13 @@ def _replay(L, D, W, VL, top, out, n, S, DM, TM):
 def scan(buf, pos, end, final, L, D, W, VL, top, out, n, S, DM, TM):
     """Run the lines of buf[pos:end] (the last one only if final, else up to the last newline).
     Returns (pos, n, status): R_DONE (all of it, or all whole lines), R_OUT (out is full: take
-    out[:n] and call again), R_ROOM (grow book side G[G_NEED]), R_DEEP (grow the deep levels' table), R_VALS (V needs G[G_NEED]
+    out[:n] and call again), R_ROOM (grow book side G[G_NEED]), R_DEEP (grow the deep levels'
+    table), R_VALS (V needs G[G_NEED]
     pairs), R_HOLD (the held arena needs G[G_NEED] bytes more), R_ERR (G_ERR at line
     G_ERR_LINE), R_FATAL. On any of these, pos is the line to run again."""
     # every array borrowed (feeds/nrt.py): the handlers below take tuples of ~40 arrays, and
     # numba's atomic reference counts on each call were most of a ticker's or trade's time
-    buf, top, out = borrow(buf), borrow(top), borrow(out)
+    buf, top, out = borrow_readonly(buf), borrow(top), borrow(out)
     L = (borrow(L[0]), borrow(L[1]), borrow(L[2]), borrow(L[3]), borrow(L[4]))
     D = (borrow(D[0]), borrow(D[1]), borrow(D[2]), borrow(D[3]))
     W = (borrow(W[0]), borrow(W[1]), borrow(W[2]), borrow(W[3]), borrow(W[4]), borrow(W[5]))
@@ -1182,9 +1200,7 @@ def scan(buf, pos, end, final, L, D, W, VL, top, out, n, S, DM, TM):
             return pos, n, r
         if pos >= end:
             return pos, n, R_DONE
-        j = pos
-        while j < end and buf[j] != 10:
-            j += 1
+        j = _newline(buf, pos, end)
         if j >= end and not final:
             return pos, n, R_DONE
         lineno = G[G_LINENO] + 1

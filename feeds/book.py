@@ -286,9 +286,9 @@ def level_set(L, book, price, q):
     meta, px, qty = L[0], L[1], L[2]
     j, found = _locate(L, book, price)
     if found:
-        return level_add(L, book, price, q - qty[j], 0)
+        return level_add(L, book, price, q - qty[j], np.int64(0))
     if q > 0:
-        return level_add(L, book, price, q, 1)
+        return level_add(L, book, price, q, np.int64(1))
     return 0
 
 

@@ -127,7 +127,7 @@ def clear(L, D, b):
     meta = L[0]
     meta[b, M_LEN] = 0
     dpx, dbk = D[0], D[1]
-    i = 0
+    i = np.int64(0)
     while D[3][b] > 0 and i < dpx.shape[0]:
         if dpx[i] != EMPTY and dbk[i] == b:
             _remove(D, i)  # (the chain shifts back into i: look at it again)
@@ -211,5 +211,5 @@ def _refill(L, D, b, r):
         m += 1
     for j in range(off, off + r):
         cnt[j] = 1
-        _set(D, b, px[j], 0)
+        _set(D, b, px[j], np.int64(0))
     meta[b, M_LEN] = n + r

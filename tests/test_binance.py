@@ -303,3 +303,19 @@ def test_quote_ticks_cover_every_book_ticker_change_of_the_touch(path, unit):
     assert len(expect) > 0.9 * (st["book_tickers"] - dropped)
     assert st["ticker_dropped_old"] + st["ticker_no_book"] == dropped
     assert st["quotes"] > 9 * 2_853  # the spot capture gave 2,853 quotes from depth@100ms alone
+
+
+def test_newline_search_finds_every_position():
+    """The scanner's word-at-a-time newline search (feeds/binance_scan.py) against bytes.find, for
+    a newline at every offset of a word, none at all, and spans that do not start at 0."""
+    from feeds.binance_scan import _newline
+    for size in (0, 1, 7, 8, 9, 23, 64):
+        for at in range(-1, size):
+            b = bytearray(b"x" * size)
+            if at >= 0:
+                b[at] = 10
+                b[(at + 3) % size] = 0x8A if (at + 3) % size != at else 10  # a high byte near it
+            a = np.frombuffer(bytes(b), np.uint8)
+            for start in range(min(size, 9) + 1):
+                want = bytes(b).find(b"\n", start)
+                assert _newline(a, start, size) == (size if want < 0 else want), (size, at, start)
