@@ -540,9 +540,10 @@ def map_get(M, key, pop):
 # --- the book as published: the pure diff book, or it with a newer bookTicker over its touch ---
 
 @njit(nogil=True, cache=True)
-def _build_view(L, VL, I, inst):
+def _build_view(L, D, VL, I, inst):
     """VL's sides of inst: L's top levels with the ticker's touch (I_OV*) over them: levels better
-    than (or at) the ticker's price are gone, the ticker's level is the best."""
+    than (or at) the ticker's price are gone, the ticker's level is the best. A ticker so far
+    inside the book that the ladder runs out takes the rest from the deep table."""
     vmeta, vpx, vqty, vcnt = VL[0], VL[1], VL[2], VL[3]
     meta, px, qty = L[0], L[1], L[2]
     K = vpx.shape[0] // vmeta.shape[0]
@@ -567,6 +568,15 @@ def _build_view(L, VL, I, inst):
                     vcnt[base + c] = 1
                     c += 1
                 j -= 1
+            if c < K and D[3][b] > 0:  # the ladder ran out under the ticker: the table's best
+                m = deep.select_best(D, b, K - c, book._key(b, p), vpx, vqty, base + c)
+                for a in range(m // 2):  # (worst first -> best first, as the view is built)
+                    x, y = base + c + a, base + c + m - 1 - a
+                    vpx[x], vpx[y] = vpx[y], vpx[x]
+                    vqty[x], vqty[y] = vqty[y], vqty[x]
+                for a in range(c, c + m):
+                    vcnt[base + a] = 1
+                c += m
         for a in range(c // 2):  # best first -> best last, the ladder's order
             x, y = base + a, base + c - 1 - a
             vpx[x], vpx[y] = vpx[y], vpx[x]
@@ -873,7 +883,7 @@ def _depth(src, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM
         if u_ >= I[inst, I_OVU]:  # the diff reaches the ticker: the diff's book replaces it
             I[inst, I_OVU] = -1
         else:  # an older diff: the newer ticker's touch stays over it
-            _build_view(L, VL, I, inst)
+            _build_view(L, D, VL, I, inst)
             view = True
         depth.changed_all(W, inst)
     if view:
@@ -901,7 +911,7 @@ def _check(C, rv, p, bp, bq, ap, aq):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _ticker(b, F, inst, recv, L, W, VL, top, out, n, S, DM, TM):
+def _ticker(b, F, inst, recv, L, D, W, VL, top, out, n, S, DM, TM):
     """A bookTicker: cross-checked against the diff book on a shared update id; newer than the
     book, its touch goes over the book's (quote tick) until a diff reaches its update id."""
     I, G, C = S[0], S[1], S[2]
@@ -947,7 +957,7 @@ def _ticker(b, F, inst, recv, L, W, VL, top, out, n, S, DM, TM):
     I[inst, I_OVBQ] = bq
     I[inst, I_OVAP] = ap
     I[inst, I_OVAQ] = aq
-    _build_view(L, VL, I, inst)
+    _build_view(L, D, VL, I, inst)
     depth.changed_all(W, inst)
     n = _book_event_ticks(VL, W, inst, ts, recv, out, n, top, C, G[G_SIZE_DIV], True)
     return _OK, n
@@ -1106,7 +1116,7 @@ def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
     elif trade:
         r, n = _trade(b, F, inst, recv, L, W, VL, top, out, n, S)
     else:
-        r, n = _ticker(b, F, inst, recv, L, W, VL, top, out, n, S, DM, TM)
+        r, n = _ticker(b, F, inst, recv, L, D, W, VL, top, out, n, S, DM, TM)
     if r == _OK:
         C[C_LINES] += 1
     return r, n

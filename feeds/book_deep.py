@@ -184,20 +184,17 @@ def _rebalance(L, D, b):
 
 
 @njit(nogil=True, cache=True)
-def _refill(L, D, b, r):
-    """The table's r best levels of side b go under the ladder's worst (all better than theirs)."""
-    meta, px, qty, cnt = L[0], L[1], L[2], L[3]
-    off, n = meta[b, M_OFF], meta[b, M_LEN]
-    for j in range(off + n - 1, off - 1, -1):  # make room below
-        px[j + r], qty[j + r], cnt[j + r] = px[j], qty[j], cnt[j]
-    # the r best (highest keys) into px[off:off+r] ascending: a bounded insertion sort
+def select_best(D, b, r, bound, px, qty, off):
+    """Side b's r best table levels with a sort key below `bound` (book._key) into px[off:],
+    qty[off:], worst first (the ladder's order); returns how many there were (<= r). A bounded
+    insertion sort over the table: for refills and for a view deeper than the ladder."""
     dpx, dbk, dqty = D[0], D[1], D[2]
     m = 0
     for i in range(dpx.shape[0]):
         if dpx[i] == EMPTY or dbk[i] != b:
             continue
         key = book._key(b, dpx[i])
-        if m == r and key <= book._key(b, px[off]):
+        if key >= bound or (m == r and key <= book._key(b, px[off])):
             continue
         if m == r:  # drop the worst kept
             for j in range(off, off + m - 1):
@@ -209,6 +206,17 @@ def _refill(L, D, b, r):
             j -= 1
         px[j], qty[j] = dpx[i], dqty[i]
         m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def _refill(L, D, b, r):
+    """The table's r best levels of side b go under the ladder's worst (all better than theirs)."""
+    meta, px, qty, cnt = L[0], L[1], L[2], L[3]
+    off, n = meta[b, M_OFF], meta[b, M_LEN]
+    for j in range(off + n - 1, off - 1, -1):  # make room below
+        px[j + r], qty[j + r], cnt[j + r] = px[j], qty[j], cnt[j]
+    select_best(D, b, r, np.int64(2**62), px, qty, off)
     for j in range(off, off + r):
         cnt[j] = 1
         _set(D, b, px[j], np.int64(0))

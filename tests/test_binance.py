@@ -319,3 +319,18 @@ def test_newline_search_finds_every_position():
             for start in range(min(size, 9) + 1):
                 want = bytes(b).find(b"\n", start)
                 assert _newline(a, start, size) == (size if want < 0 else want), (size, at, start)
+
+
+def test_a_ticker_deep_inside_the_book_shows_the_levels_under_it(tmp_path):
+    """A bookTicker whose bid lies 150 levels inside the diff book (deeper than the ladder part of
+    the book, feeds/book_deep.py) still shows the book's next levels under its touch."""
+    bids = [[f"{p}.0", "1"] for p in range(1000, 700, -1)]
+    asks = [[f"{p}.0", "1"] for p in range(1001, 1301)]
+    lines = [line(1, snapshot(10, bids, asks)), _ticker(2, 11, "850.0", "2", "1001.0", "1")]
+    from tests.helpers.depthbook import windows
+    d, src = read_all(f"binance:{_capture(tmp_path, lines)}?size_unit=1e-8&depth=5")
+    h = windows(d, 5)
+    assert src.stats()["ticker_quotes"] == 1
+    g = 10**9
+    assert h.items[-1][2] == (((850 * g, 2 * 10**8),) + tuple((p * g, 10**8) for p in range(849, 845, -1)),
+                              tuple((p * g, 10**8) for p in range(1001, 1006)))
