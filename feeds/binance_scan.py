@@ -17,6 +17,8 @@ from numba import njit
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 
 from . import book, book_deep as deep, depth
+from .jscan import V_ARR, V_FALSE, V_NONE, V_NULL, V_NUM, V_OBJ, V_STR, V_TRUE, dec as _dec, skip as _skip, \
+    str_end as _str_end, uint as _uint, ws as _ws
 from .nrt import borrow, borrow_readonly, load_u64
 from .ticks import emit, emit_gap, emit_quote, touch_changed
 
@@ -25,8 +27,11 @@ KEYS = ("e", "E", "s", "U", "u", "b", "a", "B", "A", "p", "q", "T", "m", "pu", "
         "asks")
 (K_e, K_E, K_s, K_U, K_u, K_b, K_a, K_B, K_A, K_p, K_q, K_T, K_m, K_pu, K_data, K_last, K_bids, K_asks) = range(18)
 NK = len(KEYS)
-# JSON value types in F[k, 0]; F[k, 1:3] is the value's span
-V_NONE, V_STR, V_NUM, V_ARR, V_OBJ, V_TRUE, V_FALSE, V_NULL = range(8)
+_KEY1 = np.full(256, -1, np.int64)  # the one-byte keys' ids by byte
+for _k, _name in enumerate(KEYS):
+    if len(_name) == 1:
+        _KEY1[ord(_name)] = _k
+# F[k, 0]: the key's JSON value type (jscan.V_*); F[k, 1:3] is the value's span
 _LAST_ID = np.frombuffer(b"lastUpdateId", np.uint8).copy()
 _DEPTH_UPDATE = np.frombuffer(b"depthUpdate", np.uint8).copy()
 _TRADE = np.frombuffer(b"trade", np.uint8).copy()
@@ -86,97 +91,9 @@ def errors_text(code, key, strict_line):
 # --- JSON scanning (every index checked against e) -------------------------------------------
 
 @njit(nogil=True, inline="always", cache=True)
-def _ws(b, i, e):
-    while i < e and (b[i] == 32 or b[i] == 9 or b[i] == 10 or b[i] == 13):
-        i += 1
-    return i
-
-
-@njit(nogil=True, inline="always", cache=True)
-def _str_end(b, i, e):
-    """b[i] is '"': index after the closing quote, or -1."""
-    i += 1
-    while i < e:
-        c = b[i]
-        if c == 92:  # backslash: skip the escaped byte
-            i += 2
-            continue
-        if c == 34:
-            return i + 1
-        i += 1
-    return -1
-
-
-@njit(nogil=True, inline="always", cache=True)
-def _skip(b, i, e):
-    """Skip the JSON value at b[i] (i < e): (type, index after it) or (V_NONE, -1)."""
-    c = b[i]
-    if c == 34:
-        return V_STR, _str_end(b, i, e)
-    if c == 123 or c == 91:
-        lvl = 0
-        while i < e:
-            c = b[i]
-            if c == 34:
-                i = _str_end(b, i, e)
-                if i < 0:
-                    return V_NONE, -1
-                continue
-            if c == 123 or c == 91:
-                lvl += 1
-                if lvl > 64:
-                    return V_NONE, -1
-            elif c == 125 or c == 93:
-                lvl -= 1
-                if lvl == 0:
-                    return (V_OBJ if b[i] == 125 else V_ARR), i + 1
-            i += 1
-        return V_NONE, -1
-    if c == 116 and i + 4 <= e and b[i + 1] == 114 and b[i + 2] == 117 and b[i + 3] == 101:
-        return V_TRUE, i + 4
-    if c == 102 and i + 5 <= e and b[i + 1] == 97 and b[i + 2] == 108 and b[i + 3] == 115 and b[i + 4] == 101:
-        return V_FALSE, i + 5
-    if c == 110 and i + 4 <= e and b[i + 1] == 117 and b[i + 2] == 108 and b[i + 3] == 108:
-        return V_NULL, i + 4
-    j = i
-    while j < e and ((48 <= b[j] <= 57) or b[j] == 45 or b[j] == 43 or b[j] == 46 or b[j] == 101 or b[j] == 69):
-        j += 1
-    if j == i:
-        return V_NONE, -1
-    return V_NUM, j
-
-
-@njit(nogil=True, inline="always", cache=True)
 def _key(b, s, n):
     if n == 1:
-        c = b[s]
-        if c == 101:
-            return K_e
-        if c == 69:
-            return K_E
-        if c == 115:
-            return K_s
-        if c == 85:
-            return K_U
-        if c == 117:
-            return K_u
-        if c == 98:
-            return K_b
-        if c == 97:
-            return K_a
-        if c == 66:
-            return K_B
-        if c == 65:
-            return K_A
-        if c == 112:
-            return K_p
-        if c == 113:
-            return K_q
-        if c == 84:
-            return K_T
-        if c == 109:
-            return K_m
-        return -1
+        return _KEY1[b[s]]
     if n == 2:
         return K_pu if b[s] == 112 and b[s + 1] == 117 else -1
     if n == 4:
@@ -284,69 +201,6 @@ def _wrapper(b, i, e, F, F1):
         more, i = _member_end(b, v, e)
         if more <= 0:
             return i
-
-
-@njit(nogil=True, inline="always", cache=True)
-def _uint(b, s, e):
-    """Digits in b[s:e] -> value (< 2^63), or -1."""
-    if s >= e or e - s > 19:
-        return np.int64(-1)
-    v = np.int64(0)
-    for i in range(s, e):
-        c = b[i]
-        if c < 48 or c > 57:
-            return np.int64(-1)
-        if i == s + 18 and v > np.int64(922337203685477579):  # (only a 19th digit can overflow)
-            if v > np.int64(922337203685477580) or c > 55:
-                return np.int64(-1)
-        v = v * 10 + (c - 48)
-    return v
-
-
-@njit(nogil=True, inline="always", cache=True)
-def _dec(b, s, e, scale, neg_ok, stop):
-    """An ASCII decimal b[s:e] ([-]digits[.digits]) -> int at 10^-scale exactly: (ok, value,
-    index of the byte `stop` that ended it, or e). Digits past the scale must be zeros; at most 17
-    significant digits (as parse_levels). stop = -1: the whole span; 34: a string's closing
-    quote, so a level's numbers are read in the pass that finds their end."""
-    neg = False
-    i = s
-    if neg_ok and i < e and b[i] == 45:
-        neg = True
-        i += 1
-    v = np.int64(0)
-    digits = 0
-    frac = -1
-    while i < e:
-        c = b[i]
-        if c == stop:
-            break
-        if c == 46 and frac < 0:
-            frac = 0
-        elif 48 <= c <= 57:
-            if frac >= 0:
-                if frac >= scale:
-                    if c != 48:
-                        return False, np.int64(0), i
-                    i += 1
-                    continue
-                frac += 1
-            digits += 1
-            if digits > 17:
-                return False, np.int64(0), i
-            v = v * 10 + (c - 48)
-        else:
-            return False, np.int64(0), i
-        i += 1
-    if digits == 0:
-        return False, np.int64(0), i
-    if frac < 0:
-        frac = 0
-    for _ in range(scale - frac):
-        if v > np.int64(922337203685477580):  # would not fit in int64 at this scale
-            return False, np.int64(0), i
-        v *= 10
-    return True, (-v if neg else v), i
 
 
 @njit(nogil=True, cache=True)

@@ -1,0 +1,188 @@
+"""JSON text as bytes, for the numba parsers (feeds/binance_scan.py): whitespace, strings,
+skipping values, unsigned integers and exact fixed-point decimals.
+
+Every read is checked against the span's end e (numba does not check indices). Where a loop
+would look at one byte at a time over long runs (string bodies, digit runs), it reads eight
+at once as a little-endian word (SWAR) when eight bytes remain, and one at a time otherwise.
+"""
+import numpy as np
+from numba import njit
+
+from .nrt import load_u64
+
+V_NONE, V_STR, V_NUM, V_ARR, V_OBJ, V_TRUE, V_FALSE, V_NULL = range(8)  # value types
+
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_QUOTES = np.uint64(0x2222222222222222)
+_BACKSLASHES = np.uint64(0x5C5C5C5C5C5C5C5C)
+_ZEROS = np.uint64(0x3030303030303030)
+_F0 = np.uint64(0xF0F0F0F0F0F0F0F0)
+_SIXES = np.uint64(0x0606060606060606)
+_THREES = np.uint64(0x3333333333333333)
+_M8 = np.uint64(0x000000FF000000FF)
+_MUL1 = np.uint64(100 + (1_000_000 << 32))
+_MUL2 = np.uint64(1 + (10_000 << 32))
+# bytes a JSON number may hold (what _skip takes as one; _uint/_dec judge it after)
+_NUM = np.zeros(256, np.bool_)
+for _c in b"0123456789+-.eE":
+    _NUM[_c] = True
+
+
+@njit(nogil=True, inline="always", cache=True)
+def has_byte(x, pattern):
+    """Is some byte of word x equal to pattern's (all bytes the same)? No false negatives; a
+    false positive only above a true one (the caller then looks byte by byte)."""
+    y = x ^ pattern
+    return ((y - _ONES) & ~y & _HIGH) != 0
+
+
+@njit(nogil=True, inline="always", cache=True)
+def eight_digits(x):
+    """Are the 8 bytes of word x all ASCII digits?"""
+    return ((x & _F0) | (((x + _SIXES) & _F0) >> np.uint64(4))) == _THREES
+
+
+@njit(nogil=True, inline="always", cache=True)
+def eight_digits_value(x):
+    """The value of 8 ASCII digits in word x, the first byte the most significant (three
+    multiplications instead of eight steps)."""
+    x = x - _ZEROS
+    x = x * np.uint64(10) + (x >> np.uint64(8))
+    x = ((x & _M8) * _MUL1 + ((x >> np.uint64(16)) & _M8) * _MUL2) >> np.uint64(32)
+    return np.int64(x & np.uint64(0xFFFFFFFF))
+
+
+@njit(nogil=True, inline="always", cache=True)
+def ws(b, i, e):
+    while i < e and b[i] <= 32 and (b[i] == 32 or b[i] == 9 or b[i] == 10 or b[i] == 13):
+        i += 1
+    return i
+
+
+@njit(nogil=True, inline="always", cache=True)
+def str_end(b, i, e):
+    """b[i] is '"': index after the closing quote, or -1."""
+    i += 1
+    while True:
+        while i + 8 <= e:  # no quote or backslash in the word: all of it is string
+            x = load_u64(b, i)
+            if has_byte(x, _QUOTES) or has_byte(x, _BACKSLASHES):
+                break
+            i += 8
+        if i >= e:
+            return -1
+        c = b[i]
+        if c == 92:  # backslash: skip the escaped byte
+            i += 2
+        elif c == 34:
+            return i + 1
+        else:
+            i += 1
+
+
+@njit(nogil=True, inline="always", cache=True)
+def skip(b, i, e):
+    """Skip the JSON value at b[i] (i < e): (type, index after it) or (V_NONE, -1)."""
+    c = b[i]
+    if c == 34:
+        return V_STR, str_end(b, i, e)
+    if c == 123 or c == 91:
+        lvl = 0
+        while i < e:
+            c = b[i]
+            if c == 34:
+                i = str_end(b, i, e)
+                if i < 0:
+                    return V_NONE, -1
+                continue
+            if c == 123 or c == 91:
+                lvl += 1
+                if lvl > 64:
+                    return V_NONE, -1
+            elif c == 125 or c == 93:
+                lvl -= 1
+                if lvl == 0:
+                    return (V_OBJ if b[i] == 125 else V_ARR), i + 1
+            i += 1
+        return V_NONE, -1
+    if c == 116 and i + 4 <= e and b[i + 1] == 114 and b[i + 2] == 117 and b[i + 3] == 101:
+        return V_TRUE, i + 4
+    if c == 102 and i + 5 <= e and b[i + 1] == 97 and b[i + 2] == 108 and b[i + 3] == 115 and b[i + 4] == 101:
+        return V_FALSE, i + 5
+    if c == 110 and i + 4 <= e and b[i + 1] == 117 and b[i + 2] == 108 and b[i + 3] == 108:
+        return V_NULL, i + 4
+    j = i
+    while j < e and _NUM[b[j]]:
+        j += 1
+    if j == i:
+        return V_NONE, -1
+    return V_NUM, j
+
+
+@njit(nogil=True, inline="always", cache=True)
+def uint(b, s, e):
+    """Digits in b[s:e] -> value (< 2^63), or -1."""
+    if s >= e or e - s > 19:
+        return np.int64(-1)
+    v = np.int64(0)
+    i = s
+    while i + 8 <= e:  # (at most 16 digits so: the 19th, the only one that can overflow, is below)
+        x = load_u64(b, i)
+        if not eight_digits(x):
+            return np.int64(-1)
+        v = v * 100_000_000 + eight_digits_value(x)
+        i += 8
+    while i < e:
+        c = b[i]
+        if c < 48 or c > 57:
+            return np.int64(-1)
+        if i == s + 18 and v > np.int64(922337203685477579):
+            if v > np.int64(922337203685477580) or c > 55:
+                return np.int64(-1)
+        v = v * 10 + (c - 48)
+        i += 1
+    return v
+
+
+@njit(nogil=True, inline="always", cache=True)
+def dec(b, s, e, scale, neg_ok, stop):
+    """An ASCII decimal b[s:e] ([-]digits[.digits]) -> int at 10^-scale exactly: (ok, value,
+    index of the byte `stop` that ended it, or e). Digits past the scale must be zeros; at most 17
+    significant digits (leading zeros count). stop = -1: the whole span; 34: a string's closing
+    quote, so a level's numbers are read in the pass that finds their end."""
+    neg = False
+    i = s
+    if neg_ok and i < e and b[i] == 45:
+        neg = True
+        i += 1
+    v = np.int64(0)
+    st = i
+    while i < e and 48 <= b[i] <= 57:
+        v = v * 10 + (b[i] - 48)
+        i += 1
+    nd = i - st
+    frac = 0
+    if i < e and b[i] == 46:
+        i += 1
+        if scale >= 8 and i + 8 <= e and nd <= 9:  # the common 8 decimals in one step
+            x = load_u64(b, i)
+            if eight_digits(x):
+                v = v * 100_000_000 + eight_digits_value(x)
+                i += 8
+                frac = 8
+        while i < e and frac < scale and 48 <= b[i] <= 57:
+            v = v * 10 + (b[i] - 48)
+            frac += 1
+            i += 1
+        while i < e and b[i] == 48:  # past the scale: zeros only
+            i += 1
+    if i < e and b[i] != stop:
+        return False, np.int64(0), i
+    if nd + frac == 0 or nd + frac > 17:
+        return False, np.int64(0), i
+    for _ in range(scale - frac):
+        if v > np.int64(922337203685477580):  # would not fit in int64 at this scale
+            return False, np.int64(0), i
+        v *= 10
+    return True, (-v if neg else v), i
