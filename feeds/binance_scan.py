@@ -17,9 +17,9 @@ from numba import njit
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 
 from . import book, book_deep as deep, depth
-from .jscan import V_ARR, V_FALSE, V_NONE, V_NULL, V_NUM, V_OBJ, V_STR, V_TRUE, dec as _dec, skip as _skip, \
+from .jscan import V_ARR, V_FALSE, V_NONE, V_NULL, V_NUM, V_OBJ, V_STR, V_TRUE, dec as _dec, find_byte, skip as _skip, \
     str_end as _str_end, uint as _uint, ws as _ws
-from .nrt import borrow, borrow_readonly, load_u64
+from .nrt import borrow, data_ptr, load_u64
 from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 # keys we read; any other key's value is skipped
@@ -32,6 +32,7 @@ for _k, _name in enumerate(KEYS):
     if len(_name) == 1:
         _KEY1[ord(_name)] = _k
 # F[k, 0]: the key's JSON value type (jscan.V_*); F[k, 1:3] is the value's span
+_SPACES = np.uint64(0x2020202020202020)
 _LAST_ID = np.frombuffer(b"lastUpdateId", np.uint8).copy()
 _DEPTH_UPDATE = np.frombuffer(b"depthUpdate", np.uint8).copy()
 _TRADE = np.frombuffer(b"trade", np.uint8).copy()
@@ -293,9 +294,7 @@ def _ts_field(b, F):
 def parse_line(b, s, e, F0, F1):
     """One line "<recv ns> <json object>" -> (error, recv, which F holds the message: 0 or 1).
     The message is the object's "data" when it has one (the combined-stream wrapper)."""
-    i = s
-    while i < e and b[i] != 32:
-        i += 1
+    i = find_byte(b, s, e, 32, _SPACES)
     if i >= e:
         return E_FORMAT, np.int64(0), 0
     recv = _uint(b, s, i)
@@ -321,8 +320,11 @@ def parse_line(b, s, e, F0, F1):
 
 @njit(nogil=True, inline="always", cache=True)
 def _mslot(key, mask):
-    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    return np.int64(h >> np.uint64(64 - MATCH_BITS)) & mask
+    # the update id itself (plus a spread per instrument), not a scrambling hash: a ticker's and a
+    # diff's ids are close to the last ones seen, so their probes stay in cached lines (a hashed
+    # slot was a cache miss per ticker, a tenth of the scan)
+    k = np.uint64(key)
+    return np.int64((k >> np.uint64(8)) + (k & np.uint64(255)) * np.uint64(0x9E3779B97F4A7C15)) & mask
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -905,7 +907,7 @@ def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
     if orphan >= 0:
         F3 = S[10]
         s0, e0 = H[orphan, H_START], H[orphan, H_START] + H[orphan, H_LEN]
-        HR = borrow_readonly(HB)  # (the input's type: one compiled parser)
+        HR = data_ptr(HB)  # (the input's type: one compiled parser)
         err, orecv, which = parse_line(HR, s0, e0, F2, F3)
         if err == 0:
             r, n = _place_snapshot(HR, F2 if which == 0 else F3, inst, orecv, L, D, W, VL, top, out, n, S)
@@ -1014,7 +1016,7 @@ def _replay(L, D, W, VL, top, out, n, S, DM, TM):
         G[G_RP_INST] = -1
         return R_DONE, n
     s0, e0 = H[k, H_START], H[k, H_START] + H[k, H_LEN]
-    HR = borrow_readonly(HB)  # (the input's type: one compiled parser)
+    HR = data_ptr(HB)  # (the input's type: one compiled parser)
     err, recv, which = parse_line(HR, s0, e0, F0, F1)
     if err:
         r = _err(G, err, -1)
@@ -1042,8 +1044,11 @@ def scan(buf, pos, end, final, L, D, W, VL, top, out, n, S, DM, TM):
     pairs), R_HOLD (the held arena needs G[G_NEED] bytes more), R_ERR (G_ERR at line
     G_ERR_LINE), R_FATAL. On any of these, pos is the line to run again."""
     # every array borrowed (feeds/nrt.py): the handlers below take tuples of ~40 arrays, and
-    # numba's atomic reference counts on each call were most of a ticker's or trade's time
-    buf, top, out = borrow_readonly(buf), borrow(top), borrow(out)
+    # numba's atomic reference counts on each call were most of a ticker's or trade's time. The
+    # input is a bare pointer: every helper that reads it would otherwise call into the runtime
+    # (a count of a borrowed array is still a call) and wrap negative indices, on every byte
+    # helper: half a ticker's parse time
+    buf, top, out = data_ptr(buf), borrow(top), borrow(out)
     L = (borrow(L[0]), borrow(L[1]), borrow(L[2]), borrow(L[3]), borrow(L[4]))
     D = (borrow(D[0]), borrow(D[1]), borrow(D[2]), borrow(D[3]))
     W = (borrow(W[0]), borrow(W[1]), borrow(W[2]), borrow(W[3]), borrow(W[4]), borrow(W[5]))

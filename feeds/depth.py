@@ -203,13 +203,18 @@ def _sets(W, L, b, s, k, out, n, ts, tr, inst, stats, sat_stat, size_div):
     return n
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, inline="always", cache=True)
 def publish(W, L, inst, ts, tr, out, n, stats, sat_stat, size_div):
     """End of a book event for `inst`: level ticks for what changed in its window (out needs
     room(N) rows free). Returns (n, level ticks written)."""
+    if W[0].shape[1] == 0:  # (no depth: not even the call, whose ~10 arrays each cost a count)
+        return n, np.int64(0)
+    return _publish(W, L, inst, ts, tr, out, n, stats, sat_stat, size_div)
+
+
+@njit(nogil=True, cache=True)
+def _publish(W, L, inst, ts, tr, out, n, stats, sat_stat, size_div):
     N = W[0].shape[1]
-    if N == 0:
-        return n, 0
     wn, sc, dirty, chg = W[2], W[3], W[4], W[5]
     meta, lpx, lqty = L[0], L[1], L[2]
     n0 = n

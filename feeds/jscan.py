@@ -8,7 +8,7 @@ at once as a little-endian word (SWAR) when eight bytes remain, and one at a tim
 import numpy as np
 from numba import njit
 
-from .nrt import load_u64
+from .nrt import ctz_u64, load_u64
 
 V_NONE, V_STR, V_NUM, V_ARR, V_OBJ, V_TRUE, V_FALSE, V_NULL = range(8)  # value types
 
@@ -19,6 +19,7 @@ _BACKSLASHES = np.uint64(0x5C5C5C5C5C5C5C5C)
 _ZEROS = np.uint64(0x3030303030303030)
 _F0 = np.uint64(0xF0F0F0F0F0F0F0F0)
 _SIXES = np.uint64(0x0606060606060606)
+_SEVENTY_SIXES = np.uint64(0x7676767676767676)
 _THREES = np.uint64(0x3333333333333333)
 _M8 = np.uint64(0x000000FF000000FF)
 _MUL1 = np.uint64(100 + (1_000_000 << 32))
@@ -30,11 +31,38 @@ for _c in b"0123456789+-.eE":
 
 
 @njit(nogil=True, inline="always", cache=True)
-def has_byte(x, pattern):
-    """Is some byte of word x equal to pattern's (all bytes the same)? No false negatives; a
-    false positive only above a true one (the caller then looks byte by byte)."""
+def byte_mask(x, pattern):
+    """The high bit of each byte of word x equal to pattern's (all its bytes the same). Exact up
+    to the first match (a borrow may also flag bytes above it): ctz_u64(mask) >> 3 is the first."""
     y = x ^ pattern
-    return ((y - _ONES) & ~y & _HIGH) != 0
+    return (y - _ONES) & ~y & _HIGH
+
+
+@njit(nogil=True, inline="always", cache=True)
+def find_byte(b, i, e, c, pattern):
+    """Index of the first byte c in b[i:e], or e (pattern: c in every byte of a word)."""
+    while i + 8 <= e:
+        m = byte_mask(load_u64(b, i), pattern)
+        if m != 0:
+            return i + np.int64(ctz_u64(m) >> np.uint64(3))
+        i += 8
+    while i < e and b[i] != c:
+        i += 1
+    return i
+
+
+@njit(nogil=True, inline="always", cache=True)
+def digits_end(b, i, e):
+    """Index of the first byte in b[i:e] that is not an ASCII digit, or e."""
+    while i + 8 <= e:
+        t = load_u64(b, i) ^ _ZEROS  # a digit byte is now 0..9
+        m = (t | (t + _SEVENTY_SIXES)) & _HIGH  # (a byte >= 10 sets its high bit: exact up to the first)
+        if m != 0:
+            return i + np.int64(ctz_u64(m) >> np.uint64(3))
+        i += 8
+    while i < e and 48 <= b[i] <= 57:
+        i += 1
+    return i
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -64,21 +92,25 @@ def ws(b, i, e):
 def str_end(b, i, e):
     """b[i] is '"': index after the closing quote, or -1."""
     i += 1
-    while True:
-        while i + 8 <= e:  # no quote or backslash in the word: all of it is string
-            x = load_u64(b, i)
-            if has_byte(x, _QUOTES) or has_byte(x, _BACKSLASHES):
-                break
+    while i + 8 <= e:
+        x = load_u64(b, i)
+        m = byte_mask(x, _QUOTES) | byte_mask(x, _BACKSLASHES)
+        if m == 0:
             i += 8
-        if i >= e:
-            return -1
-        c = b[i]
-        if c == 92:  # backslash: skip the escaped byte
-            i += 2
-        elif c == 34:
+            continue
+        i += np.int64(ctz_u64(m) >> np.uint64(3))
+        if b[i] == 34:
             return i + 1
-        else:
-            i += 1
+        i += 2  # a backslash: skip the escaped byte
+    while i < e:
+        c = b[i]
+        if c == 92:
+            i += 2
+            continue
+        if c == 34:
+            return i + 1
+        i += 1
+    return -1
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -112,7 +144,7 @@ def skip(b, i, e):
         return V_FALSE, i + 5
     if c == 110 and i + 4 <= e and b[i + 1] == 117 and b[i + 2] == 108 and b[i + 3] == 108:
         return V_NULL, i + 4
-    j = i
+    j = digits_end(b, i, e)  # (most numbers are all digits: the table only for the rest)
     while j < e and _NUM[b[j]]:
         j += 1
     if j == i:

@@ -36,39 +36,44 @@ def borrow(typingctx, a):
 
 
 @intrinsic
-def borrow_readonly(typingctx, a):
-    """borrow(a), typed read-only: a parser compiled for read-only input (bytes) takes a buffer
-    of its own through the same machine code instead of a second specialization."""
-    if not isinstance(a, types.Array):
+def data_ptr(typingctx, a):
+    """A contiguous array's data as a bare pointer (indexable like the array, no bounds, no
+    reference count, no negative-index wrap): for a parser's byte input, which it checks against
+    its own end index anyway. Only while the caller keeps the array alive."""
+    if not (isinstance(a, types.Array) and a.layout == "C"):
         return None
-    ro = a.copy(readonly=True)
 
     def codegen(context, builder, sig, args):
-        src = context.make_array(a)(context, builder, value=args[0])
-        dst = context.make_array(ro)(context, builder)
-        dst.meminfo = cgutils.get_null_value(dst.meminfo.type)
-        dst.parent = cgutils.get_null_value(dst.parent.type)
-        dst.nitems = src.nitems
-        dst.itemsize = src.itemsize
-        dst.data = src.data
-        dst.shape = src.shape
-        dst.strides = src.strides
-        return dst._getvalue()
+        return context.make_array(a)(context, builder, value=args[0]).data
 
-    return ro(a), codegen
+    return types.CPointer(a.dtype)(a), codegen
 
 
 @intrinsic
 def load_u64(typingctx, a, i):
-    """The 8 bytes a[i:i+8] of a uint8 array as one little-endian uint64 (an unaligned load; the
-    caller checks i + 8 <= len): a byte search reads a word at a time (SWAR)."""
-    if not (isinstance(a, types.Array) and a.dtype == types.uint8 and isinstance(i, types.Integer)):
+    """The 8 bytes a[i:i+8] of a uint8 array or pointer as one little-endian uint64 (an unaligned
+    load; the caller checks i + 8 <= len): a byte search reads a word at a time (SWAR)."""
+    ok_a = (isinstance(a, types.Array) and a.dtype == types.uint8) or a == types.CPointer(types.uint8)
+    if not (ok_a and isinstance(i, types.Integer)):
         return None
 
     def codegen(context, builder, sig, args):
-        arr = context.make_array(a)(context, builder, value=args[0])
-        p = builder.gep(arr.data, [args[1]])
+        data = context.make_array(a)(context, builder, value=args[0]).data if isinstance(a, types.Array) else args[0]
+        p = builder.gep(data, [args[1]])
         q = builder.bitcast(p, ir.IntType(64).as_pointer())
         return builder.load(q, align=1)
 
     return types.uint64(a, i), codegen
+
+
+@intrinsic
+def ctz_u64(typingctx, x):
+    """Count of trailing zero bits of a non-zero uint64 (one tzcnt/bsf): the index of the lowest
+    set bit, so a SWAR match mask's first matching byte is ctz_u64(mask) >> 3."""
+    if not (isinstance(x, types.Integer) and x.bitwidth == 64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return types.uint64(x), codegen
