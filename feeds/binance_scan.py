@@ -395,11 +395,26 @@ def map_get(M, key, pop):
 
 # --- the book as published: the pure diff book, or it with a newer bookTicker over its touch ---
 
+@njit(nogil=True, inline="always", cache=True)
+def _view_walk(px, qty, j, off, s, p, vpx, vqty, vcnt, base, c, K):
+    """Ladder levels px[j], px[j - 1].. px[off] worse than the ticker's price p join the view."""
+    while j >= off and c < K:
+        pj = px[j]
+        if (pj < p) if s == 0 else (pj > p):
+            vpx[base + c] = pj
+            vqty[base + c] = qty[j]
+            vcnt[base + c] = 1
+            c += 1
+        j -= 1
+    return c
+
+
 @njit(nogil=True, cache=True)
 def _build_view(L, D, VL, I, inst):
     """VL's sides of inst: L's top levels with the ticker's touch (I_OV*) over them: levels better
     than (or at) the ticker's price are gone, the ticker's level is the best. A ticker so far
-    inside the book that the ladder runs out takes the rest from the deep table."""
+    inside the book that the ladder runs out first pulls the table's next levels into the ladder
+    (when it has room), then takes whatever is still missing from the table."""
     vmeta, vpx, vqty, vcnt = VL[0], VL[1], VL[2], VL[3]
     meta, px, qty = L[0], L[1], L[2]
     K = vpx.shape[0] // vmeta.shape[0]
@@ -415,16 +430,14 @@ def _build_view(L, D, VL, I, inst):
             vcnt[base] = 1
             c = 1
             off, n = meta[b, book.M_OFF], meta[b, book.M_LEN]
-            j = off + n - 1
-            while j >= off and c < K:
-                pj = px[j]
-                if (pj < p) if s == 0 else (pj > p):
-                    vpx[base + c] = pj
-                    vqty[base + c] = qty[j]
-                    vcnt[base + c] = 1
-                    c += 1
-                j -= 1
-            if c < K and D[3][b] > 0:  # the ladder ran out under the ticker: the table's best
+            c = _view_walk(px, qty, off + n - 1, off, s, p, vpx, vqty, vcnt, base, c, K)
+            r = min(deep.TARGET, D[3][b])
+            if c < K and r > 0 and n + r <= meta[b, book.M_CAP]:
+                # the ladder ran out under the ticker (a fast move): the table's next levels join
+                # it (the same book), so the tickers that follow find them there, not in a scan
+                deep.refill(L, D, b, r)
+                c = _view_walk(px, qty, off + r - 1, off, s, p, vpx, vqty, vcnt, base, c, K)
+            if c < K and D[3][b] > 0:  # still short: the table's best
                 m = deep.select_best(D, b, K - c, book._key(b, p), vpx, vqty, base + c)
                 for a in range(m // 2):  # (worst first -> best first, as the view is built)
                     x, y = base + c + a, base + c + m - 1 - a

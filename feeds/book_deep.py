@@ -9,7 +9,8 @@ from the table's best, spilled into it), which is all any reader of the book loo
 windows and views read at most 33 levels from the touch (feeds/depth.py).
 
 Invariant, per side: every ladder level is better than every table level, and the ladder holds
-at least LOW levels whenever the table holds any. Callers check room first (`room`): the ladder
+at least LOW levels whenever the table holds any (a view under a ticker deeper than the ladder
+may pull more than HIGH into it: `refill`; the next diff spills them back). Callers check room first (`room`): the ladder
 needs TARGET levels and its new ones, the table stays under half full (`Deep.grow` otherwise).
 """
 import numpy as np
@@ -142,7 +143,7 @@ def set_levels(L, D, b, V, off, k):
     rebalanced. Same book as level_set in order. Marks V's ladder-applied quantities -1."""
     meta, px = L[0], L[1]
     if meta[b, M_LEN] == 0 and D[3][b] > 0:  # (not after a rebalance: kept for the invariant)
-        _refill(L, D, b, min(TARGET, D[3][b]))
+        refill(L, D, b, min(TARGET, D[3][b]))
     if D[3][b] == 0:  # nothing below the ladder: it takes all (and spills)
         book.levels_set(L, b, V, off, k)
     else:
@@ -180,37 +181,66 @@ def _rebalance(L, D, b):
             px[j], qty[j], cnt[j] = px[j + s], qty[j + s], cnt[j + s]
         meta[b, M_LEN] = TARGET
     elif n < LOW and D[3][b] > 0:
-        _refill(L, D, b, min(TARGET - n, D[3][b]))
+        refill(L, D, b, min(TARGET - n, D[3][b]))
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _sift_down(px, qty, off, m, j, b):
+    """The min-heap (by book._key) px[off:off + m] with its node j put back in order below j."""
+    p, q = px[off + j], qty[off + j]
+    k = book._key(b, p)
+    while True:
+        c = 2 * j + 1
+        if c >= m:
+            break
+        if c + 1 < m and book._key(b, px[off + c + 1]) < book._key(b, px[off + c]):
+            c += 1
+        if book._key(b, px[off + c]) >= k:
+            break
+        px[off + j], qty[off + j] = px[off + c], qty[off + c]
+        j = c
+    px[off + j], qty[off + j] = p, q
 
 
 @njit(nogil=True, cache=True)
 def select_best(D, b, r, bound, px, qty, off):
     """Side b's r best table levels with a sort key below `bound` (book._key) into px[off:],
-    qty[off:], worst first (the ladder's order); returns how many there were (<= r). A bounded
-    insertion sort over the table: for refills and for a view deeper than the ladder."""
+    qty[off:], worst first (the ladder's order); returns how many there were (<= r). One pass
+    over the table keeping the best in a min-heap (the worst kept at its root), then a heap sort:
+    for refills and for a view deeper than the ladder."""
     dpx, dbk, dqty = D[0], D[1], D[2]
     m = 0
+    if r <= 0:
+        return m
     for i in range(dpx.shape[0]):
         if dpx[i] == EMPTY or dbk[i] != b:
             continue
         key = book._key(b, dpx[i])
-        if key >= bound or (m == r and key <= book._key(b, px[off])):
+        if key >= bound:
             continue
-        if m == r:  # drop the worst kept
-            for j in range(off, off + m - 1):
-                px[j], qty[j] = px[j + 1], qty[j + 1]
-            m -= 1
-        j = off + m
-        while j > off and book._key(b, px[j - 1]) > key:
-            px[j], qty[j] = px[j - 1], qty[j - 1]
-            j -= 1
-        px[j], qty[j] = dpx[i], dqty[i]
-        m += 1
+        if m < r:  # push: sift up
+            j = m
+            m += 1
+            while j > 0 and book._key(b, px[off + ((j - 1) >> 1)]) > key:
+                px[off + j], qty[off + j] = px[off + ((j - 1) >> 1)], qty[off + ((j - 1) >> 1)]
+                j = (j - 1) >> 1
+            px[off + j], qty[off + j] = dpx[i], dqty[i]
+        elif key > book._key(b, px[off]):  # better than the worst kept: it takes the root's place
+            px[off], qty[off] = dpx[i], dqty[i]
+            _sift_down(px, qty, off, m, 0, b)
+    for end in range(m - 1, 0, -1):  # heap sort: each minimum to the end (best first) ...
+        px[off], px[off + end] = px[off + end], px[off]
+        qty[off], qty[off + end] = qty[off + end], qty[off]
+        _sift_down(px, qty, off, end, 0, b)
+    for a in range(m // 2):  # ... then worst first
+        x, y = off + a, off + m - 1 - a
+        px[x], px[y] = px[y], px[x]
+        qty[x], qty[y] = qty[y], qty[x]
     return m
 
 
 @njit(nogil=True, cache=True)
-def _refill(L, D, b, r):
+def refill(L, D, b, r):
     """The table's r best levels of side b go under the ladder's worst (all better than theirs)."""
     meta, px, qty, cnt = L[0], L[1], L[2], L[3]
     off, n = meta[b, M_OFF], meta[b, M_LEN]

@@ -321,16 +321,19 @@ def test_newline_search_finds_every_position():
                 assert _newline(a, start, size) == (size if want < 0 else want), (size, at, start)
 
 
-def test_a_ticker_deep_inside_the_book_shows_the_levels_under_it(tmp_path):
-    """A bookTicker whose bid lies 150 levels inside the diff book (deeper than the ladder part of
-    the book, feeds/book_deep.py) still shows the book's next levels under its touch."""
+@pytest.mark.parametrize("at", [850, 748, 702])
+def test_a_ticker_deep_inside_the_book_shows_the_levels_under_it(tmp_path, at):
+    """A bookTicker whose bid lies deep inside the diff book (under the ladder part of the book,
+    feeds/book_deep.py: its best 128 here) still shows the book's next levels under its touch:
+    850 finds them in the table's levels the view pulls into the ladder; 748 needs the last of
+    those and then the table's; 702 only the table's last level."""
     bids = [[f"{p}.0", "1"] for p in range(1000, 700, -1)]
     asks = [[f"{p}.0", "1"] for p in range(1001, 1301)]
-    lines = [line(1, snapshot(10, bids, asks)), _ticker(2, 11, "850.0", "2", "1001.0", "1")]
+    lines = [line(1, snapshot(10, bids, asks)), _ticker(2, 11, f"{at}.0", "2", "1001.0", "1")]
     from tests.helpers.depthbook import windows
     d, src = read_all(f"binance:{_capture(tmp_path, lines)}?size_unit=1e-8&depth=5")
     h = windows(d, 5)
     assert src.stats()["ticker_quotes"] == 1
     g = 10**9
-    assert h.items[-1][2] == (((850 * g, 2 * 10**8),) + tuple((p * g, 10**8) for p in range(849, 845, -1)),
+    assert h.items[-1][2] == (((at * g, 2 * 10**8),) + tuple((p * g, 10**8) for p in range(at - 1, max(at - 5, 700), -1)),
                               tuple((p * g, 10**8) for p in range(1001, 1006)))

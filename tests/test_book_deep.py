@@ -74,3 +74,27 @@ def test_a_snapshot_deeper_than_the_ladder_spills_and_refills():
     px = L.side(0)[0]
     assert px[0] == (n - 100) * 10 and (np.diff(px) == -10).all() and len(px) >= deep.LOW
     assert len(px) + len(D.levels(0)) == n - 100
+
+
+def test_select_best_is_the_sorted_best_below_the_bound():
+    """The heap selection (refills, deep views) against sorting, for both sides, every r from
+    none to more than there are, bounds that cut anywhere, other sides' levels mixed in."""
+    rng = np.random.default_rng(5)
+    D = Deep(2, cap=1024)
+    sides = [dict(), dict()]
+    for p_ in rng.choice(100_000, 700, replace=False).tolist():
+        b = int(rng.integers(2))
+        deep._set(D.arrays(), b, p_ + 1, p_ % 97 + 1)
+        sides[b][p_ + 1] = p_ % 97 + 1
+    for b in range(2):
+        key = (lambda p_: p_) if b == 0 else (lambda p_: -p_)
+        for bound_px in (None, *rng.choice(list(sides[b]), 5).tolist()):
+            bound = 2**62 if bound_px is None else key(bound_px)
+            below = sorted((p_ for p_ in sides[b] if key(p_) < bound), key=key)  # worst first
+            for r in (0, 1, 2, 7, 64, len(below), len(below) + 5):
+                px, qty = np.full(r + 3, -7, np.int64), np.full(r + 3, -7, np.int64)
+                m = deep.select_best(D.arrays(), b, r, np.int64(bound), px, qty, 1)
+                want = below[len(below) - min(r, len(below)):]
+                assert m == len(want) and px[1:1 + m].tolist() == want, (b, bound_px, r)
+                assert qty[1:1 + m].tolist() == [sides[b][p_] for p_ in want]
+                assert px[0] == -7 and (px[1 + m:] == -7).all()  # nothing outside its span
