@@ -19,7 +19,7 @@ from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 from . import book, book_deep as deep, depth
 from .jscan import V_ARR, V_FALSE, V_NONE, V_NULL, V_NUM, V_OBJ, V_STR, V_TRUE, dec as _dec, find_byte, skip as _skip, \
     str_end as _str_end, uint as _uint, ws as _ws
-from .nrt import borrow, data_ptr, load_u64
+from .nrt import borrow, borrow_all, data_ptr, load_u64
 from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 # keys we read; any other key's value is skipped
@@ -159,6 +159,7 @@ def _member_end(b, v, e):
 def _object(b, i, e, F):
     """Parse the JSON object starting at or after b[i] (whitespace first): the known keys' value
     types and spans go to F (a repeated key: the last wins). Returns the index after it, or -1."""
+    F = borrow(F)
     i, empty = _open(b, i, e, F)
     if i < 0 or empty:
         return i if i < 0 else i + 1
@@ -182,6 +183,7 @@ def _object(b, i, e, F):
 def _wrapper(b, i, e, F, F1):
     """_object, where a "data" object's own keys go to F1 as it is read (F[K_data] spans it):
     the combined-stream wrapper costs one pass, not two."""
+    F, F1 = borrow(F), borrow(F1)
     i, empty = _open(b, i, e, F)
     if i < 0 or empty:
         return i if i < 0 else i + 1
@@ -208,6 +210,7 @@ def _wrapper(b, i, e, F, F1):
 def _levels(b, s, e, V, k0):
     """The JSON array b[s:e] of ["price", "quantity"] pairs -> V[2k], V[2k+1] from pair k0 on.
     Returns (status, pairs): status 0 ok, 1 malformed, 2 V too small (pairs = how many needed so far)."""
+    V = borrow(V)
     i = _ws(b, s + 1, e)  # b[s] is '['
     k = k0
     if i < e and b[i] == 93:
@@ -294,6 +297,7 @@ def _ts_field(b, F):
 def parse_line(b, s, e, F0, F1):
     """One line "<recv ns> <json object>" -> (error, recv, which F holds the message: 0 or 1).
     The message is the object's "data" when it has one (the combined-stream wrapper)."""
+    F0, F1 = borrow(F0), borrow(F1)
     i = find_byte(b, s, e, 32, _SPACES)
     if i >= e:
         return E_FORMAT, np.int64(0), 0
@@ -355,6 +359,7 @@ def _mremove(keys, pos, i):
 
 @njit(nogil=True, cache=True)
 def map_put(M, key, v0, v1, v2, v3):
+    M = borrow_all(M)
     keys, pos, rk, rv, mc = M
     i = _mfind(keys, key)
     if keys[i] == key:
@@ -383,6 +388,7 @@ def map_put(M, key, v0, v1, v2, v3):
 @njit(nogil=True, cache=True)
 def map_get(M, key, pop):
     """Ring position of key's values, or -1; pop: forget the key."""
+    M = borrow_all(M)
     keys, pos = M[0], M[1]
     i = _mfind(keys, key)
     if keys[i] != key:
@@ -415,6 +421,7 @@ def _build_view(L, D, VL, I, inst):
     than (or at) the ticker's price are gone, the ticker's level is the best. A ticker so far
     inside the book that the ladder runs out first pulls the table's next levels into the ladder
     (when it has room), then takes whatever is still missing from the table."""
+    L, D, VL, I = borrow_all(L), borrow_all(D), borrow_all(VL), borrow(I)
     vmeta, vpx, vqty, vcnt = VL[0], VL[1], VL[2], VL[3]
     meta, px, qty = L[0], L[1], L[2]
     K = vpx.shape[0] // vmeta.shape[0]
@@ -573,6 +580,7 @@ def _err(G, code, key):
 def _need_room(L, D, G, b, V, off, k, cleared):
     """_OK, or R_ROOM (G_NEED = side b) / R_DEEP when book side b cannot take the k levels at V
     pairs off.. (those with q > 0 may be new; `cleared`: the side is emptied first)."""
+    L, D, G, V = borrow_all(L), borrow_all(D), borrow(G), borrow(V)
     new = np.int64(0)
     for j in range(off, off + k):
         if V[2 * j + 1] > 0:
@@ -596,6 +604,7 @@ def _apply_levels(L, D, W, V, inst, nb, na):
 @njit(nogil=True, cache=True)
 def _parse_book_levels(b, F, kb, ka, V, required):
     """Both sides' levels into V: (error or R_VALS or 0, key, nbid, nask)."""
+    F, V = borrow(F), borrow(V)
     nb = np.int64(0)  # (not a literal: one compiled _levels)
     for side in range(2):
         k = kb if side == 0 else ka
@@ -620,6 +629,7 @@ def _parse_book_levels(b, F, kb, ka, V, required):
 @njit(nogil=True, cache=True)
 def _place_snapshot(b, F, inst, recv, L, D, W, VL, top, out, n, S):
     """A depth snapshot becomes inst's book; its held events are then replayed against it."""
+    L, D, W, VL, S = borrow_all(L), borrow_all(D), borrow_all(W), borrow_all(VL), borrow_all(S)
     I, G, C, V = S[0], S[1], S[2], S[3]
     H = S[5]
     err, sid = _int_field(b, F, K_last)
@@ -668,6 +678,9 @@ def _place_snapshot(b, F, inst, recv, L, D, W, VL, top, out, n, S):
 @njit(nogil=True, cache=True)
 def _depth(src, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM):
     """One diff event of a known instrument: continuity, then the book, ticks and the cross-check."""
+    L, D, W, VL, S, DM, TM = borrow_all(L), borrow_all(D), borrow_all(W), borrow_all(VL), borrow_all(S), \
+        borrow_all(DM), borrow_all(TM)
+    F, top, out = borrow(F), borrow(top), borrow(out)
     I, G, C, V, H, HB = S[0], S[1], S[2], S[3], S[5], S[6]
     err, U_ = _int_field(src, F, K_U)
     if err:
@@ -870,6 +883,7 @@ def _trade(b, F, inst, recv, L, W, VL, top, out, n, S):
 @njit(nogil=True, cache=True)
 def _symbol(b, F, S):
     """The instrument of the message's "s": (error, index or -1 when new)."""
+    F, S = borrow(F), borrow_all(S)
     G, SYM = S[1], S[4]
     if F[K_s, 0] == V_NONE:
         return E_MISSING, -1

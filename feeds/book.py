@@ -15,6 +15,8 @@ share a cache line (`_slot`).
 import numpy as np
 from numba import njit
 
+from .nrt import borrow, borrow_all
+
 BID, ASK = 0, 1
 # ladder meta columns
 M_OFF, M_LEN, M_CAP = 0, 1, 2
@@ -275,6 +277,7 @@ def level_add(L, book, price, dqty, dcount):
     """Add dqty (may be negative) and dcount orders at `price`; a level whose quantity reaches
     zero or below goes away. Returns the level's new quantity (negative = the book was
     inconsistent, clamped away). Needs has_room(L, book) when the level may be new."""
+    L = borrow_all(L)  # (feeds/nrt.py: no counting in this call)
     meta, px, qty, cnt = L[0], L[1], L[2], L[3]
     return ladd(meta, px, qty, cnt, book, price, dqty, dcount)
 
@@ -283,6 +286,7 @@ def level_add(L, book, price, dqty, dcount):
 def level_set(L, book, price, q):
     """Set the quantity at `price` (L2 feeds send absolute sizes); q == 0 removes it.
     Needs has_room(L, book) when the level may be new."""
+    L = borrow_all(L)
     meta, px, qty = L[0], L[1], L[2]
     j, found = _locate(L, book, price)
     if found:
@@ -306,6 +310,7 @@ def levels_set(L, book, V, off, k):
     (a Binance diff carries ~40 levels, many far from the touch of a 1000-level book).
     Same result as calling level_set in order; pairs not strictly sorted by price (either way)
     are set one by one. Needs room for every pair with q > 0. Marks V's applied quantities -1."""
+    L, V = borrow_all(L), borrow(V)
     if k == 0:
         return
     meta, px, qty, cnt = L[0], L[1], L[2], L[3]
@@ -384,6 +389,7 @@ def levels_set(L, book, V, off, k):
 
 @njit(nogil=True, cache=True)
 def level_clear(L, book):
+    L = borrow_all(L)
     L[0][book, M_LEN] = 0
 
 

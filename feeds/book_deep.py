@@ -18,6 +18,7 @@ from numba import njit
 
 from . import book
 from .book import M_CAP, M_LEN, M_OFF
+from .nrt import borrow, borrow_all
 
 LOW, TARGET, HIGH = 64, 128, 256
 EMPTY = np.int64(-1)  # (prices are never negative)
@@ -75,6 +76,7 @@ def _rehash(opx, obk, oqty, dpx, dbk, dqty):
 @njit(nogil=True, cache=True)
 def _remove(D, i):
     """Empty slot i, shifting later members of its probe chain back (no tombstones)."""
+    D = borrow_all(D)  # (feeds/nrt.py: no counting in this call)
     dpx, dbk, dqty, count = D
     mask = dpx.shape[0] - 1
     count[dbk[i]] -= 1
@@ -95,6 +97,7 @@ def _remove(D, i):
 @njit(nogil=True, cache=True)
 def _set(D, b, price, q):
     """Set a table level (q == 0 removes it)."""
+    D = borrow_all(D)
     dpx, dbk, dqty, count = D
     i = _find(dpx, dbk, price, b)
     if dpx[i] == EMPTY:
@@ -112,6 +115,7 @@ def _set(D, b, price, q):
 def room(L, D, b, new, cleared):
     """0 when side b (emptied first if `cleared`) can take a batch that may add `new` levels;
     else what to grow: 1 the ladder side, 2 the table."""
+    L, D = borrow_all(L), borrow_all(D)
     meta = L[0]
     n = 0 if cleared else meta[b, M_LEN]
     if n + new > meta[b, M_CAP] or meta[b, M_CAP] < TARGET:
@@ -125,6 +129,7 @@ def room(L, D, b, new, cleared):
 @njit(nogil=True, cache=True)
 def clear(L, D, b):
     """Side b empty, ladder and table."""
+    L, D = borrow_all(L), borrow_all(D)
     meta = L[0]
     meta[b, M_LEN] = 0
     dpx, dbk = D[0], D[1]
@@ -141,6 +146,7 @@ def set_levels(L, D, b, V, off, k):
     """book.levels_set for side b's k pairs at V[2 * off..]: those at or above the ladder's worst
     level go to the ladder in one merge, those below it to the table; then the ladder is
     rebalanced. Same book as level_set in order. Marks V's ladder-applied quantities -1."""
+    L, D, V = borrow_all(L), borrow_all(D), borrow(V)
     meta, px = L[0], L[1]
     if meta[b, M_LEN] == 0 and D[3][b] > 0:  # (not after a rebalance: kept for the invariant)
         refill(L, D, b, min(TARGET, D[3][b]))
@@ -171,6 +177,7 @@ def set_levels(L, D, b, V, off, k):
 
 @njit(nogil=True, cache=True)
 def _rebalance(L, D, b):
+    L, D = borrow_all(L), borrow_all(D)
     meta, px, qty, cnt = L[0], L[1], L[2], L[3]
     off, n = meta[b, M_OFF], meta[b, M_LEN]
     if n > HIGH:  # the worst levels go to the table
@@ -208,6 +215,7 @@ def select_best(D, b, r, bound, px, qty, off):
     qty[off:], worst first (the ladder's order); returns how many there were (<= r). One pass
     over the table keeping the best in a min-heap (the worst kept at its root), then a heap sort:
     for refills and for a view deeper than the ladder."""
+    D, px, qty = borrow_all(D), borrow(px), borrow(qty)
     dpx, dbk, dqty = D[0], D[1], D[2]
     m = 0
     if r <= 0:
@@ -242,6 +250,7 @@ def select_best(D, b, r, bound, px, qty, off):
 @njit(nogil=True, cache=True)
 def refill(L, D, b, r):
     """The table's r best levels of side b go under the ladder's worst (all better than theirs)."""
+    L, D = borrow_all(L), borrow_all(D)
     meta, px, qty, cnt = L[0], L[1], L[2], L[3]
     off, n = meta[b, M_OFF], meta[b, M_LEN]
     for j in range(off + n - 1, off - 1, -1):  # make room below

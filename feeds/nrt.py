@@ -15,24 +15,43 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 
+def _borrowed(context, builder, a, value):
+    src = context.make_array(a)(context, builder, value=value)
+    dst = context.make_array(a)(context, builder)
+    dst.meminfo = cgutils.get_null_value(dst.meminfo.type)
+    dst.parent = cgutils.get_null_value(dst.parent.type)
+    dst.nitems = src.nitems
+    dst.itemsize = src.itemsize
+    dst.data = src.data
+    dst.shape = src.shape
+    dst.strides = src.strides
+    return dst._getvalue()
+
+
 @intrinsic
 def borrow(typingctx, a):
     if not isinstance(a, types.Array):
         return None
 
     def codegen(context, builder, sig, args):
-        src = context.make_array(a)(context, builder, value=args[0])
-        dst = context.make_array(a)(context, builder)
-        dst.meminfo = cgutils.get_null_value(dst.meminfo.type)
-        dst.parent = cgutils.get_null_value(dst.parent.type)
-        dst.nitems = src.nitems
-        dst.itemsize = src.itemsize
-        dst.data = src.data
-        dst.shape = src.shape
-        dst.strides = src.strides
-        return dst._getvalue()  # no incref: the result owns nothing
+        return _borrowed(context, builder, a, args[0])  # no incref: the result owns nothing
 
     return a(a), codegen
+
+
+@intrinsic
+def borrow_all(typingctx, t):
+    """borrow() of every array in a tuple of arrays. At the top of a function that is called (not
+    inlined) with such tuples: its arrays then have no count to keep, where otherwise every
+    inlined helper taking one costs two calls into the runtime (half of a handler's time, perf)."""
+    if not (isinstance(t, types.BaseTuple) and all(isinstance(x, types.Array) for x in t)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vals = [_borrowed(context, builder, a, builder.extract_value(args[0], i)) for i, a in enumerate(t)]
+        return context.make_tuple(builder, t, vals)
+
+    return t(t), codegen
 
 
 @intrinsic
