@@ -33,7 +33,6 @@ for _k, _name in enumerate(KEYS):
     if len(_name) == 1:
         _KEY1[ord(_name)] = _k
 # F[k, 0]: the key's JSON value type (jscan.V_*); F[k, 1:3] is the value's span
-_SPACES = np.uint64(0x2020202020202020)
 _LAST_ID = np.frombuffer(b"lastUpdateId", np.uint8).copy()
 _DEPTH_UPDATE = np.frombuffer(b"depthUpdate", np.uint8).copy()
 _TRADE = np.frombuffer(b"trade", np.uint8).copy()
@@ -299,7 +298,7 @@ def parse_line(b, s, e, F0, F1):
     """One line "<recv ns> <json object>" -> (error, recv, which F holds the message: 0 or 1).
     The message is the object's "data" when it has one (the combined-stream wrapper)."""
     F0, F1 = borrow(F0), borrow(F1)
-    i = find_byte(b, s, e, 32, _SPACES)
+    i = find_byte(b, s, e, 32)
     if i >= e:
         return E_FORMAT, np.int64(0), 0
     recv = _uint(b, s, i)
@@ -1007,20 +1006,6 @@ def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _newline(b, i, e):
-    """Index of the first newline in b[i:e], or e; eight bytes a step (a zero byte of word ^
-    0x0a.. is a newline; the test below has no false negatives), the last few one at a time."""
-    while i + 8 <= e:
-        x = load_u64(b, i) ^ np.uint64(0x0A0A0A0A0A0A0A0A)
-        if ((x - np.uint64(0x0101010101010101)) & ~x & np.uint64(0x8080808080808080)) != 0:
-            break
-        i += 8
-    while i < e and b[i] != 10:
-        i += 1
-    return i
-
-
-@njit(nogil=True, inline="always", cache=True)
 def _blank(b, s, e):
     for i in range(s, e):
         c = b[i]
@@ -1077,14 +1062,8 @@ def scan(buf, pos, end, final, L, D, W, VL, top, out, n, S, DM, TM):
     # (a count of a borrowed array is still a call) and wrap negative indices, on every byte
     # helper: half a ticker's parse time
     buf, top, out = data_ptr(buf), borrow(top), borrow(out)
-    L = (borrow(L[0]), borrow(L[1]), borrow(L[2]), borrow(L[3]), borrow(L[4]))
-    D = (borrow(D[0]), borrow(D[1]), borrow(D[2]), borrow(D[3]))
-    W = (borrow(W[0]), borrow(W[1]), borrow(W[2]), borrow(W[3]), borrow(W[4]), borrow(W[5]))
-    VL = (borrow(VL[0]), borrow(VL[1]), borrow(VL[2]), borrow(VL[3]), borrow(VL[4]))
-    S = (borrow(S[0]), borrow(S[1]), borrow(S[2]), borrow(S[3]), borrow(S[4]), borrow(S[5]), borrow(S[6]),
-         borrow(S[7]), borrow(S[8]), borrow(S[9]), borrow(S[10]))
-    DM = (borrow(DM[0]), borrow(DM[1]), borrow(DM[2]), borrow(DM[3]), borrow(DM[4]))
-    TM = (borrow(TM[0]), borrow(TM[1]), borrow(TM[2]), borrow(TM[3]), borrow(TM[4]))
+    L, D, W, VL, S, DM, TM = borrow_all(L), borrow_all(D), borrow_all(W), borrow_all(VL), borrow_all(S), \
+        borrow_all(DM), borrow_all(TM)
     G, C = S[1], S[2]
     room = 2 + depth.room(W[0].shape[1])
     while True:
@@ -1097,7 +1076,7 @@ def scan(buf, pos, end, final, L, D, W, VL, top, out, n, S, DM, TM):
             return pos, n, r
         if pos >= end:
             return pos, n, R_DONE
-        j = _newline(buf, pos, end)
+        j = find_byte(buf, pos, end, 10)
         if j >= end and not final:
             return pos, n, R_DONE
         lineno = G[G_LINENO] + 1

@@ -10,8 +10,9 @@ windows and views read at most 33 levels from the touch (feeds/depth.py).
 
 Invariant, per side: every ladder level is better than every table level, and the ladder holds
 at least LOW levels whenever the table holds any (a view under a ticker deeper than the ladder
-may pull more than HIGH into it: `refill`; the next diff spills them back). Callers check room first (`room`): the ladder
-needs TARGET levels and its new ones, the table stays under half full (`Deep.grow` otherwise).
+may pull more than HIGH into it: `refill`; the next diff spills them back). Callers check room
+first (`room`): the ladder needs TARGET levels and its new ones, the table stays under half full
+(`Deep.grow` otherwise).
 """
 import numpy as np
 from numba import njit

@@ -39,8 +39,9 @@ def byte_mask(x, pattern):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def find_byte(b, i, e, c, pattern):
-    """Index of the first byte c in b[i:e], or e (pattern: c in every byte of a word)."""
+def find_byte(b, i, e, c):
+    """Index of the first byte c in b[i:e], or e."""
+    pattern = np.uint64(c) * _ONES  # c in every byte of a word
     while i + 8 <= e:
         m = byte_mask(load_u64(b, i), pattern)
         if m != 0:

@@ -306,9 +306,9 @@ def test_quote_ticks_cover_every_book_ticker_change_of_the_touch(path, unit):
 
 
 def test_newline_search_finds_every_position():
-    """The scanner's word-at-a-time newline search (feeds/binance_scan.py) against bytes.find, for
+    """The scanner's word-at-a-time newline search (feeds/jscan.find_byte) against bytes.find, for
     a newline at every offset of a word, none at all, and spans that do not start at 0."""
-    from feeds.binance_scan import _newline
+    from feeds.jscan import find_byte
     for size in (0, 1, 7, 8, 9, 23, 64):
         for at in range(-1, size):
             b = bytearray(b"x" * size)
@@ -318,7 +318,7 @@ def test_newline_search_finds_every_position():
             a = np.frombuffer(bytes(b), np.uint8)
             for start in range(min(size, 9) + 1):
                 want = bytes(b).find(b"\n", start)
-                assert _newline(a, start, size) == (size if want < 0 else want), (size, at, start)
+                assert find_byte(a, start, size, 10) == (size if want < 0 else want), (size, at, start)
 
 
 @pytest.mark.parametrize("at", [850, 748, 702])
