@@ -2,6 +2,10 @@
 nothing (the file waits for the loop), a conflated live run is reproduced exactly by a backtest
 given its marks, and a run that lost ticks says so (and fails with --strict)."""
 import json
+import os
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -9,7 +13,7 @@ import pytest
 
 from engine.signal_log import read_marks, read_records, read_signals
 from engine.tickfile import TickFile
-from tests.conftest import SHARED_DATA, strategy_core
+from tests.conftest import SHARED_DATA, engine_cmd, spawn, strategy_core
 from tests.helpers.feedutil import cli
 from tests.test_replay import ticks_file
 
@@ -86,10 +90,24 @@ def test_conflate_as_recorded_needs_one_file_and_a_signal_file(tmp_path, default
 
 
 def test_a_run_that_lost_ticks_warns_and_strict_fails(tmp_path, default_model):
-    # a live source flat out, every tick scored, through a small ring: the feed laps the loop
-    r, res = _run(tmp_path, "--rate", "0", "--conflate", "off", "--ring-capacity", "1024", "--duration", "1.5",
-                  "--strict")
-    assert res is not None, r.stderr  # the summary is still printed, then the exit code says it
-    assert res["lost"] > 0 and res["gaps"] > 0, res
-    assert r.returncode == 1, r.stderr
-    assert "engine: warning:" in r.stderr and "ticks lost" in r.stderr and "--strict" in r.stderr
+    # a live feed never waits: stop the engine (a stall, as a long preemption or a swapped-out
+    # page would) while its feed publishes 25k ticks into a ring of 1024: the loop is lapped
+    err = tmp_path / "err"
+    with open(err, "w") as ef:
+        p = spawn(engine_cmd("run", "--core", str(strategy_core()), "--name", f"lost{id(tmp_path) % 10**6}", "--json",
+                             "--http", "none", "--pub", "none", "--rate", "50000", "--ring-capacity", "1024",
+                             "--duration", "3", "--strict"), stdout=subprocess.PIPE, stderr=ef, text=True)
+        deadline = time.monotonic() + 120
+        while "[engine] running:" not in err.read_text():
+            assert p.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        os.kill(p.pid, signal.SIGSTOP)
+        time.sleep(0.5)
+        os.kill(p.pid, signal.SIGCONT)
+        out, _ = p.communicate(timeout=60)
+    res = json.loads(out)  # the summary is still printed, then the exit code says it
+    stderr = err.read_text()
+    assert res["lost"] > 1000 and res["gaps"] > 0, res
+    assert p.returncode == 1, stderr
+    assert "engine: warning:" in stderr and "ticks lost" in stderr and "--strict" in stderr
