@@ -1,0 +1,105 @@
+"""Cold compile: what a user waits for the first time a feed or a strategy runs (and after every
+upgrade, which empties the cache), with the engine's inliner copy (engine/numba_inline.py)
+against numba's own in the same run.
+
+Each cell is a fresh process with an empty numba cache and an empty engine cache
+(XDG_CACHE_HOME), timed from its start to the end of its first batch, so the figure is the
+compile plus a few milliseconds of work:
+  - binance: the Binance scanner at depth 10 (the default) over the first 2,000 lines of the
+    real spot capture;
+  - itch: the ITCH 5.0 parser + order book at depth 10 over a small synthetic day;
+  - dbn: the DBN MBO parser + L3 book at depth 10 over the first batch of the real CME file;
+  - strategy: the built-in strategy's host (data-set loop) over 20k synthetic ticks.
+The peer is numba 0.68's own inliner (the extension undone in the child before anything
+compiles). --quick runs itch and dbn only.
+"""
+import gzip
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import _common
+from _common import ROOT
+
+DATA = ROOT.parent / "shared" / "data"
+SPOT = DATA / "binance" / "spot_btcusdt_20240808.gz"
+DBN = DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+
+# undo engine/numba_inline.py's patch (numba applies it when the first function is decorated)
+STOCK = """
+import copy
+from numba import njit
+from numba.core import inline_closurecall as icc
+njit(lambda x: x)(1)
+if hasattr(icc.InlineWorker.inline_ir, "__wrapped__"):
+    icc.InlineWorker.inline_ir = icc.InlineWorker.inline_ir.__wrapped__
+    icc.copy = copy
+"""
+
+FIRST_BATCH = """
+from feeds.sources import open_source
+next(iter(open_source({uri!r}).batches()))
+"""
+
+STRATEGY = """
+from tests.conftest import strategy_rows
+strategy_rows("synthetic://?instruments=4&count=20000&seed=3")
+"""
+
+
+def cell(code, stock):
+    """Seconds for a fresh interpreter to run `code` with empty caches."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, XDG_CACHE_HOME=cache, NUMBA_CACHE_DIR=os.path.join(cache, "numba"),
+                   PYTHONPATH=str(ROOT))
+        t = time.perf_counter()
+        r = subprocess.run([sys.executable, "-c", (STOCK if stock else "") + code], cwd=ROOT, env=env,
+                           capture_output=True, text=True)
+        dt = time.perf_counter() - t
+    if r.returncode:
+        raise SystemExit(f"bench/compile.py: a cell failed:\n{r.stderr[-2000:]}")
+    return dt
+
+
+def workloads(tmp, quick):
+    from feeds.convert import convert
+    itch = os.path.join(tmp, "day.itch")
+    convert("synthetic://?instruments=2&count=20000&seed=21&depth=10", itch, progress=False)
+    out = {"itch": FIRST_BATCH.format(uri=f"itch:{itch}?depth=10")}
+    if DBN.exists():
+        out["dbn"] = FIRST_BATCH.format(uri=f"dbn:{DBN}?depth=10")
+    if quick:
+        return out
+    if SPOT.exists():
+        cap = os.path.join(tmp, "spot2000.gz")
+        with gzip.open(SPOT) as f, gzip.open(cap, "wb") as g:
+            for i, line in enumerate(f):
+                if i == 2000:
+                    break
+                g.write(line)
+        out["binance"] = FIRST_BATCH.format(uri=f"binance:{cap}?depth=10")
+    out["strategy"] = STRATEGY
+    return out
+
+
+def main():
+    a = _common.args(__doc__)
+    metrics, peers, ratios, rows = {}, {"numba_inliner": {}}, {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, code in workloads(tmp, a.quick).items():
+            ours, stock = cell(code, False), cell(code, True)
+            key = f"{name}_cold_compile_s"
+            metrics[key] = round(ours, 1)
+            peers["numba_inliner"][key] = round(stock, 1)
+            ratios[f"{name}_vs_numba_inliner_cold_compile_s"] = _common.ratio(ours, stock, False)
+            rows.append((name, {"ours s": ours, "numba's inliner s": stock}))
+            print(f"  {name}: {ours:.1f} s (numba's own inliner: {stock:.1f} s)", flush=True)
+    _common.table("cold compile, start to first batch, one process each", ["ours s", "numba's inliner s"], rows)
+    _common.save("compile", metrics, peers, ratios,
+                 {"what": "a fresh process with empty numba and engine caches, start to its first batch"})
+
+
+if __name__ == "__main__":
+    main()

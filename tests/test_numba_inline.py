@@ -1,0 +1,82 @@
+"""engine/numba_inline.py: numba's inliner copies a callee's scope once per inlined call, not once
+per block, in every process of the engine (the numba_extensions entry point), and what it
+compiles still computes the same."""
+import subprocess
+import sys
+
+import numpy as np
+from numba import njit
+from numba.core import ir
+
+from engine import numba_inline
+
+from tests.conftest import ROOT, engine_env
+
+
+@njit(inline="always")
+def _branchy(x, k):
+    # many blocks, many variables: what the per-block copy made quadratic
+    acc = 0
+    for i in range(k):
+        if x[i] > 3:
+            acc += x[i] * 2
+        elif x[i] < -3:
+            acc -= x[i]
+        else:
+            t = x[i] + i
+            acc += t if t % 2 == 0 else -t
+    return acc
+
+
+@njit(inline="always")
+def _nested(x, k):
+    return _branchy(x, k) + _branchy(x[::-1], k)
+
+
+def _python_branchy(x, k):
+    acc = 0
+    for i in range(k):
+        v = int(x[i])
+        if v > 3:
+            acc += v * 2
+        elif v < -3:
+            acc -= v
+        else:
+            t = v + i
+            acc += t if t % 2 == 0 else -t
+    return acc
+
+
+def test_every_engine_process_compiles_with_the_shared_memo_copy():
+    code = ("from numba import njit\nfrom engine.numba_inline import patched\n"
+            "njit(lambda x: x + 1)(1)\nprint(patched())\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=engine_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert r.stdout.strip() == "True", r.stderr
+
+
+def test_an_inlined_callee_shares_one_copied_scope_and_computes_the_same():
+    assert numba_inline.patch() and numba_inline.patched()
+    scopes = []
+    original = ir.Var.__deepcopy__
+
+    def spy(self, memo):
+        out = original(self, memo)
+        scopes.append(out.scope)  # kept alive: ids stay distinct
+        return out
+
+    ir.Var.__deepcopy__ = spy
+    try:
+        @njit(inline="never")
+        def outer(x, k):
+            return _nested(x, k) - _branchy(x, k)
+
+        x = np.arange(-9, 9, dtype=np.int64)
+        got = outer(x, len(x))
+    finally:
+        ir.Var.__deepcopy__ = original
+    want = _python_branchy(x, len(x)) + _python_branchy(x[::-1], len(x)) - _python_branchy(x, len(x))
+    assert got == want
+    # 3 inlined calls in outer, 2 in _nested: each call copies the callee twice (numba keeps an
+    # unmutated copy), each copy with one scope; a copy per block would give dozens
+    assert 0 < len({id(s) for s in scopes}) <= 2 * 5, len({id(s) for s in scopes})
