@@ -8,11 +8,17 @@ array numba builds over a raw pointer): incref/decref of it do nothing.
 
 Only for arrays the caller keeps alive for the whole call (a function's own arguments) and that
 never escape it (not returned, not stored).
+
+Under NUMBA_BOUNDSCHECK=1 (the fuzz tests, tests/test_fuzz.py) `data_ptr` hands back the array
+itself and `load_u64` checks its 8 bytes, so a read past the input raises IndexError there as
+every other index does, instead of reading on unseen.
 """
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
+from numba.core import cgutils, config
 from numba.extending import intrinsic
+
+BOUNDSCHECK = bool(config.BOUNDSCHECK)
 
 
 def _borrowed(context, builder, a, value):
@@ -61,6 +67,8 @@ def data_ptr(typingctx, a):
     its own end index anyway. Only while the caller keeps the array alive."""
     if not (isinstance(a, types.Array) and a.layout == "C"):
         return None
+    if BOUNDSCHECK:  # the array, borrowed: its indexing is checked
+        return a(a), lambda context, builder, sig, args: _borrowed(context, builder, a, args[0])
 
     def codegen(context, builder, sig, args):
         return context.make_array(a)(context, builder, value=args[0]).data
@@ -77,7 +85,18 @@ def load_u64(typingctx, a, i):
         return None
 
     def codegen(context, builder, sig, args):
-        data = context.make_array(a)(context, builder, value=args[0]).data if isinstance(a, types.Array) else args[0]
+        if isinstance(a, types.Array):
+            ary = context.make_array(a)(context, builder, value=args[0])
+            data = ary.data
+            if BOUNDSCHECK:
+                at = context.cast(builder, args[1], i, types.intp)
+                end = builder.add(at, ir.Constant(at.type, 8))
+                oob = builder.or_(builder.icmp_signed("<", at, ir.Constant(at.type, 0)),
+                                  builder.icmp_signed(">", end, ary.nitems))
+                with builder.if_then(oob, likely=False):
+                    context.call_conv.return_user_exc(builder, IndexError, ("load_u64: index out of bounds",))
+        else:
+            data = args[0]
         p = builder.gep(data, [args[1]])
         q = builder.bitcast(p, ir.IntType(64).as_pointer())
         return builder.load(q, align=1)

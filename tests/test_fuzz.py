@@ -25,9 +25,16 @@ def test_parsers_survive_hostile_inputs_without_an_out_of_bounds_read():
 
 def test_boundscheck_is_really_on_in_the_fuzz_process():
     """The fuzz test is only worth something if an out-of-bounds read does raise there."""
-    code = ("import numpy as np\nfrom feeds.itch import be16\nfrom numba import njit\n"
-            "f = njit(lambda a: be16(a, 9))\n"
-            "try:\n    f(np.zeros(10, np.uint8))\nexcept IndexError:\n    print('raised')\n")
+    # be16 indexes an array; the Binance scanner reads its input through data_ptr and a word at a
+    # time through load_u64 (feeds/nrt.py), which must raise there too
+    code = ("import numpy as np\nfrom feeds.itch import be16\nfrom feeds.nrt import data_ptr, load_u64\n"
+            "from numba import njit\n"
+            "reads = {'be16': njit(lambda a: be16(a, 9)), 'data_ptr': njit(lambda a: data_ptr(a)[10]),\n"
+            "         'load_u64': njit(lambda a: load_u64(a, 3)), 'load_u64 <0': njit(lambda a: load_u64(a, -1))}\n"
+            "for name, f in reads.items():\n"
+            "    try:\n        f(np.zeros(10, np.uint8))\n    except IndexError:\n        print(name, 'raised')\n"
+            "print('in bounds', njit(lambda a: load_u64(a, 2))(np.arange(10, dtype=np.uint8)) == 0x0908070605040302)\n")
     env = engine_env(NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=_numba_cache_dir() + "-boundscheck")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert res.stdout.strip() == "raised", res.stderr
+    assert res.stdout.splitlines() == ["be16 raised", "data_ptr raised", "load_u64 raised", "load_u64 <0 raised",
+                                       "in bounds True"], res.stderr
