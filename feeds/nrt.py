@@ -67,8 +67,10 @@ def data_ptr(typingctx, a):
     its own end index anyway. Only while the caller keeps the array alive."""
     if not (isinstance(a, types.Array) and a.layout == "C"):
         return None
-    if BOUNDSCHECK:  # the array, borrowed: its indexing is checked
-        return a(a), lambda context, builder, sig, args: _borrowed(context, builder, a, args[0])
+    if BOUNDSCHECK:  # the array, borrowed, its indexing checked; typed writable, as the pointer is
+        # one type whatever the input's flags: one compiled parser for read-only and writable input
+        rw = types.Array(a.dtype, a.ndim, a.layout)
+        return rw(a), lambda context, builder, sig, args: _borrowed(context, builder, rw, args[0])
 
     def codegen(context, builder, sig, args):
         return context.make_array(a)(context, builder, value=args[0]).data

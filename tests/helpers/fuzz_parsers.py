@@ -7,7 +7,8 @@ the seed stream and a random seed per example; each example runs CASES mutated i
 the parser (state carried across them, as a live feed would). Accepted outcomes: the parser
 consumes the input, or stops with its own error (FeedError / ST_ERROR). Anything else fails.
 
-usage: python -m tests.helpers.fuzz_parsers PARSER CASES   (PARSER: itch, moldudp64, dbn, binance, all)
+usage: python -m tests.helpers.fuzz_parsers PARSERS CASES   (PARSERS: itch, moldudp64, dbn, binance, a comma
+separated list of them, or all)
 """
 import json
 import socket
@@ -239,7 +240,7 @@ RUNNERS = {"itch": run_itch, "moldudp64": run_mold, "dbn": run_dbn, "binance": r
 
 def main():
     which, cases = sys.argv[1], int(sys.argv[2])
-    for name in (RUNNERS if which == "all" else [which]):
+    for name in (RUNNERS if which == "all" else which.split(",")):
         t0 = time.monotonic()
         done = RUNNERS[name](cases, itch_seeds() if name != "dbn" else None)
         print(json.dumps({"parser": name, "cases": done, "seconds": round(time.monotonic() - t0, 1)}), flush=True)
