@@ -53,11 +53,19 @@ def pin_current_thread(core):
 
 
 def keep_off_core(core):
-    """Move the calling thread (and what it spawns later) off the strategy core."""
+    """Move every thread of this process (and what they spawn later) off the strategy core: the
+    calling thread, and those libraries started before it (OpenBLAS starts one per core at import),
+    which would otherwise keep the strategy core in their mask. Call it before the strategy
+    thread starts; that thread pins itself."""
     rest = set(available_cpus()) - {core}
     if not rest:
         return False, "only one core: the control plane and feed share the strategy core"
     os.sched_setaffinity(0, rest)
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), rest)
+        except OSError:  # (ended meanwhile)
+            pass
     return True, f"control plane and feed on cores {','.join(map(str, sorted(rest)))}"
 
 

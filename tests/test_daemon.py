@@ -1,5 +1,6 @@
 """The daemon operators run: a real `engine run` process in each test."""
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -8,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from engine.app.runner import STRATEGY_THREAD_NAME
 from engine.records import SIGNAL_DTYPE
 from engine.signal_log import read_signals
 
@@ -38,6 +40,22 @@ def daemon(tmp_path, shm_name, default_model):
     d.wait_for("/metrics /health /ready")
     yield d
     d.stop()
+
+
+def test_nothing_but_the_strategy_thread_may_run_on_its_core(daemon):
+    # every thread the engine started before it moved off the core (OpenBLAS starts one per core
+    # at import) and the feed process: on the other cores; the strategy thread alone on its own
+    core = strategy_core()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the control plane and feed share it (said in the run's notes)")
+    masks = {}
+    for tid in os.listdir(f"/proc/{daemon.proc.pid}/task"):
+        name = open(f"/proc/{daemon.proc.pid}/task/{tid}/comm").read().strip()
+        masks[(int(tid), name)] = os.sched_getaffinity(int(tid))
+    strategy = [m for (_, name), m in masks.items() if name == STRATEGY_THREAD_NAME]
+    assert strategy == [{core}], masks
+    assert len(masks) > 2 and all(core not in m for (_, name), m in masks.items() if name != STRATEGY_THREAD_NAME), masks
+    assert core not in os.sched_getaffinity(daemon.feed_pid())
 
 
 def test_signals_on_zmq_and_metrics_that_grow(daemon):
