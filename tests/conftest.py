@@ -26,6 +26,18 @@ def spawn(args, **kw):
     return subprocess.Popen(args, cwd=ROOT, env=engine_env(), **kw)
 
 
+def pytest_collection_finish(session):
+    """The fuzz test's processes start now, beside the rest of the suite (tests/helpers/fuzz_jobs.py)."""
+    if any(item.nodeid.startswith("tests/test_fuzz.py::test_parsers_survive") for item in session.items):
+        from tests.helpers import fuzz_jobs
+        fuzz_jobs.start()
+
+
+def pytest_sessionfinish(session):
+    from tests.helpers import fuzz_jobs
+    fuzz_jobs.stop()
+
+
 @pytest.fixture
 def shm_name(request):
     """A unique /dev/shm name for one test; every file starting with it is removed after."""

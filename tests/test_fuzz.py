@@ -1,32 +1,18 @@
 """Fuzz every binary parser with hostile inputs (10k each in the suite; FUZZ_CASES=N for a longer run), under
-numba's bounds checking."""
-import json
-import os
+numba's bounds checking (the processes: tests/helpers/fuzz_jobs.py, started with the session)."""
 import subprocess
 import sys
 
 from engine import _numba_cache_dir
 
 from tests.conftest import ROOT, engine_env
-
-CASES = int(os.environ.get("FUZZ_CASES", 10_000))
+from tests.helpers import fuzz_jobs
 
 
 def test_parsers_survive_hostile_inputs_without_an_out_of_bounds_read():
-    # NUMBA_BOUNDSCHECK turns every out-of-bounds index into an IndexError (numba normally reads
-    # past the buffer silently); its machine code differs, so it gets its own cache directory
-    # (two processes: compiling the parsers bounds-checked is most of the time, and the Binance
-    # scanner alone takes as long as the other three)
-    env = engine_env(NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=_numba_cache_dir() + "-boundscheck")
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.helpers.fuzz_parsers", which, str(CASES)], cwd=ROOT,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for which in ("binance", "itch,moldudp64,dbn")]
-    done = {}
-    for p in procs:
-        out, err = p.communicate(timeout=900)
-        assert p.returncode == 0, err[-4000:]
-        done.update({r["parser"]: r["cases"] for r in map(json.loads, out.split("\n")[:-1])})
-    assert done == {"itch": CASES, "moldudp64": CASES, "dbn": CASES, "binance": CASES}
+    done = fuzz_jobs.results()
+    n = fuzz_jobs.CASES
+    assert done == {"itch": n, "moldudp64": n, "dbn": n, "binance": n}
 
 
 def test_boundscheck_is_really_on_in_the_fuzz_process():
