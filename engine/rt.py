@@ -118,6 +118,20 @@ def name_current_thread(name):
     _libc.prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
+def preemption(tid):
+    """(ns the thread has waited on a run queue while runnable, its involuntary context switches)
+    since it started, from /proc (schedstat, status); None where the kernel does not say. For a
+    spinning thread that never sleeps, all of that wait is time other work held its core."""
+    try:
+        wait_ns = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[1])
+        for line in Path(f"/proc/self/task/{tid}/status").read_text().splitlines():
+            if line.startswith("nonvoluntary_ctxt_switches:"):
+                return wait_ns, int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
 def thread_sched(pid, tid):
     """(policy name, last cpu) of a thread, read from /proc: an outside check."""
     fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()

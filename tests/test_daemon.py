@@ -85,6 +85,9 @@ def test_signals_on_zmq_and_metrics_that_grow(daemon):
             assert sample(m2, "engine_latency_ns", stage=stage, quantile=q) > 0, (stage, q)
     assert sample(m2, "engine_loop_pinned") == 1 and sample(m2, "engine_loop_fifo") == 0  # --no-rt
     assert sample(m2, "engine_conflated") >= 0 and sample(m2, "engine_parks") == 0  # spin: never sleeps
+    # other work on the strategy core: counters that only grow
+    for k in ("engine_loop_preemptions", "engine_loop_preempted_seconds"):
+        assert 0 <= sample(m1, k) <= sample(m2, k), k
     loop = m2["engine_loop_info"].samples[0].labels
     assert loop == {"policy": "SCHED_OTHER", "wait": "spin", "conflate": "on"}, loop
     info = [s for s in m2["engine_model_info"].samples][0]
@@ -267,7 +270,8 @@ def test_doctor_reports_every_check_with_evidence():
     r = cli("doctor", "--core", str(strategy_core()), "--json")
     res = json.loads(r.stdout)
     names = {x["check"] for x in res}
-    for k in ("kernel command line", "isolated CPUs", "nohz_full CPUs", "cpu frequency governor", "C-states",
+    for k in ("kernel command line", "isolated CPUs", "nohz_full CPUs", "tasks that may run on the core",
+              "cpu frequency governor", "C-states",
               "transparent huge pages", "IRQ affinity", "RT throttling", "swap", "memlock limit",
               "RT priority limit", "clock source", "SMT sibling"):
         assert k in names, k

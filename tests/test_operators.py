@@ -106,6 +106,7 @@ def test_stats_ctl_and_follow_find_the_engine_by_name_alone(eng):
     r = cli("stats", "--name", eng.name)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"engine {eng.name} (pid {eng.proc.pid}): ") and "p99.99" in r.stdout
+    assert f"core {strategy_core()}: the strategy thread waited " in r.stdout, r.stdout
     r = cli("signals", "--follow", "--name", eng.name, "--count", "2")
     assert r.returncode == 0, r.stderr
     assert [json.loads(x)["topic"][:3] for x in r.stdout.splitlines()] == ["SYN", "SYN"]

@@ -6,6 +6,7 @@ import tomllib
 # "section.key" -> (argparse dest, type, invert a boolean flag)
 KEYS = {
     "name": ("name", str), "core": ("core", int), "priority": ("priority", int), "realtime": ("no_rt", "not"),
+    "isolate": ("isolate", bool),
     "strict": ("strict", bool), "duration": ("duration", float),
     "loop.policy": ("policy", str), "loop.wait": ("wait", str), "loop.conflate": ("conflate", str),
     "model.dir": ("model", str), "model.backend": ("backend", str), "model.verify_key": ("verify_key", str),

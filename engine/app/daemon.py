@@ -321,7 +321,8 @@ class ControlPlane:
                           "generation": int(self.ctl[C.L_MODEL_GEN])},
                 "loop": {"core": self.x.thread.core, "policy": self.x.thread.policy,
                          "wait": self.x.thread.choice.wait.name, "conflate": self.x.thread.conflate,
-                         "state": C.LOOP_STATE_NAMES.get(int(self.ctl[C.L_STATE]), "?")},
+                         "state": C.LOOP_STATE_NAMES.get(int(self.ctl[C.L_STATE]), "?"),
+                         "preempted": self.x.thread.preempted()},
                 "latency_ns": latency.summary(self.x.ctl_blk.hist)}
 
     def metrics_text(self):
@@ -386,6 +387,12 @@ class ControlPlane:
                 yield GaugeMetricFamily("engine_loop_stalled", "1 when the watchdog sees no loop heartbeat",
                                         value=float(plane.stalled))
                 yield CounterMetricFamily("engine_feed_restarts", "times the feed was restarted", value=plane.respawns)
+                p = t.preempted()
+                if p is not None:  # (/proc: where the kernel keeps schedstats)
+                    yield CounterMetricFamily("engine_loop_preemptions", "times other work took the strategy "
+                                              "loop's core from it (involuntary context switches)", value=p["count"])
+                    yield CounterMetricFamily("engine_loop_preempted_seconds", "time the strategy loop waited for "
+                                              "its core while other work ran there", value=p["wait_ms"] / 1e3)
 
         reg = CollectorRegistry()
         reg.register(Collector())

@@ -67,6 +67,7 @@ def run_checks(core=None, priority=80):
     cmdline = _read("/proc/cmdline") or ""
     out = [_core_check(core, cpus, hk, why_not)]
     out += _isolation_checks(core, hk, cmdline, isolate)
+    out.append(_tasks_check(core, isolate))
     out += _power_checks(core)
     out.append(_irq_check(core, hk, isolate))
     out += _limit_checks(priority)
@@ -97,6 +98,19 @@ def _isolation_check(why_not):
             return r(check, "n/a", evidence, "" if ok else f"not isolated: {why_not}")
         return r(check, "pass" if ok else "warn", evidence, "" if ok else advice)
     return isolate
+
+
+def _tasks_check(core, isolate):
+    """Other tasks the scheduler may put on the core (a SCHED_OTHER loop waits while they run)."""
+    from engine.isolation import movable_tasks
+    m = movable_tasks(core)
+    n = sum(m.values())
+    top = sorted(m.items(), key=lambda kv: (-kv[1], kv[0]))
+    names = ", ".join(k + (f" x{v}" if v > 1 else "") for k, v in top[:6]) + (", ..." if len(top) > 6 else "")
+    return isolate("tasks that may run on the core", n == 0,
+                   f"{n} tasks besides the engine's may run on core {core}" + (f": {names}" if n else ""),
+                   f"`engine run --core {core} --isolate` moves them, the IRQs and unbound kernel work off it while "
+                   f"the engine runs (undone at exit); isolcpus={core} at boot keeps them off for good")
 
 
 def _isolation_checks(core, hk, cmdline, isolate):
@@ -163,7 +177,7 @@ def _irq_check(core, hk, isolate):
                    f"{len(hits)} IRQs may run on core {core}" + (f" (e.g. {', '.join(sorted(hits, key=int)[:8])})"
                                                                  if hits else ""),
                    f"steer IRQs to {_cpus(hk)}, off core {core}: /proc/irq/*/smp_affinity_list, "
-                   f"IRQBALANCE_BANNED_CPULIST={core}")
+                   f"IRQBALANCE_BANNED_CPULIST={core} (engine run --isolate does it while it runs)")
 
 
 def _limit_checks(priority):

@@ -18,6 +18,7 @@ def as_json(res):
         "strategy": res.strategy, "wait": res.wait, "policy_reason": res.choice,
         "conflate": res.conflate, "conflated": res.counters["conflated"], "conflation_marks": res.counters["marks"],
         "parks": res.counters["parks"], "feed_waits_for_loop": res.backpressure,
+        "preempted": res.preempted, "isolation": res.isolation,
         "warnings": warnings(res), "error": getattr(res, "error", None),
     }
 
@@ -39,9 +40,28 @@ def table(res):
                      f"{sw['adopted_after_us']:.1f} us after publication" if sw.get("ok") else
                      f"  model swap failed: {sw.get('error', 'not adopted')}")
     lines.append(f"  signals -> {res.signals_path}")
+    if res.preempted is not None and res.core is not None:
+        lines.append("  " + preemption_line(res))
     lines += [f"  note: {n}" for n in res.notes if "RT throttling" in n]
     lines += [f"  warning: {w}" for w in warnings(res)]
     return "\n".join(lines)
+
+
+SHARED_CORE_PCT = 0.1  # waits above this share of the run: say that other work shares the core, and what to do
+
+
+def preemption_line(res):
+    """How often and how long other work held the strategy core: the usual cause of a tail in
+    milliseconds on an untuned machine."""
+    p = res.preempted
+    pct = 100 * p["wait_ms"] / 1e3 / res.run_seconds if res.run_seconds > 0 else 0.0
+    line = (f"core {res.core}: the strategy thread waited {p['wait_ms']:,.1f} ms ({pct:.2f}% of the run) in "
+            f"{p['count']:,} preemptions for its core")
+    if pct >= SHARED_CORE_PCT:
+        line += (": other tasks run there (engine run --isolate moves them off while it runs; "
+                 f"`engine doctor --core {res.core}` lists them)" if res.isolation is None else
+                 ": tasks --isolate cannot move (per-CPU kernel work) or interrupts")
+    return line
 
 
 def warnings(res):

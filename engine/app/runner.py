@@ -29,6 +29,7 @@ from engine.records import SIGNAL_WORDS
 from engine.signal_log import SignalLog
 from engine.tickring import TickConsumer
 
+ISOLATE_SWEEP_S = 2.0  # --isolate: tasks born since the last sweep are moved off the core this often
 LEASE_NS = 3_000_000_000  # the loop stops by itself if the main thread goes quiet this long
 DRAIN_PERIOD_S = 0.002
 STRATEGY_THREAD_NAME = "engine-strategy"
@@ -71,6 +72,7 @@ class RunConfig:
     hlog: str | None = None         # HdrHistogram interval log path
     hlog_interval: float = 10.0
     doctor: bool = True             # check the machine for the core at start (warnings; --strict: fails fatal)
+    isolate: bool = False           # other tasks and IRQs off the core while running (engine/isolation.py)
 
 
 @dataclass
@@ -93,6 +95,8 @@ class RunResult:
     swaps: list = field(default_factory=list)
     warnings: list = field(default_factory=list)  # incomplete inputs and outputs, in words (report.warnings)
     error: str | None = None        # an output that could not be written: the run stopped, exit non-zero
+    preempted: dict | None = None   # {count, wait_ms}: how often and how long other work held the core
+    isolation: str | None = None    # --isolate: what was moved off the core
 
 
 class StrategyThread(threading.Thread):
@@ -111,6 +115,7 @@ class StrategyThread(threading.Thread):
         self.consumer = None
         self.exit_state = None
         self.reattached = 0
+        self.preempt_start = self.preempt_end = None
 
     def _want(self, ok, msg, what):
         self.notes.append(msg)
@@ -146,6 +151,7 @@ class StrategyThread(threading.Thread):
             c.claim(start=self.start_at, backpressure=self.backpressure)
             ctl = args[A_CTL]
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
+            self.preempt_start = rt.preemption(self.tid)
             self.ready.set()
             while True:
                 self.exit_state = self.host.mod.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
@@ -156,7 +162,19 @@ class StrategyThread(threading.Thread):
             self.error = e
             self.ready.set()
         finally:
+            if self.preempt_start is not None:
+                self.preempt_end = rt.preemption(self.tid)
             rt.set_other()
+
+    def preempted(self):
+        """Since the loop started: how often, and how long, other work held the strategy core
+        (rt.preemption; for a spinning loop every wait on the run queue is that); None where the
+        kernel does not say."""
+        a = self.preempt_start
+        b = self.preempt_end or (rt.preemption(self.tid) if a is not None and self.is_alive() else None)
+        if a is None or b is None:
+            return None
+        return {"count": b[1] - a[1], "wait_ms": round((b[0] - a[0]) / 1e6, 3)}
 
 
     def _reattach(self, old, args):
@@ -348,6 +366,7 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
     # 2. resources: everything created from here on is removed by stop(), whatever happens
     try:
         r.create_rings()
+        r.isolate_core()
         r.start_feed()
         r.start_thread()
         r.serve()
@@ -362,7 +381,8 @@ class _Run:
     def __init__(self, cfg, stop_event, reload_event):
         self.cfg, self.stop_event, self.reload_event = cfg, stop_event, reload_event
         self.swaps, self.notes, self.created, self.cleanup_errors = [], [], [], []
-        self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = None
+        self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = self.isolation = None
+        self.isolation_text = None
         self.running = False
         self.t_start = self.t_stop = time.monotonic()
 
@@ -371,8 +391,13 @@ class _Run:
     def check_request(self):
         """The options, the outputs' paths and the strategy file: refused before anything starts."""
         cfg = self.cfg
+        from engine import isolation
+        for line in isolation.recover():  # what killed --isolate runs moved (this shell, perhaps): back first
+            log(line)
         if cfg.core is not None:
             rt.check_core(cfg.core)
+        elif cfg.isolate:
+            raise ValueError("--isolate needs --core N: the core to keep for the strategy thread")
         self.choice = waits.choose("other" if not cfg.realtime else cfg.policy, cfg.wait, cfg.core, cfg.priority)
         if cfg.conflate not in ("auto", "on", "off"):
             raise ValueError(f"--conflate must be auto, on or off, got {cfg.conflate!r}")
@@ -519,6 +544,32 @@ class _Run:
         ctl[C.L_MODEL_GEN] = 0
         self.slog = SignalLog(self.sig_path, on_error=self._on_write_error)
 
+    def isolate_core(self):
+        """--isolate: other tasks, IRQs and unbound kernel work off the strategy core while we run,
+        swept again every ISOLATE_SWEEP_S for tasks born since (engine/isolation.py)."""
+        from engine import isolation
+        cfg = self.cfg
+        if not cfg.isolate:
+            return
+        iso = self.isolation = isolation.Isolation(cfg.core, cfg.name)
+        iso.sweep()
+        log(f"isolate: {iso.describe()}")
+        self.isolation_text = iso.describe()
+        self.isolation_stop = threading.Event()
+
+        def keep():
+            while not self.isolation_stop.wait(ISOLATE_SWEEP_S):
+                iso.sweep()
+        self.isolation_keeper = threading.Thread(target=keep, name="isolation", daemon=True)
+        self.isolation_keeper.start()
+
+    def _restore_isolation(self):
+        self.isolation_stop.set()
+        self.isolation_keeper.join()
+        done, kept = self.isolation.restore()
+        log(f"isolate: put back {done} tasks and IRQs" + (f"; {kept} changed by someone else since, left as they are"
+                                                           if kept else ""))
+
     def _on_write_error(self, msg):  # from the drain thread: stop the run, which still prints its summary
         log(f"error: {msg}; stopping")
         self.stop_event.set()
@@ -612,6 +663,8 @@ class _Run:
                 step(_unlink, self.sig_path)  # the run never started: no empty signal file left behind
         if proc is not None:
             step(_stop_feed, proc)
+        if self.isolation is not None:
+            step(self._restore_isolation)
         if thread is not None and thread.consumer is not None:
             step(thread.consumer.close)
         if not self.cfg.keep_rings:
@@ -656,7 +709,8 @@ class _Run:
                          latency=latency.summary(self.ctl_blk.hist), signals_path=sig_path,
                          model_dir=self.model_dir, strategy=self.strat.identity(),
                          run_seconds=self.t_stop - self.t_start, notes=self.notes + thread.notes, swaps=self.swaps,
-                         warnings=warnings, error=error)
+                         warnings=warnings, error=error, preempted=thread.preempted(),
+                         isolation=self.isolation_text)
 
     def _write_table(self, sig_path, error, warnings):
         """--signals-out X.parquet: the table from the signal file, whole or not at all; returns

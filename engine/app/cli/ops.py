@@ -141,6 +141,10 @@ def cmd_stats(a):
         return 0
     print(status_line(body))
     print(percentile_table(body["latency_ns"]))
+    pre = body["loop"].get("preempted")
+    if pre is not None:
+        print(f"  core {body['loop']['core']}: the strategy thread waited {pre['wait_ms']:,.1f} ms in "
+              f"{pre['count']:,} preemptions for its core since it started")
     return 0
 
 

@@ -41,7 +41,7 @@ def cmd_run(a):
                     http=http_addr(a.http), pub=None if a.pub in (None, "", "none") else a.pub,
                     token_file=a.token_file or os.path.join(runtime_dir(), f"{a.name}.token"),
                     hlog=None if a.hlog in ("", "none") else (a.hlog or _default_hlog(a.name)),
-                    hlog_interval=a.hlog_interval, doctor=not a.no_doctor)
+                    hlog_interval=a.hlog_interval, doctor=not a.no_doctor, isolate=a.isolate)
     stop, reload = threading.Event(), threading.Event()
 
     def on_signal(signum, frame):
@@ -99,9 +99,7 @@ def _check_run_args(a):
             zmq_endpoint(a.pub, bind=True)
         except argparse.ArgumentTypeError as e:
             raise ValueError(f"--pub: {e}") from None
-    if a.core is not None:
-        from engine.rt import check_core
-        check_core(a.core)
+    # (--core: the runner's first step checks it, once what a killed --isolate run moved is back)
 
 
 def cmd_feed(a):
@@ -131,6 +129,11 @@ def _add_run(sub):
                    "commented sample); flags given here win")
     r.add_argument("--core", type=int, default=None, help="CPU core for the strategy thread (default: unpinned)")
     r.add_argument("--priority", type=int, default=80, help="SCHED_FIFO priority 1-99 (default 80)")
+    r.add_argument("--isolate", action="store_true",
+                   help="while the engine runs, move every other task, IRQ and unbound kernel work that may run "
+                        "on --core off it (what isolcpus does at boot; per-CPU kernel threads stay), sweeping "
+                        "again every 2 s; every change is undone at exit, and what a killed engine moved is put "
+                        "back by the next run of the same --name. Needs root (or CAP_SYS_NICE) for others' tasks")
     r.add_argument("--policy", default="auto", choices=("auto", "fifo", "other"),
                    help="scheduling of the strategy thread: auto (default) = SCHED_FIFO only where RT throttling "
                         "cannot park it (throttling off, or a wait that sleeps), else pinned SCHED_OTHER with "
