@@ -10,6 +10,11 @@ user types, at 1k, 10k and 100k ticks/s, in five configurations measured in the 
   fifo+duty   --policy fifo --wait duty: SCHED_FIFO, spinning but sleeping just enough never to be
               throttled
   backoff     --wait backoff: spin, yield, then park (a few % of a core when idle)
+  auto+isolate, fifo+isolate   the same with --isolate: every other task, IRQ and unbound kernel
+              work moved off the strategy core while the engine runs (engine/isolation.py)
+Besides tick to signal (scored ticks), each row has the ring stage's tail (feed publish to dequeue,
+every tick: a folded tick's wait shows there, not in tick to signal) and how long the strategy
+thread waited for its core while other work ran there (preempted_ms, from /proc).
 Overload: the synthetic feed flat out (--rate 0), with conflation (the default for live feeds) and
 with --no-conflate: ticks/s, lost ticks, conflated ticks and the scored ticks' latency.
 Peer: a producer thread puts the same synthetic ticks into a queue.Queue at the same rate; a
@@ -45,7 +50,8 @@ CORE = max(os.sched_getaffinity(0))
 
 
 CONFIGS = {"auto": [], "fifo": ["--policy", "fifo"], "other": ["--policy", "other"],
-           "fifo+duty": ["--policy", "fifo", "--wait", "duty"], "backoff": ["--wait", "backoff"]}
+           "fifo+duty": ["--policy", "fifo", "--wait", "duty"], "backoff": ["--wait", "backoff"],
+           "auto+isolate": ["--isolate"], "fifo+isolate": ["--policy", "fifo", "--isolate"]}
 
 
 def run_engine(rate, duration, extra):
@@ -63,6 +69,9 @@ def run_engine(rate, duration, extra):
     return {"ticks_per_s": round(d["ticks"] / d["elapsed_s"]), "scored_per_s": round(d["scored"] / d["elapsed_s"]),
             "tick_to_signal_p50_ns": t["p50"], "tick_to_signal_p99_ns": t["p99"], "tick_to_signal_p999_ns": t["p99.9"],
             "tick_to_signal_p9999_ns": t["p99.99"], "tick_to_signal_max_ns": t["max"],
+            "ring_p99_ns": d["latency_ns"]["ring"]["p99"], "ring_p999_ns": d["latency_ns"]["ring"]["p99.9"],
+            "ring_max_ns": d["latency_ns"]["ring"]["max"],
+            "preempted_ms": (d["preempted"] or {}).get("wait_ms"), "preemptions": (d["preempted"] or {}).get("count"),
             "model_p50_ns": d["latency_ns"]["model"]["p50"], "gaps": d["gaps"], "lost_ticks": d["lost"],
             "conflated": d["conflated"], "policy": d["policy"], "wait": d["wait"], "why": d["policy_reason"]}
 
@@ -190,8 +199,9 @@ def main():
     print(f"\nauto picked: {metrics['auto_at_1k']['policy']} + {metrics['auto_at_1k']['wait']} "
           f"({metrics['auto_at_1k']['why']})")
     _common.table(f"tick to signal, ns ({dur} s per run; engine strategy core {CORE})",
-                  ["ticks_per_s", "scored_per_s", "tick_to_signal_p50_ns", "tick_to_signal_p99_ns",
-                   "tick_to_signal_p999_ns", "tick_to_signal_max_ns", "backlog_at_stop", "lost_ticks", "conflated"],
+                  ["ticks_per_s", "tick_to_signal_p50_ns", "tick_to_signal_p99_ns", "tick_to_signal_p999_ns",
+                   "tick_to_signal_max_ns", "ring_p999_ns", "ring_max_ns", "preempted_ms", "backlog_at_stop",
+                   "lost_ticks", "conflated"],
                   rows)
     import strategy_host
     print("\nthe loop alone: v1 (features built in) vs the strategy host, same run ...", file=sys.stderr, flush=True)
