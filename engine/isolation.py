@@ -326,6 +326,12 @@ def _recover(path):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return ""  # its engine still runs
+        try:
+            now = os.lstat(path)
+        except FileNotFoundError:
+            return ""  # its engine ended and removed it meanwhile
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return ""  # replaced by its running engine's next save since we opened it: not stale
         rec = json.loads(os.read(fd, 64 << 20))
         rec["tasks"] = {int(k): v for k, v in rec["tasks"].items()}
         done, kept = _restore(rec)

@@ -100,3 +100,28 @@ def test_isolate_moves_other_work_off_the_core_and_puts_it_back(tmp_path, defaul
 def test_isolate_needs_a_core():
     r = subprocess.run(engine_cmd("run", "--isolate", "--duration", "1"), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--isolate needs --core" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_record_that_is_not_a_private_file_of_ours_is_left_alone(tmp_path):
+    """The next run trusts only its own 0600 records: a readable one, or a symlink planted under the
+    name, is neither read nor acted on (the masks it names are not touched)."""
+    d = isolation.locks.lock_dir()
+    rec = {"pid": 1, "core": CORE, "since": 0, "irqs": {}, "workqueue": None,
+           "tasks": {str(os.getpid()): [isolation._start_time(os.getpid()), sorted(ALL), sorted(ALL), "x"]}}
+    loose = os.path.join(d, f"engine-isolation.loose{os.getpid()}.json")
+    link = os.path.join(d, f"engine-isolation.link{os.getpid()}.json")
+    target = tmp_path / "planted.json"
+    target.write_text(json.dumps(rec))
+    try:
+        with open(loose, "w") as f:
+            f.write(json.dumps(rec))
+        os.chmod(loose, 0o644)
+        os.symlink(target, link)
+        lines = isolation.recover()
+        assert any(loose in x and "refused" in x for x in lines), lines
+        assert not any(link in x for x in lines), lines
+        assert os.path.exists(loose) and os.path.islink(link)  # left as they were
+    finally:
+        for p in (loose, link):
+            if os.path.lexists(p):
+                os.unlink(p)

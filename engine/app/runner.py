@@ -551,21 +551,26 @@ class _Run:
         cfg = self.cfg
         if not cfg.isolate:
             return
-        iso = self.isolation = isolation.Isolation(cfg.core, cfg.name)
+        self.isolation_stop, self.isolation_keeper = threading.Event(), None
+        iso = self.isolation = isolation.Isolation(cfg.core, cfg.name)  # set first: stop() undoes a partial sweep
         iso.sweep()
         log(f"isolate: {iso.describe()}")
         self.isolation_text = iso.describe()
-        self.isolation_stop = threading.Event()
 
         def keep():
             while not self.isolation_stop.wait(ISOLATE_SWEEP_S):
-                iso.sweep()
+                try:
+                    iso.sweep()
+                except OSError as e:  # the record could not be saved (a full disk): moves stay in memory
+                    log(f"isolate: sweep failed ({e}); what was moved is still put back at exit")
+                    return
         self.isolation_keeper = threading.Thread(target=keep, name="isolation", daemon=True)
         self.isolation_keeper.start()
 
     def _restore_isolation(self):
         self.isolation_stop.set()
-        self.isolation_keeper.join()
+        if self.isolation_keeper is not None:
+            self.isolation_keeper.join()
         done, kept = self.isolation.restore()
         log(f"isolate: put back {done} tasks and IRQs" + (f"; {kept} changed by someone else since, left as they are"
                                                            if kept else ""))
