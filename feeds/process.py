@@ -67,6 +67,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
             src.params.rate = rate
         if count is not None:
             src.params.count = count
+        src.uri = src.params.uri()  # what it publishes, overrides included (the log names it)
     stop = {"flag": False}
 
     def on_signal(signum, frame):

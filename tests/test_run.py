@@ -68,7 +68,9 @@ def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
                                        "--name", shm_name, "--signals-out", str(sig_file), "--json"),
                             cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_line(proc, "running:")
+        before = "".join(_wait_line(proc, "running:"))
+        # the pace it publishes at, --rate applied (not the URI's default)
+        assert "[feed] synthetic://?instruments=4&rate=5000&" in before, before
         # check from outside, in /proc, while it runs
         tid = _find_strategy_thread(proc.pid)
         assert tid is not None, "no thread named engine-strategy"
