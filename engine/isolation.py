@@ -199,10 +199,16 @@ class Isolation:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # held while we run: a successor that can take it knows we are gone
-            os.write(fd, body)
+            if os.write(fd, body) != len(body):
+                raise OSError(28, "short write")
             os.replace(tmp, path)
+        except OSError as e:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise OSError(e.errno, e.strerror, path) from None
         except BaseException:
             os.close(fd)
+            _unlink_quietly(tmp)
             raise
         if self._fd is not None:
             os.close(self._fd)
@@ -219,6 +225,13 @@ class Isolation:
             pass
         os.close(self._fd)
         self._fd = None
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 PF_NO_SETAFFINITY = 0x04000000  # a task the kernel keeps on its CPU (per-CPU kernel threads)

@@ -57,8 +57,13 @@ def acquire(kind, key, name):
         if _same_file(fd, path):
             break
         os.close(fd)  # its holder removed it as we opened it: a lock on a removed file locks nothing; again
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps({"pid": os.getpid(), "name": name, "since": time.time()}).encode(), 0)
+    try:  # who holds it, for the next engine's error message
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "name": name, "since": time.time()}).encode(), 0)
+    except OSError as e:  # a full disk: refused, naming the file
+        os.unlink(path)
+        os.close(fd)
+        raise OSError(e.errno, e.strerror, path) from None
     _held.append((fd, path))
     return fd
 

@@ -5,6 +5,8 @@ Other work on the strategy core shows in the summary (how long the loop waited f
 moved is put back by the next run of the same name."""
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -13,7 +15,7 @@ import pytest
 
 from engine import isolation
 
-from tests.conftest import engine_cmd, spawn, strategy_core
+from tests.conftest import ROOT, engine_cmd, engine_env, spawn, strategy_core
 
 CORE = strategy_core()
 ALL = set(os.sched_getaffinity(0))
@@ -125,3 +127,25 @@ def test_a_record_that_is_not_a_private_file_of_ours_is_left_alone(tmp_path):
         for p in (loose, link):
             if os.path.lexists(p):
                 os.unlink(p)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/run", os.W_OK) or not shutil.which("unshare"),
+                    reason="needs root and unshare(1): a small tmpfs over /run/engine in a mount namespace of its own")
+def test_a_full_lock_directory_is_refused_by_name_and_what_moved_is_put_back(tmp_path, default_model):
+    """A full disk where the locks and the isolation record live: with no room for the core's lock,
+    the run is refused naming that file; with room for the locks but not the record, it stops
+    naming the record, and every task it had moved is back as it was."""
+    pid2 = set(os.sched_getaffinity(2))
+    run = " ".join(shlex.quote(x) for x in engine_cmd(
+        "run", "--core", str(CORE), "--isolate", "--duration", "2", "--http", "none", "--pub", "none",
+        "--name", f"full{os.getpid()}", "--signals-out", str(tmp_path / "s.sig")))
+    for pages, named in ((16, "engine-lock.core."), (14, "engine-isolation.")):
+        script = (f"mkdir -p /run/engine && mount -t tmpfs -o size=64k tmpfs /run/engine && chmod 700 /run/engine && "
+                  f"dd if=/dev/zero of=/run/engine/fill bs=4k count={pages} 2>/dev/null; {run}")
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], cwd=ROOT,
+                           env=engine_env(), capture_output=True, text=True, timeout=120)
+        last = r.stderr.strip().splitlines()[-1]
+        assert r.returncode == 2 and "No space left on device" in last and named in last, r.stderr
+        assert "Traceback" not in r.stderr
+        assert set(os.sched_getaffinity(2)) == pid2  # nothing left moved
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"full{os.getpid()}")]
