@@ -34,11 +34,16 @@ def _record_path(name):
     return os.path.join(locks.lock_dir(), f"engine-isolation.{str(name).replace('/', '%')}.json")
 
 
-def _start_time(tid):
-    """The task's start time (clock ticks since boot): with the tid, who it is (tids are reused)."""
+def _stat(tid):
+    """/proc/TID/stat's fields after the command name (which may hold spaces): [0] is the state."""
     with open(f"/proc/{tid}/stat") as f:
         s = f.read()
-    return int(s[s.rindex(")") + 2:].split()[19])
+    return s[s.rindex(")") + 2:].split()
+
+
+def _start_time(tid):
+    """The task's start time (clock ticks since boot): with the tid, who it is (tids are reused)."""
+    return int(_stat(tid)[19])
 
 
 def _now_ticks():
@@ -246,9 +251,7 @@ def movable_tasks(core):
             cpus = os.sched_getaffinity(tid)
             if core not in cpus or cpus == {core}:
                 continue
-            with open(f"/proc/{tid}/stat") as f:
-                st = f.read()
-            if int(st[st.rindex(")") + 2:].split()[6]) & PF_NO_SETAFFINITY:
+            if int(_stat(tid)[6]) & PF_NO_SETAFFINITY:
                 continue
         except OSError:
             continue

@@ -3,9 +3,7 @@ numba's bounds checking (the processes: tests/helpers/fuzz_jobs.py, started with
 import subprocess
 import sys
 
-from engine import _numba_cache_dir
-
-from tests.conftest import ROOT, engine_env
+from tests.conftest import ROOT
 from tests.helpers import fuzz_jobs
 
 
@@ -26,7 +24,6 @@ def test_boundscheck_is_really_on_in_the_fuzz_process():
             "for name, f in reads.items():\n"
             "    try:\n        f(np.zeros(10, np.uint8))\n    except IndexError:\n        print(name, 'raised')\n"
             "print('in bounds', njit(lambda a: load_u64(a, 2))(np.arange(10, dtype=np.uint8)) == 0x0908070605040302)\n")
-    env = engine_env(NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=_numba_cache_dir() + "-boundscheck")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=fuzz_jobs.boundscheck_env(), capture_output=True, text=True, timeout=300)
     assert res.stdout.splitlines() == ["be16 raised", "data_ptr raised", "load_u64 raised", "load_u64 <0 raised",
                                        "in bounds True"], res.stderr

@@ -29,13 +29,17 @@ def _background():
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
+def boundscheck_env():
+    # NUMBA_BOUNDSCHECK turns every out-of-bounds index into an IndexError (numba normally reads
+    # past the buffer silently); its machine code differs, so it gets its own cache directory
+    return engine_env(NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=_numba_cache_dir() + "-boundscheck")
+
+
 def start():
     """Start the fuzz processes (once)."""
     if _jobs:
         return
-    # NUMBA_BOUNDSCHECK turns every out-of-bounds index into an IndexError (numba normally reads
-    # past the buffer silently); its machine code differs, so it gets its own cache directory
-    env = engine_env(NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=_numba_cache_dir() + "-boundscheck")
+    env = boundscheck_env()
     for which in GROUPS:
         out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         p = subprocess.Popen([sys.executable, "-m", "tests.helpers.fuzz_parsers", which, str(CASES)], cwd=ROOT,
