@@ -75,3 +75,30 @@ def pct(values_ns, prefix="one_way"):
     q = np.percentile(v, [50, 99, 99.9, 99.99])
     return {f"{prefix}_p50_ns": int(q[0]), f"{prefix}_p99_ns": int(q[1]), f"{prefix}_p999_ns": int(q[2]),
             f"{prefix}_p9999_ns": int(q[3]), f"{prefix}_max_ns": int(v.max())}
+
+
+def engine_run(core, rate, duration, extra=()):
+    """`engine run --core CORE --rate RATE --duration D --json ...`, the whole command a user types
+    (default synthetic feed and strategy, no HTTP or zmq): its JSON summary. Exits naming the
+    failure if the run fails."""
+    import subprocess
+    sig = f"/tmp/bench-engine-run-{os.getpid()}.sig"
+    cmd = [sys.executable, "-m", "engine", "run", "--core", str(core), "--duration", str(duration), "--rate", str(rate),
+           "--json", "--name", f"bench-run-{os.getpid()}", "--http", "none", "--pub", "none", "--signals-out", sig,
+           *extra]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       timeout=duration + 120)
+    if r.returncode != 0:
+        raise SystemExit(f"engine run {' '.join(extra)} failed:\n{r.stderr}")
+    os.unlink(sig)
+    return json.loads(r.stdout)
+
+
+def tail(d):
+    """A run's tail figures from its JSON summary: the ring stage (every tick), tick to signal
+    (scored ticks) and how long the strategy thread waited for its core (ms, from /proc)."""
+    ring, t2s, pre = d["latency_ns"]["ring"], d["latency_ns"]["tick_to_signal"], d["preempted"] or {}
+    out = {f"ring_{k}_ns": ring[q] for k, q in (("p99", "p99"), ("p999", "p99.9"), ("p9999", "p99.99"), ("max", "max"))}
+    out.update({f"tick_to_signal_{k}_ns": t2s[q] for k, q in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"),
+                                                               ("p9999", "p99.99"), ("max", "max"))})
+    return out | {"preempted_ms": pre.get("wait_ms"), "preemptions": pre.get("count")}

@@ -7,10 +7,8 @@ every tick), tick to signal (scored ticks), and how long the strategy thread wai
 while other work ran there (/proc schedstat). Reported: the median over the runs of each figure,
 and the worst run's. The peer is the same engine without --isolate. --quick: 3 runs of 4 s.
 """
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 import _common
@@ -20,30 +18,13 @@ KEYS = ("ring_p99_ns", "ring_p999_ns", "ring_p9999_ns", "ring_max_ns", "tick_to_
         "tick_to_signal_p999_ns", "tick_to_signal_p9999_ns", "preempted_ms", "preemptions")
 
 
-def run(duration, isolate):
-    sig = f"/tmp/bench-isolate-{os.getpid()}.sig"
-    cmd = [sys.executable, "-m", "engine", "run", "--core", str(CORE), "--duration", str(duration), "--rate", "50000",
-           "--json", "--name", f"bench-isolate-{os.getpid()}", "--http", "none", "--pub", "none", "--signals-out", sig]
-    r = subprocess.run(cmd + (["--isolate"] if isolate else []), capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=str(_common.ROOT)), timeout=duration + 120)
-    if r.returncode != 0:
-        raise SystemExit(f"bench/isolate.py: engine run failed:\n{r.stderr}")
-    os.unlink(sig)
-    d = json.loads(r.stdout)
-    ring, t2s, pre = d["latency_ns"]["ring"], d["latency_ns"]["tick_to_signal"], d["preempted"] or {}
-    return {"ring_p99_ns": ring["p99"], "ring_p999_ns": ring["p99.9"], "ring_p9999_ns": ring["p99.99"],
-            "ring_max_ns": ring["max"], "tick_to_signal_p99_ns": t2s["p99"], "tick_to_signal_p999_ns": t2s["p99.9"],
-            "tick_to_signal_p9999_ns": t2s["p99.99"], "preempted_ms": pre.get("wait_ms"),
-            "preemptions": pre.get("count")}
-
-
 def main():
     a = _common.args(__doc__)
     n, dur = (3, 4) if a.quick else (7, 8)
     runs = {False: [], True: []}
     for i in range(n):
         for iso in (False, True):
-            r = run(dur, iso)
+            r = _common.tail(_common.engine_run(CORE, 50000, dur, ["--isolate"] if iso else []))
             runs[iso].append(r)
             print(f"  run {i + 1}/{n} {'--isolate' if iso else 'as is    '}: ring p99.9 {r['ring_p999_ns'] / 1e3:,.1f} us, "
                   f"max {r['ring_max_ns'] / 1e3:,.0f} us; tick to signal p99.9 {r['tick_to_signal_p999_ns'] / 1e3:,.1f} us; "

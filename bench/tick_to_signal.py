@@ -25,11 +25,9 @@ The engine runs the built-in strategy as a strategy file (strategies/microstruct
 strategy host; what that costs against the v1 loop with the features built in is measured in the
 same run, the loop alone (bench/strategy_host.py's comparison, printed last).
 """
-import json
 import math
 import os
 import queue
-import subprocess
 import sys
 import threading
 import time
@@ -43,8 +41,9 @@ from engine.strategy_load import load
 from models.default import default_model_dir
 from models.training import source_ticks
 
-F = load("microstructure").module  # the built-in strategy's constants, for the Python peer
-WARMUP_QUOTES = int(load("microstructure").values["warmup"])
+_BUILT_IN = load("microstructure")
+F = _BUILT_IN.module  # the built-in strategy's constants, for the Python peer
+WARMUP_QUOTES = int(_BUILT_IN.values["warmup"])
 
 CORE = max(os.sched_getaffinity(0))
 
@@ -55,23 +54,9 @@ CONFIGS = {"auto": [], "fifo": ["--policy", "fifo"], "other": ["--policy", "othe
 
 
 def run_engine(rate, duration, extra):
-    sig = f"/tmp/bench-t2s-{os.getpid()}.sig"
-    cmd = [sys.executable, "-m", "engine", "run", "--core", str(CORE), "--duration", str(duration),
-           "--rate", str(rate), "--json", "--name", f"bench-t2s-{os.getpid()}", "--http", "none", "--pub", "none",
-           "--signals-out", sig, *extra]
-    env = dict(os.environ, PYTHONPATH=str(_common.ROOT))
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration + 120)
-    if r.returncode != 0:
-        raise RuntimeError(f"engine run failed:\n{r.stderr}")
-    os.unlink(sig)
-    d = json.loads(r.stdout)
-    t = d["latency_ns"]["tick_to_signal"]
+    d = _common.engine_run(CORE, rate, duration, extra)
     return {"ticks_per_s": round(d["ticks"] / d["elapsed_s"]), "scored_per_s": round(d["scored"] / d["elapsed_s"]),
-            "tick_to_signal_p50_ns": t["p50"], "tick_to_signal_p99_ns": t["p99"], "tick_to_signal_p999_ns": t["p99.9"],
-            "tick_to_signal_p9999_ns": t["p99.99"], "tick_to_signal_max_ns": t["max"],
-            "ring_p99_ns": d["latency_ns"]["ring"]["p99"], "ring_p999_ns": d["latency_ns"]["ring"]["p99.9"],
-            "ring_max_ns": d["latency_ns"]["ring"]["max"],
-            "preempted_ms": (d["preempted"] or {}).get("wait_ms"), "preemptions": (d["preempted"] or {}).get("count"),
+            **_common.tail(d),
             "model_p50_ns": d["latency_ns"]["model"]["p50"], "gaps": d["gaps"], "lost_ticks": d["lost"],
             "conflated": d["conflated"], "policy": d["policy"], "wait": d["wait"], "why": d["policy_reason"]}
 
