@@ -262,7 +262,7 @@ def movable_tasks(core):
 
 def _restore(rec):
     """Undo a record (Isolation._record); returns (restored, left as changed)."""
-    core, done, kept = rec["core"], 0, 0
+    done, kept = 0, 0
     for tid, (start, old, new, _) in rec["tasks"].items():
         try:
             if _start_time(tid) != start:
