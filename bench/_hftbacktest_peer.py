@@ -7,7 +7,6 @@ import json
 import sys
 import time
 
-import numpy as np
 from numba import njit
 
 from hftbacktest import BacktestAsset, HashMapMarketDepthBacktest

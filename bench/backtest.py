@@ -18,7 +18,6 @@ time of each (ours: loop with the 200-tree model + simulator + evaluation; their
 loop, no model, compiled before it is timed).
 """
 import json
-import os
 import subprocess
 import sys
 import time
@@ -124,7 +123,7 @@ def whole_command(quick):
                       "eval_seconds": s["eval_seconds"]}
     out["time_ratio_8x"] = round(out["8x"]["seconds"] / out["1x"]["seconds"], 2)
     out["exec_share_8x"] = round(out["8x"]["exec_seconds"] / out["8x"]["seconds"], 3)
-    print(f"\nthe whole `engine backtest F --orders maker` command (process start to exit), synthetic market")
+    print("\nthe whole `engine backtest F --orders maker` command (process start to exit), synthetic market")
     for label in ("1x", "8x"):
         r = out[label]
         print(f"  {r['ticks']:>10,} ticks: {r['seconds']:7.2f} s = {r['ticks_per_s']:>10,} ticks/s "

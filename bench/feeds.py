@@ -19,7 +19,6 @@ depth 10 (the default: level ticks for the top 10 levels a side, engine/records.
 input; the synthetic market's own generation is timed both ways too (per market event).
 """
 import gzip
-import json
 import time
 
 import _common  # noqa: F401

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 import sys
 import threading
 import time
