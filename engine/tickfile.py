@@ -8,10 +8,13 @@ Layout (little-endian):
     24    u64 layout hash              32  i64 created (ns since the epoch)
     40    u64 records (when complete)  48  u64 index offset (when complete; 0 while written)
     56    u32 metadata length          60  u32 CRC32 of bytes 0..59 and the metadata
-    64    metadata: JSON {"source", "instruments": [names by index], "fields": [...], "depth",
-          "stopped"} (depth: levels a side of the depth window the ticks carry, engine/records.py;
-          a file without it is read as depth 0. stopped: {"records", "reason"}, written when the
-          writer stopped on an error, e.g. a full disk)
+    64    metadata: JSON {"source", "instruments": [names by index], "specs": {a record per
+          instrument, engine/instruments.py pack()}, "fields": [...], "depth", "stopped"} (depth: levels
+          a side of the depth window the ticks carry, engine/records.py; a file without it is read
+          as depth 0. specs: what each instrument is (multiplier, currency, calendar, tick and lot
+          size); a file without them has only names, described from its source by readers above
+          the core. stopped: {"records", "reason"}, written when the writer stopped on an error,
+          e.g. a full disk)
     With flag bit 1 (every file this engine writes; files without it, from before, are read as
     they were), the header also holds, at places that follow from H alone:
     S = (H - CRC_AREA) / 2: a spare copy of bytes 0 .. 64 + metadata length. The header is
@@ -62,7 +65,7 @@ BLOCK = 4096  # records per index entry and per running checksum
 PAGE = 4096
 F_COMPLETE = 1
 F_CHECKED = 2  # running block checksums and a spare header (see the layout)
-HEADER_RESERVE = 1 << 17  # bytes kept for the instrument table, in each header copy: ~10k symbols
+HEADER_RESERVE = 1 << 18  # bytes kept for the instrument table, in each header copy: ~20k symbols
 CRC_ENTRIES = 1 << 16
 CRC_AREA = 8 * CRC_ENTRIES
 _HEAD = struct.Struct("<8sIIIIQqQQI")  # up to the metadata length: 60 bytes
@@ -99,6 +102,12 @@ def _header(meta, flags=0, records=0, index_off=0, created=None, size=None, room
     return head + struct.pack("<I", crc) + mj
 
 
+def _specs(names, specs):
+    """The records of `names` (engine/instruments.py) as the header stores them, checked."""
+    from .instruments import pack, table
+    return pack(table(list(names), list(specs)))
+
+
 def _pwrite_all(fd, data, off):
     mv = memoryview(data).cast("B")
     while len(mv):
@@ -114,10 +123,12 @@ class TickFileWriter:
     OutputError naming the file; the file is then left readable, incomplete, with its whole
     records, its checked blocks and the reason (metadata "stopped")."""
 
-    def __init__(self, path, instruments=(), source="", depth=0):
+    def __init__(self, path, instruments=(), source="", depth=0, specs=None):
         from .outputs import OutputError, reason
         self.path = str(path)
         self.meta = {"source": source, "instruments": list(instruments), "fields": FIELDS, "depth": int(depth)}
+        if specs is not None:
+            self.meta["specs"] = _specs(instruments, specs)
         self.created = time.time_ns()
         # each header copy has room for an instrument table that grows as a feed finds instruments
         self.slot = _pages(len(json.dumps(self.meta)) + HEADER_RESERVE)
@@ -163,14 +174,18 @@ class TickFileWriter:
             pass  # the flag still says incomplete; only the reason is missing
         raise self.error from None
 
-    def set_instruments(self, names):
+    def set_instruments(self, names, specs=None):
         """The instrument table may grow as a feed discovers instruments: the header is rewritten
         (both copies) at once when it changes, so a killed writer leaves the names it had (the
-        header keeps its size, so the table must fit: it is checked)."""
+        header keeps its size, so the table must fit: it is checked). specs: their records
+        (engine/instruments.py), when the source has them."""
         names = list(names)
-        if names == self.meta["instruments"]:
+        specs = _specs(names, specs) if specs is not None else self.meta.get("specs")
+        if names == self.meta["instruments"] and specs == self.meta.get("specs"):
             return
         self.meta["instruments"] = names
+        if specs is not None:
+            self.meta["specs"] = specs
         if self.fd is None:
             return
         try:
@@ -392,6 +407,19 @@ class TickFile:
     @property
     def instruments(self):
         return list(self.meta.get("instruments", []))
+
+    @property
+    def specs(self):
+        """A record per instrument (engine/instruments.py), or None for a file that carries names
+        only (written before records existed, or by a writer that had none)."""
+        raw = self.meta.get("specs")
+        if raw is None:
+            return None
+        from .instruments import InstrumentError, unpack
+        try:
+            return unpack(self.instruments, raw)
+        except InstrumentError as e:
+            raise TickFileError(f"{self.path}: bad instrument table in the header: {e}") from None
 
     @property
     def source(self):

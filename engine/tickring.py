@@ -172,10 +172,13 @@ class TickRing:
                 n += 1
         return n
 
-    def publish_instruments(self, names):
+    def publish_instruments(self, names, specs=None):
         """Write the feed's instrument table beside the ring (NAME.instruments, JSON, replaced
-        atomically) so readers such as `engine record` can name what the indices mean."""
+        atomically) so readers such as `engine record` can name what the indices mean, and
+        price them: specs, a record per name (engine/instruments.py; `dump`'s form)."""
         import json
+
+        from .instruments import dump
         tmp = f"{self.path}.instruments.tmp-{os.getpid()}"
         try:
             os.unlink(tmp)  # a stale one of ours, or a planted link: the name itself goes, not its target
@@ -183,7 +186,7 @@ class TickRing:
             pass
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump(list(names), f)
+            json.dump(dump(names, specs), f)
         os.replace(tmp, self.path + ".instruments")
 
     def unlink(self):
@@ -270,20 +273,28 @@ class TickConsumer:
     def instruments(self):
         """The producer's instrument table, if it published one (else the last one read here,
         once the producer has gone and removed it; else [])."""
+        return self._table()[0]
+
+    def specs(self):
+        """The producer's instrument records (engine/instruments.py), in the order of
+        `instruments()`; None when it published names only."""
+        return self._table()[1]
+
+    def _table(self):
         import json
-        last = getattr(self, "_names", [])
+
+        from .instruments import InstrumentError, parse
+        last = getattr(self, "_last_table", ([], None))
         try:  # the same checks as the ring: a planted table would name instruments falsely
             fd, _ = shm.open_checked(self.path + ".instruments")
         except shm.RingError:
             return last
         try:
             with os.fdopen(fd) as f:
-                names = json.load(f)
-        except (OSError, ValueError):
+                self._last_table = parse(json.load(f))
+        except (OSError, ValueError, InstrumentError):
             return last
-        if isinstance(names, list):
-            self._names = [str(n) for n in names]
-        return getattr(self, "_names", [])
+        return self._last_table
 
     def close(self):
         if self.slot is not None:

@@ -2,9 +2,13 @@
 in ns, a space, the JSON message (combined-stream form {"stream", "data"}, or a REST depth
 snapshot {"lastUpdateId", "bids", "asks"}); gzip or plain.
 
-  binance:FILE?size_unit=1e-5&on_error=stop&depth=10
+  binance:FILE?size_unit=1e-5&market=auto&on_error=stop&depth=10
   size_unit  the quantity one record size unit stands for (default 1e-5, BTC's step on spot;
-             quantities are kept exactly at 1e-8 in the book and divided down for the record)
+             quantities are kept exactly at 1e-8 in the book and divided down for the record):
+             one lot of the tick stream, so what a backtest's position of 1 is worth
+  market     spot, usdm (USD-M futures) or coinm (COIN-M futures); auto (default): futures when
+             the capture's depth diffs carry `pu` (COIN-M for symbols like BTCUSD_PERP), else spot.
+             It names the venue in the instrument records (engine/instruments.py), hence the fees
   on_error   stop (default): a line that is not "<ns> <json>" is an error naming its line number;
              skip: count it and go on
   depth      book levels per side published as level ticks, 0..32 (default 10; 0 = none)
@@ -47,7 +51,7 @@ book_ticker=check the ticks are byte for byte those of the orjson reader it repl
 """
 import numpy as np
 
-from . import binance_scan as S, depth, files, uri as U
+from . import binance_scan as S, depth, files, uri as U, venues
 from .book import Ladders
 from .book_deep import Deep
 from .depth import Windows
@@ -78,6 +82,24 @@ def qty8(s):
     return fixed(s, 8)
 
 
+def _futures_capture(path, limit=1 << 24):
+    """Is this a futures capture? Its depth diffs carry `pu` (spot's do not), and its bookTickers an
+    event type; looked for in the first lines that say either way (up to 16 MB)."""
+    seen = 0
+    for chunk in files.chunks(path):
+        for key in (b'"depthUpdate"', b'"e":"bookTicker"'):
+            at = chunk.find(key)
+            if at >= 0:
+                if key == b'"e":"bookTicker"':
+                    return True
+                line = chunk[chunk.rfind(b"\n", 0, at) + 1:chunk.find(b"\n", at)]
+                return b'"pu":' in line
+        seen += len(chunk)
+        if seen >= limit:
+            break
+    return False
+
+
 def _match_map():
     return (np.full(1 << S.MATCH_BITS, S.EMPTY, np.int64), np.zeros(1 << S.MATCH_BITS, np.int64),
             np.zeros(MATCH_WINDOW, np.int64), np.zeros((MATCH_WINDOW, 4), np.int64), np.zeros(2, np.int64))
@@ -89,14 +111,22 @@ class BinanceFile:
     def __init__(self, u, path, params):
         self.uri, self.path = u, path
         files.check_readable(path)
-        p = U.take(u, params, {"size_unit": (float, 1e-5), "on_error": (U.on_error, "stop"),
-                               "depth": (U.depth, U.DEFAULT_DEPTH), "book_ticker": (str, "quote")})
+        p = U.take(u, params, {"size_unit": (float, venues.BINANCE_SIZE_UNIT), "on_error": (U.on_error, "stop"),
+                               "depth": (U.depth, U.DEFAULT_DEPTH), "book_ticker": (str, "quote"),
+                               "market": (str, "auto")})
         div = p["size_unit"] * QTY_SCALE
         if p["size_unit"] <= 0 or abs(div - round(div)) > 1e-9 or round(div) < 1:
             raise U.FeedError(f"{u}: size_unit must be a power of ten between 1e-8 and 1, got {p['size_unit']}")
         if p["book_ticker"] not in ("quote", "check"):
             raise U.FeedError(f"{u}: book_ticker must be quote or check, got {p['book_ticker']!r}")
+        if p["market"] not in ("auto", *venues.BINANCE_MARKETS):
+            raise U.FeedError(f"{u}: market must be auto, {', '.join(venues.BINANCE_MARKETS)}; got {p['market']!r}")
         self.size_div = int(round(div))
+        self.size_unit = p["size_unit"]
+        futures = _futures_capture(path) if p["market"] == "auto" else p["market"] != "spot"
+        self._specs = venues.Specs(lambda s: venues.binance(
+            s, self.size_unit, p["market"] if p["market"] != "auto" else
+            ("coinm" if "_" in s else "usdm") if futures else "spot"))
         self.strict = p["on_error"] == "stop"
         self.depth = p["depth"]
         nbooks = 2 * S.MAX_SYMBOLS
@@ -127,6 +157,11 @@ class BinanceFile:
         sym = self.state[4]
         return [bytes(sym[i, :sym[i, S.SYM_LEN]]).decode("utf-8", "replace")
                 for i in range(int(self.state[1][S.G_NSYM]))]
+
+    @property
+    def specs(self):
+        """The instruments' records (engine/instruments.py), in the order of `instruments`."""
+        return self._specs.of(self.instruments)
 
     def resync(self):
         """A consumer asked for every window again (feeds/process.py)."""

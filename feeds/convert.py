@@ -1,5 +1,5 @@
-"""`engine convert SOURCE --out FILE`: a source's normalised ticks to .parquet, .csv, or ITCH 5.0
-(.itch, .itch.gz). Written to a temporary file and renamed, so a failed conversion leaves nothing;
+"""`engine convert SOURCE --out FILE`: a source's normalised ticks to an engine tick file (.ticks,
+with each instrument's record: engine/instruments.py), .parquet, .csv, or ITCH 5.0 (.itch, .itch.gz). Written to a temporary file and renamed, so a failed conversion leaves nothing;
 a failed write (a full disk) is an error naming the output."""
 import datetime as dt
 import gzip
@@ -65,7 +65,12 @@ class _Tabular:
         return meta
 
     def _meta(self):
-        return table_metadata([self.source.instruments], **{"engine.source": self.source.uri})
+        import json
+
+        from engine.instruments import dump
+        specs = getattr(self.source, "specs", None)
+        extra = {"engine.instruments": json.dumps(dump(self.source.instruments, specs))} if specs is not None else {}
+        return table_metadata([self.source.instruments], **{"engine.source": self.source.uri}, **extra)
 
     def _restamp(self):
         """Instruments were found after the first batch: the file is copied once with the whole
@@ -91,15 +96,16 @@ class TicksSink:
     def __init__(self, path, fmt, source):
         from engine.tickfile import TickFileWriter
         self.source = source
-        self.w = TickFileWriter(path, source.instruments, source.uri, depth=getattr(source, "depth", 0))
+        self.w = TickFileWriter(path, source.instruments, source.uri, depth=getattr(source, "depth", 0),
+                                specs=getattr(source, "specs", None))
 
     def write(self, ticks, seq0):
         self.w.append(ticks)
         if len(self.source.instruments) != len(self.w.meta["instruments"]):  # found as it reads
-            self.w.set_instruments(self.source.instruments)
+            self.w.set_instruments(self.source.instruments, getattr(self.source, "specs", None))
 
     def close(self):
-        self.w.set_instruments(self.source.instruments)
+        self.w.set_instruments(self.source.instruments, getattr(self.source, "specs", None))
         self.w.close()
 
 

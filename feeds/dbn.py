@@ -29,7 +29,7 @@ from numba import njit
 
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SELL
 
-from . import book, depth, files, uri as U
+from . import book, depth, files, uri as U, venues
 from .book import Ladders, Orders
 from .depth import Windows
 from .nrt import borrow
@@ -425,6 +425,7 @@ class DbnFile:
         self.need = np.zeros(1, np.int64)
         self.meta = None
         self._names = {}
+        self._specs = venues.Specs(venues.cme)
         self.depth = self._schema_depth(_peek_metadata(path))
         self.windows = Windows(2 * MAX_INSTRUMENTS, self.depth)
 
@@ -443,6 +444,11 @@ class DbnFile:
     def instruments(self):
         order = sorted(((int(i), int(j)) for i, j in zip(self.idx, self.ids) if j != -1))
         return [self._names.get(iid, str(iid)) for _, iid in order]
+
+    @property
+    def specs(self):
+        """The instruments' records (engine/instruments.py): CME Globex futures by root symbol."""
+        return self._specs.of(self.instruments)
 
     def stats(self):
         return {name: int(v) for name, v in zip(STAT_NAMES, self.stats_a)}

@@ -13,7 +13,7 @@ ts_recv is the exchange time: an ITCH file carries no receive time.
 """
 import numpy as np
 
-from . import files, uri as U
+from . import files, uri as U, venues
 from .itch import ST_ERROR, ST_INPUT, ST_OUT, ItchBooks
 
 BATCH = 4096
@@ -39,10 +39,16 @@ class ItchFile:
                                depth=p["depth"])
         self.depth = p["depth"]
         self.bytes_read = 0
+        self._specs = venues.Specs(venues.nasdaq)
 
     @property
     def instruments(self):
         return self.books.instruments()
+
+    @property
+    def specs(self):
+        """The instruments' records (engine/instruments.py): Nasdaq stocks."""
+        return self._specs.of(self.instruments)
 
     def stats(self):
         return self.books.stats_dict()

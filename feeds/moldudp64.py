@@ -23,13 +23,15 @@ u64, message count: u16, big-endian) and `count` length-framed messages. Count 0
 - a malformed packet (short header, other session, messages that do not fit) is counted and
   dropped, and its messages count as lost: a live feed never stops on one bad datagram.
 """
+import select
 import socket
 import struct
 import time
 
 import numpy as np
 
-from . import uri as U
+from . import uri as U, venues
+from .book import Orders, _rehash
 from .itch import ST_OUT, ItchBooks
 from .itch_file import itch_params
 from .ticks import emit_gap
@@ -123,6 +125,13 @@ class MoldSource:
     @property
     def instruments(self):
         return self.books.instruments()
+
+    @property
+    def specs(self):
+        """The instruments' records (engine/instruments.py): Nasdaq stocks."""
+        if not hasattr(self, "_specs"):
+            self._specs = venues.Specs(venues.nasdaq)
+        return self._specs.of(self.instruments)
 
     def stats(self):
         return {**self.counts, **self.books.stats_dict()}

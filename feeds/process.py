@@ -91,7 +91,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
     stopped = lambda: stop["flag"]  # noqa: E731
     try:
         if src.instruments:
-            ring.publish_instruments(src.instruments)
+            ring.publish_instruments(src.instruments, getattr(src, "specs", None))
         t_wait = time.monotonic()
         while ring.consumers() < wait_consumers and not stop["flag"]:
             if time.monotonic() - t_wait > wait_timeout:

@@ -1,5 +1,6 @@
 """Every source the engine reads, by URI. A source has `uri`, `live` (paced by arrival, not by a
-clock), `instruments` (names, by dense index), `depth` (levels a side of the depth window its
+clock), `instruments` (names, by dense index), `specs` (a record per instrument, in that order:
+engine/instruments.py, made by feeds/venues.py), `depth` (levels a side of the depth window its
 ticks carry, engine/records.py), `stats()`, `resync()` (re-send every depth window: each
 instrument's next event sends a clear tick and its whole window) and `batches()`, which yields
 int64[n, 8] tick words (a reused buffer: consume each batch before asking for the next)."""
@@ -25,6 +26,8 @@ class TickFileSource:
         except TickFileError as e:
             raise FeedError(str(e)) from None
         self.instruments = self.file.instruments
+        from .venues import of_file
+        self.specs = of_file(self.file)  # the file's records (or, for an older file, its source's)
         self.depth = self.file.depth  # the file's: its ticks are replayed as recorded
         self.read = 0
 
@@ -51,6 +54,11 @@ class Synthetic:
         self.uri = self.params.uri()
         self.sim = Simulator(self.params)
         self.instruments = [f"SYN{i:04d}" for i in range(self.params.instruments)]
+        from engine.records import PRICE_SCALE
+
+        from . import venues
+        from .synthetic import TICK_SIZE
+        self.specs = [venues.synthetic(n, TICK_SIZE / PRICE_SCALE) for n in self.instruments]
         self.produced = 0
 
     @property
@@ -94,12 +102,18 @@ class TickFilesSource:
                             + ", ".join(f"{p} (depth {f.depth})" for p, f in zip(paths, self.files)))
         self.depth = depths.pop() if depths else 0
         self.instruments = []
+        self.specs = []
         self.maps = []
         for f in self.files:
             m = []
             for k, name in enumerate(f.instruments or []):
                 if name not in self.instruments:
                     self.instruments.append(name)
+                    self.specs.append(f.specs[k])
+                elif _differ(self.specs[self.instruments.index(name)], f.specs[k]):
+                    raise FeedError(f"{name} is not the same instrument in {self.files[0].file.path} and "
+                                    f"{f.file.path} ({_describe(self.specs[self.instruments.index(name)])} vs "
+                                    f"{_describe(f.specs[k])}): their ticks cannot be one stream")
                 m.append(self.instruments.index(name))
             self.maps.append(np.array(m, np.int64))
         self.segment = 0
@@ -134,6 +148,16 @@ class TickFilesSource:
         for j, inst in enumerate(m):
             pack_tick_tail(out[j], 0, 0, 0, int(inst), KIND_LEVEL, 0)
         return out
+
+
+def _differ(a, b):
+    """Two records of one name that price a lot differently (unknown records agree with anything)."""
+    keys = ("venue", "multiplier", "currency", "lot_size", "inverse")
+    return a["known"] and b["known"] and any(a[k] != b[k] for k in keys)
+
+
+def _describe(s):
+    return f"{s['venue'] or 'unknown venue'}, a lot = {s['lot_size']:g}, {s['multiplier']:g} {s['currency']} a point"
 
 
 def open_source(u):

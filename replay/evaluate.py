@@ -164,7 +164,9 @@ def summarize(parts, horizons_ms, calendar="crypto"):
     out["fills"] = sum(p["fills"] for p in parts)
     out["maker_fills"] = sum(p.get("maker_fills", 0) for p in parts)
     out["exec_seconds"] = round(sum(p.get("exec_seconds", 0.0) for p in parts), 4)
-    out["unfilled_lots"] = sum(p.get("unfilled_lots", 0) for p in parts)
+    for k in UNFILLED:
+        out[k] = sum(p.get(k, 0) for p in parts)
+    out["open_positions"] = [o for p in parts for o in p.get("open", [])]
     out["turnover_units"] = sum(p["turnover_units"] for p in parts)
     out["turnover_notional"] = round(sum(p["turnover_notional"] for p in parts), 6)
     # the fee (bp of notional, every fill) at which the gross PnL would all go in fees
@@ -178,6 +180,9 @@ def summarize(parts, horizons_ms, calendar="crypto"):
     rts = [p["rt"] for p in parts if "rt" in p]
     if rts:
         out["trades"] = trade_stats({k: np.concatenate([r[k] for r in rts]) for k in rts[0]})
+    # the net PnL is the closed trades' plus what the positions still open at the end are marked at
+    out["pnl_closed"] = round(out["trades"]["all"]["net"], 6) if "trades" in out else 0.0
+    out["pnl_open"] = round(out["pnl"] - out["pnl_closed"], 6)
     return out, grid, equity, gross
 
 
@@ -220,6 +225,26 @@ def spearman(x, y):
     ry -= ry.mean()
     den = np.sqrt((rx * rx).sum() * (ry * ry).sum())
     return None if den == 0 else round(float((rx * ry).sum() / den), 4)
+
+
+UNFILLED = ("ordered_lots", "unfilled_lots", "maker_unplaced_lots", "maker_cancelled_lots", "working_lots")
+
+
+def open_positions(fills, mi, mult, names, words):
+    """The positions the fills leave open at the end of a file: [{symbol, lots, mark (the last
+    mid, price units), value (lots x mark x multiplier, currency)}]."""
+    out = []
+    if not len(fills) or not len(words):
+        return out
+    t_end = int(words[:, 1].max())
+    for i in np.unique(fills["instrument"]):
+        lots = int(fills["qty"][fills["instrument"] == i].sum())
+        if lots:
+            m = float(mi.at(int(i), np.array([t_end]))[0]) / PRICE_SCALE
+            out.append({"symbol": names[i] if i < len(names) else str(int(i)), "lots": lots,
+                        "mark": round(m, 9) if np.isfinite(m) else None,
+                        "value": round(lots * m * float(mult[i]), 6) if np.isfinite(m) else None})
+    return out
 
 
 def round_trips(fills, mult):
@@ -330,7 +355,9 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
         np.searchsorted(f_sorted["ts_event"], grid, side="right")] if len(fills) else np.zeros(len(grid))
     part["fills"] = len(fills)
     part["maker_fills"] = int(fills["maker"].sum()) if len(fills) else 0
-    part["unfilled_lots"] = info["unfilled_lots"]
+    for k in UNFILLED:
+        part[k] = info[k]
+    part["open"] = open_positions(fills, mi, mult, list(res.instruments or []), words)
     part["fees"] = float(fills["fee"].sum()) if len(fills) else 0.0
     part["turnover_units"] = int(np.abs(fills["qty"]).sum()) if len(fills) else 0
     part["turnover_notional"] = float((np.abs(fills["qty"]) * fills["price"] / PRICE_SCALE * mult[fills["instrument"]]).sum()) \

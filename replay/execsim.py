@@ -13,7 +13,8 @@ in file order (the exchange's sequence).
 
 Orders (per signal: the strategy's `maker` param, 0 or 1, or `engine backtest --orders`):
 - taker: crosses the spread at arrival and walks the book's depth window for its size (buys take
-  asks from the best up); what the window cannot fill is cancelled (IOC) and counted unfilled.
+  asks from the best up); what the window cannot fill is cancelled (IOC) and counted unfilled
+  (`unfilled_lots`).
 - maker: joins its own side's touch at arrival with `ahead` = the level's size then (it is last
   in the queue). Queue model on aggregate (L2) data, the estimator of Rigtorp's note that
   hftbacktest's probabilistic models also follow:
@@ -26,7 +27,9 @@ Orders (per signal: the strategy's `maker` param, 0 or 1, or `engine backtest --
       (`queue_power`, default 3: cancels come mostly from the back of a long queue); increases
       join behind us;
     * if our price leaves the touch for a worse one (depth 0 data), everything ahead of us left.
-  A maker order works until it fills or a later signal for its instrument arrives.
+  A maker order works until it fills or a later signal for its instrument arrives; what it had
+  left then is counted cancelled (`maker_cancelled_lots`), one with no touch to join never placed
+  (`maker_unplaced_lots`), and what still works when the data ends `working_lots`.
 - Fills are known to the trader `response` ns after they happen (ts_local); the position an
   order is sized from is the one the exchange knows (an exact order manager).
 Fees per fill: `maker_bps` / `taker_bps` of the notional plus `per_contract` a lot; notional and
@@ -48,6 +51,11 @@ SP_MULT, SP_MAKER_BPS, SP_TAKER_BPS, SP_PER_LOT = range(4)
 O_ACTIVE, O_SIDE, O_PX, O_REM, O_SIG, O_POS = range(6)
 # float state columns per instrument
 F_AHEAD, F_LVL, F_DEC, F_TRADED = range(4)
+# lots that never filled, by why (int64 counters): a taker's remainder the book could not fill (IOC);
+# a maker order that had no touch to join (or arrived after the data); a maker's remainder a later
+# signal cancelled. (A maker still working at the end of the data: `working_lots`.) U_ORDERED: every
+# order's lots, so ordered = filled + the three + working.
+U_TAKER, U_UNPLACED, U_CANCELLED, U_ORDERED = range(4)
 
 FILL_DTYPE = np.dtype([("signal", "i8"), ("tick", "i8"), ("ts_event", "i8"), ("ts_local", "i8"), ("instrument", "i8"),
                        ("qty", "i8"), ("price", "i8"), ("maker", "i8"), ("fee", "f8")])
@@ -196,10 +204,13 @@ def send(k, j, ts, sig, O, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfil
     is counted unfilled); a maker becomes the instrument's working order at its own touch.
     Returns (fills written, size of the level the maker joined, or -1)."""
     inst = sig[k, 0]
+    if O[inst, O_ACTIVE] != 0 and O[inst, O_REM] > 0:
+        unfilled[U_CANCELLED] += O[inst, O_REM]
     O[inst, O_ACTIVE] = 0
     delta = sig[k, 1] - pos[inst]
     if delta == 0:
         return nf, -1
+    unfilled[U_ORDERED] += abs(delta)
     book_side = 1 if delta > 0 else 0  # a buy meets the asks; a maker buy joins the bids
     if sig[k, 2] == 0:
         left = abs(delta)
@@ -212,11 +223,11 @@ def send(k, j, ts, sig, O, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfil
                 pos[inst] += signed
                 left -= take
             q += 1
-        unfilled[0] += left
+        unfilled[U_TAKER] += left
         return nf, -1
     own = 1 - book_side
     if bn[inst, own] == 0:  # no touch to join: nothing to price it from
-        unfilled[0] += abs(delta)
+        unfilled[U_UNPLACED] += abs(delta)
         return nf, -1
     O[inst, O_ACTIVE] = 1
     O[inst, O_SIDE] = 1 if delta > 0 else -1
@@ -351,7 +362,8 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, bpx
                     _flush(O, F, inst, power)
         j += 1
     while k < m:  # orders arriving after the last tick meet no book
-        unfilled[0] += abs(sig[k, 1] - pos[sig[k, 0]]) if sig[k, 2] == 0 else 0
+        unfilled[U_TAKER if sig[k, 2] == 0 else U_UNPLACED] += abs(sig[k, 1] - pos[sig[k, 0]])
+        unfilled[U_ORDERED] += abs(sig[k, 1] - pos[sig[k, 0]])
         k += 1
     return j, k, nf
 
@@ -395,7 +407,7 @@ def run(words, signals, n_inst, spec, p, depth):
     bpx = np.zeros((n_inst, 2, MAXLV), np.int64)
     bsz = np.zeros((n_inst, 2, MAXLV), np.int64)
     bn = np.zeros((n_inst, 2), np.int64)
-    unfilled = np.zeros(1, np.int64)
+    unfilled = np.zeros(4, np.int64)
     spec = np.ascontiguousarray(spec, np.float64)
     buf = np.zeros((max(1024, 4 * m + 2 * MAXLV + 8), FILL_WORDS), np.int64)
     fee = np.zeros(len(buf), np.float64)
@@ -407,5 +419,12 @@ def run(words, signals, n_inst, spec, p, depth):
         fout.append(fee[:nf].copy())
         if j >= len(words):
             break
-    return fills_table(out, fout), {"unfilled_lots": int(unfilled[0]), "clocks_comparable": comparable,
-                                    "clock_skew_ns": skew, "working_lots": int(np.abs(O[:, O_REM] * O[:, O_ACTIVE]).sum())}
+    return fills_table(out, fout), unfilled_info(unfilled, O, comparable, skew)
+
+
+def unfilled_info(unfilled, O, comparable, skew):
+    """The simulators' counters: lots that never filled, by why, and the clocks' relation."""
+    return {"unfilled_lots": int(unfilled[U_TAKER]), "maker_unplaced_lots": int(unfilled[U_UNPLACED]),
+            "maker_cancelled_lots": int(unfilled[U_CANCELLED]), "ordered_lots": int(unfilled[U_ORDERED]),
+            "working_lots": int(np.abs(O[:, O_REM] * (O[:, O_ACTIVE] != 0)).sum()),
+            "clocks_comparable": comparable, "clock_skew_ns": skew}

@@ -1,72 +1,42 @@
-"""What a backtest needs to know about each instrument to put PnL in money: its multiplier
-(quote currency per 1.0 of price per lot, the tick sizes' unit), fees, trading calendar.
+"""What a backtest charges and counts in money for each instrument, read from one place.
 
-Defaults, by what the tick file says of itself (its source URI and symbols):
-  - CME futures by root symbol (ES 50 USD a point, MES 5, NQ 20, MNQ 2, YM 5, RTY 50, CL 1000,
-    GC 100, ZN 1000, 6E 125000), calendar `cme` (Globex: 23 h a day, 5 days a week);
-  - Binance: a lot is the source's `size_unit` of the base asset (engine convert's
-    `?size_unit=1e-3`: 0.001 BTC), so the multiplier is size_unit, currency the quote asset
-    (BTCUSDT: USDT), calendar `crypto` (24 x 7);
-  - ITCH: 1 (a share), USD, calendar `us_equities` (6.5 h, 252 days); synthetic: 1, calendar
-    `crypto` (it never closes).
-Fees default to 0 (they depend on the account): give them per run (`--maker-bps`,
-`--taker-bps`, `--per-lot`) or per instrument in a TOML file (`--instruments FILE`):
+1. The instrument's record (engine/instruments.py): what one lot is worth (multiplier), currency,
+   calendar, carried by the tick file from its source (feeds/venues.py made it: a Binance lot is
+   the capture's size_unit of the base asset, ES is 50 USD a point, a stock is a share). An older
+   file that has names only is described from its source URI as that source would today.
+2. Fees: the venue's published standard tier (feeds/venues.py FEES: Binance spot, USD-M and COIN-M
+   maker/taker; CME exchange + NFA fees per contract), with its source and date in the report.
+   Where no fee is known (synthetic data, Nasdaq, an unknown root) the run is a zero-cost run,
+   and the summary says so loudly.
+3. A TOML file (`--instruments FILE`) by symbol or prefix:
 
-    ["ES*"]             # a symbol, or a prefix ending in *
-    multiplier = 50
-    per_lot = 1.18      # currency per lot per fill (exchange + clearing + broker)
-    ["BTCUSDT"]
-    maker_bps = 2.0
-    taker_bps = 5.0
-    currency = "USDT"
+       ["ES*"]             # a symbol, or a prefix ending in *
+       multiplier = 50
+       per_lot = 1.18      # currency per lot per fill (exchange + clearing + broker)
+       ["BTCUSDT"]
+       maker_bps = 2.0
+       taker_bps = 5.0     # (on the command line: --fee-bps)
+       currency = "USDT"
+
+4. The run's `--maker-bps`, `--fee-bps` (taker) and `--per-lot`, for every instrument.
 """
-import re
 import tomllib
-from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
+from engine.instruments import CALENDARS
+
 from .execsim import SP_MAKER_BPS, SP_MULT, SP_PER_LOT, SP_TAKER_BPS
 
-CME_MULT = {"ES": 50.0, "MES": 5.0, "NQ": 20.0, "MNQ": 2.0, "YM": 5.0, "MYM": 0.5, "RTY": 50.0, "M2K": 5.0,
-            "CL": 1000.0, "MCL": 100.0, "GC": 100.0, "MGC": 10.0, "ZN": 1000.0, "ZB": 1000.0, "6E": 125000.0}
 # trading minutes a year, for annualising 1-minute Sharpe ratios
 CALENDAR_MINUTES = {"crypto": 365 * 24 * 60, "cme": 252 * 23 * 60, "us_equities": 252 * 390}
+assert set(CALENDAR_MINUTES) == set(CALENDARS)
 KEYS = ("multiplier", "maker_bps", "taker_bps", "per_lot", "currency", "calendar")
+FEE_KEYS = ("maker_bps", "taker_bps", "per_lot")
 
 
 class InstrumentsError(ValueError):
     pass
-
-
-def _cme_root(sym):
-    m = re.match(r"^([A-Z0-9]{1,3}?)[FGHJKMNQUVXZ]\d{1,2}$", sym)
-    return m.group(1) if m else None
-
-
-def default(symbol, source):
-    """The defaults for one symbol of a file whose metadata says `source` (its URI)."""
-    scheme = (source or "").split(":", 1)[0].lower()
-    d = {"multiplier": 1.0, "maker_bps": 0.0, "taker_bps": 0.0, "per_lot": 0.0, "currency": "quote currency",
-         "calendar": "crypto"}
-    if scheme == "binance":
-        q = dict(parse_qsl(urlsplit(source.split(":", 1)[1]).query))
-        try:
-            d["multiplier"] = float(q.get("size_unit", 1.0))
-        except ValueError:
-            pass
-        for quote in ("USDT", "USDC", "FDUSD", "BUSD", "BTC", "ETH"):
-            if symbol.upper().endswith(quote) and len(symbol) > len(quote):
-                d["currency"] = quote
-                break
-    elif scheme == "dbn":
-        d["calendar"], d["currency"] = "cme", "USD"
-        root = _cme_root(symbol)
-        if root in CME_MULT:
-            d["multiplier"] = CME_MULT[root]
-    elif scheme in ("itch", "moldudp64"):
-        d["calendar"], d["currency"] = "us_equities", "USD"
-    return d
 
 
 def load_file(path):
@@ -89,10 +59,12 @@ def load_file(path):
                 if k == "calendar" and v not in CALENDAR_MINUTES:
                     raise InstrumentsError(f"--instruments {path}: [{pat}] calendar must be one of "
                                            f"{', '.join(CALENDAR_MINUTES)}")
-            elif not isinstance(v, (int, float)) or (k == "multiplier" and v <= 0):
+                if not isinstance(v, str):
+                    raise InstrumentsError(f"--instruments {path}: [{pat}] {k} must be text")
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or (k == "multiplier" and v <= 0):
                 raise InstrumentsError(f"--instruments {path}: [{pat}] {k} must be a number"
                                        + (" > 0" if k == "multiplier" else ""))
-        out[pat] = t
+        out[pat] = {"__file__": str(path), **t}
     return out
 
 
@@ -106,15 +78,71 @@ def _match(table, symbol):
     return best[1] if best else {}
 
 
-def resolve(names, source, table=None, overrides=None):
-    """[{key: value}] per instrument: defaults, then the file's table, then run-wide overrides
-    (maker_bps, taker_bps, per_lot given on the command line)."""
+def file_specs(tf, names):
+    """The tick file's instrument records for `names` (the loop's table, which may run past the
+    file's own with indices as names): the file's, else its source's (feeds/venues.py)."""
+    from engine.instruments import unknown
+    from feeds.venues import of_file
+    by_name = {s["symbol"]: s for s in of_file(tf)}
+    return [by_name.get(str(n)) or unknown(str(n)) for n in names]
+
+
+def resolve(specs, table=None, overrides=None):
+    """[{key: value}] per instrument record: the record's money facts, the venue's standard fees,
+    then the TOML table's, then run-wide overrides (maker_bps, taker_bps, per_lot given on the
+    command line). `fee_source` says where the fees came from (None: nobody: zero cost)."""
+    from feeds.venues import fees
     out = []
-    for name in names:
-        d = default(str(name), source)
-        d.update(_match(table or {}, str(name)))
-        d.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    for spec in specs:
+        d = {k: spec[k] for k in ("symbol", "venue", "multiplier", "currency", "calendar", "tick_size", "lot_size",
+                                  "inverse", "known")}
+        f = fees(spec)
+        d.update({k: (f[k] if f else 0.0) for k in FEE_KEYS}, fee_source=f["source"] if f else None)
+        m = _match(table or {}, spec["symbol"])
+        d.update({k: v for k, v in m.items() if k in KEYS})
+        if "multiplier" in m:
+            d["known"] = True
+        if any(k in m for k in FEE_KEYS):
+            d["fee_source"] = f"--instruments {m['__file__']}"
+        given = {k: v for k, v in (overrides or {}).items() if v is not None}
+        if given:
+            d.update(given)
+            d["fee_source"] = "the command line (" + ", ".join(f"{_FLAG[k]} {v:g}" for k, v in given.items()) + ")"
         out.append(d)
+    return out
+
+
+_FLAG = {"maker_bps": "--maker-bps", "taker_bps": "--fee-bps", "per_lot": "--per-lot"}
+
+
+def warnings(specs, traded):
+    """What the summary must say loudly about the money (one line per kind, naming the instruments):
+    instruments nothing describes (a lot priced at 1.0), inverse contracts reported as linear, and
+    instruments traded at no cost."""
+    by = {}
+    for s in specs:
+        if s["symbol"] not in traded:
+            continue
+        if not s["known"]:
+            by.setdefault("unknown", []).append(s["symbol"])
+        if s["inverse"]:
+            by.setdefault("inverse", []).append(s["symbol"])
+        if not (s["maker_bps"] or s["taker_bps"] or s["per_lot"]):
+            why = "as given" if s["fee_source"] else f"no published fee known for venue {s['venue'] or 'unknown'}"
+            by.setdefault(why, []).append(s["symbol"])
+    out = []
+    for why, syms in by.items():
+        names = ", ".join(syms)
+        if why == "unknown":
+            out.append(f"{names}: nothing says what one lot is worth (no instrument record in the file, and its "
+                       f"source is not a venue the engine knows): PnL counts a lot as 1.0 a point; give the "
+                       f"multiplier with --instruments FILE")
+        elif why == "inverse":
+            out.append(f"{names}: inverse contracts (COIN-M): their PnL is settled in the coin and is not linear in "
+                       f"price; these figures treat it as linear")
+        else:
+            out.append(f"{names}: zero trading costs ({why}): net PnL = gross; give fees with --fee-bps, "
+                       f"--maker-bps, --per-lot or --instruments FILE")
     return out
 
 

@@ -21,8 +21,8 @@ from numba import njit
 from feeds import book as B
 from feeds.dbn import UNDEF_PRICE, le32, le64, read_metadata, symbol_table
 
-from .execsim import (FILL_WORDS, O_ACTIVE, O_PX, O_REM, O_SIDE, O_SIG, fills_table, find_level, insert_level,
-                      maker_fill, order_inputs, remove_level, send)
+from .execsim import (FILL_WORDS, O_ACTIVE, O_PX, O_REM, O_SIDE, O_SIG, U_ORDERED, U_TAKER, U_UNPLACED, fills_table,
+                      find_level, insert_level, maker_fill, order_inputs, remove_level, send, unfilled_info)
 
 MBO_LEN = 56
 # record columns
@@ -216,9 +216,9 @@ def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, l
         if W[inst, W_AHEAD] < 0:
             W[inst, W_AHEAD] = 0
         j += 1
-    while k < m:
-        if sig[k, 2] == 0:
-            unfilled[0] += abs(sig[k, 1] - pos[sig[k, 0]])
+    while k < m:  # orders arriving after the last record meet no book
+        unfilled[U_TAKER if sig[k, 2] == 0 else U_UNPLACED] += abs(sig[k, 1] - pos[sig[k, 0]])
+        unfilled[U_ORDERED] += abs(sig[k, 1] - pos[sig[k, 0]])
         k += 1
     return j, k, nf, prio
 
@@ -235,7 +235,7 @@ def run(rec, words, signals, n_inst, spec, p):
     lpx = np.zeros((n_inst, 2, MAXLV), np.int64)
     lsz = np.zeros((n_inst, 2, MAXLV), np.int64)
     ln = np.zeros((n_inst, 2), np.int64)
-    unfilled = np.zeros(1, np.int64)
+    unfilled = np.zeros(4, np.int64)
     spec = np.ascontiguousarray(spec, np.float64)
     buf = np.zeros((max(4096, 4 * m + MAXLV + 8), FILL_WORDS), np.int64)
     fee = np.zeros(len(buf), np.float64)
@@ -249,5 +249,4 @@ def run(rec, words, signals, n_inst, spec, p):
             break
         O.maybe_grow()
         P.maybe_grow()
-    return fills_table(out, fout), {"unfilled_lots": int(unfilled[0]), "clocks_comparable": comparable,
-                                    "clock_skew_ns": skew, "working_lots": int(np.abs(W[:, W_REM] * W[:, W_ACTIVE]).sum())}
+    return fills_table(out, fout), unfilled_info(unfilled, W, comparable, skew)

@@ -48,6 +48,17 @@ def _open(ring, wait):
             time.sleep(0.05)
 
 
+def _specs(c, names):
+    """The feed's records (engine/instruments.py) of `names`, as its ring's table has them: what
+    each instrument is travels from the feed into the file (None when the feed gave names only)."""
+    specs = c.specs()
+    if specs is None:
+        return None
+    by_name = {s["symbol"]: s for s in specs}
+    from engine.instruments import unknown
+    return [by_name.get(n) or unknown(n) for n in names]
+
+
 def record(ring, out, *, start="now", core=None, duration=None, instruments=(), quiet=False, wait=0.0):
     say = (lambda m: None) if quiet else (lambda m: print(f"[record] {m}", file=sys.stderr, flush=True))
     if core is not None:
@@ -67,14 +78,14 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
     last_look = time.monotonic()
     error = None
     try:
-        w.set_instruments(names)  # in the file's header as soon as known: a killed recorder keeps them
+        w.set_instruments(names, _specs(c, names))  # in the header as soon as known: a killed recorder keeps them
         while not stop["flag"]:
             n = drain(c.hdr, c.data, c.mask, c.slot_base, buf)
             if n:
                 w.append(buf[:n])
                 if not instruments and (not names or time.monotonic() - last_look > 0.5):  # it may grow
                     names, last_look = c.instruments() or names, time.monotonic()
-                    w.set_instruments(names)
+                    w.set_instruments(names, _specs(c, names))
                 continue
             if c.producer_finished() or (deadline and time.monotonic() >= deadline):
                 break
@@ -88,7 +99,8 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
         error = e
     finally:
         try:
-            w.set_instruments(list(instruments) or c.instruments() or names)
+            names = list(instruments) or c.instruments() or names
+            w.set_instruments(names, _specs(c, names))
             w.close()
         except OutputError as e:
             error = error or e

@@ -149,6 +149,37 @@ def _fmt(v):
     return str(v)
 
 
+def _money(v):
+    return "n/a" if v is None else f"{v:,.2f}" if abs(v) >= 1 else f"{v:,.6g}"
+
+
+def money_lines(summary):
+    """The headline a quant reads first, printed by `engine backtest` and at the top of report.md:
+    net and gross PnL side by side with the fees between them and where the fees come from; the
+    split into closed trades and positions still open at the end (with their mark); for maker
+    orders, the lots that never filled and why."""
+    cur = summary.get("currency", "quote currency")
+    out = [f"pnl net {_money(summary.get('pnl'))} {cur}  =  gross {_money(summary.get('pnl_gross'))}  -  "
+           f"fees {_money(summary.get('fees'))}"]
+    srcs = sorted({str(i.get("fee_source")) for i in summary.get("instruments", {}).values()
+                   if i.get("fee_source")})
+    out.append("fees: " + ("; ".join(srcs) if srcs else "none (a zero-cost run: see the warnings)"))
+    opened = summary.get("open_positions") or []
+    if opened:
+        held = ", ".join(f"{o['lots']:+,} lots {o['symbol']} marked at {_fmt(o['mark'])}" for o in opened)
+        out.append(f"of which closed trades {_money(summary.get('pnl_closed'))}, still open at the end "
+                   f"{_money(summary.get('pnl_open'))} ({held})")
+    if summary.get("execution", {}).get("orders") == "maker" or summary.get("maker_cancelled_lots") \
+            or summary.get("maker_unplaced_lots") or summary.get("working_lots"):
+        out.append(f"maker orders: {summary.get('maker_fills', 0):,} fills; lots never filled: "
+                   f"{summary.get('maker_cancelled_lots', 0):,} cancelled by a later signal, "
+                   f"{summary.get('maker_unplaced_lots', 0):,} never placed (no touch to join), "
+                   f"{summary.get('working_lots', 0):,} still working at the end")
+    if summary.get("unfilled_lots"):
+        out.append(f"taker orders: {summary['unfilled_lots']:,} lots the book's depth could not fill (cancelled)")
+    return out
+
+
 def _trades_table(trades):
     if not trades:
         return "(no round trips)"
@@ -173,7 +204,8 @@ def write(out_dir, summary, series, plotter=None, drawn=()):
             PLOTS[name](out_dir, series, summary)
     cur = summary.get("currency", "quote currency")
     keys = ["files", "ticks", "scored", "signals"] + [k for k in summary if k.startswith(("hit_rate", "flat_share"))] + \
-        ["ic", "ic_pairs", "pnl", "pnl_gross", "fees", "break_even_fee_bps", "fills", "maker_fills", "unfilled_lots",
+        ["ic", "ic_pairs", "pnl", "pnl_gross", "fees", "pnl_closed", "pnl_open", "break_even_fee_bps", "fills",
+         "maker_fills", "unfilled_lots", "maker_cancelled_lots", "maker_unplaced_lots", "working_lots",
          "turnover_units", "turnover_notional", "max_drawdown", "sharpe", "sharpe_calendar"]
     rows = "\n".join(f"| {k} | {_fmt(summary.get(k))} |" for k in keys)
     ex = summary.get("execution", {})
@@ -183,10 +215,13 @@ def write(out_dir, summary, series, plotter=None, drawn=()):
     notes = ("\n## Notes\n\n" + notes + "\n") if notes else ""
     sharpe_note = f" (no Sharpe: {summary['sharpe_reason']})" if summary.get("sharpe") is None and \
         summary.get("sharpe_reason") else ""
+    headline = "\n".join(f"- {x}" for x in money_lines(summary))
     md = f"""# Backtest
 
 Model `{summary.get('model')}` ({summary.get('backend')}); strategy {summary.get('strategy', {}).get('name', '')};
 {summary.get('files')} file(s): {', '.join(summary.get('inputs', []))}.
+
+{headline}
 {warn_md}
 ## Figures
 

@@ -19,7 +19,7 @@ class Params:
     params: dict = field(default_factory=dict)  # strategy parameter overrides
     horizons_ms: tuple = DEFAULT_HORIZONS_MS
     latency_ns: int = 0               # order entry latency (constant), unless `latency` says otherwise
-    fee_bps: float | None = None      # taker fee, bp of notional (None: the instruments table's, else 0)
+    fee_bps: float | None = None      # taker fee, bp of notional (None: --instruments', else the venue's standard)
     extra: dict = field(default_factory=dict)
     marks: object = None              # int64 [m, 2]: a live run's conflation marks (--conflate-as-recorded)
     # execution (replay/execsim.py, replay/l3.py)
@@ -88,12 +88,12 @@ def exec_setup(p, host, tf, res, k):
     from . import execsim, instruments
     top = int(res.signals["instrument"].max()) + 1 if len(res.signals) else 1
     names = list(symbols(res.instruments or tf.instruments, top))
-    specs = instruments.resolve(names, tf.source, p.instruments,
+    specs = instruments.resolve(instruments.file_specs(tf, names), p.instruments,
                                 {"taker_bps": p.fee_bps, "maker_bps": p.maker_bps, "per_lot": p.per_lot})
     maker = p.orders == "maker" or (p.orders == "strategy" and bool(host.strategy.values.get("maker", 0.0)))
     xp = execsim.ExecParams(entry_ns=entry_latencies(p, len(res.signals), k), response_ns=p.response_ns,
                             feed_ns=p.feed_ns, maker=maker, queue_power=p.queue_power)
-    return xp, instruments.spec_array(specs), [dict(s, symbol=n) for n, s in zip(names, specs)]
+    return xp, instruments.spec_array(specs), specs
 
 
 def backtest_one(path, p, k=0, progress=False, looped=None):
@@ -231,6 +231,12 @@ def merge(results, p):
     summary["instruments"] = {s["symbol"]: {k: v for k, v in s.items() if k != "symbol"} for s in specs}
     cur = sorted({s["currency"] for s in specs})
     summary["currency"] = cur[0] if len(cur) == 1 else "mixed currencies (see instruments)"
+    from . import instruments
+    traded = {str(x) for x in extra["symbol"]}
+    summary["money_warnings"] = instruments.warnings(list({s["symbol"]: s for s in specs}.values()), traded)
+    if p.latency is None and not p.latency_ns and len(sigs):
+        summary["money_warnings"].append("order-entry latency 0 (--latency-us): every order reaches the book at its "
+                                         "signal tick's receive time, sooner than any real one: fills are optimistic")
     summary["eval_seconds"] = round(sum(r.get("eval_seconds", 0.0) for r in results), 4)
     fills = _fills_table(results)
     hist = sum((r["hist"] for r in results), new_counts())
@@ -350,7 +356,7 @@ def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_d
                         "wall_seconds": round(time.monotonic() - t0, 3),
                         "inputs": [r["path"] for r in results], "notes": notes,
                         # what the printed summary warns of: incomplete inputs, their unchecked records
-                        "warnings": warned + notes}, **shown)
+                        "warnings": summary["money_warnings"] + warned + notes}, **shown)
         series["thresholds"] = thresholds
         market = ("pnl", "drawdown")  # drawn beside this process while it writes the rest
         plotter.draw(market, tmp, series, summary)

@@ -204,24 +204,42 @@ def test_round_trips_split_a_flip_and_attribute_pnl_and_fees():
     assert tf[:, 2] == pytest.approx([2 * 100 * 50, 103 * 50])
 
 
-def test_instrument_defaults_put_pnl_in_money():
-    from replay.instruments import default, load_file, resolve
-    assert default("ESH4", "dbn:/x/esh4.mbo.dbn.zst")["multiplier"] == 50.0
-    assert default("ESH4", "dbn:/x")["calendar"] == "cme"
-    b = default("BTCUSDT", "binance:/x/usdm.gz?size_unit=1e-3")
+def test_instrument_records_put_pnl_in_money():
+    from feeds.venues import from_uri
+    assert from_uri("dbn:/x/esh4.mbo.dbn.zst", "ESH4")["multiplier"] == 50.0
+    assert from_uri("dbn:/x", "ESH4")["calendar"] == "cme"
+    assert from_uri("dbn:/x", "ESH4")["tick_size"] == 0.25
+    b = from_uri("binance:/x/usdm.gz?size_unit=1e-3", "BTCUSDT")
     assert (b["multiplier"], b["currency"], b["calendar"]) == (0.001, "USDT", "crypto")
-    assert default("AAPL", "itch:/x")["calendar"] == "us_equities"
+    # no size_unit in the URI: the feed's own default (1e-5 BTC a lot), never 1 BTC
+    assert from_uri("binance:/x/usdm.gz", "BTCUSDT")["multiplier"] == 1e-5
+    assert from_uri("itch:/x", "AAPL")["calendar"] == "us_equities"
+    assert not from_uri("ring:/dev/shm/x.ticks", "ESH4")["known"]
 
 
-def test_an_instruments_file_overrides_defaults_and_bad_ones_name_the_file(tmp_path):
-    from replay.instruments import InstrumentsError, load_file, resolve
+def test_venue_fees_are_the_default_and_an_instruments_file_and_flags_override(tmp_path):
+    from feeds.venues import binance, cme
+    from replay.instruments import InstrumentsError, load_file, resolve, warnings
+    (es,) = resolve([cme("ESH4")])
+    assert (es["maker_bps"], es["taker_bps"], es["per_lot"]) == (0.0, 0.0, 1.40) and "CME" in es["fee_source"]
+    (f,) = resolve([binance("BTCUSDT", 1e-3, "usdm")])
+    assert (f["maker_bps"], f["taker_bps"]) == (2.0, 5.0) and "USD-M" in f["fee_source"]
+    (sp,) = resolve([binance("BTCUSDT", 1e-5, "spot")])
+    assert (sp["maker_bps"], sp["taker_bps"]) == (10.0, 10.0)
     f = tmp_path / "inst.toml"
     f.write_text('["ES*"]\nper_lot = 1.18\n["ESH4"]\nmaker_bps = -0.1\n')
     t = load_file(str(f))
-    (es,) = resolve(["ESH4"], "dbn:/x", t, {"taker_bps": 2.0, "maker_bps": None})
-    assert (es["multiplier"], es["maker_bps"], es["taker_bps"], es["per_lot"]) == (50.0, -0.1, 2.0, 0.0)
-    (esm,) = resolve(["ESM4"], "dbn:/x", t)
-    assert esm["per_lot"] == 1.18
+    (es,) = resolve([cme("ESH4")], t, {"taker_bps": 2.0, "maker_bps": None})
+    assert (es["multiplier"], es["maker_bps"], es["taker_bps"], es["per_lot"]) == (50.0, -0.1, 2.0, 1.40)
+    assert es["fee_source"].startswith("the command line")
+    (esm,) = resolve([cme("ESM4")], t)
+    assert esm["per_lot"] == 1.18 and es["symbol"] == "ESH4" and str(f) in esm["fee_source"]
+    # zero cost is said, whichever way it came
+    (z,) = resolve([cme("ESH4")], None, {"taker_bps": 0.0, "maker_bps": 0.0, "per_lot": 0.0})
+    assert any("zero trading costs (as given)" in w for w in warnings([z], {"ESH4"}))
+    (cl,) = resolve([cme("CLZ4")])
+    assert any("no published fee known for venue CME" in w for w in warnings([cl], {"CLZ4"}))
+    assert warnings([cl], set()) == []  # an instrument that did not trade cost nothing
     f.write_text('["ES*"]\nmultiplier = -5\n')
     with pytest.raises(InstrumentsError, match=str(f)):
         load_file(str(f))

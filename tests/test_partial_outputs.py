@@ -78,7 +78,8 @@ def test_a_killed_writer_leaves_checked_blocks_an_unchecked_tail_and_its_instrum
 
 
 def test_backtest_and_replay_print_the_unchecked_tail(killed, tmp_path, shm_name):
-    r = cli("backtest", str(killed), "--out", str(tmp_path / "bt"), "--quiet")
+    # (fees and latency given: a zero-cost run has warnings of its own)
+    r = cli("backtest", str(killed), "--out", str(tmp_path / "bt"), "--quiet", "--fee-bps", "1", "--latency-us", "10")
     assert r.returncode == 0, r.stderr
     warning = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("warning:")]
     assert len(warning) == 1 and str(killed) in warning[0] and "322 records past the last checked block are " \

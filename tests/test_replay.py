@@ -101,6 +101,8 @@ def _parity(tmp_path, src, core, *extra, min_signals=50):
     for col in ("position", "prev_position", "side", "prev_side", "instrument", "ts_event", "mid_px", "symbol"):
         assert a.column(col).to_pylist() == b.column(col).to_pylist(), col
     assert a.schema.metadata[b"engine.symbols"] == b.schema.metadata[b"engine.symbols"] != b"[]"
+    from engine.instruments import parse  # what each instrument is went from the file through the ring
+    assert parse(json.loads(a.schema.metadata[b"engine.instruments"]))[1] == TickFile(src).specs
     return json.loads(r.stdout), a
 
 

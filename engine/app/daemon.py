@@ -262,11 +262,11 @@ class ControlPlane:
         try:
             m = os.stat(c.path + ".instruments").st_mtime_ns
         except OSError:  # the feed is gone with its table: the one read at claim or since
-            self.instruments = c.instruments()
+            self.instruments, self.specs = c.instruments(), c.specs()
             return
         if m != self._inst_mtime:
             self._inst_mtime = m
-            self.instruments = c.instruments()
+            self.instruments, self.specs = c.instruments(), c.specs()  # (specs: engine/instruments.py)
 
     def drain(self):
         buf = self.x.drain_buf

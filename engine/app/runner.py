@@ -725,9 +725,14 @@ class _Run:
             warnings.append(f"signal table {parquet_out} not written: the signal file is incomplete")
             return sig_path, error
         from engine.outputs import OutputError
+        import json
+
+        from engine.instruments import dump
         from engine.signal_log import read_signals, write_signals_parquet
         try:
-            write_signals_parquet(parquet_out, read_signals(sig_path), tables=[getattr(self.plane, "instruments", None)])
+            names, specs = getattr(self.plane, "instruments", None), getattr(self.plane, "specs", None)
+            meta = {"engine.instruments": json.dumps(dump(names, specs))} if names and specs is not None else {}
+            write_signals_parquet(parquet_out, read_signals(sig_path), tables=[names], metadata=meta)
             sig_path = parquet_out
         except OutputError as e:  # nothing left at its name: written whole or not at all
             error = error or str(e)

@@ -14,7 +14,7 @@ sources:
   itch:FILE[?symbols=A,B&date=YYYY-MM-DD&utc_offset=H&on_error=stop|skip&depth=10]   ITCH 5.0 day file (gzip ok)
   moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&symbols=..&depth=10]   live ITCH
   dbn:FILE[?symbols=ESH4&on_error=stop|skip&depth=10]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
-  binance:FILE[?size_unit=1e-5&depth=10]                   raw Binance websocket capture (gzip ok)
+  binance:FILE[?size_unit=1e-5&market=auto&depth=10]       raw Binance websocket capture (gzip ok)
   tickfile:FILE                                            an engine tick file (engine convert, engine record)
   depth=0..32: book levels a side sent as level ticks (0 = none; capped by what the data has); commands
   that run a strategy ask for what it reads (0 for a touch-only strategy) unless the URI says

@@ -78,11 +78,14 @@ def exec_args(bt):
     bt.add_argument("--l3", default=None, metavar="FILE.dbn.zst", type=existing_file,
                     help="exact FIFO queue positions from this DBN MBO file (the one the tick file was converted from)")
     bt.add_argument("--fee-bps", type=float, default=None,
-                    help="taker fee, basis points of notional (default: --instruments, else 0)")
+                    help="taker fee, basis points of notional (default: --instruments, else the venue's published standard "
+                         "tier, e.g. 5 for Binance USD-M; 0 where none is known, said in the summary)")
     bt.add_argument("--maker-bps", type=float, default=None,
-                    help="maker fee, bp of notional, negative for a rebate (default: --instruments, else 0)")
+                    help="maker fee, bp of notional, negative for a rebate (default: --instruments, else the venue's standard "
+                         "tier, e.g. 2 for Binance USD-M)")
     bt.add_argument("--per-lot", type=float, default=None,
-                    help="fee per lot per fill in the quote currency (default: --instruments, else 0)")
+                    help="fee per lot per fill in the instrument's currency (default: --instruments, else the venue's: CME "
+                         "exchange + NFA fees, e.g. 1.40 USD for ES)")
     bt.add_argument("--instruments", default=None, metavar="FILE.toml", type=existing_file,
                     help="per-instrument multiplier, fees, currency, calendar (replay/instruments.py says how)")
     bt.add_argument("--seed", type=nonneg_int, default=0, help="seed for drawn latencies (default 0)")
@@ -135,14 +138,16 @@ def cmd_backtest(a):
     if a.json:
         print(json.dumps(summary, default=str))
     else:
+        from replay.report import money_lines
+        for line in money_lines(summary):
+            print(f"  {line}")
         keys = ["files", "ticks", "signals"] + [k for k in summary if k.startswith("hit_rate")] + \
-            ["ic", "pnl", "pnl_gross", "fees", "fills", "maker_fills", "unfilled_lots", "break_even_fee_bps", "sharpe",
-             "max_drawdown", "turnover_units", "loop_ticks_per_s", "wall_seconds"]
+            ["ic", "fills", "break_even_fee_bps", "sharpe", "max_drawdown", "turnover_units", "loop_ticks_per_s",
+             "wall_seconds"]
         for k in keys:
             print(f"  {k:<20} {summary.get(k)}")
         if summary.get("sharpe") is None and summary.get("sharpe_reason"):
             print(f"  {'':<20} (no Sharpe: {summary['sharpe_reason']})")
-        print(f"  money in {summary.get('currency')}")
         print(f"  report: {os.path.join(a.out, 'report.md')}")
     print_warnings(summary.get("warnings", []), a.json)
     return 0
