@@ -12,6 +12,19 @@ The file defines:
     STATE = 16                 float64 state columns per instrument
     PARAMS = {"alpha": 0.1}    name -> float default; `--param alpha=0.2` or [strategy.params]
                                in the TOML config overrides it for a run
+    SCORE = "probability"      (optional) the score decide expects, SCORE_KINDS:
+                                 "probability"  the probability of an up move, in (0, 1): a
+                                                binary:logistic model (`engine train`'s default
+                                                --labels binary), the engine applies the sigmoid
+                                 "margin"       the model's raw output: a regression model
+                                                (--labels ternary: reg:squarederror)
+                                 "any"          decide does not read the score, or handles both
+                               Default "probability". Without decide, the hysteresis rule compares
+                               the score with its thresholds, so SCORE is "probability" (thresholds
+                               in (0, 1)) or "margin" (then PARAMS defines all four thresholds).
+                               A model whose score is of the other kind is refused with both named
+                               wherever one is loaded for the strategy (engine train, run, backtest,
+                               sweep, reload), as a model trained for another strategy is.
 
     @njit
     def on_tick(state, book, tick, row, params) -> bool
@@ -28,9 +41,9 @@ The file defines:
 
     @njit
     def decide(state, score, position, params) -> int        (optional)
-        The instrument's target position in signed units, given the model's score (float32:
-        the probability of an up move for logistic models, the raw margin for regression) and
-        the current target. A change of target is a signal (it carries old and new position).
+        The instrument's target position in signed units, given the model's score (float32,
+        of the kind SCORE declares: a probability, or the raw margin of a regression model)
+        and the current target. A change of target is a signal (it carries old and new position).
         Without `decide`, the engine's hysteresis rule applies (`hysteresis` below) with its
         thresholds taken from PARAMS enter_long, exit_long, enter_short, exit_short (added
         with the defaults DEFAULT_THRESHOLDS when the file does not define them).
@@ -66,6 +79,8 @@ MAX_DEPTH = 32
 MAX_STATE = 4096
 THRESHOLD_NAMES = ("enter_long", "exit_long", "enter_short", "exit_short")
 DEFAULT_THRESHOLDS = {"enter_long": 0.65, "exit_long": 0.55, "enter_short": 0.35, "exit_short": 0.45}
+SCORE_KINDS = ("probability", "margin", "any")
+DEFAULT_SCORE = "probability"  # what hysteresis' default thresholds are, and what most decide rules read
 
 # --- reading a tick (int64[8], TICK_DTYPE's words) ----------------------------------------------
 

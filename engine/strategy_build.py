@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .strategy_load import StrategyError, one_line
+from .strategy_errors import compile_error, return_type_error
+from .strategy_load import StrategyError
 
 TEMPLATE = Path(__file__).with_name("host_template.py")
 MARKER = "# ==== host body ====\n"
@@ -191,21 +192,6 @@ class HostState:
         return self.ist[:, self._pos]
 
 
-def _numba_error(e, s, what):
-    """numba's multi-line typing error -> one line naming the strategy file and the problem."""
-    msg = str(e)
-    lines = [x.strip() for x in msg.splitlines() if x.strip()]
-    skip = ("Failed in nopython mode", "During:", "File ", "^", "This error may have been", "- Resolution",
-            "Rewrite", "- Of which", "Enable logging", "Traceback")
-    core = [x for x in lines if not x.startswith(skip) and not x.startswith(">")] or lines[:1]
-    where = ""
-    marker = f'File "{s.path}", line '
-    for x in lines:
-        if x.startswith(marker):
-            where = f" (line {x[len(marker):].split(':')[0].rstrip(',')})"
-    return StrategyError(f"{s.path}: {what} does not compile{where}: {one_line(core[0] if core else msg)}")
-
-
 class Host:
     """A strategy compiled into the host loops."""
 
@@ -292,16 +278,22 @@ def _import_host(name, path):
     return mod
 
 
-def _return_type(f):
-    sigs = f.nopython_signatures
-    return sigs[-1].return_type if sigs else None
+def _return_types_error(s):
+    """on_tick must return a bool and decide an int, in every signature numba compiled them with."""
+    names = ("on_tick", "decide") if s.has_decide else ("on_tick",)
+    for name in names:
+        for sig in getattr(s.module, name).nopython_signatures:
+            err = return_type_error(s, name, sig.return_type)
+            if err is not None:
+                return err
+    return None
 
 
 def build(s):
     """Generate, import and compile-check a strategy's host (once per process per strategy):
     on_tick and decide are compiled with the loops' exact types here, so a strategy that does
     not compile, or returns the wrong type, fails before anything starts."""
-    from numba.core import errors, types
+    from numba.core import errors
     name, path = generate(s)
     if name in _HOSTS:  # compiled already; parameter values are runtime inputs, so bind these ones
         cached = _HOSTS[name]
@@ -319,20 +311,16 @@ def build(s):
     for tick in (np.zeros(8, np.int64), mapped):
         try:
             mod.probe(*hs, tick, host.new_row(), host.params(), np.zeros(1, np.float32), np.zeros(16, np.int64))
-        except (errors.TypingError, errors.UnsupportedError, errors.LoweringError, errors.NumbaError) as e:
+        except (errors.NumbaError, errors.UnsupportedBytecodeError) as e:  # (the latter is no NumbaError)
             if not tick.flags.writeable and "readonly" in str(e).lower():
                 raise StrategyError(f"{s.path}: on_tick writes to `tick`, which is read-only (backtests read it "
                                     "from the mapped file); copy what you need into state") from None
-            who = "on_tick" if "on_tick" in str(e) or not s.has_decide else "on_tick/decide"
-            raise _numba_error(e, s, who) from None
-    user = s.module
-    rt = _return_type(user.on_tick)
-    if rt is not None and not isinstance(rt, types.Boolean):
-        raise StrategyError(f"{s.path}: on_tick returns {rt}; it must return a bool (True: score this tick)")
-    if s.has_decide:
-        rt = _return_type(user.decide)
-        if rt is not None and not isinstance(rt, types.Integer):
-            raise StrategyError(f"{s.path}: decide returns {rt}; it must return an int (the target position)")
+            # a function that compiled alone but returns the wrong type (None on some path) fails
+            # in the host's call: say that, not the host's cast
+            raise _return_types_error(s) or compile_error(e, s) from None
+    err = _return_types_error(s)
+    if err is not None:
+        raise err
     host.compile_seconds = time.monotonic() - t0
     _HOSTS[name] = host
     return host

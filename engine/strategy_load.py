@@ -2,7 +2,8 @@
 (engine/strategy_api.py), bind its parameters, and name it by hashes (its identity).
 
 Every problem is a StrategyError: one line naming the file and what is wrong, raised before
-anything starts.
+anything starts (code that does not compile: one block with numba's reason, the line and a hint,
+engine/strategy_errors.py).
 """
 import hashlib
 import importlib.util
@@ -15,16 +16,15 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .strategy_api import DEFAULT_THRESHOLDS, MAX_DEPTH, MAX_STATE, THRESHOLD_NAMES, check_thresholds
+from .strategy_errors import StrategyError, def_line
+from .strategy_api import (DEFAULT_SCORE, DEFAULT_THRESHOLDS, MAX_DEPTH, MAX_STATE, SCORE_KINDS, THRESHOLD_NAMES,
+                           check_thresholds)
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "strategies"
 DEFAULT_STRATEGY = "microstructure"
 CONTRACT = ("a strategy defines FEATURES, DEPTH, STATE, PARAMS and @njit on_tick(state, book, tick, row, params), "
-            "optionally @njit decide(state, score, position, params); see README, 'Strategies'")
-
-
-class StrategyError(ValueError):
-    """A strategy file that cannot be used: the message names the file and the problem."""
+            "optionally @njit decide(state, score, position, params) and SCORE; see README, 'Strategies'")
+SCORE_WORDS = {"probability": "a probability", "margin": "a raw margin"}
 
 
 def builtin_names():
@@ -124,7 +124,8 @@ def _check_function(path, mod, name, nargs, required):
         n = -1
     if n != nargs:
         want = "(state, book, tick, row, params)" if name == "on_tick" else "(state, score, position, params)"
-        raise StrategyError(f"{path}: {name} takes {n} arguments; the contract is {name}{want}")
+        raise StrategyError(f"strategy {path}:{def_line(path, name)}: {name} takes {n} arguments; the contract is "
+                            f"{name}{want}")
     return f
 
 
@@ -155,6 +156,21 @@ def _check_constants(path, mod):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise StrategyError(f"{path}: PARAMS[{k!r}] must be a finite number, got {v!r}")
     return tuple(feats), int(mod.DEPTH), int(mod.STATE), {k: float(v) for k, v in params.items()}
+
+
+def _check_score(path, mod, has_decide, params):
+    """SCORE: the kind of score decide expects (strategy_api.SCORE_KINDS)."""
+    score = getattr(mod, "SCORE", DEFAULT_SCORE)
+    if score not in SCORE_KINDS:
+        raise StrategyError(f"{path}: SCORE must be one of {', '.join(map(repr, SCORE_KINDS))}, got {score!r:.80}")
+    if not has_decide and score == "any":
+        raise StrategyError(f"{path}: SCORE = 'any' needs a decide: without one the engine's hysteresis rule compares "
+                            "the score with thresholds, which are of one kind ('probability' or 'margin')")
+    missing = [k for k in THRESHOLD_NAMES if k not in params]
+    if not has_decide and score == "margin" and missing:
+        raise StrategyError(f"{path}: SCORE = 'margin' without decide: define {', '.join(missing)} in PARAMS (the "
+                            "default thresholds are probabilities)")
+    return score
 
 
 def parse_params(items):
@@ -189,6 +205,7 @@ class Strategy:
     has_decide: bool
     sha256: str                   # the file and its local helper modules
     sources: list = field(default_factory=list)
+    score: str = DEFAULT_SCORE    # SCORE: the kind of score decide (or hysteresis) expects
 
     @property
     def param_names(self):
@@ -219,8 +236,26 @@ class Strategy:
         want = 0 if self.depth == 0 else max(self.depth, 10)
         return f"{uri}{'&' if '?' in uri else '?'}depth={want}"
 
-    def check_scale(self, probability):
-        """Without decide, the hysteresis thresholds must suit the model's score scale."""
+    def score_mismatch(self, kind, model):
+        """Why a model whose score is `kind` ("probability" | "margin", models.manifest.score_kind)
+        cannot drive this strategy, naming both (`model` says what the model is); None if it can."""
+        if self.score in ("any", kind):
+            return None
+        declared = f"SCORE = {self.score!r}" + ("" if "SCORE" in vars(self.module) else ", the default")
+        rule, fix = (("its decide", "write decide") if self.has_decide else
+                     ("the hysteresis rule", "set the four thresholds in PARAMS"))
+        return (f"{model} scores {SCORE_WORDS[kind]}, and strategy {self.describe()} from {self.path} expects "
+                f"{SCORE_WORDS[self.score]} ({declared}: what {rule} compares). Train its model with --labels "
+                f"{'binary' if self.score == 'probability' else 'ternary'}, or declare SCORE = {kind!r} in the "
+                f"strategy and {fix} for {SCORE_WORDS[kind]}")
+
+    def check_scale(self, probability, model=None):
+        """A model of score kind probability (True) or margin (False) must suit SCORE; without
+        decide, the hysteresis thresholds must suit it too."""
+        model = model or f"a {'binary:logistic' if probability else 'regression (e.g. --labels ternary)'} model"
+        why = self.score_mismatch("probability" if probability else "margin", model)
+        if why:
+            raise StrategyError(why)  # (it names the strategy's file)
         if not self.has_decide:
             try:
                 check_thresholds(self.values, probability)
@@ -254,11 +289,12 @@ def load(spec=None, overrides=None):
             h.update(f.name.encode())
             h.update(f.read_bytes())
         sha = h.hexdigest()
+    score = _check_score(path, mod, has_decide, params)
     s = Strategy(path.stem, str(path), name, feats, depth, state, defaults, values, has_decide, sha,
-                 [str(f) for f in sources])
+                 [str(f) for f in sources], score)
     if not has_decide:
         try:
-            check_thresholds(values, probability=False)
+            check_thresholds(values, probability=score == "probability")
         except ValueError as e:
             raise StrategyError(f"{path}: {e}") from None
     return s

@@ -25,7 +25,8 @@ import numpy as np
 
 from . import signing
 # the manifest's names and errors live in manifest.py (below signing.py); importable from here too
-from .manifest import FORMAT, MANIFEST, ArtifactError, SignatureError, sha256_file, verify_files  # noqa: F401
+from .manifest import (FORMAT, MANIFEST, ArtifactError, SignatureError, describe_model, score_kind,  # noqa: F401
+                       sha256_file, verify_files)
 
 
 def cpu_flag_set():
@@ -150,8 +151,8 @@ class Predictor:
 
 def uses_sigmoid(pred):
     """Does this model score on the probability scale (binary:logistic: the loop applies the
-    sigmoid to its margin) rather than as a raw margin (regression)?"""
-    return pred.manifest.get("objective") == "binary:logistic"
+    sigmoid to its margin) rather than as a raw margin (regression)? (manifest.score_kind)"""
+    return score_kind(pred.manifest) == "probability"
 
 
 def _dlopen_bytes(data, label):
@@ -257,7 +258,8 @@ def describe_strategy(ident):
 
 
 def check_strategy(art_dir, m, strategy):
-    """A model drives only the strategy it was trained for: same source, FEATURES and DEPTH."""
+    """A model drives only the strategy it was trained for (same source, FEATURES and DEPTH), and
+    only if its score is the kind that strategy's decide expects (SCORE)."""
     if m.get("generic"):
         raise ArtifactError(f"{art_dir}: a generic artifact (no strategy's features) cannot drive the engine")
     got = m.get("strategy")
@@ -267,6 +269,9 @@ def check_strategy(art_dir, m, strategy):
         raise ArtifactError(f"{art_dir}: trained for strategy {describe_strategy(got)}; this run uses strategy "
                             f"{strategy.describe()} from {strategy.path}. Train a model for it: engine train "
                             f"--strategy {strategy.path} SOURCE... --out DIR")
+    why = strategy.score_mismatch(score_kind(m), describe_model(m))
+    if why:
+        raise ArtifactError(f"{art_dir}: {why}")
 
 
 def load(art_dir, backend="auto", strategy=None):

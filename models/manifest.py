@@ -11,6 +11,7 @@ from pathlib import Path
 
 MANIFEST = "manifest.json"
 FORMAT = 1
+PROBABILITY_OBJECTIVES = ("binary:logistic",)  # the engine applies the sigmoid to these models' margin
 
 
 class ArtifactError(RuntimeError):
@@ -48,3 +49,18 @@ def verify_files(art_dir, manifest):
                                 f"(sha256 {got[:16]}..., manifest {want[:16]}...); refusing to load it")
         blobs[rel] = data
     return blobs
+
+
+def score_kind(manifest):
+    """What the model hands a strategy's decide: "probability" (the sigmoid of its margin) or
+    "margin" (its raw output: a regression, e.g. trained with --labels ternary). Derived from the
+    recorded objective, so it cannot disagree with what the loop applies."""
+    return "probability" if manifest.get("objective") in PROBABILITY_OBJECTIVES else "margin"
+
+
+def describe_model(manifest):
+    """'this model (objective reg:squarederror, --labels ternary)', as a refusal names a model."""
+    training = manifest.get("training")
+    labels = training.get("labels") if isinstance(training, dict) else None
+    extra = f", --labels {labels}" if labels else ""
+    return f"this model (objective {manifest.get('objective')}{extra})"

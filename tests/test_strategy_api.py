@@ -150,6 +150,7 @@ def _tiny_model(tmp_path, host):
     return artifact.load(tmp_path / "m", strategy=host.strategy)
 
 
+# code that does not compile, or returns the wrong type, is explained as a block: test_strategy_errors.py
 BROKEN = {
     "syntax": ("FEATURES = (\n", "syntax error"),
     "no_features": ("from numba import njit\nDEPTH = 0\nSTATE = 1\nPARAMS = {}\n@njit\ndef on_tick(s, b, t, r, p):\n    return True\n",
@@ -159,14 +160,6 @@ BROKEN = {
                    "must be compiled with numba"),
     "wrong_signature": ('from numba import njit\nFEATURES = ("a",)\nDEPTH = 0\nSTATE = 1\nPARAMS = {}\n'
                         '@njit\ndef on_tick(s, b, t, r):\n    return True\n', "takes 4 arguments"),
-    "returns_float": ('from numba import njit\nFEATURES = ("a",)\nDEPTH = 0\nSTATE = 1\nPARAMS = {}\n'
-                      '@njit\ndef on_tick(s, b, t, r, p):\n    r[0] = 1.0\n    return 1.5\n', "returns float64"),
-    "decide_float": ('from numba import njit\nFEATURES = ("a",)\nDEPTH = 0\nSTATE = 1\nPARAMS = {}\n'
-                     '@njit\ndef on_tick(s, b, t, r, p):\n    r[0] = 1.0\n    return True\n'
-                     '@njit\ndef decide(s, score, pos, p):\n    return score * 2.0\n', "decide returns float"),
-    "does_not_compile": ('from numba import njit\nFEATURES = ("a",)\nDEPTH = 0\nSTATE = 1\nPARAMS = {}\n'
-                         '@njit\ndef on_tick(s, b, t, r, p):\n    r[0] = p.missing_param\n    return True\n',
-                         "does not compile"),
     "bad_depth": ('from numba import njit\nFEATURES = ("a",)\nDEPTH = 99\nSTATE = 1\nPARAMS = {}\n'
                   '@njit\ndef on_tick(s, b, t, r, p):\n    return True\n', "DEPTH must be an integer 0..32"),
     "bad_params": ('from numba import njit\nFEATURES = ("a",)\nDEPTH = 0\nSTATE = 1\nPARAMS = {"x": "high"}\n'

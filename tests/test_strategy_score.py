@@ -1,0 +1,154 @@
+"""SCORE: a strategy says which score its decide reads (a probability or a regression's raw
+margin), and a model whose score is the other kind is refused, naming both, wherever a model is
+loaded for it (engine train, run, backtest, sweep, reload), as a model for another strategy is.
+
+The ternary model is real: trained by `engine train --labels ternary` (a regression objective)."""
+import json
+import textwrap
+
+import pytest
+
+from engine.strategy_load import StrategyError, load
+
+from tests.helpers.feedutil import cli, one_line_error
+
+BASE = '''
+from numba import njit
+from engine.strategy_api import KIND_QUOTE, kind, bid_sz, ask_sz
+
+FEATURES = ("imb", "quotes")
+DEPTH = 0
+STATE = 2
+PARAMS = {"warmup": 3.0, "enter": ENTER_AT}
+SCORE_LINE
+
+@njit
+def on_tick(state, book, tick, row, params):
+    if kind(tick) != KIND_QUOTE:
+        return False
+    state[0] += 1.0
+    b = float(bid_sz(tick))
+    a = float(ask_sz(tick))
+    row[0] = (b - a) / (b + a) if b + a > 0 else 0.0
+    row[1] = state[0]
+    return state[0] >= params.warmup
+
+@njit
+def decide(state, score, position, params):
+    if score >= params.enter:
+        return 1
+    if score <= MIDDLE - (params.enter - MIDDLE):
+        return -1
+    return position
+'''
+
+
+def strategy(tmp_path, name, score, enter, center):
+    line = f"SCORE = {score!r}" if score else ""
+    src = textwrap.dedent(BASE).replace("SCORE_LINE", line)
+    src = src.replace("ENTER_AT", repr(enter)).replace("MIDDLE", repr(center))
+    f = tmp_path / f"{name}.py"
+    f.write_text(src)
+    return f
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Strategies with the same FEATURES reading a probability (by default), a margin, or either;
+    a ternary model trained for the margin one; the same model compiled for the probability one
+    (`engine compile`: how a model reaches a strategy it was not trained for) and a tick file."""
+    d = tmp_path_factory.mktemp("score")
+    w = {"dir": d,
+         "prob": strategy(d, "prob", None, 0.6, 0.5),
+         "margin": strategy(d, "margin", "margin", 0.2, 0.0),
+         "any": strategy(d, "anyscore", "any", 0.2, 0.0)}
+    src = "synthetic://?instruments=2&count=40000&seed=4"
+    r = cli("train", "--labels", "ternary", "--strategy", str(w["margin"]), src, "--trees", "5", "--backends", "flat",
+            "--out", str(d / "ternary"))
+    assert r.returncode == 0, r.stderr
+    m = json.loads((d / "ternary" / "manifest.json").read_text())
+    assert m["objective"] == "reg:squarederror" and m["training"]["labels"] == "ternary"
+    for k in ("prob", "any"):
+        r = cli("compile", str(d / "ternary" / "model.json"), "--strategy", str(w[k]), "--backends", "flat",
+                "--out", str(d / f"ternary_for_{k}"))
+        assert r.returncode == 0, r.stderr
+    w["ticks"] = d / "s.ticks"
+    assert cli("convert", src.replace("seed=4", "seed=5") + "&depth=0", "--out", str(w["ticks"])).returncode == 0
+    return w
+
+
+def refusal(err, w, model):
+    """One line naming the model, its objective, the strategy's file, and what each scores."""
+    assert str(model) in err and "reg:squarederror" in err and str(w["prob"]) in err, err
+    assert "scores a raw margin" in err and "expects a probability" in err and "SCORE" in err, err
+
+
+def test_training_a_ternary_model_for_a_probability_strategy_is_refused_before_the_work(world, tmp_path):
+    out = tmp_path / "m"
+    err = one_line_error(cli("train", "--labels", "ternary", "--strategy", str(world["prob"]),
+                             "synthetic://?count=20000", "--trees", "3", "--out", str(out)))
+    assert str(world["prob"]) in err and "scores a raw margin" in err and "expects a probability" in err, err
+    assert "--labels ternary" in err and not out.exists()
+
+
+def test_a_ternary_model_is_refused_by_every_load_path(world, tmp_path, shm_name):
+    model = world["dir"] / "ternary_for_prob"
+    t, f = str(world["ticks"]), str(world["prob"])
+    refusal(one_line_error(cli("backtest", t, "--strategy", f, "--model", str(model), "--out", str(tmp_path / "bt"))),
+            world, model)
+    refusal(one_line_error(cli("sweep", t, "--strategy", f, "--model", str(model), "--grid", "warmup=2|3",
+                               "--out", str(tmp_path / "sw"))), world, model)
+    r = cli("run", "--strategy", f, "--model", str(model), "--feed", f"tickfile:{t}", "--name", shm_name,
+            "--duration", "2", "--http", "none", "--pub", "none")  # (ports other engines may hold)
+    refusal(one_line_error(r), world, model)
+    assert not (tmp_path / "bt").exists() and not (tmp_path / "sw").exists()
+    # SIGHUP and `engine ctl reload` go through runner.load_model -> artifact.load, with the strategy
+    from engine.app.runner import RunConfig, load_model
+    from models.artifact import ArtifactError
+    with pytest.raises(ArtifactError) as e:
+        load_model(RunConfig(model=str(model)), load(f))
+    refusal(str(e.value), world, model)
+
+
+def test_the_same_model_drives_strategies_that_read_a_margin(world, tmp_path):
+    """The refusal is about the score's kind: the ternary model backtests its own margin strategy,
+    and an `any` strategy takes it too."""
+    from models import artifact
+    t = str(world["ticks"])
+    r = cli("backtest", t, "--strategy", str(world["margin"]), "--model", str(world["dir"] / "ternary"),
+            "--out", str(tmp_path / "bt"), "--json")
+    assert r.returncode == 0, r.stderr
+    pred = artifact.load(world["dir"] / "ternary_for_any", strategy=load(str(world["any"])))
+    assert not artifact.uses_sigmoid(pred)
+
+
+BAD_SCORE = {
+    "unknown": ('SCORE = "odds"', "SCORE must be one of 'probability', 'margin', 'any'"),
+    "any_without_decide": ('SCORE = "any"', "SCORE = 'any' needs a decide"),
+    "margin_without_thresholds": ('SCORE = "margin"',
+                                  "define enter_long, exit_long, enter_short, exit_short in PARAMS"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SCORE))
+def test_bad_score_declarations_are_one_line(tmp_path, case):
+    line, what = BAD_SCORE[case]
+    src = textwrap.dedent(BASE).replace("SCORE_LINE", line).replace("ENTER_AT", "0.6").replace("MIDDLE", "0.5")
+    if case != "unknown":
+        src = src[:src.index("@njit\ndef decide")]  # the engine's hysteresis rule decides
+    f = tmp_path / f"{case}.py"
+    f.write_text(src)
+    with pytest.raises(StrategyError, match="SCORE") as e:
+        load(str(f))
+    assert what in str(e.value) and str(f) in str(e.value)
+
+
+def test_hysteresis_reads_a_margin_with_its_own_thresholds(tmp_path):
+    src = textwrap.dedent(BASE).replace("SCORE_LINE", 'SCORE = "margin"').replace(
+        '"enter": ENTER_AT', '"enter_long": 0.3, "exit_long": 0.1, "enter_short": -0.3, "exit_short": -0.1')
+    f = tmp_path / "hyst_margin.py"
+    f.write_text(src[:src.index("@njit\ndef decide")])
+    s = load(str(f))
+    s.check_scale(False)  # a margin model: fine
+    with pytest.raises(StrategyError, match="expects a raw margin"):
+        s.check_scale(True)
