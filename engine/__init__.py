@@ -18,6 +18,16 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 
+KEEP_NUMBA_CACHES = 4  # the newest caches kept (each engine version makes one; the older go)
+
+
+def cache_dir(*parts):
+    """The engine's per-user cache: $XDG_CACHE_HOME/engine (default ~/.cache/engine), then
+    `parts` (numba's machine code, the strategy hosts, the default models...)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "engine", *parts)
+
+
 def _numba_cache_dir():
     """numba's on-disk cache checks only a cached function's own file, not the functions it
     inlines from other modules; after an edit or upgrade it could run stale machine code.
@@ -28,11 +38,33 @@ def _numba_cache_dir():
         for p in sorted((root / pkg).glob("*.py")):
             h.update(p.name.encode())
             h.update(p.read_bytes())
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "engine", "numba", h.hexdigest()[:16])
+    return cache_dir("numba", h.hexdigest()[:16])
+
+
+def _last_written(path):
+    """When numba last wrote into a cache (it writes into one directory per source tree)."""
+    with os.scandir(path) as it:
+        return max([os.stat(path).st_mtime] + [e.stat().st_mtime for e in it])
+
+
+def _prune_numba_caches(current, idle_s=3600):
+    """A new cache (this version's first run): drop the others but the newest KEEP_NUMBA_CACHES,
+    and never one written in the last `idle_s` (a process of another version may be using it)."""
+    import shutil
+    import time
+    parent = os.path.dirname(current)
+    try:
+        old = sorted((_last_written(e.path), e.path) for e in os.scandir(parent) if e.is_dir() and e.path != current)
+    except OSError:
+        return
+    for t, path in old[:-KEEP_NUMBA_CACHES]:
+        if t < time.time() - idle_s:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 if "NUMBA_CACHE_DIR" not in os.environ:
     os.environ["NUMBA_CACHE_DIR"] = _numba_cache_dir()
+    if not os.path.isdir(os.environ["NUMBA_CACHE_DIR"]):
+        _prune_numba_caches(os.environ["NUMBA_CACHE_DIR"])
     if "numba" in sys.modules:
         sys.modules["numba"].config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]

@@ -12,6 +12,10 @@ object is copied once, and the copied blocks share one copied scope, as the bloc
 share one. The IR that comes out is the same, so is the machine code (the feeds' tests compare
 ticks byte for byte). It is applied only to the code it was written against (the numba version
 and the exact copy loop in inline_ir's source); anything else is left alone.
+
+numba's on-disk cache is unaffected: its key (the signature, the CPU, the flags) does not depend on
+how the IR was copied, and a process loading the cache compiles nothing, so inlines nothing
+(tests/test_first_run.py: a second process compiles nothing, the ITCH parser loaded from the cache).
 """
 import copy
 import inspect

@@ -30,8 +30,8 @@ KEEP_HOSTS = 64  # generated files kept (the oldest go)
 
 
 def hosts_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "engine" / "hosts"
+    from . import cache_dir
+    return Path(cache_dir("hosts"))
 
 
 def build_key(s):

@@ -154,15 +154,19 @@ def convert(uri, out, progress=True, on_source=None):
     tmp = temp_name(out)
     n = 0
     t0 = last = time.monotonic()
+    first = None
     try:
         sink = (ItchSink if fmt.startswith(".itch") else TicksSink if fmt == ".ticks" else _Tabular)(tmp, fmt, src)
         for ticks in src.batches():
             sink.write(ticks, n)
             n += len(ticks)
             now = time.monotonic()
-            if progress and now - last >= 1.0:
+            if first is None:  # the rate counts from the first batch: before it, the parser compiled (said so)
+                first, last = (now, n), now
+            elif progress and now - last >= 1.0:
                 last = now
-                print(f"[convert] {n:,} ticks ({n / (now - t0):,.0f}/s)", file=sys.stderr, flush=True)
+                print(f"[convert] {n:,} ticks ({(n - first[1]) / (now - first[0]):,.0f}/s)", file=sys.stderr,
+                      flush=True)
         note = sink.close()
         os.replace(tmp, out)
     except BaseException as e:

@@ -10,7 +10,6 @@ models/ imports nothing from fpga/: importing this module registers the back end
 models/artifact.py (register_backend), so `artifact.load(DIR, backend="fpga-sim")` works in any
 process that has imported it.
 """
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +19,8 @@ from models.artifact import ArtifactError, Predictor, _dlopen_bytes
 
 
 def cache_dir(model_sha, leaf_bits):
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "engine" / "fpga" / f"{model_sha[:16]}-L{leaf_bits}"
+    import engine
+    return Path(engine.cache_dir("fpga", f"{model_sha[:16]}-L{leaf_bits}"))
 
 
 def load(art_dir, manifest, blobs, leaf_bits=16):

@@ -16,13 +16,14 @@ def log(msg):
 
 
 def train(X_train, y_train, X_valid, y_valid, *, trees=200, depth=6, eta=0.1,
-          objective="binary:logistic", feature_names=None, seed=0, progress_every=50, early_stopping=None):
+          objective="binary:logistic", feature_names=None, seed=0, progress_every=50, early_stopping=None,
+          nthread=None):
     """XGBoost hist; with early_stopping, stop after that many rounds without a better validation
-    score and keep only the trees up to the best round."""
+    score and keep only the trees up to the best round. nthread: default every core."""
     import xgboost as xgb
 
     params = {"objective": objective, "max_depth": depth, "eta": eta, "tree_method": "hist",
-              "max_bin": 256, "nthread": os.cpu_count() or 1, "seed": seed,
+              "max_bin": 256, "nthread": nthread or os.cpu_count() or 1, "seed": seed,
               # the last metric is the one early stopping watches
               "eval_metric": ["auc", "logloss"] if objective.startswith("binary") else ["rmse"]}
     dtrain = xgb.DMatrix(X_train, y_train, feature_names=list(feature_names) if feature_names else None)

@@ -10,13 +10,20 @@ from pathlib import Path
 from . import artifact, dataset
 from .build import build_artifact, log, train
 
+# 600k ticks: smaller sets trained worse for every shipped strategy (held-out AUC at 400k 0.002-0.009
+# lower, at 300k 0.010-0.016, at 200k 0.014-0.030: bench/default_data.py), for about a second of
+# training saved on an idle machine; the time a first run waits is numba's compile and, on a busy
+# machine, XGBoost's threads (below), not the rows.
+# One thread: XGBoost's OpenMP threads spin at every barrier, so on cores that other work is using
+# two threads took 16-74 s for what takes 1.1 s idle (six busy processes on this 2-core VM; one
+# thread: 6.5 s busy, 1.8 s idle); and the model is the same on every machine, whatever its cores.
 DEFAULT = {"source": "synthetic://?instruments=4&seed=20240808&trade_prob=0.1",
-           "ticks": 600_000, "horizon": 20, "trees": 200, "depth": 6, "eta": 0.1}
+           "ticks": 600_000, "horizon": 20, "trees": 200, "depth": 6, "eta": 0.1, "threads": 1}
 
 
 def cache_root():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "engine" / "models"
+    from engine import cache_dir
+    return Path(cache_dir("models"))
 
 
 def default_key(strategy):
@@ -30,27 +37,46 @@ def default_key(strategy):
     return h.hexdigest()[:16]
 
 
-def build_default(out_dir, host):
+def default_rows(host, source=None, ticks=None, verbose=False):
+    """The default model's labelled rows: the strategy's features over `ticks` of the synthetic
+    market, labelled by the mid `horizon` of the instrument's scored ticks later.
+    Returns X, y and the number of instruments."""
     from .training import source_ticks
-    t0 = time.time()
-    s = host.strategy
-    log(f"building strategy {s.describe()}'s default model into {out_dir} (first run only)")
-    log(f"[1/4] generating {DEFAULT['ticks']:,} ticks from {DEFAULT['source']}")
-    words, k, levels, _ = source_ticks(DEFAULT["source"], DEFAULT["ticks"], s)
-    log("[2/4] computing features and labels")
+    words, k, levels, _ = source_ticks(source or DEFAULT["source"], ticks or DEFAULT["ticks"], host.strategy)
+    if verbose:
+        log("[2/4] computing features and labels")
     X, inst, mid, _ = dataset.featurize(host, words, k, levels)
     y = dataset.binary_labels(inst, mid, DEFAULT["horizon"])
     keep = y != dataset.NO_LABEL
-    X, y = X[keep], y[keep]
+    return X[keep], y[keep], k
+
+
+def train_default(host, X, y, k, verbose=False):
+    """Train the default model on rows from default_rows; returns (booster, (train, valid, test))."""
+    s = host.strategy
     tr, va, te = dataset.time_split(len(X), embargo=DEFAULT["horizon"] * k)
-    log(f"[3/4] training XGBoost: {DEFAULT['trees']} trees, depth {DEFAULT['depth']} on {len(tr):,} rows")
     if min(len(tr), len(va), len(te)) < 100:
         raise ValueError(f"strategy {s.describe()} scored only {len(X)} labelled rows of the synthetic market: "
                          "too few for a default model; train one with engine train --strategy ...")
-    names = list(s.features)
+    if verbose:
+        log(f"[3/4] training XGBoost: {DEFAULT['trees']} trees, depth {DEFAULT['depth']} on {len(tr):,} rows")
     b = train(X[tr], y[tr], X[va], y[va], trees=DEFAULT["trees"], depth=DEFAULT["depth"], eta=DEFAULT["eta"],
-              feature_names=names)
+              feature_names=list(s.features), progress_every=50 if verbose else DEFAULT["trees"],
+              nthread=DEFAULT["threads"])
+    return b, (tr, va, te)
+
+
+def build_default(out_dir, s):
+    """Build strategy `s`'s default model into out_dir, saying each step as it starts."""
+    from engine.strategy_build import build
+    t0 = time.time()
+    log(f"building strategy {s.describe()}'s default model into {out_dir} (first run only)")
+    host = build(s)  # (compiled here, or loaded from numba's cache)
+    log(f"[1/4] generating {DEFAULT['ticks']:,} ticks from {DEFAULT['source']}")
+    X, y, k = default_rows(host, verbose=True)
+    b, (tr, va, te) = train_default(host, X, y, k, verbose=True)
     import xgboost as xgb
+    names = list(s.features)
     p = b.predict(xgb.DMatrix(X[te], feature_names=names))
     auc = dataset.auc(y[te], p)
     acc = float(((p > 0.5) == y[te]).mean())
@@ -66,7 +92,6 @@ def build_default(out_dir, host):
 def default_model_dir(strategy=None):
     """The strategy's cached default artifact (default: the built-in strategy with its default
     parameters), building it first when absent or when it fails verification."""
-    from engine.strategy_build import build
     from engine.strategy_load import load
     strategy = strategy or load()
     d = cache_root() / f"default-{strategy.name}-{default_key(strategy)}"
@@ -86,5 +111,5 @@ def default_model_dir(strategy=None):
                                       f"key is configured ({vkey.describe()}): a model built here would be "
                                       f"unsigned. Give --model a signed artifact, or set {signing.ENV_SIGN}")
     d.parent.mkdir(parents=True, exist_ok=True)
-    build_default(d, build(strategy))
+    build_default(d, strategy)
     return d

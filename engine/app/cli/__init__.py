@@ -36,7 +36,9 @@ def main(argv=None):
             from engine.app.config import apply
             apply(args, parser._run_parser, argv)
         model_keys(args)
-        rc = args.fn(args)
+        from engine.compile_notice import shown
+        with shown(not getattr(args, "quiet", False)):  # a cold numba cache says what it compiles
+            rc = args.fn(args)
     except KeyboardInterrupt:
         rc = 130
     except BrokenPipeError as e:
