@@ -1,4 +1,5 @@
 # make run   - set up .venv (first time) and run the engine on its built-in default
+#              (CORE=N DURATION=S NAME=N HTTP=HOST:PORT|none PUB=ENDPOINT|none: engine run's flags)
 # make test  - set up .venv (first time) and run the test suite
 # make bench - set up .venv (first time), install the benchmarks' peers (the `peers` extra) and run
 #              every benchmark in bench/
@@ -9,6 +10,10 @@ STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.installed-peers
 CORE ?= $(shell $(PYTHON) -c "import os; print(max(os.sched_getaffinity(0)))")
 DURATION ?= 10
+# `make run NAME=x HTTP=127.0.0.1:9465 PUB=none`: a second engine beside the first. Taken from make's
+# command line only (not the environment, where NAME is often the host's name); unset or empty = the
+# engine's default
+cli_flag = $(if $(filter command line,$(origin $(1))),$(if $($(1)), $(2) $($(1))))
 BENCH_ARGS ?=
 
 .PHONY: setup run test bench clean
@@ -27,13 +32,13 @@ $(PEERS_STAMP): $(STAMP) pyproject.toml
 	touch $(PEERS_STAMP)
 
 run: setup
-	$(BIN)/engine run --core $(CORE) $(if $(DURATION),--duration $(DURATION))
+	$(BIN)/engine run --core $(CORE)$(if $(DURATION), --duration $(DURATION))$(call cli_flag,NAME,--name)$(call cli_flag,HTTP,--http)$(call cli_flag,PUB,--pub)
 
 test: setup
 	$(BIN)/python -m pytest -q
 
 bench: $(PEERS_STAMP)
-	@for b in bench/ring.py bench/model_call.py bench/model_backends.py bench/strategy_host.py bench/tick_to_signal.py bench/isolate.py bench/feeds.py bench/compile.py bench/backtest.py bench/soak.py bench/fpga.py; do \
+	@for b in bench/ring.py bench/model_call.py bench/model_backends.py bench/strategy_host.py bench/tick_to_signal.py bench/isolate.py bench/feeds.py bench/compile.py bench/first_run.py bench/backtest.py bench/soak.py bench/fpga.py; do \
 		echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
 clean:

@@ -18,6 +18,9 @@ L_MODEL_GEN, L_SWAP_NS = 56, 57
 # loop -> everyone: scoreable ticks conflated (superseded before scoring), conflation marks written,
 # parks (sleeps) of the wait strategy
 L_CONFLATED, L_MARKS, L_PARKS = 58, 59, 60
+# loop -> everyone: gap ticks read from the stream (losses before the ring: the feed's, or a recording's)
+# and the counts they carry (L_GAPS and L_LOST are the loop's own: lapped by the ring)
+L_FEED_GAPS, L_FEED_LOST = 61, 62
 LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED, LOOP_PAUSED, LOOP_REATTACH = 0, 1, 2, 3, 4, 5, 6
 LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired", 5: "paused",
                     6: "reattaching"}
@@ -38,4 +41,5 @@ class ControlBlock:
         return {"ticks": int(h[L_TICKS]), "signals": int(h[L_SIGNALS]), "gaps": int(h[L_GAPS]),
                 "lost": int(h[L_LOST]), "scored": int(h[L_SCORED]),
                 "conflated": int(h[L_CONFLATED]), "marks": int(h[L_MARKS]), "parks": int(h[L_PARKS]),
+                "feed_gaps": int(h[L_FEED_GAPS]), "feed_lost": int(h[L_FEED_LOST]),
                 "state": LOOP_STATE_NAMES.get(int(h[L_STATE]), "?")}

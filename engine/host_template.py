@@ -361,6 +361,15 @@ def _duty_owed(duty, now, owed, t_last, parks):
     return owed, t_last, parks
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _count_feed_gap(ctl, tick):
+    """A gap tick in the stream is a loss before the ring (the feed's, or a recording's): counted
+    apart from the ring's own laps, in the control block, only when one comes."""
+    if tick_kind(tick) == KIND_GAP:
+        store_relaxed(ctl, C.L_FEED_GAPS, load_relaxed(ctl, C.L_FEED_GAPS) + 1)
+        store_relaxed(ctl, C.L_FEED_LOST, load_relaxed(ctl, C.L_FEED_LOST) + tick[3])
+
+
 @njit(nogil=True, cache=True)
 def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist,
              prow, ptick, plist, cst, row, out, tick, sig, pvals, cfg):
@@ -447,6 +456,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             continue
         ticks += 1
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
+        _count_feed_gap(ctl, tick)
         inst = host_step(fstate, book, ist, tick, row, params)
         if conflate and cst[CS_NPEND] > 0:
             cst[CS_FOLDS] += 1

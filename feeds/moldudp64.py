@@ -3,7 +3,8 @@
   moldudp64://239.1.1.1:26400?rerequest=10.0.0.5:26401&symbols=AAPL&iface=0.0.0.0
   rerequest   HOST:PORT of the session's re-request server: lost messages are asked for again
               and the packets after a gap are held until they arrive (or `recover_ms` passes)
-  recover_ms  how long to wait for a re-request before declaring the messages lost (default 200)
+  recover_ms  how long to wait for a re-request before declaring the messages lost (default 200;
+              each such give-up is counted in rerequest_timeouts, besides gaps and lost_messages)
   iface       local interface address for a multicast group (default 0.0.0.0)
   idle_s      stop after this many seconds without a packet (default 0 = never)
   max_gap     a packet claiming more than this many messages lost is taken as corrupt and
@@ -78,7 +79,8 @@ def is_multicast(host):
 
 
 MOLD_STATS = ("packets", "heartbeats", "duplicate_messages", "bad_packets", "gaps", "lost_messages",
-              "rerequests", "recovered_messages")
+              "rerequests", "recovered_messages", "rerequest_timeouts")
+YIELD_EVERY_S = 0.02  # however packets come, a batch (empty if need be) at least this often: the heartbeat
 
 
 class MoldSource:
@@ -103,7 +105,19 @@ class MoldSource:
         self._asked = (-1, 0)  # (first seq, count) of the outstanding re-request
         self.stopped = False
         self.ended = False
+        self._compile()  # before we listen: packets that come while a parser compiles overflow the socket
         self.sock = self._bind(p["iface"])
+        self._poll = select.poll()
+        self._poll.register(self.sock, select.POLLIN)
+
+    def _compile(self):
+        """Everything a packet can reach that numba compiles on first use: the ITCH parser (no
+        message in an empty buffer), a gap tick, the order table's growth."""
+        out = np.zeros((BATCH, 8), np.int64)
+        self.books.apply(np.frombuffer(b"", np.uint8), 0, 0, out, 0, max_msgs=0, ts_recv=0)
+        emit_gap(out, 0, 0, 0, 0)
+        o = Orders(8)
+        _rehash(o.keys, o.vals, o.keys.copy(), o.vals.copy())
 
     def _bind(self, iface):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -150,7 +164,7 @@ class MoldSource:
         n = 0
         pending = {}         # seq -> (buf, offsets) held while a gap is being recovered
         gap_deadline = None
-        last_packet = time.monotonic()
+        last_packet = last_yield = time.monotonic()
         buf = bytearray(65536)
         view = memoryview(buf)
         ended = False
@@ -175,11 +189,12 @@ class MoldSource:
                 gap_deadline = None
             n = yield from self._run(events, out, n)
             ended = ended or self.ended
-            if n and (size < 0 or n > BATCH // 2):
-                yield out[:n]  # a live feed does not sit on ticks waiting for a full batch
-                n = 0
-            elif size < 0:
-                yield out[:0]  # idle: lets the publisher keep its heartbeat fresh
+            if n and (size < 0 or n > BATCH // 2 or now - last_yield > YIELD_EVERY_S or not self._poll.poll(0)):
+                yield out[:n]  # a live feed does not sit on ticks: what the socket held is a batch
+                n, last_yield = 0, now
+            elif size < 0 or now - last_yield > YIELD_EVERY_S:
+                yield out[:0]  # idle, or packets without ticks: lets the publisher keep its heartbeat fresh
+                last_yield = now
             if ended and not pending:
                 break
         if n:
@@ -308,6 +323,8 @@ class MoldSource:
         """Recovery timed out: the missing messages are lost; go on from the next held packet."""
         seq = min(pending)
         ev = self._lose(seq - self.expected) if seq > self.expected else []
+        if ev and self.rerequest:
+            self.counts["rerequest_timeouts"] += 1  # asked, and no answer within recover_ms
         self._asked = (-1, 0)
         ev += self._drain(pending)
         self._ask(pending)

@@ -6,6 +6,13 @@ times give, scaled by `speed` (or flat out with speed 0); live sources publish a
 Depth: the ring's header carries the source's `depth`. Between batches (never per tick) the feed
 looks at the consumers' resync words and, when one changed, has the source re-send every depth
 window (`src.resync()`: each instrument's next event sends a clear tick and its whole window).
+
+Counters: between batches (at most every STATS_EVERY_S) the feed writes its source's `stats()`
+and the crossed-book watch's (feeds/crossed.py) into the ring's header (engine/feed_stats.py),
+where the engine's control plane reads them for /metrics, /status and the run's summary.
+
+Live sources: everything is compiled before the source is opened (a live one binds or joins
+when opened, and packets that arrive while a parser compiles overflow the socket's buffer).
 """
 import signal
 import sys
@@ -13,21 +20,27 @@ import time
 
 import numpy as np
 
-from engine import shm
+from engine import feed_stats, shm
 from engine.rt import set_timer_slack
 from engine.tickring import TickRing
 
+from .crossed import CrossedWatch
 from .publisher import Waiter, publish_all, publish_due, publish_paced
 from .sources import Synthetic, open_source
 
+STATS_EVERY_S = 0.05   # the feed's counters in the ring header are this fresh
+CROSSED_AFTER_S = 1.0  # a book crossed for longer than this (exchange time) is counted
+
 
 def _compile():
-    """JIT the publishers on throwaway state before the ring exists: nobody waits on our JIT."""
+    """JIT the publishers and the crossed-book watch on throwaway state before the source is
+    opened and the ring exists: nobody waits on our JIT, and no packet arrives during it."""
     scratch = np.zeros((4, 8), np.int64)
     hdr = np.zeros(shm.HEADER_WORDS, np.int64)
     for bp in (False, True):
         publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0, bp)
         publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4, bp)
+    CrossedWatch(1.0).watch(scratch)
 
 
 def _publish_timed(ring, ticks, clock, speed, stopped, segment=0):
@@ -57,10 +70,13 @@ def _publish_timed(ring, ticks, clock, speed, stopped, segment=0):
 
 
 def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_consumers=0,
-             wait_timeout=60.0, count=None, duration=None, keep=False, quiet=False, source=None):
+             wait_timeout=60.0, count=None, duration=None, keep=False, quiet=False, source=None,
+             crossed_after=CROSSED_AFTER_S):
     """Publish ticks from `uri` (or an opened `source`) into ring `ring_name` until the source
     ends or we are stopped. rate: ticks/s for the simulator (0 = flat out); speed: file pace
-    multiplier (0 = flat out)."""
+    multiplier (0 = flat out); crossed_after: seconds a book may stay crossed before it is
+    counted (0 = never)."""
+    _compile()  # first: a live source listens from the moment it is opened
     src = source or open_source(uri)
     if isinstance(src, Synthetic):
         if rate is not None:
@@ -77,13 +93,17 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
 
-    _compile()
-    # The first batch before the ring exists: parsers and the simulator compile on first use, and
-    # a ring whose heartbeat stops for seconds while that happens would look like a dead feed.
+    # The first batch before the ring exists: file parsers and the simulator compile on first use,
+    # and a ring whose heartbeat stops for seconds while that happens would look like a dead feed.
+    # (A live source compiled its parser before it started to listen, and gives its first batch,
+    # empty if no packet came, within one socket timeout.)
     batches = src.batches()
     first = next(batches, None)
     set_timer_slack(1000)
     ring = TickRing(ring_name, capacity, depth=getattr(src, "depth", 0))
+    crossed = CrossedWatch(crossed_after)
+    counters = feed_stats.Writer(ring.hdr)
+    counters.write({**src.stats(), **crossed.counts()})
     say = (lambda m: None) if quiet else (lambda m: print(f"[feed] {m}", file=sys.stderr, flush=True))
     if ring.note:
         say(ring.note)
@@ -105,13 +125,13 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
             interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
             next_due = time.monotonic_ns()
         clock = [None]
-        next_look = 0.0
+        next_look = next_stats = 0.0
         published = len(src.instruments)
         import itertools
         for ticks in itertools.chain([] if first is None else [first], batches):
             if len(src.instruments) != published:  # feeds find instruments as they read
                 published = len(src.instruments)
-                ring.publish_instruments(src.instruments)
+                ring.publish_instruments(src.instruments, getattr(src, "specs", None))
             if count is not None and not isinstance(src, Synthetic):
                 ticks = ticks[:max(0, count - produced)]
             if isinstance(src, Synthetic):
@@ -121,17 +141,22 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_con
             else:
                 i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
             produced += i
+            crossed.watch(ticks[:i])
             now = time.monotonic()
             if now >= next_look:  # (at most every ms: small batches must not pay for it each time)
                 next_look = now + 0.001
                 ring.heartbeat()
                 if ring.resync_requested():  # a consumer's books are void: re-send every depth window
                     src.resync()
+                if now >= next_stats:
+                    next_stats = now + STATS_EVERY_S
+                    counters.write({**src.stats(), **crossed.counts()})
             if stop["flag"] or (deadline and now >= deadline) or (count is not None and produced >= count):
                 break
+        st = {**src.stats(), **crossed.counts()}
+        counters.write(st)  # the last counts, before the ring says finished
         ring.set_state(shm.STATE_FINISHED)
         say(f"published {produced} ticks")
-        st = src.stats()
         if st and not isinstance(src, Synthetic):
             say(" ".join(f"{k}={v}" for k, v in st.items() if v))
         return produced

@@ -3,9 +3,9 @@ the commented sample). A flag given on the command line wins over the file; the 
 the defaults. Unknown keys, wrong types and bad values are errors naming the file and key."""
 import tomllib
 
-# "section.key" -> (argparse dest, type, invert a boolean flag)
+# "section.key" -> (argparse dest, type)
 KEYS = {
-    "name": ("name", str), "core": ("core", int), "priority": ("priority", int), "realtime": ("no_rt", "not"),
+    "name": ("name", str), "core": ("core", int), "priority": ("priority", int), "realtime": ("realtime", bool),
     "isolate": ("isolate", bool),
     "strict": ("strict", bool), "duration": ("duration", float),
     "loop.policy": ("policy", str), "loop.wait": ("wait", str), "loop.conflate": ("conflate", str),
@@ -17,8 +17,9 @@ KEYS = {
     "control.http": ("http", str), "control.pub": ("pub", str), "control.token_file": ("token_file", str),
     "logs.signals_out": ("signals_out", str), "logs.hlog": ("hlog", str), "logs.hlog_interval": ("hlog_interval", float),
     "logs.keep_rings": ("keep_rings", bool),
+    "loop.conflate_warn": ("conflate_warn", float), "feed.crossed_after": ("crossed_after", float),
 }
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", "not": "true or false"}
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 class ConfigError(ValueError):
@@ -59,23 +60,27 @@ def load(path):
             hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(sorted(KEYS))})"
             raise ConfigError(f"{path}: unknown key {key!r}{hint}")
         dest, typ = KEYS[key]
-        ok = (isinstance(v, bool) if typ in (bool, "not") else
+        ok = (isinstance(v, bool) if typ is bool else
               isinstance(v, int) and not isinstance(v, bool) if typ is int else
               isinstance(v, (int, float)) and not isinstance(v, bool) if typ is float else isinstance(v, str))
         if not ok:
             raise ConfigError(f"{path}: {key} must be {_TYPE_NAMES[typ]}, got {v!r}")
-        out[dest] = (not v) if typ == "not" else (float(v) if typ is float else v)
+        out[dest] = float(v) if typ is float else v
     return out
 
 
 def given_on_command_line(parser, argv):
-    """The dests of the options that appear in argv (so a config file does not override them)."""
-    given = set()
-    for action in parser._actions:
-        for opt in action.option_strings:
-            if any(a == opt or a.startswith(opt + "=") for a in argv):
-                given.add(action.dest)
-    return given
+    """The dests of the options that appear in argv (so a config file does not override them), as
+    argparse itself reads argv: both forms of a flag (--isolate, --no-isolate), --opt=value, and
+    abbreviations. argv is parsed again into a namespace where every dest already holds a marker;
+    argparse fills in no default where a value is present, so what no longer holds it was given."""
+    import argparse
+    unset = object()
+    marked = {a.dest for a in parser._actions
+              if a.dest != argparse.SUPPRESS and not isinstance(a, argparse._AppendAction)}  # (no file key appends)
+    ns = argparse.Namespace(**dict.fromkeys(marked, unset))
+    parser.parse_known_args(argv, ns)  # argv has been parsed once already: no error can come from here
+    return {dest for dest in marked if getattr(ns, dest) is not unset}
 
 
 def apply(args, parser, argv):

@@ -7,13 +7,17 @@ starve either. One asyncio loop
 (uvloop) on the main thread serves HTTP (bounded: a /metrics snapshot at most every
 METRICS_EVERY_S, MAX_REQUESTS at once, timeouts) (/metrics, /health, /ready; /status and /control/* behind a
 bearer token), writes the HdrHistogram interval log, watches the loop (a watchdog on its
-heartbeat) and the feed (its ring's heartbeat): a dead feed makes /ready false (logged once);
-a spawned feed is started again, and a ring that reappears under the same name is re-attached.
+heartbeat) and the feed (its ring's heartbeat and state, its process): a feed that is dead or
+has ended makes /ready false (logged once). A spawned live feed is started again, with backoff,
+whether it died or ended; a spawned file feed that dies ends the run (with a warning); a ring
+that reappears under the same name is re-attached. The feed's own counters (its ring's header,
+engine/feed_stats.py) are added up over its restarts and exported with the loop's.
 """
 import asyncio
 import json
 import logging
 import os
+import re
 import secrets
 import sys
 import threading
@@ -21,14 +25,16 @@ import time
 
 
 from engine import control as C
-from engine import latency, shm, sigring
+from engine import feed_stats, latency, shm, sigring
 from engine.records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
 
-from . import prom, runtime_file
+from . import prom, report, runtime_file
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
-RESPAWN_AFTER_S = 0.5
+RESPAWN_AFTER_S = 0.5             # a feed that died or ended is started again after this, doubled for each
+RESPAWN_MAX_S = 30.0              # restart in a row up to this; a feed that ran well RESPAWN_RESET_S
+RESPAWN_RESET_S = 30.0            # starts the count again
 WATCH_PERIOD_S = 0.01             # the HTTP thread's housekeeping (watchdog, feed, hlog); draining has its own thread
 METRICS_EVERY_S = 0.25            # /metrics renders at most this often, however many scrape it
 MAX_REQUESTS = 64                 # HTTP requests in progress at once; more get 503
@@ -36,7 +42,23 @@ REQUEST_TIMEOUT_S = 5.0
 KEEPALIVE_S = 5.0
 PUB_HWM = 1000                    # zmq: records queued per subscriber before it is found slow and cut off
 LOG_EVERY_S = 10.0                # at most one line per kind of HTTP trouble this often (the rest are counted)
-QUANTILES = (("0.5", 50.0), ("0.9", 90.0), ("0.99", 99.0), ("0.999", 99.9), ("0.9999", 99.99), ("1", 100.0))
+# HELP of the feed's counters that alerts and people read most (every other one gets a generic line)
+FEED_HELP = {
+    "engine_feed_gaps": "sequence gaps the feed found in its source and could not recover (each one a gap "
+                        "tick: the venue's messages in between never arrived)",
+    "engine_feed_lost_messages": "messages the feed's source lost in its gaps (MoldUDP64: unrecovered)",
+    "engine_feed_rerequests": "MoldUDP64 re-requests sent for missing messages",
+    "engine_feed_rerequest_timeouts": "MoldUDP64 re-requests that went unanswered within recover_ms (the "
+                                      "messages were declared lost)",
+    "engine_feed_recovered_messages": "MoldUDP64 messages recovered by re-requests",
+    "engine_feed_bad_packets": "malformed or foreign datagrams the feed dropped",
+    "engine_feed_crossed_quotes": "quotes the feed published with the best bid at or above the best ask",
+    "engine_feed_unknown_order": "updates for orders the feed's book never saw (lost adds: the book is wrong)",
+    "engine_feed_crossed_books": "times a book stayed crossed (best bid at or above best ask) for longer than "
+                                 "the feed's --crossed-after, exchange time",
+    "engine_feed_crossed_instruments": "instruments whose book is crossed now, and has been for longer than the "
+                                       "feed's --crossed-after",
+}
 
 
 def log(msg):
@@ -149,11 +171,14 @@ class ControlPlane:
         self.pub = None
         self.hlog = None
         self.token = ensure_token(ctx.token_file) if ctx.http else None
-        self.instruments = []
+        self.instruments, self.specs = [], None
         self._inst_mtime = None
         self.started = time.monotonic()
         self.lost_at_attach = None
         self.refused, self.refused_ino = 0, None
+        self.backoff, self.respawn_at, self.ok_since, self.exit_seen = 0, None, None, None
+        self.warnings = []          # for the run's summary: a feed process that failed
+        self._feed_consumer, self._feed_last, self._feed_carried = None, {}, {}
         self.drainer, self.drain_stop = None, threading.Event()
         self.http_log = HttpLog()
         self._metrics, self._metrics_at = b"", 0.0
@@ -189,14 +214,17 @@ class ControlPlane:
         return st.st_ino, time.monotonic_ns() - int(hdr[shm.H_HEARTBEAT_NS]), int(hdr[shm.H_STATE])
 
     def feed_status(self):
-        """'ok', 'finished', or why the feed is not alive."""
+        """'ok', 'finished' (a finite source played to its end), or why the feed is not alive."""
         c = self.x.thread.consumer
         if c is None:
             return "not attached"
         state = int(c.hdr[shm.H_STATE])
-        if state == shm.STATE_FINISHED:
-            return "finished"
         proc = self.x.proc
+        if state == shm.STATE_FINISHED:
+            if self.x.respawn is None:
+                return "finished"
+            # a live source that ends (MoldUDP64 idle_s, end of session) is a feed that is down
+            return "the live feed ended" + (f" (exit status {proc.returncode})" if proc.poll() is not None else "")
         if proc is not None and proc.poll() is not None:
             return f"feed process exited with status {proc.returncode}"
         if self.lost_at_attach is not None and self.x.thread.reattached == self.lost_at_attach:
@@ -208,23 +236,63 @@ class ControlPlane:
             return f"no heartbeat for {age / 1e9:.1f} s"
         return "ok"
 
+    def _feed_exited(self, proc):
+        """Once per feed process that exits: a live one is started again after a backoff; a file
+        feed that failed is said in the summary, and one that died before the end of its source
+        ends the run (its end will never come)."""
+        now = time.monotonic()
+        code = proc.returncode
+        if self.x.respawn is not None:
+            delay = min(RESPAWN_AFTER_S * 2 ** self.backoff, RESPAWN_MAX_S)
+            self.backoff += 1
+            self.respawn_at = now + delay
+            log(f"feed process {proc.pid} exited with status {code}: starting it again in {delay:g} s")
+            return
+        c = self.x.thread.consumer
+        finished = c is not None and int(c.hdr[shm.H_STATE]) == shm.STATE_FINISHED
+        if code != 0:
+            self.warnings.append(f"the feed process exited with status {code}"
+                                 + (" (its log says why): its source was not read to the end" if finished else
+                                    " before the end of its source: the run stopped there"))
+        if not finished:
+            log(f"feed process {proc.pid} exited with status {code} before the end of its source: stopping")
+            self.x.stop_event.set()
+
+    def note_feed_exit(self):
+        """At the end of the run, before the runner stops the feed: a file feed's exit that the
+        watch had no time to see (its loop read to the end first) still makes its warning."""
+        proc = self.x.proc
+        if self.x.respawn is None and proc is not None and proc.poll() is not None and self.exit_seen is not proc:
+            self.exit_seen = proc
+            self._feed_exited(proc)
+
     def _watch_feed(self):
+        self.feed_counters()  # (read while the feed is there: a restarted feed counts from 0 again)
         status = self.feed_status()
         proc = self.x.proc
+        now = time.monotonic()
+        if proc is not None and proc.poll() is not None and self.exit_seen is not proc:
+            self.exit_seen = proc
+            self._feed_exited(proc)
         if status in ("ok", "finished"):
             if self.feed_dead_logged:
                 log("feed is back")
             self.feed_dead_since, self.feed_dead_logged, self.lost_at_attach = None, False, None
+            self.ok_since = self.ok_since or now
+            if now - self.ok_since >= RESPAWN_RESET_S:
+                self.backoff = 0
         else:
+            self.ok_since = None
             if self.feed_dead_since is None:
-                self.feed_dead_since = time.monotonic()
+                self.feed_dead_since = now
                 self.lost_at_attach = self.x.thread.reattached  # up again only on a new ring
             if not self.feed_dead_logged:
                 log(f"feed is down ({status}); /ready is false until it is back")
                 self.feed_dead_logged = True
             if (proc is not None and proc.poll() is not None and self.x.respawn is not None
-                    and time.monotonic() - self.feed_dead_since >= RESPAWN_AFTER_S * (1 + self.respawns)):
+                    and self.respawn_at is not None and now >= self.respawn_at):
                 self.respawns += 1
+                self.respawn_at = None
                 self.x.proc = self.x.respawn()
                 log(f"feed restarted (pid {self.x.proc.pid})")
         # a ring that reappeared under our name, alive: attach to it
@@ -235,6 +303,16 @@ class ControlPlane:
             if ino != c.ino and age < FEED_STALE_NS and int(self.ctl[C.CTL_CMD]) != C.CMD_REATTACH:
                 log(f"a new feed ring appeared at {shm.ring_path(self.x.ring_name)}: re-attaching")
                 self.ctl[C.CTL_CMD] = C.CMD_REATTACH
+
+    def feed_counters(self):
+        """The feed's own counters (engine/feed_stats.py), added up over its restarts."""
+        c = self.x.thread.consumer
+        if c is not None and c is not self._feed_consumer:  # a new ring: the last one's counts are final
+            self._feed_carried = feed_stats.total(self._feed_carried, self._feed_last)
+            self._feed_consumer, self._feed_last = c, {}
+        if c is not None:
+            self._feed_last = feed_stats.read(c.hdr) or self._feed_last
+        return feed_stats.total(self._feed_carried, self._feed_last)
 
     def _watchdog(self):
         st = int(self.ctl[C.L_STATE])
@@ -311,8 +389,10 @@ class ControlPlane:
     def status(self):
         pred = self.x.loaded[-1]
         ok, why = self.ready()
+        counters, feed = self.x.ctl_blk.counters(), self.feed_counters()
         return {"name": self.cfg.name, "pid": os.getpid(), "ready": ok, "not_ready": why,
-                "counters": self.x.ctl_blk.counters(), "signal_drops": int(self.x.sring.drops),
+                "counters": counters, "signal_drops": int(self.x.sring.drops),
+                "losses": report.losses(counters, feed, self.cfg.conflate_warn), "feed_counters": feed,
                 "published": self.published, "zmq": self.zmq_counters(), "paused": self.paused,
                 "feed": self.feed_status(),
                 "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,
@@ -335,13 +415,28 @@ class ControlPlane:
                 c = plane.x.ctl_blk.counters()
                 for name, key, doc in (("engine_ticks", "ticks", "ticks read from the ring"),
                                        ("engine_signals", "signals", "signals emitted"),
-                                       ("engine_gaps", "gaps", "gap events (ticks lost to a lapped ring or the feed)"),
-                                       ("engine_lost_ticks", "lost", "ticks the loop lost (lapped)"),
                                        ("engine_scored", "scored", "ticks scored by the model"),
                                        ("engine_conflated", "conflated", "scoreable ticks superseded by a later "
                                         "tick of their instrument before the loop scored them (conflation)"),
                                        ("engine_parks", "parks", "sleeps of the loop's wait strategy")):
                     yield CounterMetricFamily(name, doc, value=c[key])
+                gaps = CounterMetricFamily("engine_gaps", "gap events by where the data was lost: kind=feed, a gap "
+                                           "tick in the stream (the feed lost messages of its source: a venue "
+                                           "sequence gap not recovered; or a recording's); kind=ring, the loop was "
+                                           "lapped by its feed", labels=["kind"])
+                lost = CounterMetricFamily("engine_lost_ticks", "what the gaps lost: kind=ring, ticks (exact); "
+                                           "kind=feed, the counts the feed's gap ticks carry (its source's units: "
+                                           "MoldUDP64 messages)", labels=["kind"])
+                for kind, g, n in (("feed", "feed_gaps", "feed_lost"), ("ring", "gaps", "lost")):
+                    gaps.add_metric([kind], c[g])
+                    lost.add_metric([kind], c[n])
+                yield gaps
+                yield lost
+                yield GaugeMetricFamily("engine_conflation_warn_ratio", "the share of scoreable ticks conflated "
+                                        "(engine_conflated_total / (engine_conflated_total + engine_scored_total)) "
+                                        "above which the run warns (--conflate-warn); ops/engine-alerts.yml "
+                                        "compares the last minutes' rates with it", value=plane.cfg.conflate_warn)
+                yield from feed_families(plane.feed_counters())
                 yield CounterMetricFamily("engine_rings_refused", "files at the feed ring's name refused (a link, "
                                           "another user's, or writable by others)", value=plane.refused)
                 yield CounterMetricFamily("engine_drops", "signals dropped on a full signal ring",
@@ -356,17 +451,7 @@ class ControlPlane:
                                           "reading (their queue was full)", value=z["slow_disconnects"])
                 yield CounterMetricFamily("engine_http_bad_requests", "malformed HTTP requests answered 4xx "
                                           "by the parser", value=plane.http_log.bad)
-                yield from prom.families(plane.x.ctl_blk.hist)  # what alerts and dashboards use
-                lat = GaugeMetricFamily("engine_latency_ns", "latency percentiles since start, ns (never recover "
-                                        "from a spike: alert on the engine_*_seconds histograms)",
-                                        labels=["stage", "quantile"])
-                for i, stage in enumerate(latency.STAGES):
-                    h = latency.to_hdrh(plane.x.ctl_blk.hist[i])
-                    total = h.get_total_count()
-                    for q, p in QUANTILES:
-                        v = (h.get_max_value() if p == 100.0 else h.get_value_at_percentile(p)) if total else 0
-                        lat.add_metric([stage, q], float(v))
-                yield lat
+                yield from prom.families(plane.x.ctl_blk.hist)  # latency: what alerts and dashboards use
                 pred = plane.x.loaded[-1]
                 info = GaugeMetricFamily("engine_model_info", "the model in use", labels=["model_id", "backend", "generation"])
                 info.add_metric([pred.model_id, pred.backend, str(int(plane.ctl[C.L_MODEL_GEN]))], 1.0)
@@ -572,6 +657,20 @@ class ControlPlane:
             self.hlog.close(self.x.ctl_blk.hist)
         if self.pub is not None:
             self.pub.close()
+
+
+def feed_families(counters):
+    """The feed's own counters as engine_feed_<name>_total (gauges: engine_feed_<name>)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    for k, v in sorted(counters.items()):
+        name = "engine_feed_" + re.sub(r"[^a-z0-9_]", "_", k.lower())
+        if k == "restarts":  # (engine_feed_restarts_total is ours: how often we started the feed again)
+            continue
+        doc = FEED_HELP.get(name, f"the feed's {k} counter (its source's stats: `engine feed` prints them at its end)")
+        if k in feed_stats.GAUGES:
+            yield GaugeMetricFamily(name, doc, value=v)
+        else:
+            yield CounterMetricFamily(name, doc, value=v)
 
 
 def run_control_plane(ctx):

@@ -5,7 +5,8 @@ A cumulative bucket `le=B` is the number of values whose HdrHistogram bucket lie
 below B (B in seconds; the HdrHistogram's 3 significant digits make that exact to 0.1%). The
 counts only ever grow, so every bucket, `_count` and `_sum` is a counter: `rate()` over a window
 gives that window's distribution, and `histogram_quantile()` over it recovers once a spike has
-left the window (the since-start percentiles of `engine_latency_ns` never do).
+left the window (since-start percentiles never do: they are in /status and `engine stats`, not
+in the metrics, which `promtool check metrics` passes).
 
     engine_tick_to_signal_seconds        feed publish -> decision, every scored tick
     engine_stage_seconds{stage=...}      ring, features, model, emit

@@ -1,4 +1,10 @@
-"""The end-of-run summary: a table for people, one JSON object for programs."""
+"""The end-of-run summary: a table for people, one JSON object for programs.
+
+Losses by kind (losses(): the summary, --json and /status say the same): `feed`, gap ticks in
+the stream (the feed lost messages of its source: a venue sequence gap it could not recover);
+`ring`, the loop was lapped by its feed; `conflated`, scoreable ticks folded unscored when the
+loop fell behind; `crossed_books`, books the feed saw crossed for longer than its limit. Every
+one of them, and a failed feed process, ends the summary with a warning line."""
 import json
 
 from engine.latency import STAGES
@@ -6,14 +12,32 @@ from engine.latency import STAGES
 COLS = ("p50", "p90", "p99", "p99.9", "p99.99", "max")
 
 
+def losses(c, feed, conflate_warn):
+    """Every loss by kind, from the loop's counters `c` and the feed's own `feed`."""
+    scoreable = c["scored"] + c["conflated"]
+    return {"feed": {"gaps": c["feed_gaps"], "lost": c["feed_lost"]},
+            "ring": {"gaps": c["gaps"], "lost": c["lost"]},
+            "conflated": {"ticks": c["conflated"], "share": round(c["conflated"] / scoreable, 4) if scoreable else 0.0,
+                          "warn_above": conflate_warn},
+            "crossed_books": int(feed.get("crossed_books", 0))}
+
+
+def _losses(res):
+    return losses(res.counters, res.feed_counters, res.conflate_warn)
+
+
 def as_json(res):
     elapsed_s = res.run_seconds
+    c = res.counters
     return {
-        "ticks": res.counters["ticks"], "signals": res.counters["signals"], "gaps": res.counters["gaps"],
+        # gaps and lost: every kind added up (losses: by kind; lost is ticks for the ring, the source's
+        # messages for the feed)
+        "ticks": c["ticks"], "signals": c["signals"], "gaps": c["gaps"] + c["feed_gaps"],
         "drops": res.drops, "core": res.core, "policy": res.policy, "backend": res.backend,
         "latency_ns": {s: {c: res.latency[s][c] for c in COLS} for s in STAGES},
         # extras beyond the required keys
-        "lost": res.counters["lost"], "scored": res.counters["scored"], "elapsed_s": round(elapsed_s, 3),
+        "lost": c["lost"] + c["feed_lost"], "losses": _losses(res), "feed_counters": res.feed_counters,
+        "scored": c["scored"], "elapsed_s": round(elapsed_s, 3),
         "signals_file": res.signals_path, "model": res.model_dir, "model_swaps": res.swaps,
         "strategy": res.strategy, "wait": res.wait, "policy_reason": res.choice,
         "conflate": res.conflate, "conflated": res.counters["conflated"], "conflation_marks": res.counters["marks"],
@@ -32,9 +56,12 @@ def table(res):
         f"{res.policy} + {res.wait} wait, backend {res.backend}, strategy {res.strategy['name']} "
         f"(sha256 {res.strategy['sha256'][:12]})",
         f"  ticks {c['ticks']:,} ({rate:,.0f}/s)   scored {c['scored']:,}   "
-        + (f"conflated {c['conflated']:,}   " if res.conflate else "") + f"signals {c['signals']:,}   "
-        f"gaps {c['gaps']:,} (ticks lost {c['lost']:,})   drops {res.drops:,}",
-        percentile_table(res.latency)]
+        + (f"conflated {c['conflated']:,} ({_losses(res)['conflated']['share']:.1%})   " if res.conflate else "")
+        + f"signals {c['signals']:,}   drops {res.drops:,}",
+        "  " + gaps_line(c)]
+    if any(res.feed_counters.values()):
+        lines.append("  " + feed_line(res.feed_counters))
+    lines.append(percentile_table(res.latency))
     for sw in res.swaps:
         lines.append(f"  model swap: generation {sw['generation']} ({sw['backend']}) adopted "
                      f"{sw['adopted_after_us']:.1f} us after publication" if sw.get("ok") else
@@ -45,6 +72,17 @@ def table(res):
     lines += [f"  note: {n}" for n in res.notes if "RT throttling" in n]
     lines += [f"  warning: {w}" for w in warnings(res)]
     return "\n".join(lines)
+
+
+def gaps_line(c):
+    """Gaps by where the data was lost (the summary, `engine stats`)."""
+    return (f"gaps: feed {c['feed_gaps']:,} ({c['feed_lost']:,} lost before the ring), "
+            f"ring {c['gaps']:,} ({c['lost']:,} ticks lost)")
+
+
+def feed_line(feed):
+    """The feed's own counters that are not zero (engine/feed_stats.py)."""
+    return "feed: " + " ".join(f"{k}={v:,}" for k, v in feed.items() if v)
 
 
 SHARED_CORE_PCT = 0.1  # waits above this share of the run: say that other work shares the core, and what to do
@@ -66,13 +104,26 @@ def preemption_line(res):
 
 def warnings(res):
     """What a run lost or dropped, in words (printed in the summary; --strict makes them fatal)."""
-    c, out = res.counters, []
+    c, out, lo = res.counters, [], _losses(res)
+    if c["feed_gaps"]:
+        out.append(f"the feed lost data before the ring: {c['feed_gaps']:,} gaps, {c['feed_lost']:,} messages of its "
+                   "source never arrived (sequence gaps it could not recover: no re-request server, or one that "
+                   "did not answer in time; or gaps recorded in the tick file)")
     if c["lost"]:
         out.append(f"{c['lost']:,} ticks lost in {c['gaps']:,} gaps: the loop was lapped by its feed "
                    "(a live feed faster than the loop; file feeds wait for it)")
     if res.drops:
         out.append(f"{res.drops:,} signals dropped: the signal ring was full (the drainer fell behind)")
-    out += list(getattr(res, "warnings", []))  # incomplete inputs and outputs
+    cf = lo["conflated"]
+    if cf["share"] > res.conflate_warn:
+        out.append(f"conflation folded {cf['share']:.1%} of the scoreable ticks unscored ({cf['ticks']:,}; "
+                   f"{c['scored']:,} scored), above --conflate-warn {res.conflate_warn:g}: the loop could not keep "
+                   "up with its feed (a ring written flat out, e.g. by `engine replay --max`, is a live source to "
+                   "it; `--feed tickfile:FILE` waits for the loop and scores every tick, as a backtest does)")
+    if lo["crossed_books"]:
+        out.append(f"{lo['crossed_books']:,} books stayed crossed (best bid at or above best ask) for longer than "
+                   f"{res.crossed_after:g} s: lost messages leave orders in a book (the feed's crossed_books)")
+    out += list(getattr(res, "warnings", []))  # incomplete inputs and outputs, a feed process that failed
     return out
 
 

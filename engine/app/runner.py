@@ -73,6 +73,8 @@ class RunConfig:
     hlog_interval: float = 10.0
     doctor: bool = True             # check the machine for the core at start (warnings; --strict: fails fatal)
     isolate: bool = False           # other tasks and IRQs off the core while running (engine/isolation.py)
+    conflate_warn: float = 0.5      # warn (summary, metrics) when conflation folded more than this share of scoreable ticks
+    crossed_after: float = 1.0      # the feed counts a book crossed for longer than this (s, exchange time; 0 = never)
 
 
 @dataclass
@@ -97,6 +99,9 @@ class RunResult:
     error: str | None = None        # an output that could not be written: the run stopped, exit non-zero
     preempted: dict | None = None   # {count, wait_ms}: how often and how long other work held the core
     isolation: str | None = None    # --isolate: what was moved off the core
+    feed_counters: dict = field(default_factory=dict)  # the feed's own (engine/feed_stats.py), over its restarts
+    conflate_warn: float = 0.5
+    crossed_after: float = 1.0
 
 
 class StrategyThread(threading.Thread):
@@ -204,7 +209,8 @@ class StrategyThread(threading.Thread):
 
 def _spawn_feed(cfg, ring_name, uri):
     cmd = [sys.executable, "-m", "engine", "feed", uri, "--ring", ring_name,
-           "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent"]
+           "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent",
+           "--crossed-after", f"{cfg.crossed_after:g}"]
     if cfg.keep_rings:
         cmd += ["--keep"]  # the feed removes its ring on exit unless told to keep it
     if cfg.feed is None or "rate=" not in cfg.feed:
@@ -403,6 +409,10 @@ class _Run:
             raise ValueError(f"--conflate must be auto, on or off, got {cfg.conflate!r}")
         if cfg.conflate_max < 1:
             raise ValueError(f"conflate_max must be >= 1, got {cfg.conflate_max}")
+        if not 0 <= cfg.conflate_warn <= 1:
+            raise ValueError(f"--conflate-warn must be a share between 0 and 1, got {cfg.conflate_warn:g}")
+        if not cfg.crossed_after >= 0:
+            raise ValueError(f"--crossed-after must be >= 0 seconds, got {cfg.crossed_after:g}")
         if not 1 <= cfg.priority <= 99:
             raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
         if cfg.warm_every < 0:
@@ -654,6 +664,8 @@ class _Run:
         self.t_stop = time.monotonic()
         if self.ctl_blk is not None:
             self.ctl_blk.hdr[C.CTL_CMD] = C.CMD_STOP
+        if self.plane is not None:
+            step(self.plane.note_feed_exit)  # (before we signal it: an exit of its own, not ours)
         if proc is not None and proc.poll() is None:
             step(proc.send_signal, signal.SIGTERM)  # it exits while we drain and summarise
         if thread is not None:
@@ -691,7 +703,7 @@ class _Run:
             raise thread.error
         if self.cleanup_errors:
             raise self.cleanup_errors[0]
-        warnings = list(self.input_warnings)
+        warnings = list(self.input_warnings) + list(getattr(self.plane, "warnings", []))
         error = None
         if slog.error is not None:
             error = str(slog.error)
@@ -715,7 +727,9 @@ class _Run:
                          model_dir=self.model_dir, strategy=self.strat.identity(),
                          run_seconds=self.t_stop - self.t_start, notes=self.notes + thread.notes, swaps=self.swaps,
                          warnings=warnings, error=error, preempted=thread.preempted(),
-                         isolation=self.isolation_text)
+                         isolation=self.isolation_text,
+                         feed_counters=self.plane.feed_counters() if self.plane is not None else {},
+                         conflate_warn=self.cfg.conflate_warn, crossed_after=self.cfg.crossed_after)
 
     def _write_table(self, sig_path, error, warnings):
         """--signals-out X.parquet: the table from the signal file, whole or not at all; returns

@@ -134,17 +134,59 @@ def http_addr(v):
     return hostport(v, "HOST:PORT for --http")
 
 
+class Flag(argparse.BooleanOptionalAction):
+    """A boolean option, declared once with both forms: --X sets it, --no-X clears it, so a flag on
+    the command line can undo a `true` from `engine run --config` (or from a wrapper's own flags).
+    Default False unless given; the help says what each form does."""
+
+    def __init__(self, option_strings, dest, default=False, help=None, **kw):
+        super().__init__(option_strings, dest, default=default, **kw)
+        self.help = help  # (Python 3.11 appends "(default: ...)"; the texts say it where it matters)
+
+
+class Later:
+    """A part of a help text filled in when the help is printed, from the fact's owner: its import
+    is too slow to pay on every command (set as an attribute of the action, named in the help as
+    %(NAME)s)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __str__(self):
+        return self.fn()
+
+
+def help_from(action, **parts):
+    """Fill %(NAME)s in action's help from parts' functions when the help is printed."""
+    for name, fn in parts.items():
+        setattr(action, name, Later(fn))
+    return action
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         """One line, not the usage block: which argument and why, and where to look."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-STRATEGY_HELP = ("strategy: a built-in name (microstructure, depth_imbalance) or a .py file written to the "
-                 "contract in README 'Strategies' (default microstructure)")
+STRATEGY_HELP = ("strategy: a shipped one by name (%(shipped)s: strategies/) or a .py file written to the "
+                 "contract in README 'Strategies' (default %(default_strategy)s)")
+
+
+def _shipped():
+    from engine.strategy_load import builtin_names
+    return ", ".join(builtin_names())
+
+
+def _default_strategy():
+    from engine.strategy_load import DEFAULT_STRATEGY
+    return DEFAULT_STRATEGY
+
+
 def strategy_args(q):
     """--strategy and --param: every command that runs a strategy's code takes them."""
-    q.add_argument("--strategy", default=None, metavar="NAME|FILE.py", help=STRATEGY_HELP)
+    help_from(q.add_argument("--strategy", default=None, metavar="NAME|FILE.py", help=STRATEGY_HELP),
+              shipped=_shipped, default_strategy=_default_strategy)
     q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set one of the strategy's PARAMS for this run (repeatable); unknown names are an error")
 
@@ -193,11 +235,11 @@ def publisher_args(q):
     q.add_argument("--ring", default="engine.ticks", help="ring name in /dev/shm or a path (default engine.ticks)")
     q.add_argument("--speed", type=positive_float, default=1.0,
                    help="files: the recorded pace times X (default 1)")
-    q.add_argument("--max", action="store_true", help="publish as fast as possible")
+    q.add_argument("--max", action=Flag, help="publish as fast as possible")
     q.add_argument("--capacity", type=pow2, default=1 << 18, help="ring slots (power of two, default 262144)")
     q.add_argument("--wait-consumers", type=nonneg_int, default=0,
                    help="hold ticks until this many consumers attach")
-    q.add_argument("--keep", action="store_true", help="leave the ring file in place on exit")
+    q.add_argument("--keep", action=Flag, help="leave the ring file in place on exit")
     q.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
 
 

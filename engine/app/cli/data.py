@@ -5,8 +5,8 @@ import json
 import signal
 import threading
 
-from .common import (SOURCES_HELP, nonneg_float, nonneg_int, positive_float, positive_int, print_warnings,
-                     strategy_args, strategy_host)
+from .common import (SOURCES_HELP, Flag, help_from, nonneg_float, nonneg_int, positive_float, positive_int,
+                     print_warnings, strategy_args, strategy_host)
 
 
 def cmd_convert(a):
@@ -91,6 +91,11 @@ def cmd_features(a):
     return 0
 
 
+def _formats():
+    from feeds.convert import FORMATS
+    return ", ".join(FORMATS)
+
+
 def add_parsers(sub):
     _add_convert(sub)
     _add_moldudp64(sub)
@@ -101,17 +106,19 @@ def add_parsers(sub):
 
 def _add_convert(sub):
     """`engine convert SOURCE --out FILE`."""
-    cv = sub.add_parser("convert", help="write a source's normalised ticks to .parquet, .csv or ITCH 5.0",
-                        description="Read SOURCE to its end and write its ticks: .parquet or .csv (one column "
-                                    "per tick field, prices int64 at 1e-9, sizes as in the record, seq from 0), "
-                                    ".itch / .itch.gz (ITCH 5.0 messages through the ITCH writer). The output "
-                                    "appears only when complete; a live source (moldudp64://) runs until its "
-                                    "session ends or SIGINT, then its file is completed. " + SOURCES_HELP,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cv = sub.add_parser("convert", help="write a source's normalised ticks to a tick file, .parquet, .csv or ITCH 5.0",
+                        description="Read SOURCE to its end and write its ticks, in the format --out's extension "
+                                    "names: .ticks (an engine tick file: what backtest, replay and tickfile: read), "
+                                    ".parquet or .csv (one column per tick field, prices int64 at 1e-9, sizes as in "
+                                    "the record, seq from 0), .itch / .itch.gz (ITCH 5.0 messages through the ITCH "
+                                    "writer). The output appears only when complete; a live source (moldudp64://) "
+                                    "runs until its session ends or SIGINT, then its file is completed. "
+                                    + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     cv.add_argument("source")
-    cv.add_argument("--out", required=True, help="output file: .parquet, .csv, .itch or .itch.gz")
-    cv.add_argument("--quiet", action="store_true", help="no progress lines")
-    cv.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    help_from(cv.add_argument("--out", required=True, help="output file, its format by extension: %(formats)s"),
+              formats=_formats)
+    cv.add_argument("--quiet", action=Flag, help="no progress lines")
+    cv.add_argument("--json", action=Flag, help="print the summary as one JSON object")
     cv.set_defaults(fn=cmd_convert)
 
 
@@ -136,7 +143,7 @@ def _add_moldudp64(sub):
     ms_.add_argument("--linger", type=nonneg_float, default=1.0,
                      help="seconds to keep answering re-requests after the end (default 1)")
     ms_.add_argument("--iface", default=None, help="local interface address to send multicast from (e.g. 127.0.0.1)")
-    ms_.add_argument("--json", action="store_true", help="print a summary object")
+    ms_.add_argument("--json", action=Flag, help="print a summary object")
     ms_.set_defaults(fn=cmd_mold_serve)
 
 
@@ -151,12 +158,12 @@ def _add_record(sub):
                                     "Run it off the strategy core (--core pins it).")
     rc.add_argument("--ring", required=True, help="ring name in /dev/shm or a path")
     rc.add_argument("--out", required=True, help="tick file to write (.ticks)")
-    rc.add_argument("--from-oldest", action="store_true", help="start at the oldest tick still in the ring (default: now)")
+    rc.add_argument("--from-oldest", action=Flag, help="start at the oldest tick still in the ring (default: now)")
     rc.add_argument("--core", type=int, default=None, help="pin the recorder to this core")
     rc.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
     rc.add_argument("--wait", type=nonneg_float, default=0.0,
                     help="wait up to this many seconds for the ring to appear")
-    rc.add_argument("--json", action="store_true", help="print a summary object at the end")
+    rc.add_argument("--json", action=Flag, help="print a summary object at the end")
     rc.set_defaults(fn=cmd_record)
 
 
@@ -166,7 +173,7 @@ def _add_ring(sub):
     gs = g.add_subparsers(dest="ring_cmd", required=True, metavar="SUBCOMMAND")
     gi = gs.add_parser("inspect", help="print a ring's header and counters (read-only)")
     gi.add_argument("name", help="ring name in /dev/shm (e.g. engine.ticks) or a path")
-    gi.add_argument("--json", action="store_true")
+    gi.add_argument("--json", action=Flag)
     gi.set_defaults(fn=cmd_ring_inspect)
 
 
@@ -182,6 +189,6 @@ def _add_features(sub):
     strategy_args(fe)
     fe.add_argument("--ticks", type=positive_int, default=400_000,
                     help="ticks per synthetic source without count= (default 400000)")
-    fe.add_argument("--quiet", action="store_true", help="no progress lines")
-    fe.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    fe.add_argument("--quiet", action=Flag, help="no progress lines")
+    fe.add_argument("--json", action=Flag, help="print the summary as one JSON object")
     fe.set_defaults(fn=cmd_features)

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from .common import SIGN_KEY_HELP, overrides, positive_int, verify_key_arg
+from .common import SIGN_KEY_HELP, Flag, overrides, positive_int, verify_key_arg
 
 
 def cmd_fpga_generate(a):
@@ -98,9 +98,9 @@ def add_parsers(sub):
     fg.set_defaults(fn=cmd_fpga_generate)
     fsim = fps.add_parser("sim", help="run rows through golden model, C++ emulation and (--rtl) the RTL")
     fsim.add_argument("dir")
-    fsim.add_argument("--rtl", action="store_true", help="also simulate the Verilog with Icarus (slower)")
+    fsim.add_argument("--rtl", action=Flag, help="also simulate the Verilog with Icarus (slower)")
     fsim.add_argument("--rows", type=positive_int, default=None, help="first N validation rows (default all)")
-    fsim.add_argument("--json", action="store_true", help="exactly one JSON object")
+    fsim.add_argument("--json", action=Flag, help="exactly one JSON object")
     verify_key_arg(fsim)
     fsim.set_defaults(fn=cmd_fpga_sim)
     fb = fps.add_parser("build", help="synthesize and link an xclbin with Vitis (where installed)")

@@ -6,7 +6,7 @@ import sys
 
 from models.artifact import BACKEND_CHOICES
 
-from .common import (SIGN_KEY_HELP, SOURCES_HELP, int_range, nonneg_float, npy_file, positive_float,
+from .common import (SIGN_KEY_HELP, SOURCES_HELP, Flag, int_range, nonneg_float, npy_file, positive_float,
                      positive_int, strategy_args, strategy_host, verify_key_arg)
 
 
@@ -117,7 +117,7 @@ def _add_model(sub):
     md.set_defaults(fn=cmd_model_default)
     mi = ms.add_parser("inspect", help="print an artifact's manifest")
     mi.add_argument("dir")
-    mi.add_argument("--verify", action="store_true", help="also verify the signature (with a verify key), "
+    mi.add_argument("--verify", action=Flag, help="also verify the signature (with a verify key), "
                     "hashes and bit-exactness")
     verify_key_arg(mi)
     mi.set_defaults(fn=cmd_model_inspect)
@@ -128,7 +128,7 @@ def _add_model(sub):
                                    "overwrites a key.")
     mk.add_argument("--out", required=True, metavar="DIR", help="directory to write the key files into")
     mk.add_argument("--name", default="model", help="file name stem (default model)")
-    mk.add_argument("--hmac", action="store_true", help="an HMAC-SHA256 secret instead of an ed25519 pair")
+    mk.add_argument("--hmac", action=Flag, help="an HMAC-SHA256 secret instead of an ed25519 pair")
     mk.set_defaults(fn=cmd_model_keygen)
     msg = ms.add_parser("sign", help="sign an artifact's manifest (or an FPGA directory's fpga.json)",
                         description="Check every file of DIR against its manifest, then sign the manifest's exact "
@@ -178,7 +178,7 @@ def _add_compile(sub):
     c = sub.add_parser("compile", help="compile an XGBoost model trained elsewhere into an artifact")
     c.add_argument("model", help="XGBoost model (.json or .ubj)")
     c.add_argument("--out", required=True, help="artifact directory to write")
-    c.add_argument("--generic", action="store_true",
+    c.add_argument("--generic", action=Flag,
                    help="no strategy: usable for predict and benchmarks, refused by `engine run`")
     c.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build")
     strategy_args(c)
@@ -194,6 +194,6 @@ def _add_predict(sub):
                     help="auto = the fastest bit-exact back end here; xgboost = the reference")
     pr.add_argument("--input", required=True, type=npy_file, help="float32 rows [n, features], NaN = missing (.npy)")
     pr.add_argument("--output", required=True, help="float32 results (.npy), written atomically")
-    pr.add_argument("--margin", action="store_true", help="raw margins instead of probabilities")
+    pr.add_argument("--margin", action=Flag, help="raw margins instead of probabilities")
     verify_key_arg(pr)
     pr.set_defaults(fn=cmd_predict)

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from .common import existing_file, http_addr, nonneg_int, sub_endpoint, zmq_endpoint
+from .common import Flag, existing_file, http_addr, nonneg_int, sub_endpoint, zmq_endpoint
 
 DEFAULTS = {"http": "127.0.0.1:9464", "pub": "tcp://127.0.0.1:5556"}
 FLAG = {"http": "--http", "pub": "--follow"}
@@ -99,11 +99,12 @@ def _control(a, method, path):
 
 def status_line(body):
     """One line: who, state, readiness, counters, model and loop (ctl status/pause/resume, stats)."""
+    from engine.app.report import gaps_line
     c = body["counters"]
     # the command's effect at once (the loop adopts it within microseconds; its own state may lag)
     state = "paused" if body.get("paused") else "resuming" if c["state"] == "paused" else c["state"]
     line = (f"engine {body['name']} (pid {body['pid']}): {state}, ready={body['ready']}, ticks {c['ticks']:,}, "
-            f"scored {c['scored']:,}, signals {c['signals']:,}, gaps {c['gaps']}, lost {c['lost']}, "
+            f"scored {c['scored']:,}, signals {c['signals']:,}, {gaps_line(c)}, "
             f"drops {body['signal_drops']}; model {body['model']['id']} ({body['model']['backend']}, generation "
             f"{body['model']['generation']}); loop {body['loop']['policy']} core {body['loop']['core']}")
     if body.get("not_ready"):
@@ -132,7 +133,7 @@ def cmd_ctl(a):
 
 
 def cmd_stats(a):
-    from engine.app.report import percentile_table
+    from engine.app.report import feed_line, percentile_table
     code, body = _control(a, "GET", "/status")
     if code != 200:
         raise ValueError(f"engine said {code}: {body.get('error', body)}")
@@ -140,6 +141,11 @@ def cmd_stats(a):
         print(json.dumps(body))
         return 0
     print(status_line(body))
+    cf, feed = body["losses"]["conflated"], body.get("feed_counters") or {}
+    print(f"  conflated {cf['ticks']:,} ({cf['share']:.1%} of the scoreable ticks; warns above {cf['warn_above']:.0%})"
+          + (f"   crossed books {body['losses']['crossed_books']:,}" if body["losses"]["crossed_books"] else ""))
+    if any(feed.values()):
+        print("  " + feed_line(feed))
     print(percentile_table(body["latency_ns"]))
     pre = body["loop"].get("preempted")
     if pre is not None:
@@ -271,7 +277,7 @@ def _add_signals(sub):
     sh = ss.add_parser("show", help="print the signals in a signal file")
     sh.add_argument("file", type=existing_file)
     sh.add_argument("--limit", type=nonneg_int, default=0, help="only the first N (default 0: all)")
-    sh.add_argument("--json", action="store_true", help="one JSON object per line")
+    sh.add_argument("--json", action=Flag, help="one JSON object per line")
     sh.set_defaults(fn=cmd_signals)
 
 
@@ -284,7 +290,7 @@ def _add_ctl(sub):
                                     "(--json: the same JSON object each time). Authenticated with the engine's token.")
     ct.add_argument("command", choices=("status", "pause", "resume", "reload"))
     _where_args(ct)
-    ct.add_argument("--json", action="store_true", help="one JSON object on one line")
+    ct.add_argument("--json", action=Flag, help="one JSON object on one line")
     ct.set_defaults(fn=cmd_ctl)
 
 
@@ -292,7 +298,7 @@ def _add_stats(sub):
     """`engine stats`."""
     st = sub.add_parser("stats", help="a running engine's counters and latency percentiles")
     _where_args(st)
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action=Flag)
     st.set_defaults(fn=cmd_stats)
 
 
@@ -313,5 +319,5 @@ def _add_doctor(sub):
                                     "limits, clock source and the SMT sibling, and prints pass/warn/fail/n/a with "
                                     "what it read. Exit status 1 if any check fails.")
     dr.add_argument("--core", type=int, default=None, help="the strategy core (default: the last one)")
-    dr.add_argument("--json", action="store_true")
+    dr.add_argument("--json", action=Flag)
     dr.set_defaults(fn=cmd_doctor)

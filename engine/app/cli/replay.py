@@ -10,7 +10,7 @@ import numpy as np
 
 from models.artifact import BACKEND_CHOICES
 
-from .common import (existing_file, nonneg_float, nonneg_int, overrides, positive_int, print_warnings,
+from .common import (Flag, existing_file, nonneg_float, nonneg_int, overrides, positive_int, print_warnings,
                      publisher_args, strategy_args, verify_key_arg)
 
 
@@ -237,8 +237,8 @@ def _add_backtest(sub):
                     help="replay the conflation of a live run over this file (`engine run --feed tickfile:F "
                          "--conflate on --signals-out S.sig`): the same ticks folded unscored and the same flush "
                          "points, from the marks in its signal file, so the signals are identical")
-    bt.add_argument("--quiet", action="store_true", help="no progress lines")
-    bt.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    bt.add_argument("--quiet", action=Flag, help="no progress lines")
+    bt.add_argument("--json", action=Flag, help="print the summary as one JSON object")
     verify_key_arg(bt)
     bt.set_defaults(fn=cmd_backtest)
 
@@ -261,7 +261,7 @@ def _add_sweep(sub):
     sw.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000", help="hit-rate horizons, ms")
     exec_args(sw)
     strategy_args(sw)
-    sw.add_argument("--quiet", action="store_true", help="no progress bar")
-    sw.add_argument("--json", action="store_true", help="print every row as one JSON object")
+    sw.add_argument("--quiet", action=Flag, help="no progress bar")
+    sw.add_argument("--json", action=Flag, help="print every row as one JSON object")
     verify_key_arg(sw)
     sw.set_defaults(fn=cmd_sweep)

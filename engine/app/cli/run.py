@@ -9,7 +9,7 @@ import threading
 from engine.waits import WAIT_HELP
 from models.artifact import BACKEND_CHOICES
 
-from .common import (SOURCES_HELP, http_addr, nonneg_float, nonneg_int, overrides, positive_float,
+from .common import (SOURCES_HELP, Flag, http_addr, nonneg_float, nonneg_int, overrides, positive_float,
                      positive_int, pow2, pub_endpoint, publisher_args, strategy_args, verify_key_arg, zmq_endpoint)
 
 
@@ -32,7 +32,7 @@ def cmd_run(a):
     _check_run_args(a)
     if a.ring_owner:
         _trust_ring_owner(a.ring_owner)
-    cfg = RunConfig(core=a.core, priority=a.priority, realtime=not a.no_rt, policy=a.policy, wait=a.wait,
+    cfg = RunConfig(core=a.core, priority=a.priority, realtime=a.realtime, policy=a.policy, wait=a.wait,
                     conflate=a.conflate, strict=a.strict, duration=a.duration, model=a.model,
                     instruments=a.instruments, rate=a.rate, seed=a.seed, feed=a.feed, ring=a.ring, name=a.name,
                     signals_out=a.signals_out, strategy=a.strategy, params=overrides(a),
@@ -41,7 +41,8 @@ def cmd_run(a):
                     http=http_addr(a.http), pub=None if a.pub in (None, "", "none") else a.pub,
                     token_file=a.token_file or os.path.join(runtime_dir(), f"{a.name}.token"),
                     hlog=None if a.hlog in ("", "none") else (a.hlog or _default_hlog(a.name)),
-                    hlog_interval=a.hlog_interval, doctor=not a.no_doctor, isolate=a.isolate)
+                    hlog_interval=a.hlog_interval, doctor=a.doctor, isolate=a.isolate,
+                    conflate_warn=a.conflate_warn, crossed_after=a.crossed_after)
     stop, reload = threading.Event(), threading.Event()
 
     def on_signal(signum, frame):
@@ -71,7 +72,7 @@ def cmd_run(a):
     if res.error:  # an output could not be written: the summary above says what it holds
         raise RuntimeError(res.error)
     if a.strict and warnings(res):
-        print("engine: --strict: the run lost ticks, dropped signals or read an incomplete file (see the warnings "
+        print("engine: --strict: the run lost data, dropped signals or read an incomplete file (see the warnings "
               "above)", file=sys.stderr)
         return 1
     return 0
@@ -110,7 +111,7 @@ def cmd_feed(a):
         die_with_parent(signal.SIGTERM)
     run_feed(a.source, a.ring, rate=0.0 if a.max else a.rate, speed=0.0 if a.max else a.speed,
              capacity=a.capacity, wait_consumers=a.wait_consumers, count=a.count, duration=a.duration,
-             keep=a.keep)
+             keep=a.keep, crossed_after=a.crossed_after)
     return 0
 
 
@@ -129,25 +130,27 @@ def _add_run(sub):
                    "commented sample); flags given here win")
     r.add_argument("--core", type=int, default=None, help="CPU core for the strategy thread (default: unpinned)")
     r.add_argument("--priority", type=int, default=80, help="SCHED_FIFO priority 1-99 (default 80)")
-    r.add_argument("--isolate", action="store_true",
+    r.add_argument("--isolate", action=Flag,
                    help="while the engine runs, move every other task, IRQ and unbound kernel work that may run "
                         "on --core off it (what isolcpus does at boot; per-CPU kernel threads stay), sweeping "
                         "again every 2 s; every change is undone at exit, and what a killed engine moved is put "
-                        "back by the next run of the same --name. Needs root (or CAP_SYS_NICE) for others' tasks")
+                        "back by the next run of the same --name. Needs root (or CAP_SYS_NICE) for others' tasks. "
+                        "--no-isolate (the default) leaves the core as it is")
     r.add_argument("--policy", default="auto", choices=("auto", "fifo", "other"),
                    help="scheduling of the strategy thread: auto (default) = SCHED_FIFO only where RT throttling "
                         "cannot park it (throttling off, or a wait that sleeps), else pinned SCHED_OTHER with "
                         "spin; one line at start says what was chosen and why. fifo|other force it")
     r.add_argument("--wait", default="auto", choices=("auto", "spin", "backoff", "duty"),
                    help="what the loop does while the ring is empty: auto (default: spin); " + WAIT_HELP)
-    r.add_argument("--no-rt", action="store_true", help="the same as --policy other")
+    r.add_argument("--rt", dest="realtime", action=Flag, default=True,
+                   help="--no-rt: never SCHED_FIFO, the same as --policy other; --rt (the default): as --policy says")
     r.add_argument("--conflate", default="auto", choices=("auto", "on", "off"),
                    help="when the loop falls behind, fold every waiting tick and score each instrument once, on its "
                         "latest state (counted: conflated). auto (default): on for live sources, off for file "
                         "replays (the file waits for the loop instead: nothing lost, every tick scored)")
     r.add_argument("--no-conflate", dest="conflate", action="store_const", const="off",
                    help="score every tick even when behind (research); the same as --conflate off")
-    r.add_argument("--strict", action="store_true",
+    r.add_argument("--strict", action=Flag,
                    help="fail instead of running unpinned/non-RT/unlocked when the process lacks the rights, "
                         "and exit 1 after the summary when ticks were lost or signals dropped")
     r.add_argument("--duration", type=positive_float, default=None, help="seconds to run (default: until stopped)")
@@ -174,7 +177,7 @@ def _add_run(sub):
     r.add_argument("--name", default="engine", help="instance name: rings are /dev/shm/NAME.{ticks,signals,ctl}")
     r.add_argument("--speed", type=positive_float, default=1.0,
                    help="file feeds: replay at the recorded pace times X (default 1); the run ends when the file is played")
-    r.add_argument("--max", action="store_true", help="file feeds: publish as fast as possible")
+    r.add_argument("--max", action=Flag, help="file feeds: publish as fast as possible")
     r.add_argument("--signals-out", default=None,
                    help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig); a .parquet name also gets a table, one row per signal, written at the end")
     strategy_args(r)
@@ -182,8 +185,8 @@ def _add_run(sub):
                    help="while idle, run the model on the last row every N empty polls to keep it hot "
                         "(halves p50 at low tick rates); 0 = never (default 2048)")
     r.add_argument("--ring-capacity", type=pow2, default=1 << 18, help="tick ring slots (power of two)")
-    r.add_argument("--keep-rings", action="store_true", help="leave the ring files in /dev/shm on exit")
-    r.add_argument("--json", action="store_true", help="print exactly one JSON object instead of the table")
+    r.add_argument("--keep-rings", action=Flag, help="leave the ring files in /dev/shm on exit")
+    r.add_argument("--json", action=Flag, help="print exactly one JSON object instead of the table")
     r.add_argument("--http", default="127.0.0.1:9464",
                    help="control plane HTTP: /metrics /health /ready, and /status /control/* with the token "
                         "(default 127.0.0.1:9464; none = off)")
@@ -197,9 +200,23 @@ def _add_run(sub):
     r.add_argument("--hlog", default=None, help="HdrHistogram interval log (default "
                    "$XDG_STATE_HOME/engine/latency/NAME-TIME.hlog; none = off)")
     r.add_argument("--hlog-interval", type=positive_float, default=10.0, help="seconds per .hlog interval (default 10)")
-    r.add_argument("--no-doctor", action="store_true", help="skip the machine check at start")
+    r.add_argument("--doctor", action=Flag, default=True,
+                   help="check the machine for --core at start (the default; warnings, fatal with --strict); "
+                        "--no-doctor skips it")
     verify_key_arg(r)  # [model] verify_key; also checked on every SIGHUP / ctl reload
+    r.add_argument("--conflate-warn", type=nonneg_float, default=0.5, metavar="SHARE",
+                   help="warn at the end when conflation folded more than this share of the scoreable ticks "
+                        "unscored (conflated / (conflated + scored); also exported as "
+                        "engine_conflation_warn_ratio for the alert) (default 0.5; 1 = never)")
+    _crossed_after_arg(r)
     r.set_defaults(fn=cmd_run)
+
+
+def _crossed_after_arg(q):
+    q.add_argument("--crossed-after", type=nonneg_float, default=1.0, metavar="SECONDS",
+                   help="the feed counts a book whose best bid stays at or above its best ask for longer than "
+                        "this, in exchange time (crossed_books; engine_feed_crossed_books_total; a warning at "
+                        "the end of a run) (default 1; 0 = never)")
 
 
 def _add_feed(sub):
@@ -213,4 +230,5 @@ def _add_feed(sub):
     f.add_argument("--rate", type=nonneg_float, default=None, help="ticks per second (overrides the URI)")
     f.add_argument("--count", type=positive_int, default=None, help="stop after this many ticks")
     f.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
+    _crossed_after_arg(f)
     f.set_defaults(fn=cmd_feed)
