@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
-from tests.helpers.daemon import Daemon
+from tests.helpers.daemon import Daemon, scrape
 from tests.helpers.feedutil import cli
 from tests.test_moldudp64 import free_port
 
@@ -49,18 +49,6 @@ def serve(itch, port, *extra, timeout=120):
     return json.loads(r.stdout)
 
 
-def metrics(d):
-    """{sample name: {frozen labels: value}} and the raw text of a real GET /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-    code, body = d.get("/metrics")
-    assert code == 200
-    out = {}
-    for fam in text_string_to_metric_families(body.decode()):
-        for s in fam.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out, body
-
-
 def promtool_check(body):
     r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60)
     return r.returncode, (r.stdout + r.stderr).decode()
@@ -84,7 +72,7 @@ def test_an_unanswered_rerequest_is_counted_in_the_summary_stats_and_metrics(tmp
         assert f["gaps"] == 2 and f["lost_messages"] == lost and f["rerequests"] >= 2, f
         assert f["crossed_books"] >= 1, f  # the lost deletes leave the books crossed (--crossed-after 1 ms)
         # /metrics: by kind, and the feed's own
-        m, body = metrics(d)
+        m, body = scrape(d)
         assert m["engine_gaps_total"][(("kind", "feed"),)] == 2
         assert m["engine_lost_ticks_total"][(("kind", "feed"),)] == lost
         assert m["engine_gaps_total"][(("kind", "ring"),)] == m["engine_lost_ticks_total"][(("kind", "ring"),)] == 0
@@ -151,7 +139,7 @@ def test_promtool_check_metrics_passes_on_a_running_engine(tmp_path, shm_name, d
     try:
         d.wait_for("endpoints in ")
         wait_until(lambda: d.status()["counters"]["scored"] > 0, "scored ticks")
-        m, body = metrics(d)
+        m, body = scrape(d)
         code, out = promtool_check(body)
         assert code == 0 and not out.strip(), out
         assert "engine_tick_to_signal_seconds_bucket" in m and "engine_latency_ns" not in m

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
-from tests.helpers.daemon import Daemon, free_tcp_port
+from tests.helpers.daemon import Daemon, free_tcp_port, scrape as daemon_scrape
 from tests.helpers.feedutil import cli, one_line_error
 
 OPS = ROOT / "ops"
@@ -44,14 +44,7 @@ def eng(tmp_path_factory, default_model):
 
 def scrape(d):
     """{sample name: {frozen labels: value}} from a real GET /metrics."""
-    from prometheus_client.parser import text_string_to_metric_families
-    code, body = d.get("/metrics")
-    assert code == 200
-    out = {}
-    for fam in text_string_to_metric_families(body.decode()):
-        for s in fam.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
+    return daemon_scrape(d)[0]
 
 
 def hist(m, name, **labels):

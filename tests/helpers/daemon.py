@@ -101,3 +101,15 @@ class Daemon:
                         int(open(f"/proc/{pid}/stat").read().split()[3]) == self.proc.pid:
                     return int(pid)
         return None
+
+
+def scrape(d):
+    """({sample name: {frozen labels: value}}, raw body) of a real GET /metrics of daemon d."""
+    from prometheus_client.parser import text_string_to_metric_families
+    code, body = d.get("/metrics")
+    assert code == 200
+    out = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out, body
