@@ -155,3 +155,22 @@ def test_a_binance_capture_says_which_market_it_is(tmp_path):
     assert coin["inverse"] and coin["currency"] == "BTC"
     with pytest.raises(FeedError, match="market must be auto, spot, usdm, coinm"):
         open_source(f"binance:{SPOT}?market=perp")
+
+
+def test_a_name_that_is_two_instruments_in_two_files_is_not_replayed_as_one(tmp_path):
+    """BTCUSDT recorded with 1e-3 BTC lots in one file and 1e-5 in another: one stream of both
+    would give one position two meanings."""
+    from engine.tickfile import TickFileWriter
+    from feeds.sources import TickFilesSource
+    from feeds.uri import FeedError
+    from feeds.venues import binance
+    paths = []
+    for unit in (1e-3, 1e-5, 1e-5):
+        p = tmp_path / f"{unit}-{len(paths)}.ticks"
+        w = TickFileWriter(p, ["BTCUSDT"], "binance:x", specs=[binance("BTCUSDT", unit, "usdm")])
+        w.append(np.zeros((3, 8), np.int64))
+        w.close()
+        paths.append(str(p))
+    assert TickFilesSource(paths[1:]).specs == [binance("BTCUSDT", 1e-5, "usdm")]  # the same instrument: fine
+    with pytest.raises(FeedError, match=r"BTCUSDT is not the same instrument in .*a lot = 0\.001.* vs .*a lot = 1e-05"):
+        TickFilesSource(paths[:2])
