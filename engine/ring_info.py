@@ -7,7 +7,7 @@ control block (engine/control.py), which is itself built on shm: shm stays the b
 import os
 import time
 
-from . import control, shm
+from . import control, feed_stats, shm
 
 
 def inspect(path):
@@ -34,6 +34,7 @@ def inspect(path):
     }
     if kind == shm.RING_TICKS:
         info["depth"] = int(hdr[shm.H_DEPTH])
+        info["feed_counters"] = feed_stats.read(hdr)  # the feed's own (gaps, lost messages, ...)
     if kind == shm.RING_CONTROL:
         info.update(loop_state=control.LOOP_STATE_NAMES.get(int(hdr[control.L_STATE]), "?"),
                     ticks=int(hdr[control.L_TICKS]), signals=int(hdr[control.L_SIGNALS]),

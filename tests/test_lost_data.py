@@ -217,3 +217,14 @@ def test_packets_that_trickle_in_are_published_as_they_come(itch_day):
         t.join()
     assert src.stats()["messages"] == server.messages and server.sent > 50
     assert sum(1 for n in sizes if n) >= server.sent // 4, sizes  # (about one batch a packet)
+
+
+def test_ring_inspect_shows_the_feeds_own_counters(shm_name):
+    """`engine ring inspect` reads the counters the feed wrote into its ring's header."""
+    r = cli("feed", "synthetic://?instruments=2&count=5000&seed=3", "--ring", shm_name, "--max", "--keep")
+    assert r.returncode == 0, r.stderr
+    r = cli("ring", "inspect", shm_name, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["feed_counters"]["ticks"] == 5000
+    r = cli("ring", "inspect", shm_name)
+    assert "feed_counters: ticks=5,000" in r.stdout

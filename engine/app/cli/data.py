@@ -75,6 +75,8 @@ def cmd_ring_inspect(a):
         print(json.dumps(info))
         return 0
     for k, v in info.items():
+        if k == "feed_counters":
+            v = " ".join(f"{n}={x:,}" for n, x in v.items()) or "none published"
         if k != "consumers":
             print(f"{k:>18}: {v}")
     for c in info.get("consumers", []):
