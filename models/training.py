@@ -148,6 +148,13 @@ def run_compile(model_json, out, *, host=None, generic=False, backends=("treelit
             raise ValueError(f"{path}: feature names do not match strategy {host.strategy.describe()}'s FEATURES "
                              f"{want}: {'; '.join(detail)}. Retrain on the strategy's features, or pass --generic "
                              "(usable for prediction and benchmarks, refused by `engine run`)")
+        import json
+
+        from .manifest import describe_model, score_kind
+        objective = json.loads(b.save_config())["learner"]["objective"]["name"]
+        why = host.strategy.score_mismatch(score_kind({"objective": objective}), describe_model({"objective": objective}))
+        if why:  # refused now, not after the compile when a command first loads it
+            raise ValueError(f"{path}: {why}")
         words, k, levels, _ = source_ticks("synthetic://?instruments=4&seed=4242", 60_000, host.strategy)
         X = dataset.featurize(host, words, k, levels)[0]
         if len(X) < 100:  # a strategy that scores little of the synthetic market: random rows instead
