@@ -9,6 +9,9 @@ whose resource tracker can unlink a segment when a reader exits before Python 3.
 import errno
 import mmap
 import os
+import pwd
+import re
+import secrets
 import stat
 import time
 
@@ -39,6 +42,8 @@ C_RESYNC = 5           # the consumer bumps it to have the producer re-send ever
 C_BACKPRESSURE = 6     # 1: a file producer waits for this consumer rather than lap it (feeds/publisher.py)
 MAX_CONSUMERS = 32
 H_FEED_STATS = 328     # tick rings, words 328-511: the feed's own counters, written between batches (engine/feed_stats.py)
+
+CAP_FOWNER = 3  # linux/capability.h: may remove others' files from a sticky directory
 
 STATE_CREATED, STATE_PRODUCING, STATE_FINISHED = 0, 1, 2
 STATE_NAMES = {0: "created", 1: "producing", 2: "finished"}
@@ -84,7 +89,7 @@ def open_checked(path, flags=os.O_RDONLY):
     """Open a ring file without following a link and check the opened file (untrusted());
     returns (fd, stat). RingRefused says why a file was refused; RingError when it is absent."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)  # a planted FIFO: no hang
     except FileNotFoundError:
         raise RingError(f"no ring at {path}") from None
     except OSError as e:
@@ -138,6 +143,7 @@ def check_owner(path):
     """
     if not os.path.lexists(path):
         return None
+    _refuse_unreplaceable(path)
     try:
         fd, _ = open_checked(path)
     except RingRefused as e:  # never believe such a file's contents (a planted pid 1 blocks nobody)
@@ -160,49 +166,156 @@ def check_owner(path):
     return f"replacing ring {path} left by dead process {pid}"
 
 
+def ring_bytes(record_size, capacity):
+    """A ring file's size: the header page and its slots."""
+    return HEADER_BYTES + capacity * record_size
+
+
+def _gib(n):
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def room(directory):
+    """(bytes, what bounds them): the most a new ring in `directory` can take. A ring's pages are
+    all touched (the tick ring's at once), so it must fit both in the file system's free space
+    and in memory (tmpfs pages are memory); a file past either dies of SIGBUS or the OOM killer."""
+    st = os.statvfs(directory)
+    limits = [(st.f_bavail * st.f_frsize, f"{directory} has {_gib(st.f_bavail * st.f_frsize)} free")]
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(re.search(r"^MemAvailable:\s+(\d+) kB", f.read(), re.M).group(1))
+        limits.append((kb * 1024, f"{_gib(kb * 1024)} of memory is available"))
+    except (OSError, AttributeError, ValueError):
+        pass
+    return min(limits)
+
+
+def check_room(path, size, what="ring capacity"):
+    """Refuse, before anything is created, a ring of `size` bytes that cannot fit (room())."""
+    limit, why = room(os.path.dirname(path) or ".")
+    if size > limit:
+        raise RingError(f"ring {path} would need {_gib(size)} ({size:,} bytes) but {why}: give a smaller {what}")
+
+
+def owner_name(uid):
+    """'user NAME (uid N)', or 'uid N' for a uid with no name."""
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _may_replace(path, st):
+    """Can this process rename over the file at `path` (lstat `st`)? In a sticky directory such as
+    /dev/shm only the file's owner, the directory's, or a holder of CAP_FOWNER may."""
+    d = os.path.dirname(path) or "."
+    dst = os.stat(d)
+    if not os.access(d, os.W_OK | os.X_OK):
+        return False
+    if not dst.st_mode & stat.S_ISVTX or os.geteuid() in (st.st_uid, dst.st_uid):
+        return True
+    try:
+        with open("/proc/self/status") as f:
+            eff = int(re.search(r"^CapEff:\s+([0-9a-f]+)", f.read(), re.M).group(1), 16)
+    except (OSError, AttributeError, ValueError):
+        return os.geteuid() == 0
+    return bool(eff & (1 << CAP_FOWNER))
+
+
+def _refuse_unreplaceable(path):
+    """A file at a ring's name that this process cannot replace (another user's, planted in
+    the sticky /dev/shm): one line naming its owner, before anything is created."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not _may_replace(path, st):
+        raise RingError(f"{path} belongs to {owner_name(st.st_uid)}, and this engine, running as "
+                        f"{owner_name(os.geteuid())}, cannot replace it: have that user (or root) remove it, "
+                        "or use another --name")
+
+
 def create(path, kind, record_size, capacity, owner_pid=None, init=None):
     """Create (or replace a dead owner's) ring file; returns (mmap, header view, note).
 
-    `init(mm)` runs before the file is renamed into place, so nobody sees it half-made.
+    `init(mm)` runs before the file is renamed into place, so nobody sees it half-made. Whatever
+    fails, the temporary file is removed: nothing is left in /dev/shm by a refused start.
     """
     if capacity <= 0 or capacity & (capacity - 1):
         raise RingError(f"ring capacity must be a power of two, got {capacity}")
     note = check_owner(path)
-    size = HEADER_BYTES + capacity * record_size
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    size = ring_bytes(record_size, capacity)
+    check_room(path, size)
+    fd, tmp = _create_tmp(path)
+    mm = hdr = None
     try:
-        os.ftruncate(fd, size)
-        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    except OSError as e:
-        os.close(fd)
-        os.unlink(tmp)
-        raise RingError(f"cannot size ring {path} to {size} bytes: {e}") from e
-    os.close(fd)
-    hdr = np.frombuffer(mm, np.int64, HEADER_WORDS, 0)
-    hdr[H_VERSION] = LAYOUT_VERSION
-    hdr[H_KIND] = kind
-    hdr[H_RECORD_SIZE] = record_size
-    hdr[H_CAPACITY] = capacity
-    hdr[H_PID] = owner_pid if owner_pid is not None else os.getpid()
-    hdr[H_CREATED_NS] = time.time_ns()
-    hdr[H_MAX_CONSUMERS] = MAX_CONSUMERS if kind == RING_TICKS else 1
-    hdr[H_HEARTBEAT_NS] = time.monotonic_ns()
-    if init is not None:
-        init(mm)
-    hdr[H_MAGIC] = MAGIC  # last: a header with magic is complete
-    try:
-        os.rename(tmp, path)  # replaces the name itself, never what a link there points to
-    except OSError as e:
-        mm.close()
-        os.unlink(tmp)
         try:
-            owner = f" (owned by uid {os.lstat(path).st_uid})"
-        except OSError:
-            owner = ""
-        raise RingError(f"cannot put a ring at {path}{owner}: {e.strerror}; remove that file or use another --name") \
-            from None
+            os.ftruncate(fd, size)
+            _reserve(fd, size)  # every page now, or ENOSPC now: never SIGBUS when a page is first touched
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as e:
+            raise RingError(f"cannot size ring {path} to {size:,} bytes: {e.strerror}") from None
+        finally:
+            os.close(fd)
+        hdr = np.frombuffer(mm, np.int64, HEADER_WORDS, 0)
+        hdr[H_VERSION] = LAYOUT_VERSION
+        hdr[H_KIND] = kind
+        hdr[H_RECORD_SIZE] = record_size
+        hdr[H_CAPACITY] = capacity
+        hdr[H_PID] = owner_pid if owner_pid is not None else os.getpid()
+        hdr[H_CREATED_NS] = time.time_ns()
+        hdr[H_MAX_CONSUMERS] = MAX_CONSUMERS if kind == RING_TICKS else 1
+        hdr[H_HEARTBEAT_NS] = time.monotonic_ns()
+        if init is not None:
+            init(mm)
+        hdr[H_MAGIC] = MAGIC  # last: a header with magic is complete
+        try:
+            os.rename(tmp, path)  # replaces the name itself, never what a link there points to
+        except OSError as e:
+            try:
+                owner = f" (it belongs to {owner_name(os.lstat(path).st_uid)})"
+            except OSError:
+                owner = ""
+            raise RingError(f"cannot put a ring at {path}{owner}: {e.strerror}; remove that file or use another "
+                            "--name") from None
+    except BaseException:
+        _unlink(tmp)  # first: the file goes even if the mapping cannot be closed yet
+        hdr = None  # the view exports the mapping's buffer: it must go before the mapping closes
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a view still held (by a traceback's frame): unmapped when it dies
+                pass
+        raise
     return mm, hdr, note
+
+
+def _create_tmp(path):
+    """A new 0600 file beside `path` under a name nobody can have planted (O_EXCL, random)."""
+    for _ in range(16):
+        tmp = f"{path}.tmp.{os.getpid()}.{secrets.token_hex(4)}"
+        try:
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), tmp
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise RingError(f"cannot create a ring beside {path}: {e.strerror}") from None
+    raise RingError(f"cannot create a ring beside {path}: every temporary name tried exists")
+
+
+def _unlink(p):
+    try:
+        os.unlink(p)
+    except FileNotFoundError:
+        pass
+
+
+def _reserve(fd, size):
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
 
 
 def open_rw(path, kind):

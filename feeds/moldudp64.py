@@ -12,6 +12,9 @@
               (default 1000000)
   start       sequence number of the first message expected (default: the first packet's, so a
               late join is not a gap; start=1 recovers a session from its beginning)
+  session     the session to accept (up to 10 characters; default: the first packet's). Packets
+              of any other session are dropped and counted in wrong_session (and bad_packets): a
+              local sender's stray or forged datagrams never join the stream
   symbols, date, utc_offset, depth as for itch:FILE. A gap tick voids every book downstream, so
   after one each instrument's next event re-sends its depth window (after a clear tick).
 
@@ -22,7 +25,9 @@ u64, message count: u16, big-endian) and `count` length-framed messages. Count 0
   recovery times out) a gap tick carrying their number is emitted and the stream goes on;
 - a duplicate or an overlap is dropped (counted), overlaps message by message;
 - a malformed packet (short header, other session, messages that do not fit) is counted and
-  dropped, and its messages count as lost: a live feed never stops on one bad datagram.
+  dropped, and its messages count as lost: a live feed never stops on one bad datagram;
+- at most MAX_HELD packets wait for a re-request: past that (a flood of packets from ahead of a
+  gap) the gap is given up at once, as when recover_ms passes, so memory stays bounded.
 """
 import select
 import socket
@@ -42,6 +47,7 @@ HEADER_LEN = 20
 END_OF_SESSION = 0xFFFF
 MAX_PAYLOAD = 1400  # keep packets under a 1500-byte Ethernet MTU
 BATCH = 4096
+MAX_HELD = 1024  # packets held while a gap is recovered (each at most one 64 KiB datagram)
 
 
 def packet(session, seq, msgs):
@@ -78,8 +84,8 @@ def is_multicast(host):
         return False
 
 
-MOLD_STATS = ("packets", "heartbeats", "duplicate_messages", "bad_packets", "gaps", "lost_messages",
-              "rerequests", "recovered_messages", "rerequest_timeouts")
+MOLD_STATS = ("packets", "heartbeats", "duplicate_messages", "bad_packets", "wrong_session", "gaps",
+              "lost_messages", "rerequests", "recovered_messages", "rerequest_timeouts", "held_overflows")
 YIELD_EVERY_S = 0.02  # however packets come, a batch (empty if need be) at least this often: the heartbeat
 
 
@@ -89,7 +95,7 @@ class MoldSource:
     def __init__(self, u, target, params):
         self.uri = u
         extra = {"rerequest": (U.hostport, None), "recover_ms": (float, 200.0), "iface": (str, "0.0.0.0"),
-                 "idle_s": (float, 0.0), "start": (int, 0), "max_gap": (int, 1_000_000)}
+                 "idle_s": (float, 0.0), "start": (int, 0), "max_gap": (int, 1_000_000), "session": (str, "")}
         p = itch_params(u, params, extra)
         self.host, self.port = U.hostport(target)
         self.rerequest = p["rerequest"]
@@ -100,7 +106,9 @@ class MoldSource:
         self.books = ItchBooks(p["symbols"], strict=False, day_ns=p["day_ns"], depth=p["depth"])
         self.depth = p["depth"]
         self.counts = dict.fromkeys(MOLD_STATS, 0)
-        self.session = None
+        if len(p["session"]) > 10 or not p["session"].isascii():
+            raise U.FeedError(f"{u}: session must be at most 10 ASCII characters, got {p['session']!r}")
+        self.session = p["session"].encode().ljust(10) if p["session"] else None  # (space-padded on the wire)
         self.expected = p["start"] if p["start"] > 0 else None
         self._asked = (-1, 0)  # (first seq, count) of the outstanding re-request
         self.stopped = False
@@ -185,6 +193,9 @@ class MoldSource:
                 gap_deadline = time.monotonic_ns() + self.recover_ns
             if pending and gap_deadline is not None and time.monotonic_ns() > gap_deadline:
                 events += self._give_up(pending)
+            while len(pending) > MAX_HELD:  # a flood from ahead of a gap: give it up now
+                self.counts["held_overflows"] += 1
+                events += self._give_up(pending, timed_out=False)
             if not pending:
                 gap_deadline = None
             n = yield from self._run(events, out, n)
@@ -241,12 +252,13 @@ class MoldSource:
             self.session = session
         elif session != self.session:
             c["bad_packets"] += 1
+            c["wrong_session"] += 1
             return []
         if seq >= 1 << 62 or (self.expected is not None and seq - self.expected > self.max_gap):
             c["bad_packets"] += 1  # a sequence number no live session reaches: corrupt or foreign
             return []
-        c["packets"] += 1
         if count == 0 or count == END_OF_SESSION:
+            c["packets"] += 1  # (every datagram is counted once: in packets or in bad_packets)
             c["heartbeats"] += 1
             ev = self._advance_to(seq, pending, data=None)
             return ev + ([("end",)] if count == END_OF_SESSION else [])
@@ -254,6 +266,7 @@ class MoldSource:
         if offs is None:
             c["bad_packets"] += 1
             return []
+        c["packets"] += 1
         if self.expected is None:
             self.expected = seq
         if seq + count <= self.expected:
@@ -319,11 +332,12 @@ class MoldSource:
             self.expected = seq + count
         return ev
 
-    def _give_up(self, pending):
-        """Recovery timed out: the missing messages are lost; go on from the next held packet."""
+    def _give_up(self, pending, timed_out=True):
+        """Recovery timed out (or too much is held): the missing messages are lost; go on from the
+        next held packet."""
         seq = min(pending)
         ev = self._lose(seq - self.expected) if seq > self.expected else []
-        if ev and self.rerequest:
+        if ev and self.rerequest and timed_out:
             self.counts["rerequest_timeouts"] += 1  # asked, and no answer within recover_ms
         self._asked = (-1, 0)
         ev += self._drain(pending)

@@ -19,7 +19,9 @@ import numpy as np
 from numba import njit
 
 from feeds import book as B
+from feeds import files
 from feeds.dbn import UNDEF_PRICE, le32, le64, read_metadata, symbol_table
+from feeds.uri import FeedError
 
 from .execsim import (FILL_WORDS, O_ACTIVE, O_PX, O_REM, O_SIDE, O_SIG, U_ORDERED, U_TAKER, U_UNPLACED, fills_table,
                       find_level, insert_level, maker_fill, order_inputs, remove_level, send, unfilled_info)
@@ -69,17 +71,10 @@ def _decode(b, off, cols):
 def load(path, names):
     """MBO records of a DBN file as int64[n, 9], instrument ids mapped to the indices of `names`
     (the tick file's instruments; -1 for others)."""
-    import zstandard
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise L3Error(f"--l3 {path}: {e.strerror}") from None
-    if raw[:4] == b"\x28\xb5\x2f\xfd":
-        try:
-            raw = zstandard.ZstdDecompressor().stream_reader(raw).read()
-        except zstandard.ZstdError as e:
-            raise L3Error(f"--l3 {path}: not readable zstd: {e}") from None
+        raw = b"".join(files.chunks(path))  # the feeds' reader: a cut-off or corrupt zstd file is an error
+    except FeedError as e:
+        raise L3Error(f"--l3 {e}") from None
     try:
         meta, off = read_metadata(path, raw)
     except Exception as e:  # the metadata decoder's own error types

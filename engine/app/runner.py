@@ -486,6 +486,9 @@ class _Run:
         own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
         for suffix in own:  # refuse a live owner (engine first) before creating anything
             shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
+        if not cfg.ring:  # the feed process makes the tick ring: one memory cannot hold is refused now
+            shm.check_room(shm.ring_path(self.ring_name), shm.ring_bytes(64, cfg.ring_capacity),
+                           "--ring-capacity (feed.ring_capacity)")
         check_ports(cfg)
 
     def load_model(self):

@@ -12,7 +12,7 @@ SOURCES_HELP = """
 sources:
   synthetic://?instruments=4&rate=100000&seed=1&trade_prob=0.1&gap_us=10&count=0&depth=10
   itch:FILE[?symbols=A,B&date=YYYY-MM-DD&utc_offset=H&on_error=stop|skip&depth=10]   ITCH 5.0 day file (gzip ok)
-  moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&symbols=..&depth=10]   live ITCH
+  moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&session=NAME&symbols=..&depth=10]   live ITCH
   dbn:FILE[?symbols=ESH4&on_error=stop|skip&depth=10]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
   binance:FILE[?size_unit=1e-5&market=auto&depth=10]       raw Binance websocket capture (gzip ok)
   tickfile:FILE                                            an engine tick file (engine convert, engine record)

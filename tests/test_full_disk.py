@@ -1,0 +1,79 @@
+"""Outputs written onto a file system that fills up (a real 2 MiB tmpfs): one line naming the
+file, exit 2, nothing half-written under the final name; a live recording keeps its whole
+records, marked incomplete with the reason (readers report it), as README says."""
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+
+DBN = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 2 MiB tmpfs, and fill(free_bytes) to leave that little room on it."""
+    d = tmp_path / "fs"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.strip() or r.returncode}")
+
+    def fill(free):
+        st = os.statvfs(d)
+        with open(d / "filler", "wb") as f:
+            f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - free))
+    try:
+        yield d, fill
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def _run(argv, timeout=600):
+    return subprocess.run(argv, cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _error_line(r, path):
+    lines = [x for x in r.stderr.splitlines() if x.startswith("engine: error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert str(path) in lines[0] and "No space left on device" in lines[0], lines[0]
+
+
+@pytest.mark.skipif(not DBN.exists(), reason=f"the real DBN capture is not in {SHARED_DATA}")
+@pytest.mark.parametrize("ext", [".parquet", ".csv", ".ticks", ".itch.gz"])
+def test_convert_onto_a_full_disk_fails_naming_the_file_and_leaves_nothing(small_fs, ext):
+    d, fill = small_fs
+    fill(96 * 1024)
+    out = d / f"day{ext}"
+    r = _run(engine_cmd("convert", f"dbn:{DBN}", "--out", str(out), "--quiet"))
+    _error_line(r, out)
+    assert sorted(os.listdir(d)) == ["filler"]
+
+
+def test_record_onto_a_full_disk_keeps_whole_records_marked_incomplete(small_fs, shm_name):
+    from engine.tickfile import TickFile
+    d, fill = small_fs
+    fill(256 * 1024)
+    out = d / "live.ticks"
+    import numpy as np
+
+    from replay.record import drain
+    drain(np.zeros(512, np.int64), np.zeros(64, np.int64), 7, 8, np.zeros((0, 8), np.int64))  # compiled (cached) now
+    rec = subprocess.Popen(engine_cmd("record", "--ring", shm_name, "--out", str(out), "--wait", "120",
+                                      "--duration", "120"), cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        # the feed makes the ring (the recorder waits for it: --wait) and waits for the recorder
+        feed = _run(engine_cmd("feed", "synthetic://?instruments=4&seed=3&count=200000", "--rate", "100000",
+                               "--wait-consumers", "1", "--ring", shm_name))
+        assert feed.returncode == 0, feed.stderr[-2000:]
+        err = rec.communicate(timeout=300)[1]
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+    _error_line(subprocess.CompletedProcess(rec.args, rec.returncode, "", err), out)
+    assert sorted(os.listdir(d)) == ["filler", "live.ticks"]
+    f = TickFile(str(out))
+    assert len(f) > 0 and any("incomplete" in w and "No space left on device" in w for w in f.warnings), f.warnings
