@@ -23,9 +23,33 @@ KEEP_NUMBA_CACHES = 4  # the newest caches kept (each engine version makes one; 
 
 def cache_dir(*parts):
     """The engine's per-user cache: $XDG_CACHE_HOME/engine (default ~/.cache/engine), then
-    `parts` (numba's machine code, the strategy hosts, the default models...)."""
+    `parts` (numba's machine code, the strategy hosts, the default models...). The root is made
+    0700 (and put back to 0700 if it is wider): what is cached (models trained on the user's data,
+    compiled strategies) is this user's only, whatever the modes of the files inside."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "engine", *parts)
+    root = os.path.join(base, "engine")
+    _private(root)
+    return os.path.join(root, *parts)
+
+
+def private_tree(path):
+    """What was just written into the cache (a default model): directories 0700, files 0600."""
+    for d, dirs, files in os.walk(path):
+        os.chmod(d, 0o700)
+        for f in files:
+            if not os.path.islink(os.path.join(d, f)):
+                os.chmod(os.path.join(d, f), 0o600)
+
+
+def _private(d):
+    import stat
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise RuntimeError(f"the engine's cache {d} is not a directory of uid {os.geteuid()} (owner uid {st.st_uid}): "
+                           "remove it, or set XDG_CACHE_HOME")
+    if st.st_mode & 0o077:
+        os.chmod(d, 0o700)
 
 
 def _numba_cache_dir():

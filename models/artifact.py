@@ -25,8 +25,9 @@ import numpy as np
 
 from . import signing
 # the manifest's names and errors live in manifest.py (below signing.py); importable from here too
-from .manifest import (FORMAT, MANIFEST, ArtifactError, SignatureError, describe_model, score_kind,  # noqa: F401
-                       sha256_file, verify_files)
+from .manifest import (FORMAT, MANIFEST, MAX_MANIFEST_BYTES, MIN_VALIDATION_ROWS, ArtifactError,  # noqa: F401
+                       SignatureError, check_manifest, describe_model, read_regular, score_kind, sha256_file,
+                       verify_files)
 
 
 def cpu_flag_set():
@@ -94,11 +95,9 @@ def write_manifest(art_dir, fields):
 def _manifest_bytes(art_dir):
     path = Path(art_dir) / MANIFEST
     try:
-        return path.read_bytes()
+        return read_regular(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise ArtifactError(f"{art_dir}: not a model artifact (no {MANIFEST})") from None
-    except OSError as e:
-        raise ArtifactError(f"{path}: unreadable manifest: {e}") from None
 
 
 def signature_status(art_dir):
@@ -117,11 +116,9 @@ def read_manifest(art_dir, check_signature=True):
         signing.check(art_dir, MANIFEST, raw)  # the bytes parsed below are the bytes verified
     try:
         m = json.loads(raw)
-    except ValueError as e:
-        raise ArtifactError(f"{path}: unreadable manifest: {e}") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("files"), dict):
-        raise ArtifactError(f"{path}: unknown manifest format {m.get('format') if isinstance(m, dict) else m!r}")
-    return m
+    except (ValueError, RecursionError) as e:  # (RecursionError: JSON nested thousands deep)
+        raise ArtifactError(f"{path}: unreadable manifest: {str(e) or type(e).__name__}") from None
+    return check_manifest(path, m)
 
 
 @dataclass
@@ -135,6 +132,20 @@ class Predictor:
     backend: str
     _fd: int
     notes: list = None
+    generation: int = 1  # the engine publishes its first model as generation 1; reloads number the next
+
+    def release(self):
+        """Unload this back end: dlclose its library, then close its memfd. Only for one no code
+        runs any more (never one the loop may still call: engine/app/runner.py reload_model). The fd
+        stays open while the library is loaded because dlopen finds a loaded library by its path
+        name: a reused /proc/self/fd/N would hand back this one."""
+        if self.lib is not None:
+            import _ctypes
+            _ctypes.dlclose(self.lib._handle)
+            self.lib, self.addr = None, 0
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def predict_margin(self, X):
         X = np.ascontiguousarray(X, np.float32)
@@ -215,6 +226,16 @@ def _open_backend(art_dir, m, blobs, name):
     if rel not in blobs:
         raise ArtifactError(f"{art_dir}: {name} library {rel} is not covered by the manifest")
     lib, fd = _dlopen_bytes(blobs[rel], f"{art_dir.name}-{name}")
+    pred = Predictor(lib, 0, 0, m, str(art_dir), name, fd, [])
+    try:
+        return _check_backend(art_dir, m, blobs, name, pred)
+    except BaseException:
+        pred.release()  # a refused back end leaves nothing mapped or open
+        raise
+
+
+def _check_backend(art_dir, m, blobs, name, pred):
+    lib = pred.lib
     if name == "xgboost":
         from . import xgb_backend
         model_rel = m["backends"][name].get("model", "model.json")
@@ -232,8 +253,7 @@ def _open_backend(art_dir, m, blobs, name):
     if nf != len(m.get("feature_names", [])):
         raise ArtifactError(f"{art_dir}: {name} library takes {nf} features, manifest names "
                             f"{len(m.get('feature_names', []))}")
-    addr = ctypes.cast(lib.engine_predict, ctypes.c_void_p).value
-    pred = Predictor(lib, addr, nf, m, str(art_dir), name, fd, [])
+    pred.addr, pred.num_feature = ctypes.cast(lib.engine_predict, ctypes.c_void_p).value, nf
     _check_validation(art_dir, m, blobs, pred)
     return pred
 
@@ -253,8 +273,9 @@ def describe_strategy(ident):
     """'name' (sha256 abcd..., 9 features, depth 0), as Strategy.describe() says it."""
     if not isinstance(ident, dict):
         return "no strategy (a generic or older artifact)"
-    return (f"'{ident.get('name')}' (sha256 {str(ident.get('sha256'))[:12]}, {len(ident.get('features') or [])} "
-            f"features, depth {ident.get('depth')})")
+    feats = ident.get("features")
+    return (f"'{str(ident.get('name'))[:80]}' (sha256 {str(ident.get('sha256'))[:12]}, "
+            f"{len(feats) if isinstance(feats, list) else '?'} features, depth {str(ident.get('depth'))[:20]})")
 
 
 def check_strategy(art_dir, m, strategy):
@@ -292,26 +313,50 @@ def load(art_dir, backend="auto", strategy=None):
     if not names:
         raise ArtifactError(f"{art_dir}: no back end this CPU can run")
     blobs = verify_files(art_dir, m)  # every byte checked before any dlopen
-    preds = [_open_backend(art_dir, m, blobs, n) for n in names]
-    if len(preds) == 1:
-        return preds[0]
+    preds = []
+    try:
+        for n in names:
+            preds.append(_open_backend(art_dir, m, blobs, n))
+        if len(preds) == 1:
+            return preds.pop()
+        X, _ = _validation_rows(art_dir, m, blobs)
+        timed = sorted((_time_rows(p, X), i) for i, p in enumerate(preds))
+        notes = [f"{preds[i].backend} {ns:.0f} ns/row" for ns, i in timed]
+        best = preds.pop(timed[0][1])
+        best.notes = notes
+        return best
+    finally:
+        for p in preds:  # the back ends not chosen: nothing will ever call them
+            p.release()
+
+
+def _validation_rows(art_dir, m, blobs):
+    """The stored validation rows (X float32 [n, features], XGBoost's margins float32 [n]), at least
+    MIN_VALIDATION_ROWS of them and as many as the manifest says."""
     import io
-    with np.load(io.BytesIO(blobs[m["validation"]["rows_file"]])) as z:
-        X = np.ascontiguousarray(z["X"], np.float32)
-    timed = sorted((_time_rows(p, X), p) for p in preds)
-    best = timed[0][1]
-    best.notes = [f"{p.backend} {ns:.0f} ns/row" for ns, p in timed]
-    return best
+    import zipfile
+    v = m.get("validation") or {}
+    rel = v.get("rows_file")
+    if rel not in blobs:
+        raise ArtifactError(f"{art_dir}: manifest has no verified validation rows")
+    nf = len(m.get("feature_names") or [])
+    try:
+        with np.load(io.BytesIO(blobs[rel]), allow_pickle=False) as z:
+            X, want = np.ascontiguousarray(z["X"], np.float32), np.ascontiguousarray(z["margin"], np.float32)
+    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise ArtifactError(f"{art_dir}: {rel}: unreadable validation rows ({e})") from None
+    if X.ndim != 2 or X.shape[1] != nf or want.shape != (X.shape[0],):
+        raise ArtifactError(f"{art_dir}: {rel}: validation rows of shape {X.shape} and margins {want.shape}, "
+                            f"expected [n, {nf}] and [n]")
+    if len(X) < MIN_VALIDATION_ROWS or len(X) != v.get("rows"):
+        raise ArtifactError(f"{art_dir}: {rel}: {len(X)} validation rows (manifest says {v.get('rows')}); at least "
+                            f"{MIN_VALIDATION_ROWS} are needed for the bit-exact check to mean something")
+    return X, want
 
 
 def _check_validation(art_dir, m, blobs, pred):
     """Re-run the stored validation rows: the loaded code must reproduce XGBoost exactly."""
-    import io
-    v = m.get("validation", {})
-    if "rows_file" not in v or v["rows_file"] not in blobs:
-        raise ArtifactError(f"{art_dir}: manifest has no verified validation rows")
-    with np.load(io.BytesIO(blobs[v["rows_file"]])) as z:
-        X, want = z["X"], z["margin"]
+    X, want = _validation_rows(art_dir, m, blobs)
     got = pred.predict_margin(X)
     bad = np.flatnonzero(got.view(np.int32) != want.view(np.int32))
     if len(bad):

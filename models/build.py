@@ -78,6 +78,9 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
     engine refuses to run the model with any other strategy."""
     if strategy is None and not generic:
         raise ValueError("a model artifact names the strategy it was trained for (or is generic)")
+    if len(X_holdout) < artifact.MIN_VALIDATION_ROWS:  # every load refuses fewer stored rows (manifest.py says why)
+        raise ValueError(f"{len(X_holdout)} held-out rows: the bit-exact check stores rows drawn from them and needs "
+                         f"at least {artifact.MIN_VALIDATION_ROWS} (give more data)")
     import xgboost as xgb
 
     out_dir = Path(out_dir)
@@ -131,7 +134,9 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
         manifest = artifact.write_manifest(tmp, fields)
         for name in runnable:  # the same checks a user's load runs, for every back end this CPU runs
             pred = artifact.load(tmp, backend=name)
-            if not np.array_equal(pred.predict_margin(X).view(np.int32), want.view(np.int32)):
+            same = np.array_equal(pred.predict_margin(X).view(np.int32), want.view(np.int32))
+            pred.release()
+            if not same:
                 raise tlcompile.CompileError(f"the {name} back end is not bit-exact with XGBoost")
         log(f"  {', '.join(runnable)}: bit-exact with XGBoost on {len(X)} validation rows "
             f"({fields['validation']['nan_rows']} with missing values, split-threshold rows included)")

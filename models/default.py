@@ -110,6 +110,8 @@ def default_model_dir(strategy=None):
         raise artifact.SignatureError(f"strategy {strategy.describe()} has no default model here yet, and a verify "
                                       f"key is configured ({vkey.describe()}): a model built here would be "
                                       f"unsigned. Give --model a signed artifact, or set {signing.ENV_SIGN}")
-    d.parent.mkdir(parents=True, exist_ok=True)
+    d.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     build_default(d, strategy)
+    from engine import private_tree
+    private_tree(d)  # (the cache root is 0700 already; its models are this user's only, file by file too)
     return d

@@ -30,7 +30,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .manifest import MANIFEST, ArtifactError, SignatureError, verify_files
+from .manifest import MANIFEST, MAX_MANIFEST_BYTES, ArtifactError, SignatureError, read_regular, verify_files
 
 ENV_VERIFY = "ENGINE_MODEL_VERIFY_KEY"
 ENV_SIGN = "ENGINE_MODEL_SIGN_KEY"
@@ -250,11 +250,11 @@ def _read_signature(directory, signed_name):
     """The parsed signature file, or None when there is none; raises on a malformed one."""
     p = signature_path(directory, signed_name)
     try:
-        raw = p.read_bytes()
+        raw = read_regular(p, MAX_KEY_BYTES)  # (a FIFO or a link planted there is refused, not waited on)
     except FileNotFoundError:
         return None
-    except OSError as e:
-        raise signature_error(f"{directory}: cannot read {p.name}: {e.strerror}; refusing to load it") from None
+    except ArtifactError as e:
+        raise signature_error(f"{e}; refusing to load it") from None
     try:
         s = json.loads(raw[:MAX_KEY_BYTES])
         sig = base64.b64decode(s["signature"], validate=True)
@@ -375,7 +375,7 @@ def sign_directory(directory, key):
     name = next((n for n in SIGNATURE_FILES if (d / n).exists()), None)
     if name is None:
         raise ArtifactError(f"{d}: neither a model artifact ({MANIFEST}) nor an FPGA directory (fpga.json)")
-    raw = (d / name).read_bytes()
+    raw = read_regular(d / name, MAX_MANIFEST_BYTES)
     try:
         m = json.loads(raw)
         if not isinstance(m, dict) or not isinstance(m.get("files"), dict):

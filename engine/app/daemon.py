@@ -523,10 +523,8 @@ class ControlPlane:
             elif cmd == "resume":
                 self.paused = False
                 self.ctl[C.CTL_CMD] = C.CMD_RUN
-            elif cmd == "reload":
-                n = len(self.x.swaps)
-                await asyncio.get_running_loop().run_in_executor(None, self.x.reload)
-                res = self.x.swaps[n] if len(self.x.swaps) > n else {}
+            elif cmd == "reload":  # this call's own result (runner.reload_model), not the latest swap's
+                res = await off_loop(self.x.reload) or {}
                 return web.json_response({"ok": bool(res.get("ok")), **res}, status=200 if res.get("ok") else 409,
                                          dumps=lambda o: json.dumps(o, default=str))
             elif cmd != "status":
@@ -584,6 +582,7 @@ class ControlPlane:
         self.runtime = self._publish_runtime_file()
         next_hlog = time.monotonic() + x.hlog_interval
         next_watch = 0.0
+        hup = None  # the SIGHUP reload in progress
         self._refresh_instruments()
         self.drainer = threading.Thread(target=self._drain_loop, name="engine-drain", daemon=True)
         self.drainer.start()
@@ -591,9 +590,9 @@ class ControlPlane:
             while not x.stop_event.is_set():
                 if not x.thread.is_alive() or not self.drainer.is_alive():
                     break
-                if x.reload_event.is_set():
+                if x.reload_event.is_set() and (hup is None or hup.done()):  # (SIGHUPs meanwhile: one more)
                     x.reload_event.clear()
-                    await asyncio.get_running_loop().run_in_executor(None, x.reload)
+                    hup = off_loop(x.reload)  # not awaited: a stop never waits on a reload (a stalled file)
                 t = time.monotonic()
                 if x.deadline and t >= x.deadline:
                     break
@@ -671,6 +670,31 @@ def feed_families(counters):
             yield GaugeMetricFamily(name, doc, value=v)
         else:
             yield CounterMetricFamily(name, doc, value=v)
+
+
+def off_loop(fn):
+    """fn() in a daemon thread of its own, as an asyncio future of its result. Not the loop's
+    executor: its threads are joined at exit, and a reload blocked on a stalled file system must
+    not hold up a stop (nor its reply a request: the request times out, the reload goes on)."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def settle(res, err):
+        if not fut.done():
+            fut.set_exception(err) if err is not None else fut.set_result(res)
+
+    def run():
+        res = err = None
+        try:
+            res = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to whoever awaits
+            err = e
+        try:
+            loop.call_soon_threadsafe(settle, res, err)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+    threading.Thread(target=run, name="engine-reload", daemon=True).start()
+    return fut
 
 
 def run_control_plane(ctx):

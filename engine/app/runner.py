@@ -265,23 +265,43 @@ def load_model(cfg, strategy):
     return pred, model_dir
 
 
+RELOAD_WAIT_S = 30.0  # a reload waits this long for one in progress (a stalled file system), then is refused
+_reload_lock = threading.Lock()  # one reload at a time: each numbers, publishes and reports its own generation
+
+
 def reload_model(cfg, strategy, ctl, loaded, swaps):
-    """SIGHUP: load, verify and validate the model off the hot path, then publish its address and
-    a new generation; the loop adopts it between two ticks. A bad artifact (or one trained for
-    another strategy) changes nothing."""
+    """SIGHUP or /control/reload: load, verify and validate the model off the hot path, then publish
+    its address and a new generation; the loop adopts it between two ticks. A bad artifact (or one
+    trained for another strategy) changes nothing. Returns this reload's own record (also appended
+    to `swaps`): concurrent reloads each report theirs."""
+    if not _reload_lock.acquire(timeout=RELOAD_WAIT_S):
+        res = {"ok": False, "error": f"another reload is still in progress after {RELOAD_WAIT_S:g} s; try again"}
+        log(f"reload refused: {res['error']}")
+        swaps.append(res)
+        return res
+    try:
+        res = _reload(cfg, strategy, ctl, loaded)
+        swaps.append(res)
+        return res
+    finally:
+        _reload_lock.release()
+
+
+def _reload(cfg, strategy, ctl, loaded):
     t0 = time.monotonic()
+    release_left(ctl, loaded)
     try:
         pred, model_dir = load_model(cfg, strategy)
         if uses_sigmoid(pred) != uses_sigmoid(loaded[0]):
+            pred.release()
             raise ValueError(f"{model_dir}: objective {pred.manifest.get('objective')} scores on another scale "
                              f"than the running {loaded[0].manifest.get('objective')}; restart the engine to "
                              "change it")
     except Exception as e:  # noqa: BLE001 - any failure keeps the running model
         log(f"reload refused, still running generation {int(ctl[C.CTL_MODEL_GEN])}: {e}")
-        swaps.append({"ok": False, "error": str(e)})
-        return
-    loaded.append(pred)  # the old library stays mapped: the loop may still be inside it
-    gen = int(ctl[C.CTL_MODEL_GEN]) + 1
+        return {"ok": False, "error": str(e)}
+    gen = pred.generation = int(ctl[C.CTL_MODEL_GEN]) + 1
+    loaded.append(pred)  # the old library stays mapped until the loop has provably left it (release_left)
     ctl[C.CTL_MODEL_ADDR] = pred.addr
     t_pub = time.monotonic_ns()
     ctl[C.CTL_MODEL_GEN] = gen  # after the address: the loop reads generation, then address
@@ -289,11 +309,23 @@ def reload_model(cfg, strategy, ctl, loaded, swaps):
         time.sleep(0.0001)
     adopted = int(ctl[C.L_MODEL_GEN]) == gen
     lag_us = (int(ctl[C.L_SWAP_NS]) - t_pub) / 1e3 if adopted else None
-    swaps.append({"ok": adopted, "generation": gen, "model": pred.model_id, "backend": pred.backend,
-                  "prepare_ms": round((t_pub / 1e9 - t0) * 1e3, 1), "adopted_after_us": lag_us})
+    release_left(ctl, loaded)
     log(f"model generation {gen} ({pred.model_id}, {pred.backend}) prepared off the hot path in "
         f"{(t_pub / 1e9 - t0) * 1e3:.0f} ms; " + (f"adopted by the loop {lag_us:.1f} us after publication"
                                                    if adopted else "NOT adopted within 1 s"))
+    return {"ok": adopted, "generation": gen, "model": pred.model_id, "backend": pred.backend,
+            "prepare_ms": round((t_pub / 1e9 - t0) * 1e3, 1), "adopted_after_us": lag_us}
+
+
+def release_left(ctl, loaded):
+    """Unload every model generation older than the one the loop reports it adopted (L_MODEL_GEN).
+    The loop stores that word only after it took the new address, and addresses only move forward
+    (a re-entered loop reads the newest), so it never calls an older one again; the newest one
+    published always stays. Until the loop reports (it has not started), nothing is released."""
+    adopted = int(ctl[C.L_MODEL_GEN])
+    for p in [p for p in loaded[:-1] if p.generation < adopted]:
+        loaded.remove(p)
+        p.release()
 
 
 def check_outputs(cfg, sig_path, parquet_out):
