@@ -99,19 +99,76 @@ def check_writable(path, what, directory=False):
         raise OutputError(path, what, "Permission denied", _errno.EACCES)
 
 
+def private_dirs(d):
+    """Make directory `d` and its missing parents 0700 (trading history lives under them): only
+    the directories made here; one that exists (a user's own, /tmp) is left as it is."""
+    d = os.path.abspath(str(d))
+    missing = []
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        missing.append(d)
+        d = os.path.dirname(d)
+    for m in reversed(missing):
+        try:
+            os.mkdir(m, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(m, 0o700)  # (a umask that takes the owner's bits away)
+
+
+def open_private(path, flags):
+    """os.open a file of ours 0600 in 0700 directories we make: a file there already (a run
+    again over the same name) is made 0600 too when it is a regular file of ours (a pipe, a
+    device, another user's file are left as they are)."""
+    import stat
+    private_dirs(os.path.dirname(os.path.abspath(path)))
+    fd = os.open(path, flags | os.O_CLOEXEC, 0o600)
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077:
+        os.fchmod(fd, st.st_mode & 0o700)
+    return fd
+
+
 def temp_name(path):
     """A temporary name beside `path` (same directory, so the rename is atomic)."""
     d, base = os.path.split(os.path.abspath(str(path)))
     return os.path.join(d, f".{base}.tmp-{os.getpid()}")
 
 
-@contextlib.contextmanager
-def atomic_file(path, what):
-    """Yield a temporary path beside `path`; rename it into place when the block succeeds.
-    On any failure the temporary is removed, and an OSError becomes an OutputError naming `path`."""
+def write_whole(path, data, mode):
+    """Write a small file (a key, a token) whole: `mode` from its creation, synced, renamed over
+    `path` (a reader sees the old file or the new, never part of one; a link there is replaced,
+    never followed). The temporary is removed on any failure."""
     tmp = temp_name(path)
-    os.makedirs(os.path.dirname(tmp), exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
+        os.fchmod(fd, mode)  # (whatever the umask)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path, what, private=False):
+    """Yield a temporary path beside `path`; rename it into place when the block succeeds.
+    On any failure the temporary is removed, and an OSError becomes an OutputError naming `path`.
+    private: the temporary is made 0600 (in 0700 directories made here) before anything is
+    written to it, so the output is never readable by others, even while it is written."""
+    tmp = temp_name(path)
+    if not private:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+    try:
+        if private:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)  # (one a killed writer of ours left: it may have another mode)
+            os.close(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
         yield tmp
         os.replace(tmp, path)
     except BaseException as e:

@@ -192,7 +192,7 @@ def test_malformed_http_requests_get_a_4xx_and_at_most_a_line(daemon):
 def test_a_deaf_zmq_subscriber_is_counted_and_cut_off_and_a_reader_misses_nothing(daemon):
     import zmq
     ctx = zmq.Context()
-    deaf = ctx.socket(zmq.SUB)  # subscribes, never reads
+    deaf = daemon.subscriber(ctx)  # subscribes, never reads
     deaf.setsockopt(zmq.SUBSCRIBE, b"")
     deaf.setsockopt(zmq.RCVHWM, 1)
     deaf.setsockopt(zmq.RCVBUF, 4096)
@@ -200,7 +200,7 @@ def test_a_deaf_zmq_subscriber_is_counted_and_cut_off_and_a_reader_misses_nothin
     stop, got, gaps = threading.Event(), [0], []
 
     def reader():
-        s = ctx.socket(zmq.SUB)
+        s = daemon.subscriber(ctx)
         s.setsockopt(zmq.SUBSCRIBE, b"")
         s.setsockopt(zmq.RCVHWM, 0)  # zmq's I/O thread takes everything, however busy this thread is
         s.setsockopt(zmq.RCVTIMEO, 200)

@@ -60,7 +60,7 @@ def test_nothing_but_the_strategy_thread_may_run_on_its_core(daemon):
 
 def test_signals_on_zmq_and_metrics_that_grow(daemon):
     import zmq
-    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub = daemon.subscriber(zmq.Context.instance())
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.setsockopt(zmq.RCVTIMEO, 20_000)
     sub.connect(daemon.pub)

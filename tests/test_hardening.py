@@ -171,7 +171,7 @@ def test_a_metrics_flood_and_deaf_subscribers_never_touch_the_loop(tmp_path, shm
         ctx = zmq.Context()
         subs = []
         for _ in range(50):
-            s = ctx.socket(zmq.SUB)
+            s = d.subscriber(ctx)
             s.setsockopt(zmq.SUBSCRIBE, b"")
             s.setsockopt(zmq.RCVHWM, 1)
             s.setsockopt(zmq.RCVBUF, 4096)

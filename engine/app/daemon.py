@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import sys
 import threading
 import time
@@ -27,11 +28,15 @@ import time
 from engine import control as C
 from engine import feed_stats, latency, shm, sigring
 from engine.records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
+from engine.outputs import write_whole
 
-from . import prom, report, runtime_file
+from . import ctlauth, prom, report, runtime_file
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
-LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled
+LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled (/ready false, logged)
+LOOP_HUNG_S = 5.0                 # ... for this long (--stall-exit): it will not come back (a strategy that never returns)
+WATCH_GAP_MAX_NS = 200_000_000    # a longer gap between two looks of the watchdog counts as this: it was stopped too
+DRAIN_JOIN_S = 1.0                # at the end, a drain thread that does not stop within this is stuck (a write)
 RESPAWN_AFTER_S = 0.5             # a feed that died or ended is started again after this, doubled for each
 RESPAWN_MAX_S = 30.0              # restart in a row up to this; a feed that ran well RESPAWN_RESET_S
 RESPAWN_RESET_S = 30.0            # starts the count again
@@ -65,30 +70,44 @@ def log(msg):
     print(f"[engine] {msg}", file=sys.stderr, flush=True)
 
 
-def runtime_dir():
-    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state")
+def _private_dir(base):
+    """base/engine, created 0700 if need be, refused unless it is this user's and private."""
     d = os.path.join(base, "engine")
     os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise RuntimeError(f"{d} is not a directory of uid {os.geteuid()}: remove it and start again")
+    if st.st_mode & 0o077:
+        os.chmod(d, 0o700)  # ours: its keys and tokens are for this user only
     return d
+
+
+def runtime_dir():
+    return _private_dir(os.environ.get("XDG_RUNTIME_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state"))
+
+
+def state_dir():
+    """Where what outlives a run is kept (the zmq keypair): $XDG_STATE_HOME/engine, 0700."""
+    return _private_dir(os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state"))
 
 
 def _open_token(path):
     """An fd on the token file, or None if there is none. Refused: a link, another user's file, or
     one group or others can read or write (the token would be theirs too)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as e:
         raise RuntimeError(f"token file {path}: {e.strerror} (a link is never followed)") from None
     st = os.fstat(fd)
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         os.close(fd)
-        why = f"owned by uid {st.st_uid}, not this user (uid {os.geteuid()})" if st.st_uid != os.geteuid() else \
+        why = "not a regular file" if not stat.S_ISREG(st.st_mode) else \
+            f"owned by uid {st.st_uid}, not this user (uid {os.geteuid()})" if st.st_uid != os.geteuid() else \
             f"mode {st.st_mode & 0o777:04o}: group or others have access to it"
         raise RuntimeError(f"token file {path} is refused: {why}; it must be this user's and private: "
-                           f"chmod 600 {path} (and pick a new token if others may have read it: delete the file "
-                           "and the engine makes a new one)")
+                           f"chmod 600 {path} (the engine writes a new token at each start)")
     return fd
 
 
@@ -98,22 +117,18 @@ def read_token(path):
     if fd is None:
         raise FileNotFoundError(2, "No such file or directory", path)
     with os.fdopen(fd) as f:
-        return f.read().strip()
+        return f.read(4096).strip()
 
 
 def ensure_token(path):
-    """The control token: read it, or create it (0600) the first time."""
-    fd = _open_token(path)
+    """A new control token for this run, written 0600 under a temporary name and renamed over the
+    old one: a token read (or stolen) during an earlier run is worth nothing once the engine restarts."""
+    fd = _open_token(path)  # an existing file we would not trust is refused, not replaced
     if fd is not None:
-        with os.fdopen(fd) as f:
-            tok = f.read().strip()
-        if tok:
-            return tok
+        os.close(fd)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tok = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(tok + "\n")
+    write_whole(path, (tok + "\n").encode(), 0o600)
     return tok
 
 
@@ -451,6 +466,11 @@ class ControlPlane:
                                           "reading (their queue was full)", value=z["slow_disconnects"])
                 yield CounterMetricFamily("engine_http_bad_requests", "malformed HTTP requests answered 4xx "
                                           "by the parser", value=plane.http_log.bad)
+                hc = getattr(plane, "conns", None)  # (httpconns.py: connections over the caps)
+                yield CounterMetricFamily("engine_http_refused_connections", "HTTP connections closed at once: "
+                                          "every slot (overall or the peer's) busy", value=hc.refused if hc else 0)
+                yield CounterMetricFamily("engine_http_evicted_connections", "idle HTTP connections closed to make "
+                                          "room for a new one over the caps", value=hc.evicted if hc else 0)
                 yield from prom.families(plane.x.ctl_blk.hist)  # latency: what alerts and dashboards use
                 pred = plane.x.loaded[-1]
                 info = GaugeMetricFamily("engine_model_info", "the model in use", labels=["model_id", "backend", "generation"])
@@ -483,11 +503,27 @@ class ControlPlane:
         return generate_latest(reg)
 
     def _authorized(self, request):
+        """The unix socket (in the 0700 runtime directory): a peer of our uid (or root), by
+        SO_PEERCRED, no token. TCP: an Engine-HMAC answer to one of our challenges (ctlauth.py:
+        the token never crosses the wire), or `Authorization: Bearer <token>` for curl (whoever
+        listens on the port gets that token: README)."""
+        entry = self.conns.open.get(request.transport)
+        if entry is not None and isinstance(entry[0], tuple):  # ("uid", N): the unix socket
+            return entry[0][1] in (os.geteuid(), 0)
         got = request.headers.get("Authorization", "")  # any bytes (undecodable ones come as surrogates)
+        if got.startswith(ctlauth.SCHEME + " "):
+            return self.challenges.check(self.token, got, request.method, request.raw_path)
         return secrets.compare_digest(got.encode("utf-8", "surrogateescape"), f"Bearer {self.token}".encode())
 
     async def _serve_http(self, host, port):
+        """Serve HTTP on host:port and on the unix socket `http_unix_path()`; we accept the
+        connections ourselves, capped (httpconns.py). Returns what to cleanup() at the end."""
         from aiohttp import web
+
+        from .httpconns import Connections, serve
+
+        self.challenges, self.http_unix = ctlauth.Challenges(), None
+        self.conns = conns = Connections(say=lambda m: self.http_log._line("conns", m))
 
         async def metrics(request):
             now = time.monotonic()
@@ -507,10 +543,18 @@ class ControlPlane:
         def guarded(fn):
             async def handler(request):
                 if not self._authorized(request):
-                    return web.json_response({"error": "unauthorized: send 'Authorization: Bearer <token>' "
-                                                       f"(the token is in {self.x.token_file})"}, status=401)
+                    return web.json_response({"error": "unauthorized: use `engine ctl`/`engine stats` (the "
+                                                       "engine's unix socket, or a challenge-response over TCP), "
+                                                       "or send 'Authorization: Bearer <token>' (the token is in "
+                                                       f"{self.x.token_file}, new at each start)"}, status=401)
                 return await fn(request)
             return handler
+
+        async def challenge(request):
+            c = request.query.get("c", "")
+            if not ctlauth.valid_nonce(c):
+                return web.json_response({"error": "give c=CLIENT_NONCE (32 to 128 lowercase hex digits)"}, status=400)
+            return web.json_response(self.challenges.issue(self.token, c))
 
         async def status(request):
             return web.json_response(self.status(), dumps=lambda o: json.dumps(o, default=str))
@@ -539,25 +583,42 @@ class ControlPlane:
             if busy[0] >= MAX_REQUESTS:
                 return web.Response(status=503, text="busy\n", headers={"Retry-After": "1"})
             busy[0] += 1
+            conns.begin(request.transport)  # (not idle: never closed to make room)
             try:
                 return await asyncio.wait_for(handler(request), REQUEST_TIMEOUT_S)
             except asyncio.TimeoutError:
                 return web.Response(status=503, text="timed out\n", headers={"Retry-After": "1"})
             finally:
                 busy[0] -= 1
+                conns.end(request.transport)
 
         app = web.Application(middlewares=[limit], client_max_size=4096)
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/health", health)
         app.router.add_get("/ready", ready)
+        app.router.add_get("/auth/challenge", challenge)
         app.router.add_get("/status", guarded(status))
         app.router.add_post("/control/{cmd}", guarded(control))
         app.router.add_get("/control/status", guarded(status))
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S, logger=self.http_log)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True)
-        await site.start()
-        return runner
+        try:
+            served, self.http_unix = await serve(runner, conns, host, port, self.http_unix_path(),
+                                                 lambda m: self.http_log._line("accept", m))
+        except BaseException:
+            await runner.cleanup()
+            raise
+        return served
+
+    def http_unix_path(self):
+        """The control plane's unix socket, in the private runtime directory the runtime file is in
+        (None if the path would be too long for a unix socket)."""
+        from engine.locks import lock_dir
+        path = os.path.join(lock_dir(), f"engine-http.{str(self.cfg.name).replace('/', '%')}.sock")
+        if len(os.fsencode(path)) > 107:
+            log(f"warning: no unix control socket: {path} is too long for one (clients need --http)")
+            return None
+        return path
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -565,16 +626,25 @@ class ControlPlane:
         x = self.x
         http = None
         if x.pub:
-            from .zpub import Publisher
+            from .zpub import Publisher, key_paths, server_keys
+            # CURVE: subscribers that check the key talk to this engine only, never to a port squatter
+            try:
+                sd = state_dir()
+                self.pub_key, secret = server_keys(self.cfg.name, sd)
+            except OSError as e:
+                raise RuntimeError(f"--pub: cannot keep the zmq keypair in $XDG_STATE_HOME/engine "
+                                   f"({e.filename or ''}): {e.strerror}") from None
+            self.pub_key_file = key_paths(self.cfg.name, sd)[1]
             # bounded per subscriber: one that stops reading holds at most PUB_HWM records plus its
             # socket buffer; then it is counted and disconnected; it never grows our memory or blocks us
-            self.pub = Publisher(x.pub, hwm=PUB_HWM)
-            log(f"signals published on {x.pub} (topic = instrument, payload = the 128-byte signal record, "
-                f"then the topic's publication number)")
+            self.pub = Publisher(x.pub, hwm=PUB_HWM, secret_key=secret)
+            log(f"signals published on {x.pub} (CURVE, server key {self.pub_key.decode()} in {self.pub_key_file}; "
+                "topic = instrument, payload = the 128-byte signal record, then the topic's publication number)")
         if x.http:
             http = await self._serve_http(*x.http)
+            unix = f" (or, on {self.http_unix[0]}, this user)" if self.http_unix else ""
             log(f"http://{x.http[0]}:{x.http[1]}/metrics /health /ready; /status and /control/* need the token in "
-                f"{x.token_file}")
+                f"{x.token_file} (new at each start){unix}")
         if x.hlog_path:
             from engine.hlog import HlogWriter
             self.hlog = HlogWriter(x.hlog_path)
@@ -617,7 +687,11 @@ class ControlPlane:
     def _publish_runtime_file(self):
         """Where this engine's control plane is (engine/runtime_file.py), once it serves."""
         x = self.x
+        unix = getattr(self, "http_unix", None)
         info = {"http": f"{x.http[0]}:{x.http[1]}" if x.http else None, "pub": x.pub or None,
+                "http_unix": unix[0] if x.http and unix else None,
+                "pub_key": self.pub_key.decode() if x.pub else None,
+                "pub_key_file": self.pub_key_file if x.pub else None,
                 "token_file": os.path.abspath(x.token_file) if x.http and x.token_file else None,
                 "ring": shm.ring_path(x.ring_name)}
         try:

@@ -177,6 +177,25 @@ def find(name):
                            "give --name NAME, --config FILE, or the endpoint itself")
 
 
+def find_publisher(endpoint):
+    """The runtime info of a live engine of this user publishing on endpoint, or None."""
+    for d in candidate_dirs():
+        if _private_dir(d) is not None:
+            continue
+        for f in sorted(os.listdir(d)):
+            if not (f.startswith(PREFIX) and f.endswith(".json")):
+                continue
+            path = os.path.join(d, f)
+            try:
+                got = _read_checked(path)
+            except RuntimeFileError:
+                continue
+            if got is not None and got[1] and got[0].get("pub") == endpoint:
+                got[0]["runtime_file"] = path
+                return got[0]
+    return None
+
+
 def _pid_alive(pid):
     try:
         os.kill(pid, 0)

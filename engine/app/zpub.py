@@ -15,13 +15,24 @@ too); then the signal goes to everyone else (the full queue drops it). The conne
 looked at again for RECHECK_FOR_S after an EAGAIN, as a queue can fill before the socket
 buffer does. A zmq SUB reconnects by itself and sees the gap in the publication numbers.
 Finding a connection costs a scan of /proc/self/fd (~13 us a descriptor), only then.
+
+The socket is a CURVE server (server_keys): a subscriber that sets curve_serverkey to the
+engine's public key completes the handshake only with the holder of the secret key, so a process
+that binds the port while the engine is down (a squatter) cannot feed it records: its handshake
+fails and the subscriber can say so (engine signals --follow does). The keypair persists per
+engine name in the engine's private state directory, so subscribers that were given the public
+key once keep working across restarts; delete the files to change it.
 """
 import fcntl
+import json
 import os
+import stat
 import socket
 import struct
 import sys
 import time
+
+from engine.outputs import write_whole
 
 HWM = 1000                 # signals queued per subscriber before it is found full
 SNDBUF = 256 * 1024        # its socket buffer (the kernel doubles it)
@@ -37,11 +48,104 @@ def log(msg):
     print(f"[engine] {msg}", file=sys.stderr, flush=True)
 
 
+def key_paths(name, directory):
+    """(secret key file, public key file) of engine `name` in its state directory."""
+    base = os.path.join(directory, f"{str(name).replace('/', '%')}.zmq-key")
+    return base, base + ".pub"
+
+
+def _read_private(path):
+    """The bytes of a file of this user nobody else can read or write, or None if there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise RuntimeError(f"zmq key file {path}: {e.strerror} (a link is never followed)") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise RuntimeError(f"zmq key file {path} is refused: it must be a regular file of uid {os.geteuid()} "
+                               f"with mode 0600 (it is {st.st_mode & 0o777:04o}, uid {st.st_uid}); delete it and "
+                               "the engine makes a new keypair (subscribers then need the new public key)")
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def server_keys(name, directory):
+    """(public, secret) CURVE keys (z85 bytes) of engine `name`: read from its 0600 key file, or made
+    the first time. The public key is also written to KEYFILE.pub (0644: it is no secret) for
+    consumers."""
+    import zmq
+    path, pub_path = key_paths(name, directory)
+    raw = _read_private(path)
+    keys = None
+    if raw is not None:
+        try:
+            d = json.loads(raw)
+            keys = d["public"].encode("ascii"), d["secret"].encode("ascii")
+            if zmq.curve_public(keys[1]) != keys[0]:
+                keys = None
+        except (ValueError, KeyError, TypeError, AttributeError, zmq.ZMQError):
+            keys = None
+        if keys is None:
+            raise RuntimeError(f"zmq key file {path} is not a keypair this engine wrote: delete it and the engine "
+                               "makes a new one (subscribers then need the new public key)")
+    if keys is None:
+        keys = zmq.curve_keypair()
+        write_whole(path, json.dumps({"public": keys[0].decode(), "secret": keys[1].decode()}).encode(), 0o600)
+    try:
+        with open(pub_path, "rb") as f:
+            same = f.read().strip() == keys[0]
+    except OSError:
+        same = False
+    if not same:
+        write_whole(pub_path, keys[0] + b"\n", 0o644)
+    return keys
+
+
+def read_public_key(path):
+    """A server's public key (40 z85 characters) from a key file (NAME.zmq-key.pub)."""
+    try:
+        with open(path, "rb") as f:
+            key = f.read(4096).strip()
+    except OSError as e:
+        raise ValueError(f"zmq public key {path}: {e.strerror}") from None
+    return check_public_key(key, path)
+
+
+def check_public_key(key, where):
+    from zmq.utils import z85
+    if isinstance(key, str):
+        key = key.encode("ascii", "replace")
+    try:
+        if len(key) != 40 or len(z85.decode(key)) != 32:
+            raise ValueError
+    except (ValueError, KeyError):
+        raise ValueError(f"{where}: not a zmq CURVE public key (40 z85 characters)") from None
+    return key
+
+
+def subscriber(ctx, server_key):
+    """A SUB socket that talks only to the holder of server_key's secret (CURVE, a fresh client
+    key: the engine accepts any subscriber, it is the subscriber that checks the publisher)."""
+    import zmq
+    s = ctx.socket(zmq.SUB)
+    pub, sec = zmq.curve_keypair()
+    s.curve_serverkey = server_key
+    s.curve_publickey, s.curve_secretkey = pub, sec
+    return s
+
+
 class Publisher:
-    def __init__(self, endpoint, hwm=HWM, sndbuf=SNDBUF):
+    def __init__(self, endpoint, hwm=HWM, sndbuf=SNDBUF, secret_key=None):
         import zmq
         self.zmq = zmq
         s = zmq.Context.instance().socket(zmq.XPUB)
+        if secret_key is not None:  # CURVE: only the holder of this key completes a subscriber's handshake
+            s.curve_server = True
+            s.curve_secretkey = secret_key
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, hwm)
         s.setsockopt(zmq.SNDBUF, sndbuf)
@@ -194,3 +298,111 @@ class Publisher:
         self._logged_at, self._unlogged = now, 0
         log(msg + more)
 
+
+
+class Subscriber:
+    """Follows an engine's signals, checking that the publisher holds the engine's secret key: a
+    process on the port that does not (a squatter while the engine is down) completes no
+    handshake, so none of its records is ever received, and say() is told (one line, again every
+    WARN_EVERY_S while it stays). libzmq gives up on a peer after a failed handshake: we connect
+    again every RETRY_S, with current_key() (the engine's key now: a restarted engine may have a
+    new one), and say when the engine is followed again.
+
+        sub = Subscriber("tcp://127.0.0.1:5556", open("engine.zmq-key.pub", "rb").read().strip())
+        while True:
+            topic, record, seq = sub.recv()   # seq: the topic's publication number (a jump: lost)
+    """
+    HANDSHAKE_IVL_MS = 5000   # a publisher that does not finish the handshake within this is refused
+    WARN_EVERY_S = 10.0
+    RETRY_S = 1.0
+
+    def __init__(self, endpoint, key, name="engine", topics=(b"",), key_source="the key given", current_key=None,
+                 say=None, ctx=None):
+        import zmq
+        self.zmq, self.ctx = zmq, ctx or zmq.Context.instance()
+        self.endpoint, self.key, self.name, self.topics = endpoint, check_public_key(key, key_source), name, topics
+        self.key_source, self.current_key = key_source, current_key or (lambda: self.key)
+        self.say = say or (lambda m: print(f"engine: {m}", file=sys.stderr, flush=True))
+        self.events = {zmq.EVENT_CONNECTED: "connected", zmq.EVENT_HANDSHAKE_SUCCEEDED: "ok",
+                       zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "failed", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "failed",
+                       zmq.EVENT_HANDSHAKE_FAILED_AUTH: "failed", zmq.EVENT_DISCONNECTED: "gone"}
+        self.pending = self.had_ok = False  # a connection whose handshake has not finished; one that did
+        self.refused, self._warned_at, self._retry_at = 0, None, None
+        self.sock = self.mon = None
+        self._open()
+
+    def _open(self):
+        zmq = self.zmq
+        s = subscriber(self.ctx, self.key)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.HANDSHAKE_IVL, self.HANDSHAKE_IVL_MS)
+        s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        m = s.get_monitor_socket(sum(self.events))
+        try:
+            s.connect(self.endpoint)
+        except zmq.ZMQError as e:
+            m.close(0)
+            s.close(0)
+            raise ValueError(f"--follow {self.endpoint}: {e.strerror}") from None
+        for t in self.topics:
+            s.setsockopt(zmq.SUBSCRIBE, t)
+        self.sock, self.mon = s, m
+        self.poller = zmq.Poller()
+        self.poller.register(s, zmq.POLLIN)
+        self.poller.register(m, zmq.POLLIN)
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.disable_monitor()
+            self.mon.close(0)
+            self.sock.close(0)
+            self.sock = None
+
+    def recv(self, timeout=None):
+        """(topic, record, publication number bytes) from the engine; None after timeout seconds."""
+        from zmq.utils.monitor import recv_monitor_message
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            if end is not None and now >= end:
+                return None
+            if self._retry_at is not None and now >= self._retry_at:
+                self._retry_at = None
+                new = self.current_key()
+                if new != self.key:
+                    self.say(f"engine {self.name!r}'s publisher on {self.endpoint} has a new key "
+                             f"({self.key.decode()} -> {new.decode()}): following it with the new key")
+                    self.key = new
+                self.close()
+                self._open()
+            waits = [x for x in (end, self._retry_at) if x is not None]
+            wait_ms = None if not waits else max(0, int((min(waits) - now) * 1000) + 1)
+            ready = dict(self.poller.poll(wait_ms))
+            if self.mon in ready:
+                self._event(self.events.get(recv_monitor_message(self.mon)["event"]))
+            if self.sock in ready:
+                parts = self.sock.recv_multipart()
+                return (parts + [b"", b""])[:3] if len(parts) < 3 else parts[:3]
+
+    def _event(self, kind):
+        if kind == "connected":
+            self.pending = True
+        elif kind == "ok":
+            self.pending = False
+            if self.had_ok or self.refused:
+                self.say(f"following engine {self.name!r} on {self.endpoint} again (publisher key "
+                         f"{self.key.decode()}; it restarted, or cut this subscriber off)")
+            self.had_ok, self.refused, self._warned_at = True, 0, None
+        elif kind == "failed" or (kind == "gone" and self.pending):
+            self.pending = False
+            now = time.monotonic()
+            if self.current_key() != self.key:  # the engine restarted with a new key: at once
+                self._retry_at = now
+                return
+            self._retry_at = now + self.RETRY_S
+            self.refused += 1
+            if self._warned_at is None or now - self._warned_at >= self.WARN_EVERY_S:
+                self._warned_at = now
+                self.say(f"warning: a process that is not engine {self.name!r} is listening on {self.endpoint}: "
+                         f"it did not prove the engine's key ({self.key_source}); its records are refused "
+                         f"({self.refused} handshakes refused so far)")

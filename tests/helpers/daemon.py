@@ -33,8 +33,9 @@ def external_feed(uri, ring, wait=True):
 
 
 class Daemon:
-    def __init__(self, tmp_path, name, *extra, core=None):
-        self.http_port, self.pub_port = free_tcp_port(), free_tcp_port()
+    def __init__(self, tmp_path, name, *extra, core=None, http_port=None, pub_port=None):
+        self.name = name
+        self.http_port, self.pub_port = http_port or free_tcp_port(), pub_port or free_tcp_port()
         self.http = f"127.0.0.1:{self.http_port}"
         self.pub = f"tcp://127.0.0.1:{self.pub_port}"
         self.token_file = tmp_path / f"{name}.token"
@@ -69,6 +70,21 @@ class Daemon:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
+
+    def pub_key_file(self):
+        """The engine's CURVE public key file (written at its start)."""
+        from engine.app.daemon import state_dir
+        from engine.app.zpub import key_paths
+        return key_paths(self.name, state_dir())[1]
+
+    def pub_key(self):
+        from engine.app.zpub import read_public_key
+        return read_public_key(self.pub_key_file())
+
+    def subscriber(self, ctx):
+        """A SUB socket (not yet connected) that checks this engine's key, as every subscriber must."""
+        from engine.app.zpub import subscriber
+        return subscriber(ctx, self.pub_key())
 
     def token(self):
         return self.token_file.read_text().strip()

@@ -9,6 +9,7 @@ defaults. With neither endpoint flags nor --config, the runtime file of --name (
 "engine") must be there and live: if not, one line says so (exit 2).
 """
 import argparse
+import http.client
 import json
 import os
 import sys
@@ -22,10 +23,13 @@ FLAG = {"http": "--http", "pub": "--follow"}
 
 
 class Where:
-    """A running engine's endpoints and where each came from (for messages)."""
+    """A running engine's endpoints and where each came from (for messages). unix: the control
+    plane's unix socket (the runtime file of a live engine at that address names it); pub_key:
+    the publisher's CURVE key and where it came from."""
 
-    def __init__(self, name, value, origin, token_file=None):
+    def __init__(self, name, value, origin, token_file=None, unix=None, pub_key=None):
         self.name, self.value, self.origin, self.token_file = name, value, origin, token_file
+        self.unix, self.pub_key = unix, pub_key
 
 
 def resolve(a, want):
@@ -61,40 +65,147 @@ def resolve(a, want):
             value = zmq_endpoint(value, bind=False)
     except (ValueError, argparse.ArgumentTypeError) as e:
         raise ValueError(f"{origin}: {e}") from None
-    token = None
+    token = unix = key = None
     if want == "http":
         from engine.app.daemon import runtime_dir
         same = rt is not None and rt.get("http") == f"{value[0]}:{value[1]}"
         token = (a.token_file or conf.get("token_file") or (rt.get("token_file") if same else None)
                  or os.path.join(runtime_dir(), f"{name}.token"))
-    return Where(name, value, origin, token)
+        unix = rt.get("http_unix") if same and isinstance(rt.get("http_unix"), str) else None
+    else:
+        key = _pub_key(a, name, rt, value)
+    return Where(name, value, origin, token, unix, key)
+
+
+def _pub_key(a, name, rt, endpoint):
+    """(the publisher's CURVE public key, where it came from): --server-key (a key or a key file),
+    the live engine's runtime file if it publishes there, else its key file in our state directory."""
+    from engine.app.zpub import check_public_key, key_paths, read_public_key
+    given = getattr(a, "server_key", None)
+    if given:
+        if len(given) == 40 and not os.path.exists(given):
+            return check_public_key(given, "--server-key"), "--server-key", name
+        return read_public_key(given), given, name
+    if rt is None or rt.get("pub") != endpoint:
+        from engine.app.runtime_file import find_publisher
+        rt = find_publisher(endpoint) or rt  # (an endpoint alone: the engine of ours publishing there)
+    if rt is not None and rt.get("pub") == endpoint and rt.get("pub_key"):
+        where = f"runtime file {rt['runtime_file']}"
+        return check_public_key(rt["pub_key"], where), where, rt.get("name") or name
+    from engine.app.daemon import state_dir
+    path = key_paths(name, state_dir())[1]
+    if not os.path.exists(path):
+        raise ValueError(f"no public key for engine {name!r}'s signals: it is not running as this user and {path} "
+                         "is not there: give --server-key KEY|FILE (the engine's NAME.zmq-key.pub)")
+    return read_public_key(path), path, name
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    """HTTP on the engine's unix socket; the server must be this user (or root): SO_PEERCRED."""
+
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        import socket
+        import struct
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self.path)
+            uid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        except OSError:
+            s.close()
+            raise
+        if uid not in (os.geteuid(), 0):
+            s.close()
+            raise OSError(f"the process on it is uid {uid}, not this user")
+        self.sock = s
+
+
+MAX_REPLY = 1 << 20
+
+
+def _request(conn, method, path, where, headers=None):
+    """(status, JSON object) of one request; a reply that is not one is one line (ValueError)."""
+    conn.request(method, path, body=b"" if method == "POST" else None, headers=headers or {})
+    r = conn.getresponse()
+    raw = r.read(MAX_REPLY + 1)
+    try:
+        body = json.loads(raw) if len(raw) <= MAX_REPLY else None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        kind = r.getheader("Content-Type") or "no content type"
+        raise ValueError(f"{where} answered {method} {path.split('?')[0]} with HTTP {r.status} and {len(raw)} bytes of "
+                         f"{kind}, not the engine's JSON object: is that engine {where.name!r}?")
+    return r.status, body
+
+
+class _Endpoint(str):
+    """An endpoint's description for messages, with the engine's name."""
+
+    def __new__(cls, text, name):
+        o = super().__new__(cls, text)
+        o.name = name
+        return o
 
 
 def _control(a, method, path):
-    """Call a running engine's control plane; returns (status, JSON, name)."""
-    import urllib.error
-    import urllib.request
+    """Call a running engine's control plane; returns (status, JSON). The token never leaves this
+    process: on the unix socket the engine knows us by uid; over TCP the engine first proves it
+    knows the token (engine/app/ctlauth.py), then we send an HMAC bound to the request."""
+    import secrets
 
+    from engine.app import ctlauth
     from engine.app.daemon import read_token
     w = resolve(a, "http")
     host, port = w.value
-    try:
-        token = read_token(w.token_file)  # refused when others can read it (RuntimeError: chmod 600)
-    except OSError as e:
-        raise ValueError(f"cannot read the control token {w.token_file}: {e.strerror} (is engine '{w.name}' running "
-                         "as this user? --token-file)") from None
-    req = urllib.request.Request(f"http://{host}:{port}{path}", method=method, data=b"" if method == "POST" else None,
-                                 headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
+    if w.unix:
+        where = _Endpoint(f"the control socket {w.unix} of engine {w.name!r}", w.name)
+        conn = _UnixHTTP(w.unix, timeout=10)
+    else:
+        where = _Endpoint(f"http://{host}:{port} ({w.origin})", w.name)
         try:
-            return e.code, json.loads(e.read() or b"{}")
-        except ValueError:
-            return e.code, {"error": f"HTTP {e.code}"}
-    except urllib.error.URLError as e:
-        raise ValueError(f"no engine control plane at http://{host}:{port} ({w.origin}): {e.reason}") from None
+            token = read_token(w.token_file)  # refused when others can read it (RuntimeError: chmod 600)
+        except OSError as e:
+            raise ValueError(f"cannot read the control token {w.token_file}: {e.strerror} (is engine '{w.name}' "
+                             "running as this user? --token-file)") from None
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        headers = {}
+        if not w.unix:
+            cn = secrets.token_hex(32)
+            refused = (f"{where} is not engine {w.name!r}: it did not prove it knows the token (a process squatting "
+                       "the port, or an engine with another token file); the token was not sent")
+            try:
+                code, ch = _request(conn, "GET", f"/auth/challenge?c={cn}", where)
+            except (ValueError, http.client.HTTPException) as e:  # (not HTTP, not JSON: not the engine)
+                what = str(e).replace(f"{where} ", "it ", 1) if isinstance(e, ValueError) else \
+                    f"{type(e).__name__} {e}".strip()
+                raise ValueError(f"{refused} ({what[:200]})") from None
+            sn, proof = ch.get("nonce"), ch.get("proof")
+            if code != 200 or not ctlauth.valid_nonce(sn) or not isinstance(proof, str) or \
+                    not secrets.compare_digest(proof.encode("utf-8", "surrogateescape"),
+                                               ctlauth.server_proof(token, cn, sn).encode()):
+                raise ValueError(refused)
+            headers["Authorization"] = f"{ctlauth.SCHEME} {sn} {ctlauth.client_mac(token, cn, sn, method, path)}"
+        return _request(conn, method, path, where, headers)
+    except (OSError, http.client.HTTPException) as e:
+        why = e.strerror or str(e) if isinstance(e, OSError) else f"{type(e).__name__} {e}".strip()
+        raise ValueError(f"no engine control plane at {where}: {why}") from None
+    finally:
+        conn.close()
+
+
+def _shaped(fn, body, what):
+    """fn(body); a reply without the fields the engine sends is one line, not a traceback."""
+    try:
+        return fn(body)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise ValueError(f"{what}: the reply is not an engine status (missing or odd field: {e}); is it the "
+                         "engine?") from None
 
 
 def status_line(body):
@@ -122,36 +233,43 @@ def cmd_ctl(a):
         print(json.dumps(body, default=str))
     elif a.command == "reload":
         if body.get("ok"):
-            print(f"reload: model generation {body['generation']} ({body['model']}, {body['backend']}) prepared in "
-                  f"{body['prepare_ms']} ms, adopted by the loop {body['adopted_after_us']:.1f} us after publication")
+            print(_shaped(lambda b: f"reload: model generation {b['generation']} ({b['model']}, {b['backend']}) "
+                                    f"prepared in {b['prepare_ms']} ms, adopted by the loop "
+                                    f"{b['adopted_after_us']:.1f} us after publication", body, "ctl reload"))
         else:
             print(f"engine: error: reload refused, the running model stays: {body.get('error', body)}",
                   file=sys.stderr)
     else:
-        print(status_line(body))
+        print(_shaped(status_line, body, f"ctl {a.command}"))
     return 0 if code == 200 else 1
 
 
 def cmd_stats(a):
-    from engine.app.report import feed_line, percentile_table
     code, body = _control(a, "GET", "/status")
     if code != 200:
         raise ValueError(f"engine said {code}: {body.get('error', body)}")
     if a.json:
         print(json.dumps(body))
         return 0
-    print(status_line(body))
+    _shaped(_print_stats, body, "stats")
+    return 0
+
+
+def _print_stats(body):
+    from engine.app.report import feed_line, percentile_table
+    out = [status_line(body)]
     cf, feed = body["losses"]["conflated"], body.get("feed_counters") or {}
-    print(f"  conflated {cf['ticks']:,} ({cf['share']:.1%} of the scoreable ticks; warns above {cf['warn_above']:.0%})"
-          + (f"   crossed books {body['losses']['crossed_books']:,}" if body["losses"]["crossed_books"] else ""))
+    out.append(f"  conflated {cf['ticks']:,} ({cf['share']:.1%} of the scoreable ticks; warns above "
+               f"{cf['warn_above']:.0%})" + (f"   crossed books {body['losses']['crossed_books']:,}"
+                                             if body["losses"]["crossed_books"] else ""))
     if any(feed.values()):
-        print("  " + feed_line(feed))
-    print(percentile_table(body["latency_ns"]))
+        out.append("  " + feed_line(feed))
+    out.append(percentile_table(body["latency_ns"]))
     pre = body["loop"].get("preempted")
     if pre is not None:
-        print(f"  core {body['loop']['core']}: the strategy thread waited {pre['wait_ms']:,.1f} ms in "
-              f"{pre['count']:,} preemptions for its core since it started")
-    return 0
+        out.append(f"  core {body['loop']['core']}: the strategy thread waited {pre['wait_ms']:,.1f} ms in "
+                   f"{pre['count']:,} preemptions for its core since it started")
+    print("\n".join(out))
 
 
 def cmd_signals(a):
@@ -163,42 +281,54 @@ def cmd_signals(a):
 
 
 def cmd_signals_follow(a):
-    import zmq
-
+    """Print a running engine's signals, from a zpub.Subscriber: it checks the publisher's CURVE
+    key, so a process on the port that is not the engine (a squatter while the engine is down)
+    gets none of its records printed, and it says so on stderr, and says when the engine's
+    publisher comes back (or comes back with a new key: from its runtime file)."""
+    from engine.app.runtime_file import RuntimeFileError, find
+    from engine.app.zpub import Subscriber
     from engine.records import SIGNAL_DTYPE, signal_dict
-    endpoint = resolve(a, "pub").value
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.SUB)
-    try:
-        sock.connect(endpoint)
-    except zmq.ZMQError as e:
-        sock.close(0)
-        raise ValueError(f"--follow {endpoint}: {e.strerror}") from None
-    for t in a.topic or [""]:
-        sock.setsockopt(zmq.SUBSCRIBE, t.encode())
+    w = resolve(a, "pub")
+    endpoint, (key, key_from, name) = w.value, w.pub_key
+
+    def say(msg):
+        print(f"engine: {msg}", file=sys.stderr, flush=True)
+
+    def current_key():
+        """The engine's key now (its runtime file or key file), for an engine restarted with a new one."""
+        if getattr(a, "server_key", None):
+            return sub.key
+        try:
+            rt = find(name)
+        except RuntimeFileError:
+            rt = None
+        try:
+            return _pub_key(a, name, rt, endpoint)[0]
+        except ValueError:
+            return sub.key
+
+    sub = Subscriber(endpoint, key, name, [t.encode() for t in a.topic or [""]], key_from, current_key, say)
     n = 0
     last = {}  # topic -> its last publication number: a jump is signals this subscriber lost
     try:
         while not a.count or n < a.count:
-            topic, payload, *rest = sock.recv_multipart() + [b""]
+            topic, payload, seq = sub.recv()
             if len(payload) != SIGNAL_DTYPE.itemsize:
-                print(f"engine: skipped a {len(payload)}-byte message (not a {SIGNAL_DTYPE.itemsize}-byte signal record)",
-                      file=sys.stderr)
+                say(f"skipped a {len(payload)}-byte message (not a {SIGNAL_DTYPE.itemsize}-byte signal record)")
                 continue
             r = np.frombuffer(payload, SIGNAL_DTYPE)[0]
             d = signal_dict(r)
             d["topic"] = topic.decode(errors="replace")
-            if len(rest[0]) == 8:
-                d["pub_seq"] = pub_seq = int.from_bytes(rest[0], "little")
+            if len(seq) == 8:
+                d["pub_seq"] = pub_seq = int.from_bytes(seq, "little")
                 if topic in last and pub_seq > last[topic] + 1:
-                    print(f"engine: gap: {pub_seq - last[topic] - 1} signals of {d['topic']} lost (publication "
-                          f"{last[topic] + 1} to {pub_seq - 1}: this subscriber fell behind or was reconnected)",
-                          file=sys.stderr, flush=True)
+                    say(f"gap: {pub_seq - last[topic] - 1} signals of {d['topic']} lost (publication "
+                        f"{last[topic] + 1} to {pub_seq - 1}: this subscriber fell behind or was reconnected)")
                 last[topic] = pub_seq
             print(json.dumps(d), flush=True)
             n += 1
     finally:
-        sock.close(0)
+        sub.close()
     return 0
 
 
@@ -270,6 +400,11 @@ def _add_signals(sub):
     s.add_argument("--follow", nargs="?", const=True, default=None, metavar="ENDPOINT", type=sub_endpoint,
                    help="subscribe to ENDPOINT (default: where engine --name publishes)")
     _where_args(s, http=False)
+    s.add_argument("--server-key", default=None, metavar="KEY|FILE",
+                   help="the publisher's CURVE public key (40 z85 characters) or a file holding it (the engine's "
+                        "NAME.zmq-key.pub); default: the runtime file of --name, else "
+                        "$XDG_STATE_HOME/engine/NAME.zmq-key.pub. Records from a publisher without the matching "
+                        "secret key are refused")
     s.add_argument("--topic", action="append", help="only these instruments (repeatable; default all)")
     s.add_argument("--count", type=nonneg_int, default=0, help="stop after N signals (default 0: never)")
     s.set_defaults(fn=cmd_signals)
