@@ -21,6 +21,12 @@ L_CONFLATED, L_MARKS, L_PARKS = 58, 59, 60
 # loop -> everyone: gap ticks read from the stream (losses before the ring: the feed's, or a recording's)
 # and the counts they carry (L_GAPS and L_LOST are the loop's own: lapped by the ring)
 L_FEED_GAPS, L_FEED_LOST = 61, 62
+# loop -> everyone: when the loop last found it had not run itself for LOOP_RESUMED_NS between two
+# housekeeping steps: the whole process was stopped (SIGSTOP, a debugger, a freezer, a VM pause), so an
+# expired lease says nothing of the control thread, which was stopped too; it gets LEASE_GRACE_NS to renew.
+# (An idle loop parking with the backoff wait beats every ~1.1 s: the gap must be longer than that.)
+L_RESUMED_NS = 63
+LOOP_RESUMED_NS, LEASE_GRACE_NS = 2_000_000_000, 1_000_000_000
 LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED, LOOP_PAUSED, LOOP_REATTACH = 0, 1, 2, 3, 4, 5, 6
 LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired", 5: "paused",
                     6: "reattaching"}

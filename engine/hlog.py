@@ -22,13 +22,12 @@ class HlogWriter:
     the log with a "#[EndTime: ...]" comment line, so a log without one was cut short."""
 
     def __init__(self, path, start_unix=None):
-        from .outputs import OutputError, reason
+        from .outputs import OutputError, open_private, reason
         self.path = path
         self.error = None
         self.intervals = 0
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self.f = open(path, "w", encoding="ascii")
+        try:  # 0600 in 0700 directories we make, as the signal file
+            self.f = open(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="ascii")
         except OSError as e:
             raise OutputError(path, "the latency log", reason(e), e.errno) from None
         self.start = start_unix if start_unix is not None else time.time()

@@ -202,8 +202,14 @@ def _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks):
 
 @njit(nogil=True, inline="always", cache=True)
 def _commands(ctl, now, paused):
-    """The control block's command at a housekeeping step: (stop the loop?, exit state,
-    paused). An expired lease stops it too: nobody is watching us, stop spinning."""
+    """The control block's command at a housekeeping step, which beats the heartbeat: (stop the
+    loop?, exit state, paused). An expired lease stops it too: nobody is watching us, stop
+    spinning; unless we did not run either (a whole-process stop: the control thread gets
+    LEASE_GRACE_NS from our resumption to renew it)."""
+    prev = load_relaxed(ctl, C.L_HEARTBEAT)
+    store_relaxed(ctl, C.L_HEARTBEAT, now)
+    if prev > 0 and now - prev > C.LOOP_RESUMED_NS:
+        store_relaxed(ctl, C.L_RESUMED_NS, now)
     cmd = load_acquire(ctl, C.CTL_CMD)
     if cmd == C.CMD_STOP:
         return True, C.LOOP_STOPPED, paused
@@ -212,7 +218,7 @@ def _commands(ctl, now, paused):
     if paused != (cmd == C.CMD_PAUSE):
         paused = cmd == C.CMD_PAUSE
         store_relaxed(ctl, C.L_STATE, C.LOOP_PAUSED if paused else C.LOOP_RUNNING)
-    if now > load_relaxed(ctl, C.CTL_LEASE_NS):
+    if now > load_relaxed(ctl, C.CTL_LEASE_NS) and now - load_relaxed(ctl, C.L_RESUMED_NS) > C.LEASE_GRACE_NS:
         return True, C.LOOP_LEASE_EXPIRED, paused
     return False, C.LOOP_STOPPED, paused
 
@@ -399,8 +405,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     conflate = cfg[CFG_CONFLATE] != 0.0
     conflate_max = np.int64(cfg[CFG_CONFLATE_MAX])
     conflate_ns = np.int64(cfg[CFG_CONFLATE_NS])
-    idle = 0
-    idle_t0 = 0
+    idle, idle_t0 = 0, 0
     park = PARK_MIN_NS
     owed = 0.0          # duty: ns of sleep owed (duty x elapsed - slept)
     t_last = monotonic_ns()
@@ -412,7 +417,6 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         it += 1
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
-            store_relaxed(ctl, C.L_HEARTBEAT, now)
             _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
             stop, state, paused = _commands(ctl, now, paused)
             if stop:
@@ -443,8 +447,11 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             if wait == WAIT_SPIN:
                 cpu_pause()
             else:
+                slept = parks
                 idle_t0, park, owed, t_last, parks = _idle_wait(wait, idle, idle_t0, park, park_max, spin_ns, yield_ns,
                                                                 duty, owed, t_last, parks)
+                if parks != slept:  # it slept: housekeeping next, so a stop is seen within a park, not 1024 of them
+                    it |= HOUSEKEEP_EVERY - 1
             continue
         idle = 0
         park = PARK_MIN_NS

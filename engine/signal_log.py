@@ -6,8 +6,10 @@ at most the signals still in the ring; a partial trailing record is ignored on r
 Header (version 3): magic "ENGSIG01", u32 version, u32 record size, i64 created (ns), u32 flags,
 u32 0, u64 records, 24 bytes reason (ASCII). Flags: 1 complete (the writer closed it: `records`
 is how many it wrote), 2 stopped (a write failed, e.g. a full disk: the file holds the first
-`records` records, whole; `reason` says why, and the writer wrote nothing more). A file with
-neither is being written, or its writer was killed. `status()` says which, and `engine signals
+`records` records, whole; `reason` says why, and the writer wrote nothing more), 4 ended
+abnormally (with 1: closed whole, but the run ended early: its strategy raised or hung, its
+lease expired, its feed died; `reason` says which). A file with neither 1 nor 2 is being
+written, or its writer was killed. `status()` says which, and `engine signals
 show` prints it ("incomplete: the writer stopped at record N (reason)"). Version 2 files (no
 flags) are read as they are.
 """
@@ -22,7 +24,8 @@ from .records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, SIGNAL_WORDS
 
 RECORD = SIGNAL_DTYPE.itemsize
 VERSION = 3  # 1: 64-byte records, before positions in units; 2: no completion flags
-F_COMPLETE, F_STOPPED = 1, 2
+F_COMPLETE, F_STOPPED, F_ABNORMAL = 1, 2, 4
+REASON_BYTES = 24
 
 MAGIC = b"ENGSIG01"
 HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_size", "<u4"), ("created_unix_ns", "<i8"),
@@ -42,7 +45,7 @@ class SignalLog:
     (/dev/null) takes the same bytes, with no marks."""
 
     def __init__(self, path, on_error=None):
-        from .outputs import OutputError, reason
+        from .outputs import OutputError, open_private, reason
         self.path = path
         self.on_error = on_error
         self.count = 0
@@ -50,9 +53,8 @@ class SignalLog:
         self.error = None
         self.created = time.time_ns()
         self.fd = None
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:  # 0600 in 0700 directories we make: the trading history is no one else's
+            self.fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
             _write_all(self.fd, self._header(0))
         except (OSError, _Short) as e:
@@ -65,7 +67,7 @@ class SignalLog:
     def _header(self, flags, why=""):
         h = np.zeros(1, HEADER)
         h["magic"], h["version"], h["record_size"], h["created_unix_ns"] = MAGIC, VERSION, RECORD, self.created
-        h["flags"], h["records"], h["reason"] = flags, self.count, why.encode("ascii", "replace")[:24]
+        h["flags"], h["records"], h["reason"] = flags, self.count, why.encode("ascii", "replace")[:REASON_BYTES]
         return h.tobytes()
 
     def _mark(self, flags, why=""):
@@ -102,13 +104,15 @@ class SignalLog:
         if self.on_error is not None:
             self.on_error(str(self.error))
 
-    def close(self):
+    def close(self, abnormal=None):
+        """The end mark: complete, and with `abnormal` (a short reason, REASON_BYTES at most) the
+        run's early end too."""
         if self.fd is None:
             return
         try:
             if self.regular:
                 if self.error is None:
-                    self._mark(F_COMPLETE)
+                    self._mark(F_COMPLETE | (F_ABNORMAL if abnormal else 0), abnormal or "")
                 os.fsync(self.fd)
         except OSError as e:
             if self.error is None:
@@ -140,7 +144,8 @@ def _write_all(fd, data):
 
 def status(path):
     """What a signal file says of itself: {"version", "records" (whole records in the file),
-    "complete" (None for a version 2 file: it cannot say), "stopped_at", "reason", "note"}
+    "complete" (None for a version 2 file: it cannot say), "stopped_at", "reason", "abnormal" (why
+    the run ended early, or None), "note"}
     where note, when not None, is what a reader must be told ("incomplete: ...")."""
     try:
         size = os.path.getsize(path)
@@ -155,7 +160,7 @@ def status(path):
         raise SignalLogError(f"{path}: not an engine signal file")
     n, torn = divmod(size - 64, RECORD)
     out = {"version": int(h["version"]), "records": n, "complete": None, "stopped_at": None, "reason": None,
-           "note": None}
+           "abnormal": None, "note": None}
     if out["version"] < 3:
         return out
     flags, declared = int(h["flags"]), int(h["records"])
@@ -165,6 +170,9 @@ def status(path):
         if declared != n:
             out["note"] = (f"damaged: its writer closed it with {declared:,} records, it holds {n:,}"
                            + (f" and {torn} bytes of a torn one" if torn else ""))
+        elif flags & F_ABNORMAL:
+            out["abnormal"] = out["reason"] = why
+            out["note"] = f"the run ended abnormally ({why}): its signals stop there"
     elif flags & F_STOPPED:
         out["stopped_at"], out["reason"] = declared, why
         out["note"] = f"incomplete: the writer stopped at record {declared:,} ({why})"
@@ -237,5 +245,5 @@ def write_signals_parquet(path, sigs, extra=None, metadata=None, tables=None):
     t = signals_table(sigs, extra)
     t = t.replace_schema_metadata(table_metadata(tables or [], **(metadata or {})))
     strings = [f.name for f in t.schema if pa_is_string(f.type)]
-    with atomic_file(path, "the signal table") as tmp:
+    with atomic_file(path, "the signal table", private=True) as tmp:
         pq.write_table(t, tmp, use_dictionary=strings)  # (dictionary-encoding every float column cost 4x the time)

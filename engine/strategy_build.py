@@ -8,6 +8,13 @@ own file, so the key in the name covers everything compiled into it: the strateg
 its constants and parameter names, the template, and the numba/llvmlite/numpy versions (the
 engine's own modules are covered by NUMBA_CACHE_DIR, engine/__init__.py). An edited strategy
 gets a new file and never runs stale code.
+
+Check mode (`engine run --check`, `engine backtest --check`: ENGINE_CHECK=1, which worker processes
+inherit): the strategy's own numba functions are compiled again with numba's boundscheck, into a
+host file of their own (its own cache: a normal run never loads checked code, nor the reverse),
+and on_tick and decide are wrapped so that an index out of bounds stops the run with one line
+naming the file and the function, where without it the write lands in memory that is not the
+strategy's.
 """
 import ast
 import copy
@@ -27,6 +34,11 @@ from .strategy_load import StrategyError
 TEMPLATE = Path(__file__).with_name("host_template.py")
 MARKER = "# ==== host body ====\n"
 KEEP_HOSTS = 64  # generated files kept (the oldest go)
+CHECK_ENV = "ENGINE_CHECK"  # "1": strategies are compiled in check mode (see above)
+
+
+def check_mode():
+    return os.environ.get(CHECK_ENV) == "1"
 
 
 def hosts_dir():
@@ -34,20 +46,55 @@ def hosts_dir():
     return Path(cache_dir("hosts"))
 
 
-def build_key(s):
+def build_key(s, check=False):
     import llvmlite
     import numba
     h = hashlib.sha256()
     h.update(json.dumps({"sha256": s.sha256, "features": list(s.features), "depth": s.depth, "state": s.state,
                          "params": list(s.param_names), "decide": s.has_decide, "path": s.path,
-                         "versions": [numba.__version__, llvmlite.__version__, np.__version__, sys.version]},
-                        sort_keys=True).encode())
+                         "versions": [numba.__version__, llvmlite.__version__, np.__version__, sys.version]}
+                        | ({"check": True} if check else {}), sort_keys=True).encode())
     h.update(TEMPLATE.read_bytes())
     h.update(Path(__file__).read_bytes())  # the generator itself
     return h.hexdigest()[:16]
 
 
-def _header(s):
+def checked_functions(mod):
+    """Check mode: every numba function the strategy file defines, compiled again with boundscheck
+    (and not cached), sharing one copy of the module's globals so that helpers they call by name
+    are the checked ones too. Returns that globals dict."""
+    import types
+
+    import numba
+    from numba.core.dispatcher import Dispatcher
+    g = dict(vars(mod))
+    for k, v in vars(mod).items():
+        if isinstance(v, Dispatcher) and getattr(v.py_func, "__module__", None) == mod.__name__:
+            f = v.py_func
+            copy_ = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+            opts = {o: x for o, x in v.targetoptions.items() if o not in ("nopython", "cache", "boundscheck")}
+            g[k] = numba.njit(boundscheck=True, **opts)(copy_)
+    return g
+
+
+def _checked_wrapper(s, fn, args):
+    """Check mode: fn(args) of the strategy, its checked copy called inside a try, so that what it
+    raises (numba's bare "index is out of bounds") becomes a line naming the file and function."""
+    why = (f"{s.path}: {fn} indexed an array out of bounds (caught by --check), or raised an exception "
+           "of its own")
+    return [f"_checked_{fn} = _checked[{fn!r}]",
+            "",
+            "",
+            "@_njit(nogil=True, boundscheck=True)",
+            f"def {fn}({args}):",
+            "    try:",
+            f"        return _checked_{fn}({args})",
+            "    except Exception:",
+            "        pass",
+            f"    raise IndexError({why!r})", "", ""]
+
+
+def _header(s, check=False):
     names = list(s.param_names)
     args = ", ".join(f"p[{i}]" for i in range(len(names)))
     lines = [
@@ -60,6 +107,8 @@ def _header(s):
         "",
         f"_user = _import({s.path!r}, {s.module_name!r})",
         "on_tick = _user.on_tick",
+        *(["from engine.strategy_build import checked_functions as _checked_functions",
+           "_checked = _checked_functions(_user)", ""] if check else []),
         f"DEPTH = {s.depth}",
         f"STATE = {s.state}",
         f"NFEAT = {len(s.features)}",
@@ -72,8 +121,11 @@ def _header(s):
         "",
         "",
     ]
+    if check:
+        lines += _checked_wrapper(s, "on_tick", "state, book, tick, row, params")
     if s.has_decide:
-        lines += ["decide = _user.decide", ""]
+        lines += _checked_wrapper(s, "decide", "state, score, position, params") if check else \
+            ["decide = _user.decide", ""]
     else:
         lines += ["@_njit(nogil=True, inline='always', cache=True)",
                   "def decide(state, score, position, params):",
@@ -135,11 +187,11 @@ def _expand(tree, fn):
     return Calls().visit(tree)
 
 
-def generate(s):
+def generate(s, check=False):
     """Write (once) the host module for strategy `s`; returns (module name, path)."""
-    key = build_key(s)
+    key = build_key(s, check)
     stem = "".join(c if c.isalnum() else "_" for c in s.name)
-    name = f"engine_host_{stem}_{key}"
+    name = f"engine_host_{stem}{'_check' if check else ''}_{key}"
     d = hosts_dir()
     path = d / f"{name}.py"
     if not path.exists():  # written once: rewriting would change its stamp and void numba's cache
@@ -148,7 +200,7 @@ def generate(s):
         if MARKER not in body:
             raise RuntimeError(f"{TEMPLATE}: no host body marker")
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(_header(s) + expand_host_step(body.split(MARKER, 1)[1]))
+        tmp.write_text(_header(s, check) + expand_host_step(body.split(MARKER, 1)[1]))
         os.replace(tmp, path)
         _prune(d)
     return name, path
@@ -289,12 +341,13 @@ def _return_types_error(s):
     return None
 
 
-def build(s):
+def build(s, check=None):
     """Generate, import and compile-check a strategy's host (once per process per strategy):
     on_tick and decide are compiled with the loops' exact types here, so a strategy that does
-    not compile, or returns the wrong type, fails before anything starts."""
+    not compile, or returns the wrong type, fails before anything starts. check (default: the
+    process's check mode, ENGINE_CHECK): with numba's boundscheck (see above)."""
     from numba.core import errors
-    name, path = generate(s)
+    name, path = generate(s, check_mode() if check is None else check)
     if name in _HOSTS:  # compiled already; parameter values are runtime inputs, so bind these ones
         cached = _HOSTS[name]
         if cached.strategy.values == s.values:

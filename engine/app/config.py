@@ -18,6 +18,7 @@ KEYS = {
     "logs.signals_out": ("signals_out", str), "logs.hlog": ("hlog", str), "logs.hlog_interval": ("hlog_interval", float),
     "logs.keep_rings": ("keep_rings", bool),
     "loop.conflate_warn": ("conflate_warn", float), "feed.crossed_after": ("crossed_after", float),
+    "loop.stall_exit": ("stall_exit", float),
 }
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
@@ -44,6 +45,8 @@ def load(path):
         raise ConfigError(f"{path}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:  # (tomllib parses nested arrays and inline tables recursively)
+        raise ConfigError(f"{path}: nested too deeply to be an engine configuration") from None
     except UnicodeDecodeError as e:  # a binary file: TOML is UTF-8 text
         raise ConfigError(f"{path}: not a TOML file (not UTF-8 text: byte {e.start} is {e.object[e.start]:#04x})") \
             from None
@@ -54,7 +57,11 @@ def load(path):
                                                for v in params.values()):
             raise ConfigError(f"{path}: [strategy.params] must map parameter names to numbers")
         out["param_table"] = {str(k): float(v) for k, v in params.items()}
-    for key, v in _flatten(data):
+    try:
+        flat = list(_flatten(data))
+    except RecursionError:  # tables within tables (a.b.c... = 1) parse flat but flatten deep
+        raise ConfigError(f"{path}: nested too deeply to be an engine configuration") from None
+    for key, v in flat:
         if key not in KEYS:
             near = [k for k in KEYS if k.split(".")[-1] == key.split(".")[-1]]
             hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(sorted(KEYS))})"

@@ -182,6 +182,10 @@ class ControlPlane:
         self.feed_dead_logged = False
         self.stall_logged = False
         self.stalled = False
+        self.silent_ns, self._beat, self._watch_at = 0, None, time.monotonic_ns()
+        self.hung_ns = int(getattr(ctx, "stall_exit", LOOP_HUNG_S) * 1e9)  # 0: a stalled loop never ends the run
+        self.abnormal = None        # (reason for the signal file, the summary's words): why we ended the run
+        self.drain_stuck = False    # the drain thread did not stop at the end (blocked in a write)
         self.respawns = 0
         self.pub = None
         self.hlog = None
@@ -271,6 +275,8 @@ class ControlPlane:
                                     " before the end of its source: the run stopped there"))
         if not finished:
             log(f"feed process {proc.pid} exited with status {code} before the end of its source: stopping")
+            self.abnormal = self.abnormal or (f"feed exited {code}", f"the feed process exited with status {code} "
+                                              "before the end of its source")
             self.x.stop_event.set()
 
     def note_feed_exit(self):
@@ -330,16 +336,33 @@ class ControlPlane:
         return feed_stats.total(self._feed_carried, self._feed_last)
 
     def _watchdog(self):
-        st = int(self.ctl[C.L_STATE])
-        age = time.monotonic_ns() - int(self.ctl[C.L_HEARTBEAT])
-        self.stalled = st in (C.LOOP_RUNNING, C.LOOP_PAUSED) and age > LOOP_STALL_NS and \
+        """How long the loop has been silent (no heartbeat), counted only while we ran ourselves: a
+        whole-process stop (SIGSTOP, a debugger, a VM pause) stops the loop and us alike, and a
+        gap between two of our looks counts at most WATCH_GAP_MAX_NS, so it never reads as a
+        stalled loop. Silent for hung_ns (--stall-exit), the loop is not coming back (its strategy
+        never returns: the thread cannot be interrupted): the run ends, abnormally."""
+        now = time.monotonic_ns()
+        gap, self._watch_at = min(now - self._watch_at, WATCH_GAP_MAX_NS), now
+        beat = int(self.ctl[C.L_HEARTBEAT])
+        watched = int(self.ctl[C.L_STATE]) in (C.LOOP_RUNNING, C.LOOP_PAUSED) and \
             int(self.ctl[C.CTL_CMD]) != C.CMD_REATTACH
+        if not watched or beat != self._beat:
+            self._beat, self.silent_ns = beat, 0
+        else:
+            self.silent_ns += gap
+        self.stalled = self.silent_ns > LOOP_STALL_NS
         if self.stalled and not self.stall_logged:
-            log(f"watchdog: the strategy loop has not beaten for {age / 1e9:.1f} s (stalled?)")
+            log(f"watchdog: the strategy loop has not beaten for {self.silent_ns / 1e9:.1f} s (stalled?)")
             self.stall_logged = True
         elif not self.stalled and self.stall_logged:
             log("watchdog: the strategy loop is beating again")
             self.stall_logged = False
+        if self.hung_ns and self.silent_ns >= self.hung_ns and self.abnormal is None:
+            why = (f"the strategy loop hung: no heartbeat for {self.silent_ns / 1e9:.1f} s (--stall-exit); its "
+                   "strategy does not return (an endless loop in on_tick or decide?)")
+            log(f"error: {why}; stopping the run")
+            self.abnormal = ("strategy loop hung", why)
+            self.x.stop_event.set()
 
     # -- signals -----------------------------------------------------------------------
 
@@ -718,13 +741,19 @@ class ControlPlane:
             self.drain_stop.wait(x.drain_period)
 
     def finish(self):
-        """After the loop stopped: the last signals and the last interval, then close."""
+        """After the loop stopped: the last signals and the last interval, then close. A drain
+        thread that does not stop (blocked writing the signal file: a reader that stopped reading
+        a FIFO, a hung file system) is left alone: nothing more is drained (`drain_stuck`)."""
         if self.runtime is not None:
             self.runtime.remove()
         self.drain_stop.set()
         if self.drainer is not None:
-            self.drainer.join()
-        self.drain()
+            self.drainer.join(DRAIN_JOIN_S)
+            self.drain_stuck = self.drainer.is_alive()
+        if self.drain_stuck:
+            log(f"error: the drain thread is stuck writing {self.x.slog.path}: the last signals are not written")
+        else:
+            self.drain()
         self._refresh_instruments()  # (the run's signal table names them: every one the feed found)
         if self.hlog is not None:
             self.hlog.close(self.x.ctl_blk.hist)

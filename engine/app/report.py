@@ -44,6 +44,8 @@ def as_json(res):
         "parks": res.counters["parks"], "feed_waits_for_loop": res.backpressure,
         "preempted": res.preempted, "isolation": res.isolation,
         "warnings": warnings(res), "error": getattr(res, "error", None),
+        # why the run ended early (None: as asked), and the ticks in the ring it never read
+        "abnormal": getattr(res, "abnormal", None), "unread": getattr(res, "unread", 0),
     }
 
 
@@ -105,6 +107,8 @@ def preemption_line(res):
 def warnings(res):
     """What a run lost or dropped, in words (printed in the summary; --strict makes them fatal)."""
     c, out, lo = res.counters, [], _losses(res)
+    if getattr(res, "abnormal", None):
+        out.append(f"the run ended abnormally: {res.abnormal}; {res.unread:,} ticks in the ring were never read")
     if c["feed_gaps"]:
         out.append(f"the feed lost data before the ring: {c['feed_gaps']:,} gaps, {c['feed_lost']:,} messages of its "
                    "source never arrived (sequence gaps it could not recover: no re-request server, or one that "
@@ -128,12 +132,13 @@ def warnings(res):
 
 
 def percentile_table(lat):
-    """The per-stage percentile table (ns) of a latency summary."""
-    lines = [f"  {'latency (ns)':<16}" + "".join(f"{k:>13}" for k in COLS) + f"{'count':>13}"]
-    for s in STAGES:
-        st = lat[s]
-        lines.append(f"  {s:<16}" + "".join(f"{st[k]:>13,}" for k in COLS) + f"{st['count']:>13,}")
-    return "\n".join(lines)
+    """The per-stage percentile table (ns) of a latency summary: each column as wide as its widest
+    cell, two spaces apart, so large numbers never run together."""
+    head = ("latency (ns)", *COLS, "count")
+    rows = [(s, *(f"{lat[s][k]:,}" for k in (*COLS, "count"))) for s in STAGES]
+    w = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+    return "\n".join("  " + r[0].ljust(w[0]) + "".join(f"  {v:>{w[i + 1]}}" for i, v in enumerate(r[1:]))
+                     for r in (head, *rows))
 
 
 def dumps(obj):

@@ -10,6 +10,7 @@ Application layer (engine/app/). run() is that order as named steps, the methods
 check_request, open_input, check_machine, check_free, load_model, compile, lock_memory (nothing
 created yet), then create_rings, start_feed, start_thread, serve, and stop (always, to the end).
 """
+import math
 import os
 import signal
 import subprocess
@@ -34,6 +35,20 @@ LEASE_NS = 3_000_000_000  # the loop stops by itself if the main thread goes qui
 DRAIN_PERIOD_S = 0.002
 STRATEGY_THREAD_NAME = "engine-strategy"
 MAX_INSTRUMENTS = 65536  # feature state for every possible instrument index of an external ring
+# --name: the longest name whose files fit a file name (NAME_MAX 255) with the longest suffix the engine
+# gives one (NAME.ticks.instruments, NAME-YYYYmmddTHHMMSS.hlog, a table's .NAME-....parquet.tmp-PID)
+MAX_NAME_BYTES = 200
+
+
+def check_name(name):
+    """An instance name names files in /dev/shm and beside the outputs: it must be one."""
+    raw = name.encode("utf-8", "surrogateescape") if isinstance(name, str) else b""
+    why = ("is empty" if not raw else "has a '/'" if b"/" in raw else "has a NUL byte" if b"\0" in raw else
+           f"is {len(raw)} bytes long (at most {MAX_NAME_BYTES})" if len(raw) > MAX_NAME_BYTES else
+           "is '.' or '..'" if name in (".", "..") else None)
+    if why:
+        raise ValueError(f"--name {name!r} {why}: it names the run's files in /dev/shm (NAME.ctl, NAME.signals, "
+                         "NAME.ticks)")
 
 
 def log(msg):
@@ -75,6 +90,7 @@ class RunConfig:
     isolate: bool = False           # other tasks and IRQs off the core while running (engine/isolation.py)
     conflate_warn: float = 0.5      # warn (summary, metrics) when conflation folded more than this share of scoreable ticks
     crossed_after: float = 1.0      # the feed counts a book crossed for longer than this (s, exchange time; 0 = never)
+    stall_exit: float = 5.0         # a loop with no heartbeat this long (s) never comes back: the run ends (0 = never)
 
 
 @dataclass
@@ -102,6 +118,8 @@ class RunResult:
     feed_counters: dict = field(default_factory=dict)  # the feed's own (engine/feed_stats.py), over its restarts
     conflate_warn: float = 0.5
     crossed_after: float = 1.0
+    abnormal: str | None = None     # why the run ended early (the strategy raised or hung, ...): exit non-zero
+    unread: int = 0                 # ticks in the ring the loop never read (its write cursor - our read cursor)
 
 
 class StrategyThread(threading.Thread):
@@ -422,6 +440,7 @@ class _Run:
         self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = self.isolation = None
         self.isolation_text = None
         self.running = False
+        self.abnormal, self.unread = None, 0  # (short reason, words): why the run ended early; ticks never read
         self.t_start = self.t_stop = time.monotonic()
 
     # -- 1. checks and preparation: nothing created yet --
@@ -449,6 +468,11 @@ class _Run:
             raise ValueError(f"--priority must be 1..99 for SCHED_FIFO, got {cfg.priority}")
         if cfg.warm_every < 0:
             raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
+        check_name(cfg.name)
+        if cfg.duration is not None and not (math.isfinite(cfg.duration) and cfg.duration > 0):
+            raise ValueError(f"--duration must be a finite number of seconds > 0, got {cfg.duration!r}")
+        if not (math.isfinite(cfg.stall_exit) and cfg.stall_exit >= 0):
+            raise ValueError(f"--stall-exit must be a finite number of seconds >= 0, got {cfg.stall_exit!r}")
         sig_path = cfg.signals_out or default_signals_path(cfg.name)
         parquet_out = None
         if sig_path.endswith(".parquet"):  # the raw log goes next to it; the table is written at the end
@@ -670,7 +694,7 @@ class _Run:
                              drain_buf=self.drain_buf, thread=self.thread, proc=self.proc, ring_name=ring_name,
                              stop_event=self.stop_event, reload_event=self.reload_event, loaded=self.loaded,
                              swaps=self.swaps, model_dir=self.model_dir, lease_ns=LEASE_NS,
-                             drain_period=DRAIN_PERIOD_S,
+                             drain_period=DRAIN_PERIOD_S, stall_exit=cfg.stall_exit,
                              deadline=self.t_start + cfg.duration if cfg.duration else None,
                              http=cfg.http, pub=cfg.pub, token_file=cfg.token_file, hlog_path=cfg.hlog,
                              hlog_interval=cfg.hlog_interval,
@@ -704,26 +728,51 @@ class _Run:
         if proc is not None and proc.poll() is None:
             step(proc.send_signal, signal.SIGTERM)  # it exits while we drain and summarise
         if thread is not None:
-            thread.join(timeout=2.0)
+            thread.join(timeout=0.2 if self.plane is not None and self.plane.abnormal else 2.0)  # (hung: it never will)
+            step(self._count_unread)
         if self.plane is not None:
             step(self.plane.finish)  # the last signals (file and zmq) and the last latency interval
         elif slog is not None:
             step(self._drain_rest)
+        self.abnormal = self._abnormal_end()
         if slog is not None:
-            step(slog.close)
+            step(slog.close, self.abnormal[0] if self.abnormal else None)
             if not self.running and not slog.count and slog.regular:
                 step(_unlink, self.sig_path)  # the run never started: no empty signal file left behind
         if proc is not None:
             step(_stop_feed, proc)
         if self.isolation is not None:
             step(self._restore_isolation)
-        if thread is not None and thread.consumer is not None:
-            step(thread.consumer.close)
+        if thread is not None and thread.consumer is not None and not thread.is_alive():
+            step(thread.consumer.close)  # (a hung loop still reads the ring's memory: it stays mapped until we exit)
         if not self.cfg.keep_rings:
             for p in self.created:
                 step(_unlink, p)
         step(rt.munlockall)
         step(locks.release_all)
+
+    def _count_unread(self):
+        """Ticks the loop never read: the ring's write cursor minus the loop's read cursor, now."""
+        c = self.thread.consumer
+        if c is not None and self.running:
+            self.unread = max(0, int(c.hdr[shm.H_WRITE]) - int(c.hdr[c.slot_base + shm.C_CURSOR]))
+
+    def _abnormal_end(self):
+        """Why the run ended early, if it did: (a short reason for the signal file's header, the
+        words for the summary); None for a run that ended as asked (duration, signal, end of input)."""
+        thread, plane = self.thread, self.plane
+        if thread is None or not self.running:
+            return None
+        if thread.error is not None:
+            e, path = thread.error, self.strat.path
+            said = f"{e}" if str(e).startswith(path) else f"strategy {path} raised {type(e).__name__}: {e}"  # (--check)
+            return f"raised {type(e).__name__}", f"the strategy loop stopped: {said}"
+        if plane is not None and plane.abnormal:
+            return plane.abnormal
+        if thread.exit_state == C.LOOP_LEASE_EXPIRED:
+            return ("lease expired", f"the strategy loop stopped itself: the control thread did not renew its lease "
+                                     f"for {LEASE_NS / 1e9:.0f} s while the loop ran (starved or hung?)")
+        return None
 
     def _drain_rest(self):
         while _drain_signals(self.sring, self.drain_buf, self.slog):
@@ -734,8 +783,6 @@ class _Run:
     def result(self):
         """The run's RunResult; the thread's error or the first cleanup error raised instead."""
         thread, slog, sig_path = self.thread, self.slog, self.sig_path
-        if thread.error:
-            raise thread.error
         if self.cleanup_errors:
             raise self.cleanup_errors[0]
         warnings = list(self.input_warnings) + list(getattr(self.plane, "warnings", []))
@@ -751,9 +798,6 @@ class _Run:
             error = error or str(hl.error)
         if self.parquet_out:
             sig_path, error = self._write_table(sig_path, error, warnings)
-        if thread.exit_state == C.LOOP_LEASE_EXPIRED:
-            raise RuntimeError(f"the strategy loop stopped itself: the control thread did not renew its lease "
-                               f"for {LEASE_NS / 1e9:.0f} s (starved or hung?)")
         c = self.choice
         return RunResult(counters=self.ctl_blk.counters(), drops=self.sring.drops, core=thread.core,
                          policy=thread.policy, wait=c.wait.name, choice=c.reason, conflate=self.conflate,
@@ -764,7 +808,8 @@ class _Run:
                          warnings=warnings, error=error, preempted=thread.preempted(),
                          isolation=self.isolation_text,
                          feed_counters=self.plane.feed_counters() if self.plane is not None else {},
-                         conflate_warn=self.cfg.conflate_warn, crossed_after=self.cfg.crossed_after)
+                         conflate_warn=self.cfg.conflate_warn, crossed_after=self.cfg.crossed_after,
+                         abnormal=self.abnormal[1] if self.abnormal else None, unread=self.unread)
 
     def _write_table(self, sig_path, error, warnings):
         """--signals-out X.parquet: the table from the signal file, whole or not at all; returns
@@ -781,6 +826,8 @@ class _Run:
         try:
             names, specs = getattr(self.plane, "instruments", None), getattr(self.plane, "specs", None)
             meta = {"engine.instruments": json.dumps(dump(names, specs))} if names and specs is not None else {}
+            if self.abnormal:  # the table's end mark, as the signal file's header
+                meta["engine.abnormal_end"] = self.abnormal[1]
             write_signals_parquet(parquet_out, read_signals(sig_path), tables=[names], metadata=meta)
             sig_path = parquet_out
         except OutputError as e:  # nothing left at its name: written whole or not at all

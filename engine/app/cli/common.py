@@ -23,15 +23,15 @@ sources:
 
 def positive_float(s):
     v = float(s)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+    if not (v > 0 and v != float("inf")):  # (nan and inf too: a --duration nan would never end)
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {s}")
     return v
 
 
 def nonneg_float(s):
     v = float(s)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    if not (v >= 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {s}")
     return v
 
 

@@ -134,7 +134,14 @@ def cmd_backtest(a):
         if note:
             print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
     p = _backtest_params(a, hz, marks)
-    summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
+    from .run import check_mode
+    check_mode(a)
+    try:
+        summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
+    except IndexError as e:  # --check: what boundscheck caught, one line naming the file and function
+        if not a.check:
+            raise
+        raise RuntimeError(str(e)) from None
     if a.json:
         print(json.dumps(summary, default=str))
     else:
@@ -240,6 +247,8 @@ def _add_backtest(sub):
     bt.add_argument("--quiet", action=Flag, help="no progress lines")
     bt.add_argument("--json", action=Flag, help="print the summary as one JSON object")
     verify_key_arg(bt)
+    from .run import check_arg
+    check_arg(bt)
     bt.set_defaults(fn=cmd_backtest)
 
 

@@ -1,6 +1,7 @@
 """`engine run` (the engine end to end: engine/app/runner.py) and `engine feed` (a feed handler
 process writing a tick ring)."""
 import argparse
+import math
 import os
 import signal
 import sys
@@ -30,6 +31,7 @@ def cmd_run(a):
 
     from engine.app.daemon import runtime_dir
     _check_run_args(a)
+    check_mode(a)
     if a.ring_owner:
         _trust_ring_owner(a.ring_owner)
     cfg = RunConfig(core=a.core, priority=a.priority, realtime=a.realtime, policy=a.policy, wait=a.wait,
@@ -42,7 +44,7 @@ def cmd_run(a):
                     token_file=a.token_file or os.path.join(runtime_dir(), f"{a.name}.token"),
                     hlog=None if a.hlog in ("", "none") else (a.hlog or _default_hlog(a.name)),
                     hlog_interval=a.hlog_interval, doctor=a.doctor, isolate=a.isolate,
-                    conflate_warn=a.conflate_warn, crossed_after=a.crossed_after)
+                    conflate_warn=a.conflate_warn, crossed_after=a.crossed_after, stall_exit=a.stall_exit)
     stop, reload = threading.Event(), threading.Event()
 
     def on_signal(signum, frame):
@@ -69,6 +71,9 @@ def cmd_run(a):
         print(dumps(as_json(res)), flush=True)
         for w in warnings(res):
             print(f"engine: warning: {w}", file=sys.stderr, flush=True)
+    if res.abnormal:  # the strategy raised or hung, its lease expired, its feed died: the summary says what was done
+        print(f"engine: error: {res.abnormal}", file=sys.stderr, flush=True)
+        return 1
     if res.error:  # an output could not be written: the summary above says what it holds
         raise RuntimeError(res.error)
     if a.strict and warnings(res):
@@ -76,6 +81,25 @@ def cmd_run(a):
               "above)", file=sys.stderr)
         return 1
     return 0
+
+
+def check_arg(p):
+    """--check: engine run and engine backtest compile the strategy with numba's boundscheck."""
+    p.add_argument("--check", action=Flag,
+                   help="testing: compile the strategy's functions with numba's boundscheck, so an index out of "
+                        "bounds in on_tick or decide (a write past the end of `row`, `state` or a book array) stops "
+                        "the run with one line naming the strategy file and the function, instead of writing "
+                        "into memory that is not the strategy's; slower, and compiled apart from (never cached "
+                        "with) the normal code. --no-check (the default): as fast as it goes")
+
+
+def check_mode(a):
+    """--check: for this process and the workers it starts (engine/strategy_build.py CHECK_ENV)."""
+    from engine.strategy_build import CHECK_ENV
+    if getattr(a, "check", False):
+        os.environ[CHECK_ENV] = "1"
+    else:
+        os.environ.pop(CHECK_ENV, None)
 
 
 def _default_hlog(name):
@@ -90,6 +114,9 @@ def _check_run_args(a):
               (a.ring_capacity, lambda v: v >= 2 and not v & (v - 1), "ring_capacity must be a power of two >= 2"),
               (a.hlog_interval, lambda v: v > 0, "hlog_interval must be > 0"),
               (a.speed, lambda v: v > 0, "speed must be > 0"),
+              (a.duration, lambda v: v is None or (math.isfinite(v) and v > 0),
+               "duration must be a finite number of seconds > 0"),
+              (a.stall_exit, lambda v: math.isfinite(v) and v >= 0, "stall_exit must be a finite number of seconds >= 0"),
               (a.rate, lambda v: v >= 0, "rate must be >= 0"),
               (a.backend, lambda v: v in BACKEND_CHOICES, f"backend must be one of {', '.join(BACKEND_CHOICES)}")]
     for v, ok, msg in checks:
@@ -209,6 +236,12 @@ def _add_run(sub):
                         "unscored (conflated / (conflated + scored); also exported as "
                         "engine_conflation_warn_ratio for the alert) (default 0.5; 1 = never)")
     _crossed_after_arg(r)
+    check_arg(r)
+    r.add_argument("--stall-exit", type=nonneg_float, default=5.0, metavar="SECONDS",
+                   help="a strategy loop that has not beaten its heartbeat for this long (while the engine itself "
+                        "ran: a stop of the whole process does not count) is not coming back (an endless loop in "
+                        "on_tick or decide): the run ends with the summary, the reason in the signal file and exit 1 "
+                        "(default 5; 0 = never; /ready says stalled after 1 s either way)")
     r.set_defaults(fn=cmd_run)
 
 
