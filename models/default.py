@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from engine import private_tree
+
 from . import artifact, dataset
 from .build import build_artifact, log, train
 
@@ -98,6 +100,7 @@ def default_model_dir(strategy=None):
     if d.exists():
         try:  # the cache's integrity; its signature (with a verify key configured) is checked at load
             artifact.verify_files(d, artifact.read_manifest(d, check_signature=False))
+            private_tree(d)  # (one an older engine built 0644)
             return d
         except artifact.ArtifactError as e:
             bad = d.with_name(d.name + f".corrupt-{int(time.time())}")
@@ -112,6 +115,5 @@ def default_model_dir(strategy=None):
                                       f"unsigned. Give --model a signed artifact, or set {signing.ENV_SIGN}")
     d.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     build_default(d, strategy)
-    from engine import private_tree
     private_tree(d)  # (the cache root is 0700 already; its models are this user's only, file by file too)
     return d

@@ -422,7 +422,9 @@ def _add_ctl(sub):
                         description="pause: the loop keeps reading ticks and features stay current, but nothing is "
                                     "scored or signalled; resume; reload: verify and swap the model (as SIGHUP). "
                                     "status, pause and resume print the engine's status line after the command "
-                                    "(--json: the same JSON object each time). Authenticated with the engine's token.")
+                                    "(--json: the same JSON object each time). Authenticated: by --name over the engine's "
+                                    "unix socket (this user's uid), else over TCP by a challenge-response in which "
+                                    "the engine first proves it knows the token; the token is never sent.")
     ct.add_argument("command", choices=("status", "pause", "resume", "reload"))
     _where_args(ct)
     ct.add_argument("--json", action=Flag, help="one JSON object on one line")
