@@ -144,7 +144,9 @@ def test_a_killed_feed_is_noticed_within_a_second_and_restarted(daemon):
     import os
     os.kill(pid, signal.SIGKILL)
     assert _wait_ready(daemon, False, 1.0) < 1.0
-    _wait_ready(daemon, True, 60)
+    # (back within seconds alone; in the whole suite the restarted feed has taken up to ~60 s before it
+    # made its ring, cause not found yet: the bound is generous, what is asserted is that it comes back)
+    _wait_ready(daemon, True, 180)
     time.sleep(0.5)
     s = daemon.status()
     assert s["feed_restarts"] >= 1 and s["reattached"] >= 1 and s["counters"]["ticks"] > before
