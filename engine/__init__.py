@@ -28,7 +28,7 @@ def cache_dir(*parts):
     compiled strategies) is this user's only, whatever the modes of the files inside."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     root = os.path.join(base, "engine")
-    _private(root)
+    private_dir(root, "it is the engine's cache: remove it, or set XDG_CACHE_HOME")
     return os.path.join(root, *parts)
 
 
@@ -41,15 +41,17 @@ def private_tree(path):
                 os.chmod(os.path.join(d, f), 0o600)
 
 
-def _private(d):
+def private_dir(d, fix="remove it and start again"):
+    """Directory d, made 0700 if need be (and put back to 0700 if it is wider: what is kept there is
+    this user's only); refused, saying `fix`, unless it is a directory of this user."""
     import stat
     os.makedirs(d, mode=0o700, exist_ok=True)
     st = os.lstat(d)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise RuntimeError(f"the engine's cache {d} is not a directory of uid {os.geteuid()} (owner uid {st.st_uid}): "
-                           "remove it, or set XDG_CACHE_HOME")
+        raise RuntimeError(f"{d} is not a directory of uid {os.geteuid()} (owner uid {st.st_uid}): {fix}")
     if st.st_mode & 0o077:
         os.chmod(d, 0o700)
+    return d
 
 
 def _numba_cache_dir():

@@ -134,6 +134,31 @@ def temp_name(path):
     return os.path.join(d, f".{base}.tmp-{os.getpid()}")
 
 
+class NotPrivate(Exception):
+    """A file that must be this user's alone is not (str: why)."""
+
+
+def open_own(path):
+    """A read-only fd on `path` (a token, a key, a runtime file), checked on the opened file: a
+    regular file of this user that group and others cannot read or write; None if there is none.
+    Never through a link, never waiting (a FIFO): OSError when it cannot be opened (a link:
+    ELOOP), NotPrivate saying why it is refused."""
+    import stat
+    fd = None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    st, me = os.fstat(fd), os.geteuid()
+    why = ("not a regular file" if not stat.S_ISREG(st.st_mode) else
+           f"owned by uid {st.st_uid}, not this user (uid {me})" if st.st_uid != me else
+           f"mode {st.st_mode & 0o777:04o}: group or others have access to it" if st.st_mode & 0o077 else None)
+    if why:
+        os.close(fd)
+        raise NotPrivate(why)
+    return fd
+
+
 def write_whole(path, data, mode):
     """Write a small file (a key, a token) whole: `mode` from its creation, synced, renamed over
     `path` (a reader sees the old file or the new, never part of one; a link there is replaced,

@@ -20,16 +20,13 @@ from engine.signal_log import status
 
 from tests.helpers.as_user import can_make_users, shell_as, throwaway_users
 from tests.helpers.daemon import Daemon
+from tests.helpers import feedutil
 from tests.helpers.feedutil import cli
 
 
 def one_line_error(res):
     """Bad input: exit 2, one error line (argparse's "engine run: error:" or "engine: error:"), no traceback."""
-    assert res.returncode == 2, (res.returncode, res.stderr)
-    lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("[")]
-    assert len(lines) == 1 and lines[0].startswith(("engine: error: ", "engine run: error: ")), res.stderr
-    assert "Traceback" not in res.stderr
-    return lines[0]
+    return feedutil.one_line_error(res, ("engine: error: ", "engine run: error: "))
 
 # one strategy file, told by its parameters how to misbehave (the model checks the file, not the params)
 MISBEHAVE = '''

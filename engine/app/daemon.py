@@ -19,16 +19,15 @@ import logging
 import os
 import re
 import secrets
-import stat
 import sys
 import threading
 import time
 
 
 from engine import control as C
-from engine import feed_stats, latency, shm, sigring
+from engine import feed_stats, latency, private_dir, shm, sigring
 from engine.records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
-from engine.outputs import write_whole
+from engine.outputs import NotPrivate, open_own, write_whole
 
 from . import ctlauth, prom, report, runtime_file
 
@@ -72,14 +71,7 @@ def log(msg):
 
 def _private_dir(base):
     """base/engine, created 0700 if need be, refused unless it is this user's and private."""
-    d = os.path.join(base, "engine")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    st = os.lstat(d)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise RuntimeError(f"{d} is not a directory of uid {os.geteuid()}: remove it and start again")
-    if st.st_mode & 0o077:
-        os.chmod(d, 0o700)  # ours: its keys and tokens are for this user only
-    return d
+    return private_dir(os.path.join(base, "engine"))
 
 
 def runtime_dir():
@@ -95,20 +87,12 @@ def _open_token(path):
     """An fd on the token file, or None if there is none. Refused: a link, another user's file, or
     one group or others can read or write (the token would be theirs too)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
+        return open_own(path)
     except OSError as e:
         raise RuntimeError(f"token file {path}: {e.strerror} (a link is never followed)") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        os.close(fd)
-        why = "not a regular file" if not stat.S_ISREG(st.st_mode) else \
-            f"owned by uid {st.st_uid}, not this user (uid {os.geteuid()})" if st.st_uid != os.geteuid() else \
-            f"mode {st.st_mode & 0o777:04o}: group or others have access to it"
+    except NotPrivate as why:
         raise RuntimeError(f"token file {path} is refused: {why}; it must be this user's and private: "
-                           f"chmod 600 {path} (the engine writes a new token at each start)")
-    return fd
+                           f"chmod 600 {path} (the engine writes a new token at each start)") from None
 
 
 def read_token(path):

@@ -17,6 +17,8 @@ import os
 import stat
 import time
 
+from engine.outputs import NotPrivate, open_own
+
 PREFIX = "engine-run."
 
 
@@ -112,21 +114,14 @@ def _private_dir(d):
 def _read_checked(path):
     """The runtime file's contents and whether its engine is alive; None if there is none."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
+        fd = open_own(path)
     except OSError as e:
         raise RuntimeFileError(f"runtime file {path}: {e.strerror} (a link is never followed)") from None
+    except NotPrivate as why:
+        raise RuntimeFileError(f"runtime file {path} is refused: {why} (the engine writes it 0600)") from None
+    if fd is None:
+        return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RuntimeFileError(f"runtime file {path} is refused: not a regular file")
-        if st.st_uid != os.geteuid():
-            raise RuntimeFileError(f"runtime file {path} is refused: owned by uid {st.st_uid}, not this user "
-                                   f"(uid {os.geteuid()})")
-        if st.st_mode & 0o077:
-            raise RuntimeFileError(f"runtime file {path} is refused: mode {st.st_mode & 0o777:04o} (group or others "
-                                   "have access to it; the engine writes it 0600)")
         raw = os.pread(fd, 65536, 0)
         try:
             info = json.loads(raw)

@@ -26,13 +26,12 @@ key once keep working across restarts; delete the files to change it.
 import fcntl
 import json
 import os
-import stat
 import socket
 import struct
 import sys
 import time
 
-from engine.outputs import write_whole
+from engine.outputs import NotPrivate, open_own, write_whole
 
 HWM = 1000                 # signals queued per subscriber before it is found full
 SNDBUF = 256 * 1024        # its socket buffer (the kernel doubles it)
@@ -57,17 +56,15 @@ def key_paths(name, directory):
 def _read_private(path):
     """The bytes of a file of this user nobody else can read or write, or None if there is none."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
+        fd = open_own(path)
     except OSError as e:
         raise RuntimeError(f"zmq key file {path}: {e.strerror} (a link is never followed)") from None
+    except NotPrivate as why:
+        raise RuntimeError(f"zmq key file {path} is refused: {why}; it must be this user's, mode 0600: delete it "
+                           "and the engine makes a new keypair (subscribers then need the new public key)") from None
+    if fd is None:
+        return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise RuntimeError(f"zmq key file {path} is refused: it must be a regular file of uid {os.geteuid()} "
-                               f"with mode 0600 (it is {st.st_mode & 0o777:04o}, uid {st.st_uid}); delete it and "
-                               "the engine makes a new keypair (subscribers then need the new public key)")
         return os.read(fd, 4096)
     finally:
         os.close(fd)

@@ -28,11 +28,12 @@ def cli(*args, timeout=300):
                           timeout=timeout)
 
 
-def one_line_error(res):
-    """The CLI failed the way bad input should: exit 2, one 'engine: error:' line, no traceback."""
+def one_line_error(res, starts=("engine: error: ",)):
+    """The CLI failed the way bad input should: exit 2, one 'engine: error:' line (or another of
+    `starts`: argparse's "engine run: error:"), no traceback."""
     assert res.returncode == 2, (res.returncode, res.stderr)
     lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("[")]
-    assert len(lines) == 1 and lines[0].startswith("engine: error: "), res.stderr
+    assert len(lines) == 1 and lines[0].startswith(starts), res.stderr
     assert "Traceback" not in res.stderr
     return lines[0]
 
