@@ -83,7 +83,7 @@ def engine_run(core, rate, duration, extra=()):
     failure if the run fails."""
     import subprocess
     sig = f"/tmp/bench-engine-run-{os.getpid()}.sig"
-    cmd = [sys.executable, "-m", "engine", "run", "--core", str(core), "--duration", str(duration), "--rate", str(rate),
+    cmd = [sys.executable, "-m", "app", "run", "--core", str(core), "--duration", str(duration), "--rate", str(rate),
            "--json", "--name", f"bench-run-{os.getpid()}", "--http", "none", "--pub", "none", "--signals-out", sig,
            *extra]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),

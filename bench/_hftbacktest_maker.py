@@ -1,4 +1,4 @@
-"""The hftbacktest side of bench/backtest.py's execution comparison, run in its own virtualenv.
+"""The hftbacktest side of bench/backtest_speed.py's execution comparison, run in its own virtualenv.
 
 Strategy (the same rule as strategies/touch_imbalance.py): on every feed event, once `warmup`
 two-sided touches were seen, the touch imbalance (bid qty - ask qty) / (bid qty + ask qty) at or

@@ -1,4 +1,4 @@
-"""The hftbacktest side of bench/backtest.py's throughput rows, run in its own virtualenv
+"""The hftbacktest side of bench/backtest_speed.py's throughput rows, run in its own virtualenv
 (hftbacktest 2.4.4 pins numpy < 2.3; the engine pins 2.4.6).
 
 The capture goes through hftbacktest's own converter (not timed), then ROIVectorMarketDepthBacktest

@@ -36,7 +36,7 @@ from _common import ROOT
 DATA = ROOT.parent / "shared" / "data"
 SPOT = DATA / "binance" / "spot_btcusdt_20240808.gz"
 DBN = DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
-ENGINE = [sys.executable, "-m", "engine"]
+ENGINE = [sys.executable, "-m", "app"]
 STRATEGIES = ("microstructure", "depth_imbalance", "touch_imbalance")
 PACKAGES = ("engine", "feeds", "models", "replay", "strategies", "fpga")
 

@@ -122,7 +122,7 @@ def lignum_peer(d, X, n):
 
 def tick_to_signal(backend, duration):
     name = f"bench-mb-{os.getpid()}"
-    cmd = [sys.executable, "-m", "engine", "run", "--core", str(CORE), "--duration", str(duration), "--rate",
+    cmd = [sys.executable, "-m", "app", "run", "--core", str(CORE), "--duration", str(duration), "--rate",
            "20000", "--no-rt", "--json", "--backend", backend, "--name", name, "--signals-out", f"/tmp/{name}.sig"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(_common.ROOT)),
                        timeout=duration + 120)

@@ -44,7 +44,7 @@ def main():
     from models.default import default_model_dir
     model = default_model_dir()
     core = a.core
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", "--core", str(core), "--rate", "20000", "--model",
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--core", str(core), "--rate", "20000", "--model",
                              str(model), "--name", f"reloadleak{os.getpid()}", "--signals-out", "/dev/null", "--json",
                              "--http", "none", "--pub", "none", "--hlog", "none", "--no-doctor"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

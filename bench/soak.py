@@ -18,7 +18,7 @@ from _common import ROOT
 
 
 def run(rate, seconds, core, rt):
-    cmd = [sys.executable, "-m", "engine", "run", "--core", str(core), "--rate", f"{rate:g}", "--duration",
+    cmd = [sys.executable, "-m", "app", "run", "--core", str(core), "--rate", f"{rate:g}", "--duration",
            f"{seconds:g}", "--json", "--http", "none", "--pub", "none", "--hlog", "none", "--no-doctor",
            "--name", f"soak{os.getpid()}", "--signals-out", "/dev/null"] + ([] if rt else ["--no-rt"])
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=seconds + 300)
@@ -74,7 +74,7 @@ def main():
     for stage, v in held["latency_ns"].items():
         metrics[f"{stage}_p99_ns"] = v["p99"]
     print(f"\nheld {good:,.0f} ticks/s for {soak_s} s on core {core} ({held['policy']}): no gap, no drop")
-    from engine.app.report import percentile_table
+    from app.run_summary import percentile_table
     print(percentile_table({k: {**v, "count": held["ticks"]} for k, v in held["latency_ns"].items()}))
     _common.save("soak", metrics, {}, {}, {"probes": probes, "rt_throttling_off": rt})
 

@@ -36,7 +36,7 @@ import _common
 import numpy as np
 
 from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
-from engine.rt import set_timer_slack
+from engine.realtime import set_timer_slack
 from engine.strategy_load import load
 from models.default import default_model_dir
 from models.training import source_ticks

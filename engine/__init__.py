@@ -1,14 +1,10 @@
-"""Low-latency trading-signal engine. This package is two layers (README "Layout"):
+"""Low-latency trading-signal engine: the core (README "Layout").
 
-- the core: every module directly in engine/ (records, tick files, rings and shared memory,
-  intrinsics and the clock, latency, the strategy contract, loader, host and loop, real-time
-  setup, waits, locks, outputs, signal files). It imports nothing from feeds/, models/,
-  replay/, fpga/, strategies/ or engine/app/: everything else builds on it.
-- the application, engine/app/: the `engine` command line, the orchestration of a run, the
-  control plane, doctor, config. It may import everything; nothing imports it.
-
-engine/__main__.py (`python -m engine`) is an entry point, not part of the core.
-tests/test_layers.py checks these rules.
+Every module in engine/ is the bottom layer: records, tick files, rings and shared memory,
+intrinsics and the clock, latency, the strategy contract, loader, host and loop, real-time
+setup, waits, locks, outputs, signal files. It imports nothing else of the project; feeds/,
+models/, fpga/, replay/ and the application (app/: the `engine` command, the run, the daemon)
+build on it. tests/test_layers.py checks it.
 """
 import hashlib
 import os

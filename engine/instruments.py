@@ -4,7 +4,7 @@ One record per instrument, in the stream's instrument order (its index in the ti
 source makes them (feeds/venues.py knows each venue), and they travel with the ticks: the ring's
 instrument table (engine/tickring.py), every tick file's header (engine/tickfile.py: `specs`,
 beside `instruments`), Parquet outputs (`engine.instruments`); backtests read them from the file
-(replay/instruments.py adds fees and overrides), so a file made by `engine convert` and one made
+(replay/costs.py adds fees and overrides), so a file made by `engine convert` and one made
 by `engine record` from a ring of the same feed say the same thing.
 
     symbol      the venue's name for it

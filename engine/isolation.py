@@ -24,7 +24,7 @@ import os
 import stat
 
 from . import locks
-from .rt import parse_cpulist
+from .realtime import parse_cpulist
 
 WORKQUEUE_MASK = "/sys/devices/virtual/workqueue/cpumask"
 IRQ_DIR = "/proc/irq"

@@ -70,7 +70,7 @@ def rt_budget(root="/"):
 
 
 def isolated(core, root="/"):
-    from .rt import parse_cpulist
+    from .realtime import parse_cpulist
     cpus = set()
     for p in ("/sys/devices/system/cpu/isolated", "/sys/devices/system/cpu/nohz_full"):
         v = _read(root, p)

@@ -4,7 +4,7 @@ numba (feeds/binance.py drives it and documents the behaviour).
 Why hand-written: orjson plus per-line Python ran ~180k lines/s, with the Python around the
 parse costing more than the parse; a scanner for the few message shapes Binance sends (any key
 order, any whitespace, unknown keys skipped; the byte primitives in feeds/jscan.py) parses a
-bookTicker in ~130 ns and handles the spot capture at ~1.2M lines/s with its book (bench/feeds.py).
+bookTicker in ~130 ns and handles the spot capture at ~1.2M lines/s with its book (bench/feed_parsers.py).
 
 Every read is bounds-checked against the line's end (numba does not check indices). A line is
 handled in one step that first parses and validates everything it needs, then checks room (tick
@@ -20,7 +20,7 @@ from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 from . import book, book_deep as deep, depth
 from .jscan import V_ARR, V_FALSE, V_NONE, V_NULL, V_NUM, V_OBJ, V_STR, V_TRUE, dec as _dec, find_byte, skip as _skip, \
     str_end as _str_end, uint as _uint, ws as _ws
-from .nrt import borrow, borrow_all, data_ptr, load_u64
+from .borrow import borrow, borrow_all, data_ptr, load_u64
 from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 # keys we read; any other key's value is skipped
@@ -1056,7 +1056,7 @@ def scan(buf, pos, end, final, L, D, W, VL, top, out, n, S, DM, TM):
     table), R_VALS (V needs G[G_NEED]
     pairs), R_HOLD (the held arena needs G[G_NEED] bytes more), R_ERR (G_ERR at line
     G_ERR_LINE), R_FATAL. On any of these, pos is the line to run again."""
-    # every array borrowed (feeds/nrt.py): the handlers below take tuples of ~40 arrays, and
+    # every array borrowed (feeds/borrow.py): the handlers below take tuples of ~40 arrays, and
     # numba's atomic reference counts on each call were most of a ticker's or trade's time. The
     # input is a bare pointer: every helper that reads it would otherwise call into the runtime
     # (a count of a borrowed array is still a call) and wrap negative indices, on every byte

@@ -15,7 +15,7 @@ share a cache line (`_slot`).
 import numpy as np
 from numba import njit
 
-from .nrt import borrow, borrow_all
+from .borrow import borrow, borrow_all
 
 BID, ASK = 0, 1
 # ladder meta columns
@@ -130,7 +130,7 @@ def _find(keys, key):
 
 
 # The table's functions come twice: on its arrays, for a parser's loop that unpacks O once and
-# borrows the arrays (feeds/nrt.py: numba's atomic refcounts on arrays handed on were most of
+# borrows the arrays (feeds/borrow.py: numba's atomic refcounts on arrays handed on were most of
 # ITCH's time), and on the tuple O, for everyone else.
 
 @njit(nogil=True, inline="always", cache=True)
@@ -277,7 +277,7 @@ def level_add(L, book, price, dqty, dcount):
     """Add dqty (may be negative) and dcount orders at `price`; a level whose quantity reaches
     zero or below goes away. Returns the level's new quantity (negative = the book was
     inconsistent, clamped away). Needs has_room(L, book) when the level may be new."""
-    L = borrow_all(L)  # (feeds/nrt.py: no counting in this call)
+    L = borrow_all(L)  # (feeds/borrow.py: no counting in this call)
     meta, px, qty, cnt = L[0], L[1], L[2], L[3]
     return ladd(meta, px, qty, cnt, book, price, dqty, dcount)
 

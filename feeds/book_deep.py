@@ -19,7 +19,7 @@ from numba import njit
 
 from . import book
 from .book import M_CAP, M_LEN, M_OFF
-from .nrt import borrow, borrow_all
+from .borrow import borrow, borrow_all
 
 LOW, TARGET, HIGH = 64, 128, 256
 EMPTY = np.int64(-1)  # (prices are never negative)
@@ -77,7 +77,7 @@ def _rehash(opx, obk, oqty, dpx, dbk, dqty):
 @njit(nogil=True, cache=True)
 def _remove(D, i):
     """Empty slot i, shifting later members of its probe chain back (no tombstones)."""
-    D = borrow_all(D)  # (feeds/nrt.py: no counting in this call)
+    D = borrow_all(D)  # (feeds/borrow.py: no counting in this call)
     dpx, dbk, dqty, count = D
     mask = dpx.shape[0] - 1
     count[dbk[i]] -= 1

@@ -32,7 +32,7 @@ from engine.records import KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SELL
 from . import book, depth, files, uri as U, venues
 from .book import Ladders, Orders
 from .depth import Windows
-from .nrt import borrow
+from .borrow import borrow
 from .ticks import emit, emit_quote, touch_changed
 
 RT_MBP0, RT_MBP1, RT_MBP10, RT_MBO = 0x00, 0x01, 0x0A, 0xA0
@@ -166,7 +166,7 @@ def _mbp_levels(L, b, pos, inst, nlev, N):
             book.level_set(L, bk, px, le32(b, at + 16 + 4 * s))
 
 
-# The record kinds, inlined into parse's loop (its arrays are borrowed, feeds/nrt.py, so the
+# The record kinds, inlined into parse's loop (its arrays are borrowed, feeds/borrow.py, so the
 # tuples handed on cost no reference counting). Each returns (n, _OK or the status parse
 # returns: ST_ROOM_* when nothing was applied and the caller makes room and calls again).
 _OK = -1
@@ -300,7 +300,7 @@ def _mbp(b, pos, rt, inst, ts, N, L, W, top, pend, npend, stats, need, out, n):
 def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, W, stats, err, need, out, n):
     """Apply DBN records b[pos:end]; returns (pos, n, status) like itch.parse. W: the depth
     windows (feeds/depth.py)."""
-    # Every array borrowed (feeds/nrt.py): no reference counting of what is handed on. The
+    # Every array borrowed (feeds/borrow.py): no reference counting of what is handed on. The
     # caller holds them all for the call.
     b, cfg, ids, idx, top = borrow(b), borrow(cfg), borrow(ids), borrow(idx), borrow(top)
     pend, npend, stats, err, need, out = borrow(pend), borrow(npend), borrow(stats), borrow(err), borrow(need), borrow(out)

@@ -28,7 +28,7 @@ from numba import njit
 from engine.records import KIND_BOOK, KIND_LEVEL, SIDE_BUY, SIDE_NONE, SIDE_SELL, pack_tick_tail
 
 from .ticks import U32_MAX, emit
-from .nrt import borrow, borrow_all
+from .borrow import borrow, borrow_all
 
 STALE = -1
 _ALL = np.int64(2**62)  # a changed price better than any: the side is always compared
@@ -215,7 +215,7 @@ def publish(W, L, inst, ts, tr, out, n, stats, sat_stat, size_div):
 
 @njit(nogil=True, cache=True)
 def _publish(W, L, inst, ts, tr, out, n, stats, sat_stat, size_div):
-    W, L, out, stats = borrow_all(W), borrow_all(L), borrow(out), borrow(stats)  # (feeds/nrt.py)
+    W, L, out, stats = borrow_all(W), borrow_all(L), borrow(out), borrow(stats)  # (feeds/borrow.py)
     N = W[0].shape[1]
     wn, sc, dirty, chg = W[2], W[3], W[4], W[5]
     meta, lpx, lqty = L[0], L[1], L[2]

@@ -20,7 +20,7 @@ from engine.records import SIDE_BUY, SIDE_SELL, KIND_TRADE
 from . import book, depth
 from .book import Ladders, Orders
 from .depth import Windows
-from .nrt import borrow
+from .borrow import borrow
 from .ticks import emit, emit_quote, touch_changed_a
 
 # message type -> length (ITCH 5.0 specification, section 1.x); the book needs the first ten
@@ -243,7 +243,7 @@ def parse(b, pos, end, max_msgs, ts_recv, cfg, locmap, syms, want, L, O, top, W,
     incomplete message; on ST_OUT / ST_ROOM_* the message at pos was not applied and the
     caller makes room and calls again; on ST_ERROR err holds what and where.
     """
-    # Every array borrowed (feeds/nrt.py): numba's atomic refcounting of arrays handed to
+    # Every array borrowed (feeds/borrow.py): numba's atomic refcounting of arrays handed to
     # helpers was two thirds of the time. The caller holds them all for the call.
     b, cfg, locmap, syms, want = borrow(b), borrow(cfg), borrow(locmap), borrow(syms), borrow(want)
     top, stats, err, need, out = borrow(top), borrow(stats), borrow(err), borrow(need), borrow(out)

@@ -8,7 +8,7 @@ at once as a little-endian word (SWAR) when eight bytes remain, and one at a tim
 import numpy as np
 from numba import njit
 
-from .nrt import ctz_u64, load_u64
+from .borrow import ctz_u64, load_u64
 
 V_NONE, V_STR, V_NUM, V_ARR, V_OBJ, V_TRUE, V_FALSE, V_NULL = range(8)  # value types
 

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from engine import feed_stats, shm
-from engine.rt import set_timer_slack
+from engine.realtime import set_timer_slack
 from engine.tickring import TickRing
 
 from .crossed import CrossedWatch

@@ -2,5 +2,5 @@
 text in fpga/templates/), emulation and RTL simulation, the card driver, the fpga-sim back end.
 
 Layer: above models/ (it reads artifacts and registers its back end with models/artifact.py);
-never imports the application (engine/app/) or replay/. tests/test_layers.py checks this.
+never imports the application (app/) or replay/. tests/test_layers.py checks this.
 """

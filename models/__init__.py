@@ -2,5 +2,5 @@
 
 Layer: above the core and feeds/. Imports the engine core and feeds/ (data sets read sources);
 never fpga/ (the fpga-sim back end registers itself with models/artifact.py), replay/ or the
-application (engine/app/). tests/test_layers.py checks this.
+application (app/). tests/test_layers.py checks this.
 """

@@ -136,7 +136,7 @@ class Predictor:
 
     def release(self):
         """Unload this back end: dlclose its library, then close its memfd. Only for one no code
-        runs any more (never one the loop may still call: engine/app/runner.py reload_model). The fd
+        runs any more (never one the loop may still call: app/live.py reload_model). The fd
         stays open while the library is loaded because dlopen finds a loaded library by its path
         name: a reused /proc/self/fd/N would hand back this one."""
         if self.lib is not None:

@@ -22,7 +22,7 @@ from numba import njit
 from engine.records import KIND_QUOTE, PRICE_SCALE
 
 DEFAULT_HORIZONS_MS = (100, 1_000, 10_000)
-MINUTES_PER_YEAR = 365 * 24 * 60  # 24 x 7 markets; others: replay/instruments.py CALENDAR_MINUTES
+MINUTES_PER_YEAR = 365 * 24 * 60  # 24 x 7 markets; others: replay/costs.py CALENDAR_MINUTES
 
 
 @njit(nogil=True, cache=True)
@@ -137,8 +137,8 @@ def equity_curve(words, fills, mi, mult, step_ns=None):
 
 def summarize(parts, horizons_ms, calendar="crypto"):
     """Merge per-file evaluations (dicts from evaluate_file) into the report's figures; Sharpe
-    annualised by `calendar`'s trading minutes (replay/instruments.py)."""
-    from .instruments import CALENDAR_MINUTES
+    annualised by `calendar`'s trading minutes (replay/costs.py)."""
+    from .costs import CALENDAR_MINUTES
     out = {"files": len(parts), "ticks": sum(p["ticks"] for p in parts), "scored": sum(p["scored"] for p in parts),
            "signals": sum(p["signals"] for p in parts)}
     for h in horizons_ms:

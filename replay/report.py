@@ -3,7 +3,7 @@
 The quant part (PnL net and gross of fees, trades per side and instrument, positions, drawdown,
 scores with the strategy's thresholds) comes first; the engine's per-tick compute time is kept
 apart at the end. Times on every axis are UTC; money is in the instruments' quote currency
-(their multiplier applied: replay/instruments.py)."""
+(their multiplier applied: replay/costs.py)."""
 import datetime as dt
 import json
 import os

@@ -92,7 +92,7 @@ def cell_key(combo, path, p, model_id):
 
 def run_cell(combo, path, k, base):
     """One backtest; its `part` (the evaluation merge needs) without the bulky per-signal columns."""
-    from .runner import backtest_one
+    from .jobs import backtest_one
     r = backtest_one(path, cell_params(base, combo), k)
     part = dict(r["part"])
     part.pop("fills_table", None)
@@ -113,7 +113,7 @@ def sweep(files, out_dir, base, grid, workers=1, scheduler=None, progress=True):
     import pickle
 
     from .evaluate import summarize
-    from .runner import _host, _model
+    from .jobs import _host, _model
     host = _host(base)  # a broken strategy or model: one line now, not on every worker
     pred = _model(base)
     combos = cells(grid)
@@ -158,7 +158,7 @@ def _run(jobs, done, base, workers, scheduler, progress):
         return
     from dask.distributed import as_completed
 
-    from .runner import dask_client
+    from .jobs import dask_client
     try:
         with dask_client(workers, scheduler) as client:
             futs = {client.submit(run_cell, combo, f, k, base, pure=False): (ci, k, path)

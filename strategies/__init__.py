@@ -4,5 +4,5 @@ sizing by conviction) and touch_imbalance (a maker: joins the touch the imbalanc
 one to start your own; run it with --strategy FILE.py.
 
 Layer: strategy code imports only the engine core (engine/strategy_api.py and what it names),
-never the application (engine/app/). tests/test_layers.py checks this.
+never the application (app/). tests/test_layers.py checks this.
 """

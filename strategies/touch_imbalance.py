@@ -5,7 +5,7 @@ score and reads the imbalance the last quote left in the state: at or above `thr
 +`size` lots, at or below -`threshold` it wants -`size`, else it keeps what it has. `maker` = 1
 has the backtest send its orders as maker orders that join the touch (engine backtest's
 execution simulator, replay/execsim.py); 0 crosses the spread. The same rule is the strategy
-bench/backtest.py runs in hftbacktest beside ours.
+bench/backtest_speed.py runs in hftbacktest beside ours.
 Features: imb_1, the touch imbalance (bid size - ask size) / (bid size + ask size); spread_bps.
 """
 from numba import njit

@@ -19,7 +19,7 @@ def engine_env(**extra):
 
 
 def engine_cmd(*args):
-    return [sys.executable, "-m", "engine", *args]
+    return [sys.executable, "-m", "app", *args]
 
 
 def spawn(args, **kw):

@@ -265,7 +265,7 @@ def test_a_deeply_nested_config_is_one_line_naming_the_file(tmp_path):
 
 
 def test_the_summary_table_keeps_large_numbers_apart():
-    from engine.app.report import COLS, percentile_table
+    from app.run_summary import COLS, percentile_table
     from engine.latency import STAGES
     big = 123_456_789_012_345
     lat = {s: {**{k: big for k in COLS}, "count": big} for s in STAGES}

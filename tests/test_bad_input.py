@@ -94,7 +94,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
 
 
 def test_a_token_file_others_can_read_is_refused(tmp_path):
-    from engine.app.daemon import ensure_token
+    from app.daemon import ensure_token
     tok = tmp_path / "engine.token"
     ensure_token(str(tok))  # made private
     assert tok.stat().st_mode & 0o777 == 0o600
@@ -243,7 +243,7 @@ def test_the_publisher_finds_a_deaf_ipc_subscriber_too(tmp_path):
     """In process, over ipc:// (a unix socket: its unsent queue is measured like TCP's)."""
     import zmq
 
-    from engine.app.zpub import Publisher
+    from app.zpub import Publisher
     pub = Publisher(f"ipc://{tmp_path}/s.ipc")
     ctx = zmq.Context()
     deaf = ctx.socket(zmq.SUB)

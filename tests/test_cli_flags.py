@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from engine.app import config
-from engine.app.cli import build_parser
+from app import config
+from app.cli import build_parser
 
 from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
 
@@ -26,7 +26,7 @@ def _walk(p, path=("engine",)):
 def test_every_boolean_option_has_both_forms():
     """Every option that takes no value is a Flag (--X and --no-X), or the alias of a value
     (--no-conflate = --conflate off); the old inverted flags keep working."""
-    from engine.app.cli.common import Flag
+    from app.cli.common import Flag
     n = 0
     for path, p in _walk(build_parser()):
         takes_value = {a.dest for a in p._actions if a.option_strings and a.nargs != 0}
@@ -59,7 +59,7 @@ def test_run_help_shows_both_forms():
 
 
 def test_every_boolean_key_of_the_config_file_can_be_undone_on_the_command_line():
-    from engine.app.cli.common import Flag
+    from app.cli.common import Flag
     run = build_parser()._run_parser
     flags = {a.dest: a for a in run._actions if isinstance(a, Flag)}
     bools = [key for key, (dest, typ) in config.KEYS.items() if typ is bool]

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from engine.app.runner import STRATEGY_THREAD_NAME
+from app.live import STRATEGY_THREAD_NAME
 from engine.records import SIGNAL_DTYPE
 from engine.signal_log import read_signals
 
@@ -80,7 +80,7 @@ def test_signals_on_zmq_and_metrics_that_grow(daemon):
     assert sample(m2, "engine_signals") >= sample(m1, "engine_signals") > 0
     for k in ("engine_gaps", "engine_drops"):
         assert sample(m2, k) == 0
-    # latency: the histograms (engine/app/prom.py), each stage has counted and timed something
+    # latency: the histograms (app/prom.py), each stage has counted and timed something
     for fam, stage in [("engine_tick_to_signal_seconds", None)] + [("engine_stage_seconds", s)
                                                                     for s in ("ring", "features", "model", "emit")]:
         got = {s.name[len(fam):]: s.value for s in m2[fam].samples

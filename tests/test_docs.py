@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from engine.app.cli import build_parser
+from app.cli import build_parser
 
 from tests.conftest import ROOT, engine_cmd, engine_env
 

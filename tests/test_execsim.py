@@ -219,7 +219,7 @@ def test_instrument_records_put_pnl_in_money():
 
 def test_venue_fees_are_the_default_and_an_instruments_file_and_flags_override(tmp_path):
     from feeds.venues import binance, cme
-    from replay.instruments import InstrumentsError, load_file, resolve, warnings
+    from replay.costs import InstrumentsError, load_file, resolve, warnings
     (es,) = resolve([cme("ESH4")])
     assert (es["maker_bps"], es["taker_bps"], es["per_lot"]) == (0.0, 0.0, 1.40) and "CME" in es["fee_source"]
     (f,) = resolve([binance("BTCUSDT", 1e-3, "usdm")])
@@ -249,7 +249,7 @@ def test_venue_fees_are_the_default_and_an_instruments_file_and_flags_override(t
 
 
 def test_model_warnings_flag_in_sample_data_and_few_trees(tmp_path):
-    from replay.runner import model_warnings
+    from replay.jobs import model_warnings
     t = tmp_path / "day1.ticks"
     t.write_bytes(b"")
     w = model_warnings({"training": {"sources": [f"tickfile:{t}"]}, "num_trees": 7}, [str(t)])

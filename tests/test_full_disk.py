@@ -58,7 +58,7 @@ def test_record_onto_a_full_disk_keeps_whole_records_marked_incomplete(small_fs,
     out = d / "live.ticks"
     import numpy as np
 
-    from replay.record import drain
+    from app.recorder import drain
     drain(np.zeros(512, np.int64), np.zeros(64, np.int64), 7, 8, np.zeros((0, 8), np.int64))  # compiled (cached) now
     rec = subprocess.Popen(engine_cmd("record", "--ring", shm_name, "--out", str(out), "--wait", "120",
                                       "--duration", "120"), cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE,

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from engine import isolation, locks, shm
-from engine.rt import parse_cpulist
+from engine.realtime import parse_cpulist
 
 from tests.conftest import ROOT, engine_cmd, engine_env
 from tests.test_isolate import ALL, CORE, _engine

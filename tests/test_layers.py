@@ -1,15 +1,16 @@
 """The layers, checked from outside (README "Layout"): the source is parsed with ast, nothing is
 imported, and every import counts, module-level or inside a function.
 
-- core: every module directly in engine/ (records, rings, latency, the strategy host and loop...)
-  imports nothing from feeds/, models/, replay/, fpga/, strategies/ or the application layer
-  engine/app/. engine/__main__.py is the one exception: an entry point (`python -m engine`).
-- feeds/, models/, replay/, fpga/, strategies/ import nothing from engine/app/.
+- folders: each top-level package imports only the packages below it (LAYERS), so a map of the
+  top-level folders and their imports has no arrow running back up: engine/ (the core) imports
+  nothing of the project; feeds/ and strategies/ only the core; models/ the core and feeds/;
+  fpga/ models/ and below; replay/ everything but app/; app/ (the command line, the run, the
+  daemon) sits on top and nothing imports it.
 - no import cycle among the project's modules.
 - no function over MAX_LINES lines in engine/, feeds/, models/, replay/, fpga/, strategies/.
   The feed parsers' numba loops (feeds/itch.py, feeds/dbn.py `parse`) count too: their message
-  families are helpers inlined into the loop (inline="always", on borrowed arrays, feeds/nrt.py),
-  so the split costs no call and no reference counting (measured with bench/feeds.py).
+  families are helpers inlined into the loop (inline="always", on borrowed arrays, feeds/borrow.py),
+  so the split costs no call and no reference counting (measured with bench/feed_parsers.py).
 
 Each rule is a function over a module graph, so the tests below also show that each rule fails
 on a graph that breaks it.
@@ -19,11 +20,19 @@ import pytest
 
 from tests.conftest import ROOT
 
-PACKAGES = ("engine", "feeds", "models", "replay", "fpga", "strategies")
-ABOVE_CORE = ("feeds", "models", "replay", "fpga", "strategies", "engine.app")
+PACKAGES = ("engine", "feeds", "models", "replay", "fpga", "strategies", "app")
+# what each top-level folder may import (README "Layout"): a DAG, the core at the bottom
+LAYERS = {
+    "engine": set(),
+    "feeds": {"engine"},
+    "strategies": {"engine"},
+    "models": {"engine", "feeds"},
+    "fpga": {"engine", "feeds", "models"},
+    "replay": {"engine", "feeds", "models", "fpga", "strategies"},
+    "app": {"engine", "feeds", "models", "fpga", "replay", "strategies"},
+}
 SIZED = ("engine", "feeds", "models", "replay", "fpga", "strategies")
 MAX_LINES = 120
-ENTRY_POINTS = {"engine.__main__"}
 
 
 def module_files(root=ROOT):
@@ -68,19 +77,20 @@ def _within(mod, prefixes):
     return any(mod == p or mod.startswith(p + ".") for p in prefixes)
 
 
-def is_core(mod):
-    return mod.startswith("engine.") and mod.count(".") == 1 and mod not in ENTRY_POINTS
+def folder_graph(graph):
+    """{top-level folder: the other top-level folders its modules import}."""
+    out = {}
+    for mod, deps in graph.items():
+        top = mod.split(".")[0]
+        out.setdefault(top, set()).update(d.split(".")[0] for d in deps if d.split(".")[0] != top)
+    return out
 
 
 def upward_imports(graph):
-    """[(module, what it imports that sits above it)] for the two one-way rules."""
-    bad = []
-    for mod, deps in sorted(graph.items()):
-        if is_core(mod):
-            bad += [(mod, d) for d in sorted(deps) if _within(d, ABOVE_CORE)]
-        elif _within(mod, ("feeds", "models", "replay", "fpga", "strategies")):
-            bad += [(mod, d) for d in sorted(deps) if _within(d, ("engine.app",))]
-    return bad
+    """[(module, what it imports that sits above it or beside it)]: each folder's modules may
+    import only the folders LAYERS lists below it."""
+    return [(mod, d) for mod, deps in sorted(graph.items()) for d in sorted(deps)
+            if d.split(".")[0] != mod.split(".")[0] and d.split(".")[0] not in LAYERS[mod.split(".")[0]]]
 
 
 def find_cycle(graph):
@@ -132,6 +142,17 @@ def test_the_core_and_the_packages_import_nothing_above_them():
     assert not bad, "imports against the layers (README 'Layout'):\n" + "\n".join(f"  {m} imports {d}" for m, d in bad)
 
 
+def test_the_folder_map_has_no_arrow_back_up():
+    """The top-level folders and their imports, as a map: every arrow points down LAYERS, and
+    the map itself has no cycle (so LAYERS is a real order, not only a list of permissions)."""
+    folders = folder_graph(import_graph())
+    assert set(folders) == set(LAYERS), sorted(folders)
+    for top, deps in folders.items():
+        assert deps <= LAYERS[top], f"{top}/ imports {sorted(deps - LAYERS[top])}, above it"
+    assert folders["engine"] == set(), folders["engine"]
+    assert find_cycle({k: set(v) for k, v in LAYERS.items()}) is None
+
+
 def test_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -145,11 +166,12 @@ def test_no_function_over_the_limit():
 def test_the_graph_sees_the_known_edges():
     """The parser finds function-level and relative imports (else the rules above prove nothing)."""
     g = import_graph()
-    assert "engine.rt" in g["engine.waits"]            # `from .rt import parse_cpulist` inside a function
-    assert "engine.app.runner" in g["engine.app.cli.run"]  # `from engine.app.runner import ...` inside cmd_run
-    assert "engine.app.cli.common" in g["engine.app.cli.run"]  # `from .common import ...`
-    assert "engine.app.cli" in g["engine.__main__"]
-    assert "models.artifact" in g["replay.runner"]
+    assert "engine.realtime" in g["engine.waits"]            # `from .realtime import parse_cpulist` inside a function
+    assert "app.live" in g["app.cli.run_cmds"]  # `from app.live import ...` inside cmd_run
+    assert "app.cli.common" in g["app.cli.run_cmds"]  # `from .common import ...`
+    assert "app.cli" in g["app.__main__"]
+    assert "engine.records" in g["feeds.ticks"]
+    assert "models.artifact" in g["replay.jobs"]
 
 
 # -- each rule fails when broken --
@@ -171,9 +193,12 @@ def _append(tree, rel, text):
 
 @pytest.mark.parametrize("rel, line, edge", [
     ("engine/shm.py", "def f():\n    from models.artifact import load", ("engine.shm", "models.artifact")),
-    ("engine/tickring.py", "from engine.app import runner", ("engine.tickring", "engine.app.runner")),
+    ("engine/tickring.py", "from app import live", ("engine.tickring", "app.live")),
     ("engine/latency.py", "import feeds.synthetic", ("engine.latency", "feeds.synthetic")),
-    ("replay/runner.py", "def g():\n    from engine.app.report import table", ("replay.runner", "engine.app.report")),
+    ("replay/jobs.py", "def g():\n    from app.run_summary import table", ("replay.jobs", "app.run_summary")),
+    ("feeds/dbn.py", "from models import flat", ("feeds.dbn", "models.flat")),
+    ("models/flat.py", "from replay import execsim", ("models.flat", "replay.execsim")),
+    ("strategies/microstructure.py", "import feeds.book", ("strategies.microstructure", "feeds.book")),
 ])
 def test_an_upward_import_is_caught(tree, rel, line, edge):
     _append(tree, rel, line)

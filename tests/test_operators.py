@@ -184,7 +184,7 @@ def test_nothing_found_stale_refused_and_bad_configs_are_one_line_errors(tmp_pat
 
 def test_histograms_are_cumulative_and_count_what_the_loop_recorded(eng):
     from engine import latency
-    from engine.app.prom import BUCKETS_S
+    from app.prom import BUCKETS_S
     from hdrh.histogram import HdrHistogram
     m = scrape(eng)
     stages = {"tick_to_signal": ("engine_tick_to_signal_seconds", {})}
@@ -337,8 +337,8 @@ def _isolation_lists(advice):
 
 
 def test_doctor_never_advises_isolating_the_housekeeping_core():
-    from engine.app.doctor import run_checks
-    from engine.rt import available_cpus, parse_cpulist
+    from app.doctor import run_checks
+    from engine.realtime import available_cpus, parse_cpulist
     for core in available_cpus():
         res = run_checks(core)
         for x in res:

@@ -3,7 +3,7 @@ import json
 import re
 from pathlib import Path
 
-from engine.app import config
+from app import config
 
 from tests.conftest import ROOT
 
@@ -35,7 +35,7 @@ def test_systemd_unit_has_what_the_engine_needs():
 
 
 def test_dashboard_and_scrape_config_refer_to_real_metrics():
-    from engine.app import daemon, prom  # the metric names below are the ones they export
+    from app import daemon, prom  # the metric names below are the ones they export
     dash = json.loads((OPS / "grafana-dashboard.json").read_text())
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
     exprs += (OPS / "engine-alerts.yml").read_text()
@@ -53,7 +53,7 @@ def test_ops_readme_commands_are_ones_this_engine_takes():
     import io
     import shlex
 
-    from engine.app.cli import build_parser
+    from app.cli import build_parser
     text = (OPS / "README.md").read_text()
     unit = (OPS / "engine.service").read_text()
     parser = build_parser()
@@ -72,5 +72,5 @@ def test_ops_readme_commands_are_ones_this_engine_takes():
         assert must in unit, must
     assert "ExecStart=/opt/engine/.venv/bin/engine run --config /etc/engine/engine.toml" in unit
     assert "/run/engine/engine.token" in text and "engine-run.engine.json" in text
-    from engine.app.runtime_file import _file_name
+    from app.runtime_file import _file_name
     assert _file_name("engine") == "engine-run.engine.json"

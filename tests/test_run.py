@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import rt
+from engine import realtime
 from engine.latency import STAGES
-from engine.app.runner import STRATEGY_THREAD_NAME
+from app.live import STRATEGY_THREAD_NAME
 from engine.signal_log import read_signals
 
 from .conftest import ROOT, engine_cmd, engine_env, strategy_core
@@ -77,7 +77,7 @@ def test_run_json_pinned_fifo(default_model, shm_name, tmp_path):
         status = Path(f"/proc/{proc.pid}/task/{tid}/status").read_text()
         allowed = [l.split(":")[1].strip() for l in status.splitlines() if l.startswith("Cpus_allowed_list")][0]
         assert allowed == str(core)
-        policy, _ = rt.thread_sched(proc.pid, tid)
+        policy, _ = realtime.thread_sched(proc.pid, tid)
         assert policy == ("SCHED_FIFO" if ROOT_USER else "SCHED_OTHER")
         # the rings exist while it runs, owner-only
         for suffix in ("ticks", "signals", "ctl"):

@@ -161,7 +161,7 @@ def test_wrong_key_is_refused(signed, keys, monkeypatch):
 
 def test_the_reload_path_checks_the_signature(unsigned, signed, keys, monkeypatch):
     """SIGHUP and `engine ctl reload` call runner.reload_model -> load_model -> artifact.load."""
-    from engine.app.runner import RunConfig, load_model
+    from app.live import RunConfig, load_model
     from engine.strategy_load import load
     monkeypatch.setenv(signing.ENV_VERIFY, str(keys / "a.pub"))
     strategy = load()

@@ -197,7 +197,7 @@ def test_a_squatter_on_the_http_port_never_sees_the_token_and_tokens_change(tmp_
         # --name: the unix socket in the private runtime directory, no token read at all
         r = cli("ctl", "status", "--name", shm_name, "--token-file", str(tmp_path / "absent"))
         assert r.returncode == 0 and r.stdout.startswith(f"engine {shm_name} "), r.stderr
-        from engine.app.runtime_file import find
+        from app.runtime_file import find
         rt = find(shm_name)
         st = os.stat(rt["http_unix"])
         assert st.st_uid == os.geteuid() and st.st_mode & 0o077 == 0
@@ -220,7 +220,7 @@ sys.stdin.read()  # hold them until told
 
 def test_idle_connections_from_another_user_leave_metrics_answering(tmp_path, shm_name, default_model):
     needs_users()
-    from engine.app.httpconns import RESERVE_FDS
+    from app.httpconns import RESERVE_FDS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     nofile = RESERVE_FDS + 256  # the engine's budget: 256 HTTP connections, 64 per peer
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))  # (inherited by the engine)
@@ -254,7 +254,7 @@ def test_idle_connections_from_another_user_leave_metrics_answering(tmp_path, sh
 
 
 def test_the_unit_gives_the_descriptors_the_caps_assume():
-    from engine.app.httpconns import MAX_CONNECTIONS, RESERVE_FDS
+    from app.httpconns import MAX_CONNECTIONS, RESERVE_FDS
     unit = (ROOT / "ops" / "engine.service").read_text()
     n = int(unit.split("\nLimitNOFILE=", 1)[1].split()[0])
     assert n >= RESERVE_FDS + MAX_CONNECTIONS

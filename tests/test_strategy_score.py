@@ -127,7 +127,7 @@ def test_a_ternary_model_is_refused_by_every_load_path(world, tmp_path, shm_name
     refusal(one_line_error(r), world, model)
     assert not (tmp_path / "bt").exists() and not (tmp_path / "sw").exists()
     # SIGHUP and `engine ctl reload` go through runner.load_model -> artifact.load, with the strategy
-    from engine.app.runner import RunConfig, load_model
+    from app.live import RunConfig, load_model
     from models.artifact import ArtifactError
     with pytest.raises(ArtifactError) as e:
         load_model(RunConfig(model=str(model)), load(f))

@@ -16,8 +16,8 @@ import sys
 import uuid
 
 # what the engine imports lazily on the paths these tests take (imported while still root)
-PRELOAD = ("numpy", "numba", "engine.app.cli", "engine.app.runner", "engine.app.daemon", "engine.app.config",
-           "engine.app.report", "engine.strategy_build", "engine.strategy_load", "engine.outputs", "engine.locks",
+PRELOAD = ("numpy", "numba", "app.cli", "app.live", "app.daemon", "app.config",
+           "app.run_summary", "engine.strategy_build", "engine.strategy_load", "engine.outputs", "engine.locks",
            "engine.isolation", "engine.instruments", "feeds.sources", "feeds.synthetic", "json", "pwd", "secrets",
            "socket", "errno", "zmq")
 
@@ -73,7 +73,7 @@ def _main(argv):
     os.setgid(int(gid))
     os.setuid(int(uid))
     if what == "engine":
-        from engine.app.cli import main
+        from app.cli import main
         return main(rest)
     exec(compile(rest[0], "<as_user>", "exec"), {"__name__": "__as_user__"})
     return 0

@@ -73,17 +73,17 @@ class Daemon:
 
     def pub_key_file(self):
         """The engine's CURVE public key file (written at its start)."""
-        from engine.app.daemon import state_dir
-        from engine.app.zpub import key_paths
+        from app.daemon import state_dir
+        from app.zpub import key_paths
         return key_paths(self.name, state_dir())[1]
 
     def pub_key(self):
-        from engine.app.zpub import read_public_key
+        from app.zpub import read_public_key
         return read_public_key(self.pub_key_file())
 
     def subscriber(self, ctx):
         """A SUB socket (not yet connected) that checks this engine's key, as every subscriber must."""
-        from engine.app.zpub import subscriber
+        from app.zpub import subscriber
         return subscriber(ctx, self.pub_key())
 
     def token(self):

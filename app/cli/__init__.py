@@ -1,19 +1,19 @@
 """The `engine` command line: one module per command group, each with its handlers and the
 argparse definitions of its commands (`add_parsers(sub)`); common.py holds what they share.
 
-Application layer (engine/app/): may import the core (engine/*.py), feeds/, models/, replay/,
-fpga/, strategies/ and the rest of engine/app/; nothing below imports it. Entry points:
-`engine` (pyproject.toml) and `python -m engine` (engine/__main__.py).
+Application layer (app/): may import the core (engine/*.py), feeds/, models/, replay/,
+fpga/, strategies/ and the rest of app/; nothing below imports it. Entry points:
+`engine` (pyproject.toml) and `python -m app` (app/__main__.py).
 """
 import os
 import signal
 import sys
 
-from . import data, fpga, models, ops, replay, run
+from . import data_cmds, fpga_cmds, model_cmds, ops_cmds, replay_cmds, run_cmds
 from .common import Parser, model_keys
 
 # the groups, in the order `engine --help` lists their commands
-GROUPS = (run, data, replay, models, ops, fpga)
+GROUPS = (run_cmds, data_cmds, replay_cmds, model_cmds, ops_cmds, fpga_cmds)
 # commands that end with os._exit once everything is flushed (see main)
 FAST_EXIT = ("run", "feed", "replay", "backtest", "sweep")
 
@@ -33,7 +33,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.cmd == "run":
-            from engine.app.config import apply
+            from app.config import apply
             apply(args, parser._run_parser, argv)
         model_keys(args)
         from engine.compile_notice import shown

@@ -6,7 +6,7 @@ warm the model, switch to SCHED_FIFO, attach to the ring (which releases the fee
 and run. The main thread (on the other cores) drains signals to the signal file,
 refreshes the loop's lease, and watches the feed, the clock and SIGINT/SIGTERM.
 
-Application layer (engine/app/). run() is that order as named steps, the methods of _Run:
+Application layer (app/). run() is that order as named steps, the methods of _Run:
 check_request, open_input, check_machine, check_free, load_model, compile, lock_memory (nothing
 created yet), then create_rings, start_feed, start_thread, serve, and stop (always, to the end).
 """
@@ -25,7 +25,7 @@ from models import artifact
 from models.artifact import uses_sigmoid
 
 from engine import control as C
-from engine import latency, ring_info, rt, shm, sigring, waits, warmup
+from engine import latency, realtime, ring_info, shm, sigring, waits, warmup
 from engine.records import SIGNAL_WORDS
 from engine.signal_log import SignalLog
 from engine.tickring import TickConsumer
@@ -150,9 +150,9 @@ class StrategyThread(threading.Thread):
     def run(self):
         try:
             self.tid = threading.get_native_id()
-            rt.name_current_thread(STRATEGY_THREAD_NAME)
+            realtime.name_current_thread(STRATEGY_THREAD_NAME)
             if self.cfg.core is not None:
-                ok, msg = rt.pin_current_thread(self.cfg.core)
+                ok, msg = realtime.pin_current_thread(self.cfg.core)
                 self._want(ok, msg, "pinning")
                 self.core = self.cfg.core if ok else None
             args = self.args_fn()
@@ -163,18 +163,18 @@ class StrategyThread(threading.Thread):
             warmup.warm_model(self.predictor.addr, row, out, 20_000)
             row[:] = 0
             if self.choice.wait.name != "spin":
-                rt.set_timer_slack(1000)  # parks as short as asked (the default slack is 50 us)
+                realtime.set_timer_slack(1000)  # parks as short as asked (the default slack is 50 us)
             if self.choice.policy == "fifo":
-                ok, msg = rt.set_fifo(self.cfg.priority)
+                ok, msg = realtime.set_fifo(self.cfg.priority)
                 self._want(ok, msg, "SCHED_FIFO")
-            self.policy = rt.policy_name()
+            self.policy = realtime.policy_name()
             c = self.consumer = TickConsumer(self.ring_name)
             warmup.prefault(c.data)
             # Claiming a consumer line is what releases a spawned feed: ticks start once we are ready.
             c.claim(start=self.start_at, backpressure=self.backpressure)
             ctl = args[A_CTL]
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
-            self.preempt_start = rt.preemption(self.tid)
+            self.preempt_start = realtime.preemption(self.tid)
             self.ready.set()
             while True:
                 self.exit_state = self.host.mod.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
@@ -186,15 +186,15 @@ class StrategyThread(threading.Thread):
             self.ready.set()
         finally:
             if self.preempt_start is not None:
-                self.preempt_end = rt.preemption(self.tid)
-            rt.set_other()
+                self.preempt_end = realtime.preemption(self.tid)
+            realtime.set_other()
 
     def preempted(self):
         """Since the loop started: how often, and how long, other work held the strategy core
-        (rt.preemption; for a spinning loop every wait on the run queue is that); None where the
+        (realtime.preemption; for a spinning loop every wait on the run queue is that); None where the
         kernel does not say."""
         a = self.preempt_start
-        b = self.preempt_end or (rt.preemption(self.tid) if a is not None and self.is_alive() else None)
+        b = self.preempt_end or (realtime.preemption(self.tid) if a is not None and self.is_alive() else None)
         if a is None or b is None:
             return None
         return {"count": b[1] - a[1], "wait_ms": round((b[0] - a[0]) / 1e6, 3)}
@@ -226,7 +226,7 @@ class StrategyThread(threading.Thread):
 
 
 def _spawn_feed(cfg, ring_name, uri):
-    cmd = [sys.executable, "-m", "engine", "feed", uri, "--ring", ring_name,
+    cmd = [sys.executable, "-m", "app", "feed", uri, "--ring", ring_name,
            "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent",
            "--crossed-after", f"{cfg.crossed_after:g}"]
     if cfg.keep_rings:
@@ -235,7 +235,7 @@ def _spawn_feed(cfg, ring_name, uri):
         cmd += ["--rate", f"{cfg.rate:g}"]
     cmd += ["--max"] if cfg.speed == 0 else ["--speed", f"{cfg.speed:g}"]
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # (engine/app/runner.py)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # (app/live.py)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     try:
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
@@ -452,7 +452,7 @@ class _Run:
         for line in isolation.recover():  # what killed --isolate runs moved (this shell, perhaps): back first
             log(line)
         if cfg.core is not None:
-            rt.check_core(cfg.core)
+            realtime.check_core(cfg.core)
         elif cfg.isolate:
             raise ValueError("--isolate needs --core N: the core to keep for the strategy thread")
         self.choice = waits.choose("other" if not cfg.realtime else cfg.policy, cfg.wait, cfg.core, cfg.priority)
@@ -572,11 +572,11 @@ class _Run:
         """Keep other work off the strategy core, lock memory, and allocate the loop's buffers."""
         cfg = self.cfg
         if cfg.core is not None:
-            ok, msg = rt.keep_off_core(cfg.core)
+            ok, msg = realtime.keep_off_core(cfg.core)
             self.notes.append(msg)
             if not ok:
                 log(f"warning: {msg}")
-        ok, msg = rt.mlockall()
+        ok, msg = realtime.mlockall()
         self.notes.append(msg)
         if not ok:
             if cfg.strict:
@@ -676,13 +676,13 @@ class _Run:
         log(f"running: core {thread.core if thread.core is not None else 'unpinned'}, {thread.policy}, "
             f"{feed}, signals -> {self.sig_path}")
         if thread.policy == "SCHED_FIFO" and choice.wait.name == "spin":
-            note = rt.rt_throttle_note()
+            note = realtime.rt_throttle_note()
             if note:
                 log(f"warning: {note}")
                 self.notes.append(note)
 
     def serve(self):
-        """The control plane (engine/app/daemon.py) until the run ends: drains signals, serves HTTP
+        """The control plane (app/daemon.py) until the run ends: drains signals, serves HTTP
         and zmq, renews the loop's lease, restarts a live feed that died."""
         from types import SimpleNamespace
 
@@ -748,7 +748,7 @@ class _Run:
         if not self.cfg.keep_rings:
             for p in self.created:
                 step(_unlink, p)
-        step(rt.munlockall)
+        step(realtime.munlockall)
         step(locks.release_all)
 
     def _count_unread(self):

@@ -34,10 +34,10 @@ class Where:
 
 def resolve(a, want):
     """Where engine a.name's `want` ("http" or "pub") endpoint is (see the module's docstring)."""
-    from engine.app.runtime_file import RuntimeFileError, find
+    from app.runtime_file import RuntimeFileError, find
     conf = {}
     if getattr(a, "config", None):
-        from engine.app.config import load
+        from app.config import load
         conf = load(a.config)
     name = a.name or conf.get("name") or "engine"
     flag = a.http if want == "http" else (a.follow if isinstance(a.follow, str) else None)  # (True: --follow alone)
@@ -67,7 +67,7 @@ def resolve(a, want):
         raise ValueError(f"{origin}: {e}") from None
     token = unix = key = None
     if want == "http":
-        from engine.app.daemon import runtime_dir
+        from app.daemon import runtime_dir
         same = rt is not None and rt.get("http") == f"{value[0]}:{value[1]}"
         token = (a.token_file or conf.get("token_file") or (rt.get("token_file") if same else None)
                  or os.path.join(runtime_dir(), f"{name}.token"))
@@ -80,19 +80,19 @@ def resolve(a, want):
 def _pub_key(a, name, rt, endpoint):
     """(the publisher's CURVE public key, where it came from): --server-key (a key or a key file),
     the live engine's runtime file if it publishes there, else its key file in our state directory."""
-    from engine.app.zpub import check_public_key, key_paths, read_public_key
+    from app.zpub import check_public_key, key_paths, read_public_key
     given = getattr(a, "server_key", None)
     if given:
         if len(given) == 40 and not os.path.exists(given):
             return check_public_key(given, "--server-key"), "--server-key", name
         return read_public_key(given), given, name
     if rt is None or rt.get("pub") != endpoint:
-        from engine.app.runtime_file import find_publisher
+        from app.runtime_file import find_publisher
         rt = find_publisher(endpoint) or rt  # (an endpoint alone: the engine of ours publishing there)
     if rt is not None and rt.get("pub") == endpoint and rt.get("pub_key"):
         where = f"runtime file {rt['runtime_file']}"
         return check_public_key(rt["pub_key"], where), where, rt.get("name") or name
-    from engine.app.daemon import state_dir
+    from app.daemon import state_dir
     path = key_paths(name, state_dir())[1]
     if not os.path.exists(path):
         raise ValueError(f"no public key for engine {name!r}'s signals: it is not running as this user and {path} "
@@ -155,11 +155,11 @@ class _Endpoint(str):
 def _control(a, method, path):
     """Call a running engine's control plane; returns (status, JSON). The token never leaves this
     process: on the unix socket the engine knows us by uid; over TCP the engine first proves it
-    knows the token (engine/app/ctlauth.py), then we send an HMAC bound to the request."""
+    knows the token (app/ctlauth.py), then we send an HMAC bound to the request."""
     import secrets
 
-    from engine.app import ctlauth
-    from engine.app.daemon import read_token
+    from app import ctlauth
+    from app.daemon import read_token
     w = resolve(a, "http")
     host, port = w.value
     if w.unix:
@@ -210,7 +210,7 @@ def _shaped(fn, body, what):
 
 def status_line(body):
     """One line: who, state, readiness, counters, model and loop (ctl status/pause/resume, stats)."""
-    from engine.app.report import gaps_line
+    from app.run_summary import gaps_line
     c = body["counters"]
     # the command's effect at once (the loop adopts it within microseconds; its own state may lag)
     state = "paused" if body.get("paused") else "resuming" if c["state"] == "paused" else c["state"]
@@ -256,7 +256,7 @@ def cmd_stats(a):
 
 
 def _print_stats(body):
-    from engine.app.report import feed_line, percentile_table
+    from app.run_summary import feed_line, percentile_table
     out = [status_line(body)]
     cf, feed = body["losses"]["conflated"], body.get("feed_counters") or {}
     out.append(f"  conflated {cf['ticks']:,} ({cf['share']:.1%} of the scoreable ticks; warns above "
@@ -285,8 +285,8 @@ def cmd_signals_follow(a):
     key, so a process on the port that is not the engine (a squatter while the engine is down)
     gets none of its records printed, and it says so on stderr, and says when the engine's
     publisher comes back (or comes back with a new key: from its runtime file)."""
-    from engine.app.runtime_file import RuntimeFileError, find
-    from engine.app.zpub import Subscriber
+    from app.runtime_file import RuntimeFileError, find
+    from app.zpub import Subscriber
     from engine.records import SIGNAL_DTYPE, signal_dict
     w = resolve(a, "pub")
     endpoint, (key, key_from, name) = w.value, w.pub_key
@@ -366,14 +366,14 @@ def _where_args(q, http=True):
 
 
 def cmd_latency_plot(a):
-    from engine.app.latency_plot import plot
+    from app.latency_plot import plot
     out = plot(a.file, a.out, stages=a.stage)
     print(out)
     return 0
 
 
 def cmd_doctor(a):
-    from engine.app.doctor import run_checks, format_table
+    from app.doctor import run_checks, format_table
     res = run_checks(a.core)
     if a.json:
         print(json.dumps(res, indent=2))

@@ -303,12 +303,12 @@ def whole_command(quick):
     for label, count in (("1x", n // 8), ("8x", n)):
         f = CACHE / f"synthetic_{count}.ticks"
         if not f.exists():
-            subprocess.run([sys.executable, "-m", "engine", "convert", f"synthetic://?count={count}&rate=0&seed=4",
+            subprocess.run([sys.executable, "-m", "app", "convert", f"synthetic://?count={count}&rate=0&seed=4",
                             "--out", str(f)], check=True, capture_output=True, cwd=ROOT)
         best = None
         for _ in range(2):  # (the first run may compile or build the default model)
             t = time.perf_counter()
-            r = subprocess.run([sys.executable, "-m", "engine", "backtest", str(f), "--out", str(CACHE / "bt-out"),
+            r = subprocess.run([sys.executable, "-m", "app", "backtest", str(f), "--out", str(CACHE / "bt-out"),
                                 "--quiet", "--json", "--orders", "maker"], check=True, capture_output=True, text=True,
                                cwd=ROOT)
             dt = time.perf_counter() - t

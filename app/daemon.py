@@ -29,7 +29,7 @@ from engine import feed_stats, latency, private_dir, shm, sigring
 from engine.records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
 from engine.outputs import NotPrivate, open_own, write_whole
 
-from . import ctlauth, prom, report, runtime_file
+from . import ctlauth, prom, run_summary, runtime_file
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled (/ready false, logged)
@@ -414,7 +414,7 @@ class ControlPlane:
         counters, feed = self.x.ctl_blk.counters(), self.feed_counters()
         return {"name": self.cfg.name, "pid": os.getpid(), "ready": ok, "not_ready": why,
                 "counters": counters, "signal_drops": int(self.x.sring.drops),
-                "losses": report.losses(counters, feed, self.cfg.conflate_warn), "feed_counters": feed,
+                "losses": run_summary.losses(counters, feed, self.cfg.conflate_warn), "feed_counters": feed,
                 "published": self.published, "zmq": self.zmq_counters(), "paused": self.paused,
                 "feed": self.feed_status(),
                 "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,

@@ -1,4 +1,4 @@
-"""`engine run` (the engine end to end: engine/app/runner.py) and `engine feed` (a feed handler
+"""`engine run` (the engine end to end: app/live.py) and `engine feed` (a feed handler
 process writing a tick ring)."""
 import argparse
 import math
@@ -26,10 +26,10 @@ def _trust_ring_owner(user):
 
 
 def cmd_run(a):
-    from engine.app.report import as_json, dumps, table
-    from engine.app.runner import RunConfig, run
+    from app.run_summary import as_json, dumps, table
+    from app.live import RunConfig, run
 
-    from engine.app.daemon import runtime_dir
+    from app.daemon import runtime_dir
     _check_run_args(a)
     check_mode(a)
     if a.ring_owner:
@@ -52,7 +52,7 @@ def cmd_run(a):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, lambda signum, frame: reload.set())  # reload --model, swap between ticks
-    from engine.app.report import warnings
+    from app.run_summary import warnings
     if not a.json:
         res = run(cfg, stop, reload)
         print(table(res), flush=True)
@@ -132,7 +132,7 @@ def _check_run_args(a):
 
 def cmd_feed(a):
     from feeds.process import run_feed
-    from engine.rt import die_with_parent
+    from engine.realtime import die_with_parent
 
     if a.die_with_parent:
         die_with_parent(signal.SIGTERM)
@@ -148,7 +148,7 @@ def add_parsers(sub):
 
 
 def _add_run(sub):
-    """`engine run` and its options (engine/app/config.py reads the same from --config)."""
+    """`engine run` and its options (app/config.py reads the same from --config)."""
     r = sub.add_parser("run", help="run the engine: feed -> ring -> pinned strategy loop -> signals",
                        description="Run the engine end to end. With no --model the default model is used "
                                    "(trained on the synthetic market and cached on first run). On exit "

@@ -9,7 +9,7 @@ import glob
 import os
 import resource
 
-from engine.rt import available_cpus, parse_cpulist
+from engine.realtime import available_cpus, parse_cpulist
 
 CPU = "/sys/devices/system/cpu"
 

@@ -87,16 +87,16 @@ def exec_args(bt):
                     help="fee per lot per fill in the instrument's currency (default: --instruments, else the venue's: CME "
                          "exchange + NFA fees, e.g. 1.40 USD for ES)")
     bt.add_argument("--instruments", default=None, metavar="FILE.toml", type=existing_file,
-                    help="per-instrument multiplier, fees, currency, calendar (replay/instruments.py says how)")
+                    help="per-instrument multiplier, fees, currency, calendar (replay/costs.py says how)")
     bt.add_argument("--seed", type=nonneg_int, default=0, help="seed for drawn latencies (default 0)")
 
 
 def _backtest_params(a, hz, marks=None):
     """runner.Params from backtest/sweep options."""
-    from replay.runner import Params
+    from replay.jobs import Params
     table = {}
     if a.instruments:
-        from replay.instruments import load_file
+        from replay.costs import load_file
         table = load_file(a.instruments)
     if a.l3 and len(a.files) != 1:
         raise ValueError("--l3 gives the order-by-order data of one tick file: give that one file")
@@ -111,7 +111,7 @@ def _backtest_params(a, hz, marks=None):
 
 
 def cmd_backtest(a):
-    from replay.runner import backtest
+    from replay.jobs import backtest
     hz = tuple(int(x) for x in a.horizons_ms.split(",") if x.strip())
     if not hz or min(hz) <= 0:
         raise ValueError(f"--horizons-ms needs positive milliseconds, got {a.horizons_ms!r}")
@@ -134,7 +134,7 @@ def cmd_backtest(a):
         if note:
             print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
     p = _backtest_params(a, hz, marks)
-    from .run import check_mode
+    from .run_cmds import check_mode
     check_mode(a)
     try:
         summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
@@ -188,7 +188,7 @@ def cmd_sweep(a):
 def cmd_replay(a):
     from feeds.process import run_feed
     from feeds.sources import TickFilesSource
-    from engine.rt import die_with_parent
+    from engine.realtime import die_with_parent
     if a.die_with_parent:
         die_with_parent(signal.SIGTERM)
     src = TickFilesSource(a.files)
@@ -247,7 +247,7 @@ def _add_backtest(sub):
     bt.add_argument("--quiet", action=Flag, help="no progress lines")
     bt.add_argument("--json", action=Flag, help="print the summary as one JSON object")
     verify_key_arg(bt)
-    from .run import check_arg
+    from .run_cmds import check_arg
     check_arg(bt)
     bt.set_defaults(fn=cmd_backtest)
 

@@ -30,7 +30,7 @@ class Params:
     queue_power: float = 3.0
     maker_bps: float | None = None
     per_lot: float | None = None
-    instruments: dict = field(default_factory=dict)  # replay/instruments.py load_file
+    instruments: dict = field(default_factory=dict)  # replay/costs.py load_file
     l3: str | None = None             # a DBN MBO file: exact FIFO for maker orders
     seed: int = 0                     # for sampled latencies
 
@@ -85,15 +85,15 @@ def exec_setup(p, host, tf, res, k):
     """(ExecParams, spec array, per-instrument specs) for one file's signals."""
     from engine.records import symbols
 
-    from . import execsim, instruments
+    from . import costs, execsim
     top = int(res.signals["instrument"].max()) + 1 if len(res.signals) else 1
     names = list(symbols(res.instruments or tf.instruments, top))
-    specs = instruments.resolve(instruments.file_specs(tf, names), p.instruments,
+    specs = costs.resolve(costs.file_specs(tf, names), p.instruments,
                                 {"taker_bps": p.fee_bps, "maker_bps": p.maker_bps, "per_lot": p.per_lot})
     maker = p.orders == "maker" or (p.orders == "strategy" and bool(host.strategy.values.get("maker", 0.0)))
     xp = execsim.ExecParams(entry_ns=entry_latencies(p, len(res.signals), k), response_ns=p.response_ns,
                             feed_ns=p.feed_ns, maker=maker, queue_power=p.queue_power)
-    return xp, instruments.spec_array(specs), specs
+    return xp, costs.spec_array(specs), specs
 
 
 def backtest_one(path, p, k=0, progress=False, looped=None):
@@ -231,9 +231,9 @@ def merge(results, p):
     summary["instruments"] = {s["symbol"]: {k: v for k, v in s.items() if k != "symbol"} for s in specs}
     cur = sorted({s["currency"] for s in specs})
     summary["currency"] = cur[0] if len(cur) == 1 else "mixed currencies (see instruments)"
-    from . import instruments
+    from . import costs
     traded = {str(x) for x in extra["symbol"]}
-    summary["money_warnings"] = instruments.warnings(list({s["symbol"]: s for s in specs}.values()), traded)
+    summary["money_warnings"] = costs.warnings(list({s["symbol"]: s for s in specs}.values()), traded)
     if p.latency is None and not p.latency_ns and len(sigs):
         summary["money_warnings"].append("order-entry latency 0 (--latency-us): every order reaches the book at its "
                                          "signal tick's receive time, sooner than any real one: fills are optimistic")

@@ -16,7 +16,7 @@ import time
 import numpy as np
 from numba import njit
 
-from engine import rt, tickring
+from engine import realtime, tickring
 from engine.outputs import OutputError
 from engine.tickfile import TickFileWriter
 from engine.tickring import TickConsumer
@@ -62,8 +62,8 @@ def _specs(c, names):
 def record(ring, out, *, start="now", core=None, duration=None, instruments=(), quiet=False, wait=0.0):
     say = (lambda m: None) if quiet else (lambda m: print(f"[record] {m}", file=sys.stderr, flush=True))
     if core is not None:
-        rt.check_core(core)
-        rt.pin_current_thread(core)
+        realtime.check_core(core)
+        realtime.pin_current_thread(core)
     buf = np.zeros((BATCH, 8), np.int64)
     c = _open(ring, wait)  # a missing ring fails here, before the file exists
     drain(c.hdr, c.data, c.mask, 8, np.zeros((0, 8), np.int64))  # compile before we attach

@@ -59,7 +59,7 @@ def cell(code, stock):
                            capture_output=True, text=True)
         dt = time.perf_counter() - t
     if r.returncode:
-        raise SystemExit(f"bench/compile.py: a cell failed:\n{r.stderr[-2000:]}")
+        raise SystemExit(f"bench/cold_compile.py: a cell failed:\n{r.stderr[-2000:]}")
     return dt
 
 

@@ -58,7 +58,7 @@ def _int_list(s):
 
 
 def cmd_record(a):
-    from replay.record import record
+    from app.recorder import record
     res = record(a.ring, a.out, start="oldest" if a.from_oldest else "now", core=a.core, duration=a.duration,
                  wait=a.wait)
     if a.json:
