@@ -16,11 +16,12 @@ is acc * 2^-L; its distance from XGBoost's float32 margin is at most
 trees * 2^-(L+1) (leaf rounding) + base rounding + XGBoost's own float32 summation error.
 Categorical splits are refused; so is a feature whose grid would need more than 62 bits.
 """
-import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from models.trees import Forest, ModelFormatError, read_model
 
 MAX_BITS = 127  # the emulation's native __int128; ap_int<W> under synthesis
 
@@ -29,68 +30,20 @@ class FixedPointError(ValueError):
     """The model cannot be made exact in fixed point: the message says why and where."""
 
 
-@dataclass
-class Trees:
-    feature: np.ndarray       # int32 [trees, nodes]   (-1 = leaf)
-    threshold: np.ndarray     # float32 [trees, nodes]
-    left: np.ndarray          # int32 [trees, nodes]
-    right: np.ndarray
-    default_left: np.ndarray  # bool [trees, nodes]
-    leaf: np.ndarray          # float32 [trees, nodes] (leaf value at leaves)
-    n_features: int
-    base_margin: float        # float32 value XGBoost starts from
-    objective: str
-    feature_names: list
+FIXED_OBJECTIVES = ("binary:logistic", "reg:squarederror", "reg:linear")
 
 
 def load_xgboost_json(path):
-    """Trees of an XGBoost JSON model (binary:logistic or reg:squarederror, one output)."""
-    with open(path) as f:
-        m = json.load(f)
+    """The model's trees (models/trees.py Forest) for fixed point: binary:logistic or
+    reg:squarederror, one output, numerical splits."""
     try:
-        learner = m["learner"]
-        trees = learner["gradient_booster"]["model"]["trees"]
-        param = learner["learner_model_param"]
-        objective = learner["objective"]["name"]
-    except (KeyError, TypeError):
-        raise FixedPointError(f"{path}: not an XGBoost JSON model") from None
-    if int(param.get("num_class", "0")) > 1 or int(param.get("num_target", "1")) > 1:
-        raise FixedPointError(f"{path}: one output only (num_class {param.get('num_class')})")
-    nf = int(param["num_feature"])
-    width = max(len(t["left_children"]) for t in trees)
-    F = np.full((len(trees), width), -1, np.int32)
-    TH = np.zeros((len(trees), width), np.float32)
-    LC = np.full((len(trees), width), -1, np.int32)
-    RC = np.full((len(trees), width), -1, np.int32)
-    DL = np.zeros((len(trees), width), bool)
-    LV = np.zeros((len(trees), width), np.float32)
-    for i, t in enumerate(trees):
-        if any(t.get("split_type", [])) or t.get("categories"):
-            raise FixedPointError(f"{path}: tree {i} has categorical splits; only numerical splits map to "
-                                  "fixed-point comparators")
-        if int(t["tree_param"].get("size_leaf_vector", "1")) > 1:
-            raise FixedPointError(f"{path}: vector leaves are not supported")
-        lc = np.array(t["left_children"], np.int32)
-        n = len(lc)
-        leaf = lc == -1
-        LC[i, :n] = lc
-        RC[i, :n] = t["right_children"]
-        F[i, :n] = np.where(leaf, -1, t["split_indices"])
-        sc = np.array(t["split_conditions"], np.float32)
-        TH[i, :n] = np.where(leaf, 0, sc)
-        LV[i, :n] = np.where(leaf, sc, 0)
-        DL[i, :n] = np.array(t["default_left"], bool)
-    base = float(param["base_score"].strip("[]"))
-    if objective == "binary:logistic":
-        import ctypes
-        logf = ctypes.CDLL(None).logf
-        logf.restype, logf.argtypes = ctypes.c_float, [ctypes.c_float]
-        base_margin = float(np.float32(-logf(np.float32(1.0) / np.float32(base) - np.float32(1.0))))
-    elif objective in ("reg:squarederror", "reg:linear"):
-        base_margin = float(np.float32(base))
-    else:
-        raise FixedPointError(f"{path}: objective {objective} is not supported (binary:logistic, reg:squarederror)")
-    return Trees(F, TH, LC, RC, DL, LV, nf, base_margin, objective, learner.get("feature_names") or [])
+        trees = read_model(path)
+    except ModelFormatError as e:
+        raise FixedPointError(str(e)) from None
+    if trees.objective not in FIXED_OBJECTIVES:
+        raise FixedPointError(f"{path}: objective {trees.objective} is not supported (binary:logistic, "
+                              "reg:squarederror)")
+    return trees
 
 
 def frac_bits(t):
@@ -106,7 +59,7 @@ def frac_bits(t):
 
 @dataclass
 class FixedModel:
-    trees: Trees
+    trees: Forest
     frac: np.ndarray          # int [features]: F_f
     qmin: np.ndarray          # int64 [features]: saturation
     qmax: np.ndarray

@@ -1,4 +1,4 @@
-"""The `flat` back end: a branch-free tree kernel generated from the Treelite model.
+"""The `flat` back end: a branch-free tree kernel generated from the model's trees (models/trees.py).
 
 - Each feature is quantised to its rank among that feature's split thresholds:
   q(x) = #{t : t <= x} over the feature's sorted float32 thresholds. Then XGBoost's
@@ -18,14 +18,14 @@ The same C source is built once per entry of BUILDS (AVX-512 VBMI, AVX2, portabl
 loader picks what the CPU runs (see artifact.py). The source is a template,
 models/templates/flat.c.tpl (models/codegen.py): generate_c computes only its per-model parts.
 """
-import json
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
 from .codegen import render
-from .compile import ABI_VERSION, CC, CompileError, _native_output_held, base_margin_c, base_score
+from .compile import ABI_VERSION, CC, CompileError, base_margin_c
+from .trees import ModelFormatError, read_model
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "flat.c.tpl"
 
@@ -40,72 +40,52 @@ COMMON_FLAGS = ["-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", 
 MAX_DEPTH = 10
 
 
-def _trees_from_treelite(model_json):
-    import treelite
-    with _native_output_held():
-        m = treelite.frontend.load_xgboost_model(str(model_json))
-        d = json.loads(m.dump_as_json(pretty_print=False))
-    trees = []
-    for t in d["trees"]:
-        if t.get("has_categorical_split"):
-            raise CompileError("categorical splits are not supported by the flat back end")
-        nodes = {n["node_id"]: n for n in t["nodes"]}
-        for n in t["nodes"]:
-            split = "leaf_value" not in n
-            if split and (n.get("node_type") != "numerical_test_node" or n.get("comparison_op") != "<"):
-                raise CompileError(f"flat back end handles numerical `<` splits only, got {n.get('node_type')} "
-                                   f"{n.get('comparison_op')}")
-        trees.append(nodes)
-    return trees, d["num_feature"]
+def read_forest(model_json):
+    """The model's trees (models/trees.py), or a CompileError saying why the flat back end cannot take it."""
+    try:
+        return read_model(model_json)
+    except ModelFormatError as e:
+        raise CompileError(str(e)) from None
 
 
-def _depth(nodes, i=0):
-    n = nodes[i]
-    if "leaf_value" in n:
-        return 0
-    return 1 + max(_depth(nodes, n["left_child"]), _depth(nodes, n["right_child"]))
-
-
-def build_tables(trees, nf, pad_to=None):
+def build_tables(forest, pad_to=None):
     """Quantised, padded, flat arrays for the whole model (numpy), plus the quantisation grid."""
-    depth = max(1, max(_depth(t) for t in trees), pad_to or 0)
+    nf = forest.n_features
+    depth = max(1, max(forest.depths()), pad_to or 0)
     if depth > MAX_DEPTH:
         raise CompileError(f"trees of depth {depth}: the flat back end goes up to depth {MAX_DEPTH}")
     thr_sets = [set() for _ in range(nf)]
-    for t in trees:
-        for n in t.values():
-            if "leaf_value" not in n:
-                thr_sets[n["split_feature_id"]].add(np.float32(n["threshold"]).item())
+    for t, n in zip(*np.nonzero(forest.feature >= 0)):  # tree, then node order: which of 0.0/-0.0 a grid keeps
+        thr_sets[forest.feature[t, n]].add(forest.threshold[t, n].item())
     grids = [np.array(sorted(s), np.float32) for s in thr_sets]
     kmax = max((len(g) for g in grids), default=0)
     qtype, qmax = ("uint8_t", 255) if kmax <= 254 else ("uint16_t", 65535)
     if kmax > 65534:
         raise CompileError(f"a feature has {kmax} distinct thresholds; the flat back end takes up to 65534")
     n_int, n_leaf = (1 << depth) - 1, 1 << depth
-    T = len(trees)
+    T = forest.n_trees
     sel = np.zeros((T, n_int), np.uint16 if 2 * nf <= 65535 else np.uint32)
     thr = np.full((T, n_int), qmax, np.uint8 if qmax == 255 else np.uint16)
     leaves = np.zeros((T, n_leaf), np.float32)
     rank = [{v: j for j, v in enumerate(g.tolist())} for g in grids]
 
-    def fill(t, nodes, i, pos, d):
-        n = nodes[i]
-        if "leaf_value" in n:
+    def fill(t, i, pos, d):
+        f = int(forest.feature[t, i])
+        if f < 0:
             lo = pos
             for _ in range(depth - d):  # leftmost descendant at the bottom; padding goes left
                 lo = 2 * lo + 1
             span = 1 << (depth - d)
             first = lo - n_int
-            leaves[t, first:first + span] = np.float32(n["leaf_value"])
+            leaves[t, first:first + span] = forest.leaf[t, i]
             return
-        f = n["split_feature_id"]
-        sel[t, pos] = f + (0 if n["default_left"] else nf)
-        thr[t, pos] = rank[f][np.float32(n["threshold"]).item()]
-        fill(t, nodes, n["left_child"], 2 * pos + 1, d + 1)
-        fill(t, nodes, n["right_child"], 2 * pos + 2, d + 1)
+        sel[t, pos] = f + (0 if forest.default_left[t, i] else nf)
+        thr[t, pos] = rank[f][forest.threshold[t, i].item()]
+        fill(t, int(forest.left[t, i]), 2 * pos + 1, d + 1)
+        fill(t, int(forest.right[t, i]), 2 * pos + 2, d + 1)
 
-    for t, nodes in enumerate(trees):
-        fill(t, nodes, 0, 0, 0)
+    for t in range(T):
+        fill(t, 0, 0, 0)
     return {"num_feature": nf, "depth": depth, "trees": T, "grids": grids, "qtype": qtype, "qmax": qmax,
             "sel": sel, "thr": thr, "leaves": leaves}
 
@@ -211,17 +191,16 @@ def generate_c(tab, margin_expr):
 def compile_flat(model_json, out_dir, num_feature):
     """Generate the kernel and build every variant; returns ({build: lib name}, info)."""
     out_dir = Path(out_dir)
-    trees, nf = _trees_from_treelite(model_json)
-    tab = build_tables(trees, nf)
+    forest = read_forest(model_json)
+    tab = build_tables(forest)
     if simd_ok(tab) and tab["depth"] < SIMD_DEPTH:
-        tab = build_tables(trees, nf, pad_to=SIMD_DEPTH)  # one kernel shape for every shallow model
+        tab = build_tables(forest, pad_to=SIMD_DEPTH)  # one kernel shape for every shallow model
     if tab["num_feature"] != num_feature:
         raise CompileError(f"model has {tab['num_feature']} features, expected {num_feature}")
-    p, objective = base_score(model_json)
     src_dir = out_dir / "flat"
     src_dir.mkdir(parents=True, exist_ok=True)
     src = src_dir / "flat.c"
-    src.write_text(generate_c(tab, base_margin_c(p, objective)))
+    src.write_text(generate_c(tab, base_margin_c(forest.base_score, forest.objective)))
     libs, flags = {}, {}
     for name, (extra, _) in BUILDS.items():
         lib = out_dir / f"libflat_{name}.so"

@@ -43,14 +43,14 @@ def generated(tmp_path_factory):
     from fpga import hls, rtl
     from fpga.fixed import load_xgboost_json, make_fixed
     from models import flat
-    from models.compile import base_margin_c, base_score
+    from models.compile import base_margin_c
     d = tmp_path_factory.mktemp("gen")
     model = d / "m.json"
     _tiny_model(model)
-    trees, nf = flat._trees_from_treelite(model)
-    margin = base_margin_c(*base_score(model))
-    out = {"flat.c": flat.generate_c(flat.build_tables(trees, nf), margin),
-           "flat_simd.c": flat.generate_c(flat.build_tables(trees, nf, pad_to=flat.SIMD_DEPTH), margin)}
+    forest = flat.read_forest(model)
+    margin = base_margin_c(forest.base_score, forest.objective)
+    out = {"flat.c": flat.generate_c(flat.build_tables(forest), margin),
+           "flat_simd.c": flat.generate_c(flat.build_tables(forest, pad_to=flat.SIMD_DEPTH), margin)}
     fm = make_fixed(load_xgboost_json(model))
     paths = hls.generate(fm, str(d), model_name="tiny")[0] + rtl.generate(fm, str(d))[0]
     for p in paths:

@@ -57,13 +57,22 @@ def test_leaf_agreement_is_exact_even_on_split_values_and_missing(small_model):
 
 @pytest.mark.skipif(not (SHARED_DATA / "binance").exists(), reason="../shared/data is not here; CI has it")
 def test_leaf_agreement_on_real_data_features(default_model):
-    """The default model on features computed from the real Binance capture."""
+    """The default model on features computed from the real Binance capture; the tree IR both
+    back ends build from (models/trees.py) on the same rows: XGBoost's leaves, and through the
+    flat kernel's tables XGBoost's margins bit for bit."""
+    from models import flat
     from tests.conftest import strategy_rows
+    from tests.helpers.tree_walk import flat_margin, ir_leaves, ir_margin, same_bits, xgboost_says
     X, *_ = strategy_rows(f"binance:{SHARED_DATA / 'binance' / 'usdm_btcusdt_20240808.gz'}?size_unit=1e-3")
     mj = default_model / "model.json"
     fm = make_fixed(load_xgboost_json(mj))
     res = check_against_xgboost(fm, mj, X)
     assert len(X) > 10_000 and res["leaf_agreement"] == 1.0 and res["max_score_error"] <= res["score_error_bound"]
+    X = X[np.linspace(0, len(X) - 1, 20_000).astype(np.int64)]
+    leaves, margin = xgboost_says(mj, X)
+    node = ir_leaves(fm.trees, X)
+    assert np.array_equal(node, leaves) and same_bits(ir_margin(fm.trees, node), margin)
+    assert same_bits(flat_margin(flat.build_tables(flat.read_forest(mj)), fm.trees, X), margin)
 
 
 def test_emulation_equals_the_golden_model(small_dir):
