@@ -26,11 +26,12 @@ import numpy as np
 from numba import njit
 
 from engine import control as C
-from engine import latency, shm, sigring, tickring
-from engine.intrinsics import (call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed, monotonic_ns,
+from engine import latency, levelbook, shm, sigring, tickring
+from engine.intrinsics import (borrow, call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed, monotonic_ns,
                                realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
-                            SIGNAL_WORDS, tick_instrument, tick_kind, tick_side, w_lo32)
+                            SIGNAL_FLAG_MARK, SIGNAL_MARK_WORD, SIGNAL_WORDS, signal_word_folded, signal_word_ids,
+                            signal_word_scores, tick_instrument, tick_kind, tick_side, w_lo32)
 from engine.strategy_api import Book, sigmoid32
 
 # cfg: float64 loop settings (Host.loop_cfg fills them)
@@ -38,13 +39,12 @@ from engine.strategy_api import Book, sigmoid32
  CFG_CONFLATE, CFG_CONFLATE_MAX, CFG_CONFLATE_NS) = range(11)
 CFG_WIDTH = 12
 HOUSEKEEP_EVERY = 1024
-NO_LEVEL = 1 << 30
 # wait strategies (what the live loop does while the ring is empty; engine/waits.py names them)
 WAIT_SPIN, WAIT_BACKOFF, WAIT_DUTY = 0, 1, 2
 PARK_MIN_NS = 20_000      # backoff: first park; doubles up to CFG_PARK_MAX_NS
 DUTY_SLICE_NS = 20_000    # duty: one park when asleep time is owed
 # ist columns: market state first (a gap clears them), then the loop's own (kept across gaps)
-I_NBID, I_NASK, I_BID, I_ASK, I_DIRTY = range(5)
+I_NBID, I_NASK, I_BID, I_ASK, I_DIRTY = range(5)  # I_NBID, I_NASK: levelbook's counts (columns 0, 1)
 I_POS = 5      # the target position
 I_PEND = 6     # conflation: 1 while the instrument waits in plist to be scored
 I_FOLD = 7     # conflation: scoreable ticks folded into its pending row
@@ -53,63 +53,23 @@ IST_WIDTH = 10
 # cst: conflation scalars kept across calls
 CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS, CS_T0 = range(7)
 CST_WIDTH = 8
-SIG_FLAG_MARK = np.int64(1) << 32   # word 11 (folded | flags << 32): a conflation mark, not a signal
-PX, SZ = 0, 1
+SIG_FLAG_MARK = SIGNAL_MARK_WORD  # (its old name here) word 11's conflation-mark bit, owned by engine/records.py
+PX, SZ, NO_LEVEL = levelbook.PX, levelbook.SZ, levelbook.NO_LEVEL
 # DEPTH 0: every call gets the same empty book (a constant: no per-tick reference counting)
 _EMPTY = np.zeros(0, np.int64)
 
 
 @njit(nogil=True, inline="always", cache=True)
 def book_apply(book, ist, inst, tick):
-    """Apply one level tick to the instrument's window (best level first on each side: bids
-    descending, asks ascending; zeros past the last level). Returns the first level index whose
-    content changed, NO_LEVEL when none did."""
+    """Apply one level tick to the instrument's window (engine/levelbook.py: its level counts are
+    ist's first two columns). Returns the first level index whose content changed, NO_LEVEL when
+    none did. The arrays go in borrowed: handed to levelbook as they are, numba would count their
+    references on every level tick (~30 ns, bench/strategy_host.py)."""
     side = tick_side(tick)
     if side == SIDE_NONE:  # the source cleared this instrument's book
-        for s in range(2):
-            for k in range(ist[inst, I_NBID + s]):
-                book[inst, s, PX, k] = 0
-                book[inst, s, SZ, k] = 0
-            ist[inst, I_NBID + s] = 0
+        levelbook.clear(borrow(book), borrow(ist), inst)
         return 0
-    s = 0 if side == SIDE_BUY else 1
-    p = tick[3]
-    q = w_lo32(tick[6])
-    n = ist[inst, I_NBID + s]
-    k = 0
-    while k < n:
-        pk = book[inst, s, PX, k]
-        if pk == p or (pk < p if s == 0 else pk > p):
-            break
-        k += 1
-    found = k < n and book[inst, s, PX, k] == p
-    if q == 0:
-        if not found:
-            return NO_LEVEL
-        for j in range(k, n - 1):
-            book[inst, s, PX, j] = book[inst, s, PX, j + 1]
-            book[inst, s, SZ, j] = book[inst, s, SZ, j + 1]
-        book[inst, s, PX, n - 1] = 0
-        book[inst, s, SZ, n - 1] = 0
-        ist[inst, I_NBID + s] = n - 1
-        return k
-    if found:
-        if book[inst, s, SZ, k] == q:
-            return NO_LEVEL
-        book[inst, s, SZ, k] = q
-        return k
-    cap = book.shape[3]
-    if k >= cap:  # below our window (a source never sends one: its window is at most ours)
-        return NO_LEVEL
-    if n == cap:
-        n -= 1  # the last level falls out
-    for j in range(n, k, -1):
-        book[inst, s, PX, j] = book[inst, s, PX, j - 1]
-        book[inst, s, SZ, j] = book[inst, s, SZ, j - 1]
-    book[inst, s, PX, k] = p
-    book[inst, s, SZ, k] = q
-    ist[inst, I_NBID + s] = n + 1
-    return k
+    return levelbook.set_level(borrow(book), borrow(ist), inst, 0 if side == SIDE_BUY else 1, tick[3], w_lo32(tick[6]))
 
 
 @njit(nogil=True, cache=True)
@@ -180,8 +140,8 @@ def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, 
     sig[6] = (bid + ask) // 2 if bid > 0 and ask > 0 else 0
     sig[7] = new
     sig[8] = prev
-    sig[9] = f32_bits(score) | (f32_bits(margin) << 32)
-    sig[10] = (gen & 0xFFFFFFFF) | ((inst & 0xFFFF) << 32) | ((_sign(new) & 0xFF) << 48) | ((_sign(prev) & 0xFF) << 56)
+    sig[9] = signal_word_scores(f32_bits(score), f32_bits(margin))
+    sig[10] = signal_word_ids(gen, inst, _sign(new), _sign(prev))
     sig[11] = 1  # folded: this tick alone
     for w in range(12, SIGNAL_WORDS):
         sig[w] = 0
@@ -297,7 +257,7 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, p
     """Score every pending instrument once, on its latest row, in the order of their latest ticks.
     When the window spans more than its first tick, a mark goes first into the signal stream
     (word 1: the last tick folded before this flush, word 2: the window's first tick, word 11:
-    ticks folded | SIG_FLAG_MARK) so a backtest can replay the same flush points. Returns
+    ticks folded, flags SIGNAL_FLAG_MARK) so a backtest can replay the same flush points. Returns
     (signals, scored)."""
     n = cst[CS_NPEND]
     if cst[CS_FIRST] != last[0]:
@@ -308,7 +268,7 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, p
         sig[2] = cst[CS_FIRST]
         sig[3] = last[2]
         sig[4] = monotonic_ns()
-        sig[11] = cst[CS_FOLDS] | SIG_FLAG_MARK
+        sig[11] = signal_word_folded(cst[CS_FOLDS], SIGNAL_FLAG_MARK)
         sigring.push(shdr, sdata, smask, spstate, sig)
         cst[CS_MARKS] += 1
     _order_pending(plist, ptick, n)

@@ -214,3 +214,52 @@ def f32_bits(typingctx, x):
         bits = builder.bitcast(v, ir.IntType(32))
         return builder.zext(bits, _I64)
     return types.int64(x), codegen
+
+
+# --- arrays without a reference count ---------------------------------------------------------
+# numba counts references to every array it hands on: each time a function (or an inlined one)
+# receives an array, or takes one out of a tuple, it increments the array's count with an atomic
+# instruction and decrements it later. `borrow(a)` is `a` with no count (a null meminfo, as for an
+# array numba builds over a raw pointer): incref/decref of it do nothing. Only for arrays the
+# caller keeps alive for the whole call and that never escape it (not returned, not stored).
+# Users: the feed parsers (feeds/borrow.py), the host loop's book (engine/host_template.py).
+
+
+def borrowed_array(context, builder, a, value):
+    """The array `value` (numba type `a`) as a struct with no meminfo nor parent."""
+    src = context.make_array(a)(context, builder, value=value)
+    dst = context.make_array(a)(context, builder)
+    dst.meminfo = cgutils.get_null_value(dst.meminfo.type)
+    dst.parent = cgutils.get_null_value(dst.parent.type)
+    dst.nitems = src.nitems
+    dst.itemsize = src.itemsize
+    dst.data = src.data
+    dst.shape = src.shape
+    dst.strides = src.strides
+    return dst._getvalue()
+
+
+@intrinsic
+def borrow(typingctx, a):
+    if not isinstance(a, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return borrowed_array(context, builder, a, args[0])  # no incref: the result owns nothing
+
+    return a(a), codegen
+
+
+@intrinsic
+def borrow_all(typingctx, t):
+    """borrow() of every array in a tuple of arrays. At the top of a function that is called (not
+    inlined) with such tuples: its arrays then have no count to keep, where otherwise every
+    inlined helper taking one costs two calls into the runtime (half of a handler's time, perf)."""
+    if not (isinstance(t, types.BaseTuple) and all(isinstance(x, types.Array) for x in t)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vals = [borrowed_array(context, builder, a, builder.extract_value(args[0], i)) for i, a in enumerate(t)]
+        return context.make_tuple(builder, t, vals)
+
+    return t(t), codegen

@@ -138,38 +138,178 @@ SIGNAL_WORDS = 16  # a signal as int64 words
 (SW_SEQ, SW_TICK_SEQ, SW_TS_EVENT, SW_TS_RECV, SW_TS_SIGNAL, SW_TS_WALL, SW_MID, SW_POS, SW_PREV_POS,
  SW_SCORE_MARGIN, SW_GEN_INST_SIDES, SW_FOLDED_FLAGS) = range(12)
 
+# --- the fields inside the int64 words: this module is the only place that shifts or masks a word ---
+# (tests/test_records_owner.py checks that no other module does.) Each position below is read off
+# the dtypes above, so the words and the dtypes cannot disagree.
 
-# --- numba decoders over a record's eight int64 words (little-endian layout above) ---
+
+def _place(dtype, name):
+    """(word, shift, mask) of a field of `dtype` packed in its little-endian int64 words."""
+    sub, off = dtype.fields[name][:2]
+    return off // 8, (off % 8) * 8, (1 << (8 * sub.itemsize)) - 1
+
+
+_LO32 = 0xFFFFFFFF
+# tick word 6 = size | bid_sz << 32; word 7 = ask_sz | instrument << 32 | kind << 48 | side << 56
+_, _BIDSZ_SHIFT, _ = _place(TICK_DTYPE, "bid_sz")
+_, _INST_SHIFT, _INST_MASK = _place(TICK_DTYPE, "instrument")
+_, _KIND_SHIFT, _KIND_MASK = _place(TICK_DTYPE, "kind")
+_, _SIDE_SHIFT, _SIDE_MASK = _place(TICK_DTYPE, "side")
+# signal word 9 = score bits | margin bits << 32; word 10 = model_gen | instrument << 32 | side << 48 |
+# prev_side << 56 (the sides' low bytes); word 11 = folded | flags << 32
+_, _MARGIN_SHIFT, _ = _place(SIGNAL_DTYPE, "margin")
+_, _SINST_SHIFT, _SINST_MASK = _place(SIGNAL_DTYPE, "instrument")
+_, _SSIDE_SHIFT, _SSIDE_MASK = _place(SIGNAL_DTYPE, "side")
+_, _SPREV_SHIFT, _ = _place(SIGNAL_DTYPE, "prev_side")
+_, _FLAGS_SHIFT, _ = _place(SIGNAL_DTYPE, "flags")
+assert ((_INST_SHIFT, _KIND_SHIFT, _SIDE_SHIFT), (_SINST_SHIFT, _SSIDE_SHIFT, _SPREV_SHIFT, _FLAGS_SHIFT)) == \
+    ((32, 48, 56), (32, 48, 56, 32)), "a record field moved: every reader and writer goes through here"
+
+MAX_INSTRUMENTS = _INST_MASK + 1  # every index the instrument field holds (0..65535)
+
+
+# --- numba accessors: a tick's fields from its eight int64 words (the strategy contract's readers,
+# engine/strategy_api.py hands them to strategies under their short names) ---
 from numba import njit  # noqa: E402
 
 
 @njit(nogil=True, inline="always", cache=True)
 def w_lo32(x):
-    return x & 0xFFFFFFFF
+    return x & _LO32
 
 
 @njit(nogil=True, inline="always", cache=True)
 def w_hi32(x):
-    return (x >> 32) & 0xFFFFFFFF
+    return (x >> 32) & _LO32
 
 
 @njit(nogil=True, inline="always", cache=True)
-def tick_instrument(w):
-    return (w[7] >> 32) & 0xFFFF
+def tick_seq(tick):
+    return tick[0]
 
 
 @njit(nogil=True, inline="always", cache=True)
-def tick_kind(w):
-    return (w[7] >> 48) & 0xFF
+def tick_ts_event(tick):
+    """Exchange time, ns since the Unix epoch."""
+    return tick[1]
 
 
 @njit(nogil=True, inline="always", cache=True)
-def tick_side(w):
-    return (w[7] >> 56) & 0xFF
+def tick_ts_recv(tick):
+    """Receive time, ns (CLOCK_MONOTONIC when live; the capture's time in files)."""
+    return tick[2]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_price(tick):
+    """Trade price (trade), level price (level), 1e-9 fixed point."""
+    return tick[3]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_bid_px(tick):
+    """Best bid after the event (quote, trade, book ticks), 1e-9; 0 when the side is empty."""
+    return tick[4]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_ask_px(tick):
+    return tick[5]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_size(tick):
+    """Trade size (trade), the level's new size (level), in the instrument's size units."""
+    return tick[6] & _LO32
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_bid_sz(tick):
+    return (tick[6] >> _BIDSZ_SHIFT) & _LO32
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_ask_sz(tick):
+    return tick[7] & _LO32
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_instrument(tick):
+    return (tick[7] >> _INST_SHIFT) & _INST_MASK
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_kind(tick):
+    """KIND_QUOTE, KIND_TRADE, KIND_BOOK, KIND_STATUS (the kinds on_tick sees)."""
+    return (tick[7] >> _KIND_SHIFT) & _KIND_MASK
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_side(tick):
+    """Trade aggressor: SIDE_BUY, SIDE_SELL or SIDE_NONE (a level tick: its book side)."""
+    return (tick[7] >> _SIDE_SHIFT) & _SIDE_MASK
+
+
+# --- numba packers ---
+
+
+@njit(nogil=True, inline="always", cache=True)
+def tick_word7(ask_sz, instrument, kind, side):
+    """A tick's word 7 from its fields."""
+    return ((ask_sz & _LO32) | ((instrument & _INST_MASK) << _INST_SHIFT) | ((kind & _KIND_MASK) << _KIND_SHIFT)
+            | ((side & _SIDE_MASK) << _SIDE_SHIFT))
 
 
 @njit(nogil=True, inline="always", cache=True)
 def pack_tick_tail(words, size, bid_sz, ask_sz, instrument, kind, side):
     """Set words 6 and 7 (sizes, instrument, kind, side) of a tick."""
-    words[6] = (size & 0xFFFFFFFF) | ((bid_sz & 0xFFFFFFFF) << 32)
-    words[7] = (ask_sz & 0xFFFFFFFF) | ((instrument & 0xFFFF) << 32) | ((kind & 0xFF) << 48) | ((side & 0xFF) << 56)
+    words[6] = (size & _LO32) | ((bid_sz & _LO32) << _BIDSZ_SHIFT)
+    words[7] = tick_word7(ask_sz, instrument, kind, side)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def signal_word_scores(score_bits, margin_bits):
+    """A signal's word SW_SCORE_MARGIN from the float32 bits of its score and margin."""
+    return score_bits | (margin_bits << _MARGIN_SHIFT)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def signal_word_ids(gen, instrument, side, prev_side):
+    """A signal's word SW_GEN_INST_SIDES: model generation, instrument, the signs of position and
+    prev_position (-1, 0, 1)."""
+    return ((gen & _LO32) | ((instrument & _SINST_MASK) << _SINST_SHIFT) | ((side & _SSIDE_MASK) << _SSIDE_SHIFT)
+            | ((prev_side & _SSIDE_MASK) << _SPREV_SHIFT))
+
+
+@njit(nogil=True, inline="always", cache=True)
+def signal_word_folded(folded, flags):
+    """A signal's word SW_FOLDED_FLAGS: ticks folded into its score, its flags (SIGNAL_FLAG_MARK)."""
+    return (folded & _LO32) | ((flags & _LO32) << _FLAGS_SHIFT)
+
+
+# a conflation mark's flag as it sits in word SW_FOLDED_FLAGS (SIGNAL_FLAG_MARK in the int64 words)
+SIGNAL_MARK_WORD = np.int64(signal_word_folded.py_func(0, SIGNAL_FLAG_MARK))
+
+
+# --- numpy column readers over int64 words: [n, 8] ticks or [n, 16] signals (or one record) ---
+
+
+def tick_instruments(words):
+    return (words[..., 7] >> _INST_SHIFT) & _INST_MASK
+
+
+def tick_kinds(words):
+    return (words[..., 7] >> _KIND_SHIFT) & _KIND_MASK
+
+
+def set_tick_instruments(words, instrument):
+    """Rewrite the instrument field of every tick in `words` (in place)."""
+    words[..., 7] = (words[..., 7] & ~(_INST_MASK << _INST_SHIFT)) | ((instrument & _INST_MASK) << _INST_SHIFT)
+
+
+def signal_instruments(words):
+    return (words[..., SW_GEN_INST_SIDES] >> _SINST_SHIFT) & _SINST_MASK
+
+
+def signal_flags(words):
+    return (words[..., SW_FOLDED_FLAGS] >> _FLAGS_SHIFT) & _LO32

@@ -35,7 +35,8 @@ The file defines:
                   tick, int64 arrays of length DEPTH, best level first, 0 where a level is
                   empty; prices at 1e-9 (PRICE_SCALE), sizes in the tick record's size units
           tick    int64[8], the 64-byte tick record (engine/records.py); read it with the
-                  accessors below (kind(tick), price(tick), bid_px(tick), ...)
+                  accessors this module exports (kind(tick), price(tick), bid_px(tick), ...:
+                  engine/records.py's tick_kind, tick_price, ... by their short names)
           row     float32[len(FEATURES)], the feature row to fill
           params  a namedtuple whose fields are the PARAMS names: params.alpha
 
@@ -72,6 +73,12 @@ from numba import njit
 
 from .records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_STATUS, KIND_TRADE,  # noqa: F401
                       PRICE_SCALE, SIDE_BUY, SIDE_NONE, SIDE_SELL)
+# reading a tick (int64[8], TICK_DTYPE's words): engine/records.py's accessors under their short names
+# (their docstrings there say what each field holds for each kind of tick)
+from .records import tick_ask_px as ask_px, tick_ask_sz as ask_sz, tick_bid_px as bid_px  # noqa: F401
+from .records import tick_bid_sz as bid_sz, tick_instrument as instrument, tick_kind as kind  # noqa: F401
+from .records import tick_price as price, tick_seq as seq, tick_side as side, tick_size as size  # noqa: F401
+from .records import tick_ts_event as ts_event, tick_ts_recv as ts_recv  # noqa: F401
 
 Book = namedtuple("Book", ["bid_px", "bid_sz", "ask_px", "ask_sz"])
 
@@ -81,76 +88,6 @@ THRESHOLD_NAMES = ("enter_long", "exit_long", "enter_short", "exit_short")
 DEFAULT_THRESHOLDS = {"enter_long": 0.65, "exit_long": 0.55, "enter_short": 0.35, "exit_short": 0.45}
 SCORE_KINDS = ("probability", "margin", "any")
 DEFAULT_SCORE = "probability"  # what hysteresis' default thresholds are, and what most decide rules read
-
-# --- reading a tick (int64[8], TICK_DTYPE's words) ----------------------------------------------
-
-
-@njit(nogil=True, inline="always", cache=True)
-def seq(tick):
-    return tick[0]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def ts_event(tick):
-    """Exchange time, ns since the Unix epoch."""
-    return tick[1]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def ts_recv(tick):
-    """Receive time, ns (CLOCK_MONOTONIC when live; the capture's time in files)."""
-    return tick[2]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def price(tick):
-    """Trade price (trade), level price (level), 1e-9 fixed point."""
-    return tick[3]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def bid_px(tick):
-    """Best bid after the event (quote, trade, book ticks), 1e-9; 0 when the side is empty."""
-    return tick[4]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def ask_px(tick):
-    return tick[5]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def size(tick):
-    """Trade size (trade), the level's new size (level), in the instrument's size units."""
-    return tick[6] & 0xFFFFFFFF
-
-
-@njit(nogil=True, inline="always", cache=True)
-def bid_sz(tick):
-    return (tick[6] >> 32) & 0xFFFFFFFF
-
-
-@njit(nogil=True, inline="always", cache=True)
-def ask_sz(tick):
-    return tick[7] & 0xFFFFFFFF
-
-
-@njit(nogil=True, inline="always", cache=True)
-def instrument(tick):
-    return (tick[7] >> 32) & 0xFFFF
-
-
-@njit(nogil=True, inline="always", cache=True)
-def kind(tick):
-    """KIND_QUOTE, KIND_TRADE, KIND_BOOK, KIND_STATUS (the kinds on_tick sees)."""
-    return (tick[7] >> 48) & 0xFF
-
-
-@njit(nogil=True, inline="always", cache=True)
-def side(tick):
-    """Trade aggressor: SIDE_BUY, SIDE_SELL or SIDE_NONE."""
-    return (tick[7] >> 56) & 0xFF
-
 
 # --- the engine's default decision --------------------------------------------------------------
 

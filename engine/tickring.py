@@ -19,14 +19,15 @@ import time
 import numpy as np
 from numba import njit
 
-from . import shm
+from . import defaults, shm
 from .intrinsics import (compare_exchange, fence_acquire, fence_release, load_acquire,
                          load_relaxed, store_relaxed, store_release)
-from .records import KIND_GAP, RECORD_WORDS, TICK_DTYPE
+from .records import KIND_GAP, RECORD_WORDS, TICK_DTYPE, tick_word7
 
 BUSY = -1
 POLL_EMPTY, POLL_TICK, POLL_GAP = 0, 1, 2
-_W7_GAP = np.int64(KIND_GAP) << 48  # word 7 = ask_sz | instrument<<32 | kind<<48 | side<<56
+_W7_GAP = np.int64(tick_word7.py_func(0, 0, KIND_GAP, 0))  # a gap tick's word 7
+NO_LIMIT = np.int64(1) << 62  # backpressure_limit: no consumer holds the producer back
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -41,6 +42,31 @@ def publish(hdr, data, mask, words):
     store_release(data, base, w)
     store_release(hdr, shm.H_WRITE, w + 1)
     return w
+
+
+@njit(nogil=True, cache=True)
+def backpressure_limit(hdr, mask):
+    """The first seq the producer may not publish yet: the slowest back-pressure consumer's cursor
+    plus the capacity (NO_LIMIT when no live line asked for back-pressure; claim sets the word)."""
+    lim = NO_LIMIT
+    for i in range(shm.MAX_CONSUMERS):
+        b = shm.H_CONSUMERS + 8 * i
+        if load_relaxed(hdr, b + shm.C_PID) != 0 and load_relaxed(hdr, b + shm.C_BACKPRESSURE) != 0:
+            c = load_acquire(hdr, b + shm.C_CURSOR) + mask + 1
+            if c < lim:
+                lim = c
+    return lim
+
+
+@njit(nogil=True, inline="always", cache=True)
+def room(hdr, mask, limit):
+    """Producer: (may publish the next seq, limit); re-reads the consumers' cursors only once the
+    last limit (start with -1) is reached."""
+    w = hdr[shm.H_WRITE]
+    if w < limit:
+        return True, limit
+    limit = backpressure_limit(hdr, mask)
+    return w < limit, limit
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -125,7 +151,7 @@ class TickRing:
     """Producer side: creates the ring file (refusing a live owner's) and publishes. depth: the
     levels a side of the depth window the ticks carry (the source's `depth`)."""
 
-    def __init__(self, name, capacity=1 << 18, owner_pid=None, depth=0):
+    def __init__(self, name, capacity=defaults.RING_CAPACITY, owner_pid=None, depth=0):
         def init(mm):
             _mark_slots_busy(mm)
             np.frombuffer(mm, np.int64, shm.HEADER_WORDS)[shm.H_DEPTH] = depth

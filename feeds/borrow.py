@@ -4,7 +4,8 @@ numba counts references to every array it hands on: each time a function (or an 
 receives an array, or takes one out of a tuple, it increments the array's count with an atomic
 instruction and decrements it later. In the ITCH parser these atomics were two thirds of the
 time (perf: NRT_incref/NRT_decref). `borrow(a)` is `a` with no count (a null meminfo, as for an
-array numba builds over a raw pointer): incref/decref of it do nothing.
+array numba builds over a raw pointer): incref/decref of it do nothing (engine/intrinsics.py
+defines it, as the host loop borrows its book too; the parser-only intrinsics are here).
 
 Only for arrays the caller keeps alive for the whole call (a function's own arguments) and that
 never escape it (not returned, not stored).
@@ -15,49 +16,12 @@ every other index does, instead of reading on unseen.
 """
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils, config
+from numba.core import config
 from numba.extending import intrinsic
 
+from engine.intrinsics import borrow, borrow_all, borrowed_array  # noqa: F401  (the one definition)
+
 BOUNDSCHECK = bool(config.BOUNDSCHECK)
-
-
-def _borrowed(context, builder, a, value):
-    src = context.make_array(a)(context, builder, value=value)
-    dst = context.make_array(a)(context, builder)
-    dst.meminfo = cgutils.get_null_value(dst.meminfo.type)
-    dst.parent = cgutils.get_null_value(dst.parent.type)
-    dst.nitems = src.nitems
-    dst.itemsize = src.itemsize
-    dst.data = src.data
-    dst.shape = src.shape
-    dst.strides = src.strides
-    return dst._getvalue()
-
-
-@intrinsic
-def borrow(typingctx, a):
-    if not isinstance(a, types.Array):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return _borrowed(context, builder, a, args[0])  # no incref: the result owns nothing
-
-    return a(a), codegen
-
-
-@intrinsic
-def borrow_all(typingctx, t):
-    """borrow() of every array in a tuple of arrays. At the top of a function that is called (not
-    inlined) with such tuples: its arrays then have no count to keep, where otherwise every
-    inlined helper taking one costs two calls into the runtime (half of a handler's time, perf)."""
-    if not (isinstance(t, types.BaseTuple) and all(isinstance(x, types.Array) for x in t)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        vals = [_borrowed(context, builder, a, builder.extract_value(args[0], i)) for i, a in enumerate(t)]
-        return context.make_tuple(builder, t, vals)
-
-    return t(t), codegen
 
 
 @intrinsic
@@ -70,7 +34,7 @@ def data_ptr(typingctx, a):
     if BOUNDSCHECK:  # the array, borrowed, its indexing checked; typed writable, as the pointer is
         # one type whatever the input's flags: one compiled parser for read-only and writable input
         rw = types.Array(a.dtype, a.ndim, a.layout)
-        return rw(a), lambda context, builder, sig, args: _borrowed(context, builder, rw, args[0])
+        return rw(a), lambda context, builder, sig, args: borrowed_array(context, builder, rw, args[0])
 
     def codegen(context, builder, sig, args):
         return context.make_array(a)(context, builder, value=args[0]).data

@@ -10,9 +10,9 @@ clock is the newest ts_event of any instrument. Runs in the feed process once pe
 import numpy as np
 from numba import njit
 
-from engine.records import KIND_BOOK, KIND_QUOTE, KIND_TRADE
+from engine.records import KIND_BOOK, KIND_QUOTE, KIND_TRADE, MAX_INSTRUMENTS, tick_instrument, tick_kind
 
-N_INSTRUMENTS = 1 << 16  # every u16 instrument index
+N_INSTRUMENTS = MAX_INSTRUMENTS  # every index the tick's instrument field holds
 OK, CROSSED, LONG = 0, 1, 2  # per instrument: not crossed, crossed, crossed for longer than the limit
 
 
@@ -21,11 +21,10 @@ def _scan(ticks, n, limit_ns, state, since, clist, cpos, c):
     """c: [books crossed past the limit (episodes), instruments crossed past it now, how many
     in clist (crossed, not yet past it), newest ts_event]."""
     for i in range(n):
-        w7 = ticks[i, 7]
-        kind = (w7 >> 48) & 0xFF
+        kind = tick_kind(ticks[i])
         if kind != KIND_QUOTE and kind != KIND_TRADE and kind != KIND_BOOK:
             continue
-        inst = (w7 >> 32) & 0xFFFF
+        inst = tick_instrument(ticks[i])
         ts = ticks[i, 1]
         if ts > c[3]:
             c[3] = ts

@@ -27,7 +27,7 @@ import struct
 import numpy as np
 from numba import njit
 
-from engine.records import KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SELL
+from engine.records import KIND_TRADE, MAX_INSTRUMENTS, SIDE_BUY, SIDE_NONE, SIDE_SELL
 
 from . import book, depth, files, uri as U, venues
 from .book import Ladders, Orders
@@ -53,7 +53,6 @@ STAT_NAMES = ("records", "skipped_rtypes", "untracked", "unknown_order", "duplic
               "quotes", "trades", "size_saturated", "crossed_quotes", "clears", "undef_price", "bad_side",
               "bad_action", "instruments", "negative_level")
 E_SHORT, E_BAD_LEN = 1, 2
-MAX_INSTRUMENTS = 65535
 PENDING = 256  # trades held until their event's F_LAST
 
 
@@ -65,6 +64,30 @@ def le32(b, i):
 @njit(nogil=True, inline="always", cache=True)
 def le64(b, i):
     return le32(b, i) | (le32(b, i + 4) << 32)
+
+
+# The records' byte layout, decoded here only (replay/l3.py reads MBO records through these too).
+# Every record starts with its header: length / 4 (byte 0), rtype (1), publisher (2-3),
+# instrument_id (4-7), ts_event (8-15).
+
+
+@njit(nogil=True, inline="always", cache=True)
+def record_instrument(b, pos):
+    """The instrument_id of the record at b[pos] (the venue's id, not our index)."""
+    return le32(b, pos + 4)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def record_ts_event(b, pos):
+    return le64(b, pos + 8)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def mbo_fields(b, pos):
+    """The MBO record (RT_MBO, MIN_LEN[RT_MBO] bytes) at b[pos], past its header: (order_id, price,
+    size, flags, action, side, ts_recv); action and side are the ASCII codes, flags has F_LAST."""
+    return (le64(b, pos + 16), le64(b, pos + 24), le32(b, pos + 32), b[pos + 36], b[pos + 38], b[pos + 39],
+            le64(b, pos + 40))
 
 
 @njit(nogil=True, cache=True)
@@ -230,13 +253,7 @@ def _mbo_cancel(L, O, W, oid, size, stats):
 @njit(nogil=True, inline="always", cache=True)
 def _mbo(b, pos, inst, ts, L, O, W, top, pend, npend, stats, need, out, n):
     """An MBO record into the L3 book; its event ends with F_LAST. Returns (n, _OK or ST_ROOM_*)."""
-    price = le64(b, pos + 24)
-    size = le32(b, pos + 32)
-    flags = b[pos + 36]
-    action = b[pos + 38]
-    sidec = b[pos + 39]
-    tr = le64(b, pos + 40)
-    oid = le64(b, pos + 16)
+    oid, price, size, flags, action, sidec, tr = mbo_fields(b, pos)
     if action == 65 or action == 77:  # 'A' add, 'M' modify
         st = _mbo_add(L, O, W, inst, oid, price, size, action, sidec, stats, need)
         if st != _OK:
@@ -340,12 +357,12 @@ def parse(b, pos, end, cfg, ids, idx, L, O, top, pend, npend, W, stats, err, nee
             stats[S_BAD_LEN] += 1
             pos += ln
             continue
-        inst = _inst(ids, idx, stats, le32(b, pos + 4), auto)
+        inst = _inst(ids, idx, stats, record_instrument(b, pos), auto)
         if inst < 0:
             stats[S_UNTRACKED] += 1
             pos += ln
             continue
-        ts = le64(b, pos + 8)
+        ts = record_ts_event(b, pos)
         if rt == RT_MBO:
             n, st = _mbo(b, pos, inst, ts, L, O, W, top, pend, npend, stats, need, out, n)
         else:

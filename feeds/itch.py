@@ -15,7 +15,7 @@ Policy for bad input (documented in README, tested by tests/test_itch.py and the
 import numpy as np
 from numba import njit
 
-from engine.records import SIDE_BUY, SIDE_SELL, KIND_TRADE
+from engine.records import KIND_TRADE, MAX_INSTRUMENTS, SIDE_BUY, SIDE_SELL
 
 from . import book, depth
 from .book import Ladders, Orders
@@ -48,7 +48,6 @@ STAT_NAMES = ("messages", "skipped_types", "untracked", "unknown_order", "duplic
 E_BAD_LEN, E_ZERO_LEN = 1, 2
 # cfg
 C_STRICT, C_DAY_NS = 0, 1
-MAX_INSTRUMENTS = 65535
 
 
 @njit(nogil=True, inline="always", cache=True)

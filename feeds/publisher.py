@@ -2,8 +2,9 @@
 
 Back-pressure (bp=True; file sources only: a file can wait, a market cannot): a consumer that
 set its line's C_BACKPRESSURE word is never lapped. Before publishing seq w the producer checks
-w < cursor + capacity for the slowest such consumer, re-reading the cursors only when it reaches
-the last limit it computed, and returns early (the caller sleeps briefly) when it must wait.
+w < cursor + capacity for the slowest such consumer (engine/tickring.room, which re-reads the
+cursors only when it reaches the last limit it computed), and returns early (the caller sleeps
+briefly) when it must wait.
 Consumers that did not ask still see the never-block rule (they are lapped and count a gap).
 """
 import time
@@ -12,33 +13,7 @@ import numpy as np
 from numba import njit
 
 from engine import shm, tickring
-from engine.intrinsics import cpu_pause, load_acquire, load_relaxed, monotonic_ns, store_relaxed
-
-NO_LIMIT = np.int64(1) << 62
-
-
-@njit(nogil=True, cache=True)
-def bp_limit(hdr, mask):
-    """The first seq we may not publish yet: the slowest back-pressure consumer's cursor plus
-    the capacity (NO_LIMIT when no live line asked for back-pressure)."""
-    lim = NO_LIMIT
-    for i in range(shm.MAX_CONSUMERS):
-        b = shm.H_CONSUMERS + 8 * i
-        if load_relaxed(hdr, b + shm.C_PID) != 0 and load_relaxed(hdr, b + shm.C_BACKPRESSURE) != 0:
-            c = load_acquire(hdr, b + shm.C_CURSOR) + mask + 1
-            if c < lim:
-                lim = c
-    return lim
-
-
-@njit(nogil=True, inline="always", cache=True)
-def _room(hdr, mask, limit):
-    """(may publish, limit): re-reads the consumers' cursors only once the last limit is reached."""
-    w = hdr[shm.H_WRITE]
-    if w < limit:
-        return True, limit
-    limit = bp_limit(hdr, mask)
-    return w < limit, limit
+from engine.intrinsics import cpu_pause, monotonic_ns, store_relaxed
 
 SLEEP_THRESHOLD_NS = 20_000    # further ahead than this: return and let the caller sleep
 MAX_BEHIND_NS = 10_000_000     # more than 10 ms behind schedule: re-anchor, do not burst
@@ -55,7 +30,7 @@ def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns, bp=False):
     limit = np.int64(-1)
     while i < n:
         if bp:
-            ok, limit = _room(hdr, mask, limit)
+            ok, limit = tickring.room(hdr, mask, limit)
             if not ok:
                 break
         now = monotonic_ns()
@@ -88,7 +63,7 @@ def publish_due(hdr, data, mask, buf, due, i, n, bp=False):
     limit = np.int64(-1)
     while i < n:
         if bp:
-            ok, limit = _room(hdr, mask, limit)
+            ok, limit = tickring.room(hdr, mask, limit)
             if not ok:
                 break
         now = monotonic_ns()

@@ -125,16 +125,16 @@ class TickFilesSource:
         return {"files": len(self.files), "records": sum(len(f.file) for f in self.files)}
 
     def batches(self, batch=8192):
+        from engine.records import set_tick_instruments, tick_instruments
         for k, (f, m) in enumerate(zip(self.files, self.maps)):
             self.segment = k
             if k and self.depth and len(m) and len(f.file):
                 yield self._clears(f.file.words[0], m)
             for out in f.batches(batch):
                 if len(m) and not np.array_equal(m, np.arange(len(m))):
-                    inst = (out[:, 7] >> 32) & 0xFFFF
+                    inst = tick_instruments(out)
                     known = inst < len(m)
-                    new = np.where(known, m[np.minimum(inst, len(m) - 1)], inst)
-                    out[:, 7] = (out[:, 7] & ~(0xFFFF << 32)) | (new << 32)
+                    set_tick_instruments(out, np.where(known, m[np.minimum(inst, len(m) - 1)], inst))
                 yield out
 
 

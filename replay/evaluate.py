@@ -19,7 +19,7 @@ merged): forward returns, hit rates, information coefficient, and what the signa
 import numpy as np
 from numba import njit
 
-from engine.records import KIND_QUOTE, PRICE_SCALE
+from engine.records import KIND_QUOTE, PRICE_SCALE, tick_instrument, tick_instruments, tick_kind
 
 DEFAULT_HORIZONS_MS = (100, 1_000, 10_000)
 MINUTES_PER_YEAR = 365 * 24 * 60  # 24 x 7 markets; others: replay/costs.py CALENDAR_MINUTES
@@ -30,9 +30,9 @@ def _mids(words, ts, inst, mid):
     n = 0
     for i in range(words.shape[0]):
         w = words[i]
-        if ((w[7] >> 48) & 0xFF) == KIND_QUOTE and w[4] > 0 and w[5] > 0:
+        if tick_kind(w) == KIND_QUOTE and w[4] > 0 and w[5] > 0:
             ts[n] = w[1]
-            inst[n] = (w[7] >> 32) & 0xFFFF
+            inst[n] = tick_instrument(w)
             mid[n] = (w[4] + w[5]) / 2.0
             n += 1
     return n
@@ -331,7 +331,7 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
     scored = np.nonzero(np.isfinite(res.margins))[0]
     if len(scored) > ic_max_pairs:
         scored = scored[np.linspace(0, len(scored) - 1, ic_max_pairs).astype(np.int64)]
-    inst = ((words[scored, 7] >> 32) & 0xFFFF).astype(np.int64)
+    inst = tick_instruments(words[scored]).astype(np.int64)
     ic_y = forward_returns(words, inst, words[scored, 1], (h_ic,), mi)[h_ic]
     part["ic_x"], part["ic_y"] = res.margins[scored].astype(np.float64), ic_y
     from . import execsim

@@ -42,7 +42,11 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from engine.records import KIND_BOOK, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
+from engine import levelbook
+from engine.intrinsics import borrow
+from engine.levelbook import PX, SZ
+from engine.records import (KIND_BOOK, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL, tick_ask_sz, tick_bid_sz,
+                            tick_instrument, tick_kind, tick_side, tick_size)
 
 MAXLV = 32   # book levels a side the simulator keeps (the most a depth window carries)
 # spec columns (float64 per instrument)
@@ -115,60 +119,11 @@ def _better(side, a, b):
 
 
 @njit(nogil=True, cache=True)
-def find_level(bpx, bn, inst, side, px):
-    """(where px is or would go in (inst, side)'s levels, best first; is it there?)"""
-    n = bn[inst, side]
-    j = 0
-    while j < n and _better(side, bpx[inst, side, j], px):
-        j += 1
-    return j, j < n and bpx[inst, side, j] == px
-
-
-@njit(nogil=True, cache=True)
-def remove_level(bpx, bsz, bn, inst, side, j):
-    n = bn[inst, side]
-    for q in range(j, n - 1):
-        bpx[inst, side, q] = bpx[inst, side, q + 1]
-        bsz[inst, side, q] = bsz[inst, side, q + 1]
-    bn[inst, side] = n - 1
-
-
-@njit(nogil=True, cache=True)
-def insert_level(bpx, bsz, bn, inst, side, j, px, sz):
-    """A new level at position j; the worst one falls off a full side (nothing past it goes in)."""
-    cap = bpx.shape[2]
-    n = bn[inst, side]
-    if j >= cap:
-        return
-    if n == cap:
-        n -= 1
-    for q in range(n, j, -1):
-        bpx[inst, side, q] = bpx[inst, side, q - 1]
-        bsz[inst, side, q] = bsz[inst, side, q - 1]
-    bpx[inst, side, j] = px
-    bsz[inst, side, j] = sz
-    bn[inst, side] = n + 1
-
-
-@njit(nogil=True, cache=True)
-def _set_level(bpx, bsz, bn, inst, side, px, sz):
-    """Apply a level tick to the simulator's book: insert/replace at px, remove on size 0."""
-    j, found = find_level(bpx, bn, inst, side, px)
-    if found:
-        if sz > 0:
-            bsz[inst, side, j] = sz
-        else:
-            remove_level(bpx, bsz, bn, inst, side, j)
-    elif sz > 0:
-        insert_level(bpx, bsz, bn, inst, side, j, px, sz)
-
-
-@njit(nogil=True, cache=True)
-def _set_touch(bpx, bsz, bn, inst, side, px, sz):
+def _set_touch(book, bn, inst, side, px, sz):
     """A touch from a quote (depth-0 data): the book is that one level."""
     if px > 0 and sz > 0:
-        bpx[inst, side, 0] = px
-        bsz[inst, side, 0] = sz
+        book[inst, side, PX, 0] = px
+        book[inst, side, SZ, 0] = sz
         bn[inst, side] = 1
     else:
         bn[inst, side] = 0
@@ -199,7 +154,7 @@ def maker_fill(O, inst, qty, j, ts, resp, spec, fills, fees, nf, pos):
 
 
 @njit(nogil=True, cache=True)
-def send(k, j, ts, sig, O, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfilled):
+def send(k, j, ts, sig, O, pos, book, bn, spec, resp, fills, fees, nf, unfilled):
     """Signal k's order arrives: a taker walks the other side's levels now (what they cannot fill
     is counted unfilled); a maker becomes the instrument's working order at its own touch.
     Returns (fills written, size of the level the maker joined, or -1)."""
@@ -216,10 +171,10 @@ def send(k, j, ts, sig, O, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfil
         left = abs(delta)
         q = 0
         while left > 0 and q < bn[inst, book_side]:
-            take = min(left, bsz[inst, book_side, q])
+            take = min(left, book[inst, book_side, SZ, q])
             if take > 0:
                 signed = take if delta > 0 else -take
-                nf = _emit(fills, fees, nf, k, j, ts, resp, inst, signed, bpx[inst, book_side, q], spec, False)
+                nf = _emit(fills, fees, nf, k, j, ts, resp, inst, signed, book[inst, book_side, PX, q], spec, False)
                 pos[inst] += signed
                 left -= take
             q += 1
@@ -231,10 +186,10 @@ def send(k, j, ts, sig, O, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfil
         return nf, -1
     O[inst, O_ACTIVE] = 1
     O[inst, O_SIDE] = 1 if delta > 0 else -1
-    O[inst, O_PX] = bpx[inst, own, 0]
+    O[inst, O_PX] = book[inst, own, PX, 0]
     O[inst, O_REM] = abs(delta)
     O[inst, O_SIG] = k
-    return nf, bsz[inst, own, 0]
+    return nf, book[inst, own, SZ, 0]
 
 
 @njit(nogil=True, cache=True)
@@ -259,12 +214,12 @@ def _flush(O, F, inst, power):
 
 
 @njit(nogil=True, cache=True)
-def _arrive(k, j, ts, sig, O, F, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfilled):
+def _arrive(k, j, ts, sig, O, F, pos, book, bn, spec, resp, fills, fees, nf, unfilled):
     """Signal k's order reaches the exchange before tick j: cancel what works, send the new one."""
     inst = sig[k, 0]
     F[inst, F_DEC] = 0.0
     F[inst, F_TRADED] = 0.0
-    nf, joined = send(k, j, ts, sig, O, pos, bpx, bsz, bn, spec, resp, fills, fees, nf, unfilled)
+    nf, joined = send(k, j, ts, sig, O, pos, book, bn, spec, resp, fills, fees, nf, unfilled)
     if joined >= 0:  # last in its queue: everything at the level is ahead
         F[inst, F_AHEAD] = joined
         F[inst, F_LVL] = joined
@@ -278,10 +233,13 @@ def _crossed(O, inst, px):
 
 
 @njit(nogil=True, cache=True)
-def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, bpx, bsz, bn, fills, fees, unfilled):
+def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, book, bn, fills, fees, unfilled):
     """From tick j and signal k on: returns (j, k, fills written). Stops early when `fills` is
     nearly full (the caller grows it and calls again: every piece of state is in the arrays).
-    sig: int64[m, 4] (instrument, target position, maker 0/1, tick index); arrival: exchange ns per signal."""
+    sig: int64[m, 4] (instrument, target position, maker 0/1, tick index); arrival: exchange ns per signal.
+    book, bn: the book from the level ticks (engine/levelbook.py), borrowed (the caller holds them):
+    levelbook's inlined steps would otherwise count their references on every level tick."""
+    book, bn = borrow(book), borrow(bn)
     n = words.shape[0]
     m = sig.shape[0]
     nf = 0
@@ -292,11 +250,11 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, bpx
         w = words[j]
         ts = w[1]
         while k < m and arrival[k] <= ts and sig[k, 3] < j:  # (decided after its tick)
-            nf = _arrive(k, j, ts, sig, O, F, pos, bpx, bsz, bn, spec, resp[k], fills, fees, nf, unfilled)
+            nf = _arrive(k, j, ts, sig, O, F, pos, book, bn, spec, resp[k], fills, fees, nf, unfilled)
             k += 1
-        inst = (w[7] >> 32) & 0xFFFF
-        kind = (w[7] >> 48) & 0xFF
-        tside = (w[7] >> 56) & 0xFF
+        inst = tick_instrument(w)
+        kind = tick_kind(w)
+        tside = tick_side(w)
         if inst >= O.shape[0]:
             j += 1
             continue
@@ -305,14 +263,13 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, bpx
         if kind == KIND_LEVEL:
             bs = 0 if tside == SIDE_BUY else 1
             if tside != SIDE_BUY and tside != SIDE_SELL:  # a clear tick
-                bn[inst, 0] = 0
-                bn[inst, 1] = 0
+                levelbook.clear(book, bn, inst)
             else:
-                px, sz = w[3], w[6] & 0xFFFFFFFF
+                px, sz = w[3], tick_size(w)
                 # strictly inside the window (or a window not full): a size-0 tick there means the level emptied;
                 # at the worst of a full window it may only have been pushed out by a better one
-                inside = bn[inst, bs] < depth or _better(bs, px, bpx[inst, bs, bn[inst, bs] - 1])
-                _set_level(bpx, bsz, bn, inst, bs, px, sz)
+                inside = bn[inst, bs] < depth or _better(bs, px, book[inst, bs, PX, bn[inst, bs] - 1])
+                levelbook.set_level(book, bn, inst, bs, px, sz)
                 if act:
                     own = 0 if O[inst, O_SIDE] > 0 else 1
                     if bs == own and px == O[inst, O_PX]:
@@ -326,7 +283,7 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, bpx
         elif kind == KIND_TRADE:
             if act:
                 hits_us = (tside == SIDE_SELL) if O[inst, O_SIDE] > 0 else (tside == SIDE_BUY)
-                px, sz = w[3], w[6] & 0xFFFFFFFF
+                px, sz = w[3], tick_size(w)
                 if hits_us and px == O[inst, O_PX]:
                     ahead = F[inst, F_AHEAD]
                     fill = sz - ahead
@@ -340,10 +297,10 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, bpx
                     nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
         if kind == KIND_QUOTE or kind == KIND_TRADE or kind == KIND_BOOK:  # they carry the touch
             bid, ask = w[4], w[5]
-            bsz_, asz_ = (w[6] >> 32) & 0xFFFFFFFF, w[7] & 0xFFFFFFFF
+            bsz_, asz_ = tick_bid_sz(w), tick_ask_sz(w)
             if depth == 0:
-                _set_touch(bpx, bsz, bn, inst, 0, bid, bsz_)
-                _set_touch(bpx, bsz, bn, inst, 1, ask, asz_)
+                _set_touch(book, bn, inst, 0, bid, bsz_)
+                _set_touch(book, bn, inst, 1, ask, asz_)
             if O[inst, O_ACTIVE] != 0:
                 buy = O[inst, O_SIDE] > 0
                 own_px, own_sz = (bid, bsz_) if buy else (ask, asz_)
@@ -404,8 +361,7 @@ def run(words, signals, n_inst, spec, p, depth):
     O = np.zeros((n_inst, 6), np.int64)
     F = np.zeros((n_inst, 4), np.float64)
     pos = np.zeros(n_inst, np.int64)
-    bpx = np.zeros((n_inst, 2, MAXLV), np.int64)
-    bsz = np.zeros((n_inst, 2, MAXLV), np.int64)
+    book = np.zeros((n_inst, 2, 2, MAXLV), np.int64)  # engine/levelbook.py's layout
     bn = np.zeros((n_inst, 2), np.int64)
     unfilled = np.zeros(4, np.int64)
     spec = np.ascontiguousarray(spec, np.float64)
@@ -414,7 +370,7 @@ def run(words, signals, n_inst, spec, p, depth):
     out, fout, j, k = [], [], 0, 0
     while True:  # (simulate stops early only when buf is nearly full; past the last tick it is done)
         j, k, nf = simulate(words, j, k, sig, arrival, resp, spec, float(p.queue_power), int(depth), O, F, pos,
-                            bpx, bsz, bn, buf, fee, unfilled)
+                            book, bn, buf, fee, unfilled)
         out.append(buf[:nf].copy())
         fout.append(fee[:nf].copy())
         if j >= len(words):

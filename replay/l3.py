@@ -18,19 +18,23 @@ the first record of a later event whose exchange time is at or after its arrival
 import numpy as np
 from numba import njit
 
+from engine import levelbook
+from engine.intrinsics import borrow
+from engine.levelbook import SZ
 from feeds import book as B
 from feeds import files
-from feeds.dbn import UNDEF_PRICE, le32, le64, read_metadata, symbol_table
+from feeds.dbn import (MIN_LEN, RT_MBO, UNDEF_PRICE, mbo_fields, read_metadata, record_instrument, record_ts_event,
+                       symbol_table)
 from feeds.uri import FeedError
 
 from .execsim import (FILL_WORDS, O_ACTIVE, O_PX, O_REM, O_SIDE, O_SIG, U_ORDERED, U_TAKER, U_UNPLACED, fills_table,
-                      find_level, insert_level, maker_fill, order_inputs, remove_level, send, unfilled_info)
+                      maker_fill, order_inputs, send, unfilled_info)
 
-MBO_LEN = 56
+MBO_LEN = MIN_LEN[RT_MBO]
 # record columns
 R_TS, R_RECV, R_OID, R_PX, R_SIZE, R_ACTION, R_SIDE, R_INST, R_FLAGS = range(9)
 # order table: oid -> (side 0 bid / 1 ask, price, size); a second table: oid -> (priority, filled, 0)
-MAXLV = 4096  # (execsim's level helpers take the arrays' own width)
+MAXLV = 4096  # levels a side of the aggregate book (engine/levelbook.py takes the array's own width)
 # working order columns
 W_ACTIVE, W_SIDE, W_PX, W_REM, W_SIG = O_ACTIVE, O_SIDE, O_PX, O_REM, O_SIG  # execsim's working-order columns
 W_PRIO, W_AHEAD = 5, 6
@@ -50,19 +54,13 @@ def _decode(b, off, cols):
         ln = np.int64(b[pos]) * 4
         if ln < 16 or ln > end - pos:
             return n, pos
-        if b[pos + 1] == 0xA0:
+        if b[pos + 1] == RT_MBO:
             if ln < MBO_LEN:
                 return n, pos
             r = cols[n]
-            r[R_TS] = le64(b, pos + 8)
-            r[R_RECV] = le64(b, pos + 40)
-            r[R_OID] = le64(b, pos + 16)
-            r[R_PX] = le64(b, pos + 24)
-            r[R_SIZE] = le32(b, pos + 32)
-            r[R_INST] = le32(b, pos + 4)
-            r[R_FLAGS] = b[pos + 36]
-            r[R_ACTION] = b[pos + 38]
-            r[R_SIDE] = b[pos + 39]
+            r[R_TS] = record_ts_event(b, pos)
+            r[R_INST] = record_instrument(b, pos)
+            r[R_OID], r[R_PX], r[R_SIZE], r[R_FLAGS], r[R_ACTION], r[R_SIDE], r[R_RECV] = mbo_fields(b, pos)
             n += 1
         pos += ln
     return n, (-1 if pos == end else pos)
@@ -98,20 +96,20 @@ def load(path, names):
 
 
 @njit(nogil=True, cache=True)
-def _level_add(lpx, lsz, ln, inst, side, px, dq):
+def _level_add(book, ln, inst, side, px, dq):
     """Aggregate size at (side, px) += dq; levels kept best first (at most MAXLV a side)."""
-    j, found = find_level(lpx, ln, inst, side, px)
+    j, found = levelbook.find(book, ln, inst, side, px)
     if found:
-        lsz[inst, side, j] += dq
-        if lsz[inst, side, j] <= 0:
-            remove_level(lpx, lsz, ln, inst, side, j)
+        book[inst, side, SZ, j] += dq
+        if book[inst, side, SZ, j] <= 0:
+            levelbook.remove(book, ln, inst, side, j)
     elif dq > 0:
-        insert_level(lpx, lsz, ln, inst, side, j, px, dq)
+        levelbook.insert(book, ln, inst, side, j, px, dq)
 
 
 @njit(nogil=True, cache=True)
-def _arrive(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp, fills, fees, nf, unfilled, prio):
-    nf, joined = send(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp, fills, fees, nf, unfilled)
+def _arrive(k, j, ts, sig, W, pos, book, ln, spec, resp, fills, fees, nf, unfilled, prio):
+    nf, joined = send(k, j, ts, sig, W, pos, book, ln, spec, resp, fills, fees, nf, unfilled)
     if joined >= 0:
         W[sig[k, 0], W_PRIO] = prio  # every order with an earlier priority is ahead of us
         W[sig[k, 0], W_AHEAD] = joined
@@ -119,10 +117,12 @@ def _arrive(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp, fills, fees, nf, un
 
 
 @njit(nogil=True, cache=True)
-def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, lsz, ln, fills, fees, unfilled, prio):
+def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, book, ln, fills, fees, unfilled, prio):
     """From record j and signal k on: (j, k, fills written, next priority). Returns early when
     fills is nearly full or the order tables need room (the caller grows them and calls again).
-    sig: execsim.order_inputs' (instrument, target, maker, tick); sig_recv: each signal's tick ts_recv."""
+    sig: execsim.order_inputs' (instrument, target, maker, tick); sig_recv: each signal's tick ts_recv.
+    book, ln: the aggregate book (engine/levelbook.py), borrowed as in execsim.simulate."""
+    book, ln = borrow(book), borrow(ln)
     n = rec.shape[0]
     m = sig.shape[0]
     nf = 0
@@ -133,7 +133,7 @@ def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, l
         r = rec[j]
         ts = r[R_TS]
         while k < m and arrival[k] <= ts and sig_recv[k] < r[R_RECV]:
-            nf = _arrive(k, j, ts, sig, W, pos, lpx, lsz, ln, spec, resp[k], fills, fees, nf, unfilled, prio)
+            nf = _arrive(k, j, ts, sig, W, pos, book, ln, spec, resp[k], fills, fees, nf, unfilled, prio)
             prio += 1
             k += 1
         inst = r[R_INST]
@@ -147,14 +147,13 @@ def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, l
         w_side = 0 if W[inst, W_SIDE] > 0 else 1
         rr = resp[W[inst, W_SIG]] if w_on else 0
         if act == 82:  # 'R': the instrument's book is cleared (its orders are gone)
-            ln[inst, 0] = 0
-            ln[inst, 1] = 0
+            levelbook.clear(book, ln, inst)
         elif act == 65 and side >= 0 and px != UNDEF_PRICE:  # 'A'
             if B.order_find(O, oid) < 0:
                 B.order_insert(O, oid, side, px, sz)
                 B.order_insert(P, oid, prio, 0, 0)
                 prio += 1
-                _level_add(lpx, lsz, ln, inst, side, px, sz)
+                _level_add(book, ln, inst, side, px, sz)
         elif act == 70:  # 'F': a resting order filled (its book change follows as C or M)
             s = B.order_find(O, oid)
             if s >= 0 and w_on:
@@ -188,10 +187,10 @@ def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, l
                     W[inst, W_AHEAD] -= take
                 else:
                     P[1][q, 1] = 0
-                _level_add(lpx, lsz, ln, inst, o_side, o_px, -o_sz)
+                _level_add(book, ln, inst, o_side, o_px, -o_sz)
                 if new_sz > 0 and px != UNDEF_PRICE:
                     O[1][s, B.O_PRICE], O[1][s, B.O_QTY] = new_px, new_sz
-                    _level_add(lpx, lsz, ln, inst, o_side, new_px, new_sz)
+                    _level_add(book, ln, inst, o_side, new_px, new_sz)
                     if new_px != o_px or new_sz > o_sz:  # priority lost: behind everyone, us included
                         P[1][q, 0] = prio
                         prio += 1
@@ -202,7 +201,7 @@ def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, lpx, l
                 B.order_insert(O, oid, side, px, sz)
                 B.order_insert(P, oid, prio, 0, 0)
                 prio += 1
-                _level_add(lpx, lsz, ln, inst, side, px, sz)
+                _level_add(book, ln, inst, side, px, sz)
         elif act == 84 and w_on and side >= 0:  # 'T': side is the aggressor's
             hits_us = side != w_side
             through = (px < W[inst, W_PX]) if w_side == 0 else (px > W[inst, W_PX])
@@ -227,8 +226,7 @@ def run(rec, words, signals, n_inst, spec, p):
     O, P = B.Orders(1 << 16), B.Orders(1 << 16)
     W = np.zeros((n_inst, 7), np.int64)
     pos = np.zeros(n_inst, np.int64)
-    lpx = np.zeros((n_inst, 2, MAXLV), np.int64)
-    lsz = np.zeros((n_inst, 2, MAXLV), np.int64)
+    book = np.zeros((n_inst, 2, 2, MAXLV), np.int64)  # engine/levelbook.py's layout
     ln = np.zeros((n_inst, 2), np.int64)
     unfilled = np.zeros(4, np.int64)
     spec = np.ascontiguousarray(spec, np.float64)
@@ -237,7 +235,7 @@ def run(rec, words, signals, n_inst, spec, p):
     out, fout, j, k, prio = [], [], 0, 0, 1
     while True:
         j, k, nf, prio = simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O.arrays(), P.arrays(), W, pos,
-                                  lpx, lsz, ln, buf, fee, unfilled, prio)
+                                  book, ln, buf, fee, unfilled, prio)
         out.append(buf[:nf].copy())
         fout.append(fee[:nf].copy())
         if j >= len(rec):
