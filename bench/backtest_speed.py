@@ -95,16 +95,18 @@ def ours_once(tf, host, addr, cfg):
     """One run of the host's backtest_loop alone over the mapped file (what run_file calls), on
     fresh state: seconds, scored ticks, signals, and every tick's margin (NaN where not scored)."""
     from engine import latency
+    from engine.loop_args import BacktestArgs, backtest_args
     from engine.records import SIGNAL_WORDS
-    from replay.backtest import NO_MARKS, file_depth, instrument_count
+    from replay.backtest import file_depth, instrument_count
     words = tf.words
     hs = host.state(instrument_count(tf), file_depth(tf))
     margins = np.full(len(words), np.nan, np.float32)
     sigs = np.zeros((len(words) + len(hs.ist) + 1, SIGNAL_WORDS), np.int64)  # never stops for room
-    args = (*hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32), addr, host.params(), cfg, sigs, 0, 0,
-            margins, latency.new_counts(), NO_MARKS)
+    args = backtest_args(host.mod, BacktestArgs(words=words, state=hs.loop_arrays(), row=host.new_row(),
+                                                out=np.zeros(1, np.float32), model=addr, pvals=host.params(), cfg=cfg,
+                                                sigs=sigs, margins=margins, hist=latency.new_counts()))
     t = time.perf_counter()
-    i, nsig, scored = host.mod.backtest_loop(words, 0, *args)
+    i, nsig, scored = host.mod.backtest_loop(*args)
     dt = time.perf_counter() - t
     assert i == len(words)
     return {"seconds": dt, "scored": int(scored), "signals": int(nsig)}, margins

@@ -23,7 +23,8 @@ import _v1_loop as V1
 import numpy as np
 
 from engine import latency
-from engine.records import SIGNAL_WORDS
+from engine.loop_args import BacktestArgs, backtest_args
+from engine.records import KIND_LEVEL, SIGNAL_WORDS, tick_kinds
 from engine.strategy_build import build, load_host
 from engine.strategy_load import load
 from models import artifact
@@ -95,9 +96,9 @@ def compare(reps, n):
 
     def host_bt():
         hs = host.state(k, levels)
-        return host.mod.backtest_loop(words, 0, *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32), pred.addr,
-                                      host.params(), cfg, sigs16, 0, 0, margins, latency.new_counts(),
-                                      np.zeros((0, 2), np.int64))
+        return host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
+            words=words, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), model=pred.addr,
+            pvals=host.params(), cfg=cfg, sigs=sigs16, margins=margins, hist=latency.new_counts())))
     a1, a2 = v1_feat(), host_feat()
     b1, b2 = v1_bt(), host_bt()
     assert a1 == a2 and b1[1:] == b2[1:], ("v1 and host disagree", a1, a2, b1, b2)  # same rows, same signals
@@ -112,7 +113,7 @@ def compare(reps, n):
         f.write_text(TRIVIAL.format(depth=d))
         hosts[d] = build(load(str(f)))
     dwords, dk, dlevels, _ = source_ticks("synthetic://?instruments=4&seed=11&depth=10", n, None)
-    level_ticks = int((((dwords[:, 7] >> 48) & 0xFF) == 5).sum())
+    level_ticks = int((tick_kinds(dwords) == KIND_LEVEL).sum())
     deep = load_host("depth_imbalance")
     tb = best({"book0": lambda: hosts[0].featurize(dwords, dk, dlevels),
                "book10": lambda: hosts[10].featurize(dwords, dk, dlevels),

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine import latency
-from engine.records import SIGNAL_DTYPE, SIGNAL_WORDS
+from engine.loop_args import NO_MARKS, BacktestArgs, backtest_args
+from engine.records import SIGNAL_DTYPE, SIGNAL_WORDS, tick_instruments
 from engine.tickfile import TickFile, TickFileError
 
 SIG_CHUNK = 1 << 16
@@ -33,15 +34,12 @@ class FileResult:
 def instrument_count(tf):
     n = len(tf.instruments)
     if len(tf.words):
-        n = max(n, int(((tf.words[:, 7] >> 32) & 0xFFFF).max()) + 1)
+        n = max(n, int(tick_instruments(tf.words).max()) + 1)
     return max(n, 1)
 
 
 def file_depth(tf):
     return int(getattr(tf, "depth", 0) or 0)
-
-
-NO_MARKS = np.zeros((0, 2), np.int64)
 
 
 PROGRESS_CHUNK = 1 << 20  # ticks per loop call when a progress bar is shown
@@ -73,10 +71,12 @@ def run_file(src, pred, host, cfg, marks=None, progress=False):
     i, total, scored = 0, 0, 0
     bar = _bar(path, len(words), progress)
     step = PROGRESS_CHUNK if bar is not None else len(words)
+    parts = BacktestArgs(words=words, state=hs.loop_arrays(), row=row, out=out, model=pred.addr, pvals=pvals, cfg=cfg,
+                         sigs=sigs, margins=margins, hist=hist, marks=marks)
     while True:
         # (a slice of the mapped file: the loop stops at its end, the bar moves, nothing is copied)
-        j, nsig, sc = host.mod.backtest_loop(words[:i + step], i, *hs.loop_arrays(), row, out, pred.addr, pvals,
-                                             cfg, sigs, 0, total, margins, hist, marks)
+        j, nsig, sc = host.mod.backtest_loop(*backtest_args(host.mod, parts._replace(words=words[:i + step], start=i,
+                                                                                     base=total)))
         if bar is not None:
             bar.update(j - i)
         i = j
@@ -108,6 +108,7 @@ def warm_up(pred, host, cfg):
     w = np.zeros((1, 8), np.int64)
     w.flags.writeable = False  # mapped files are read-only: numba compiles that type separately
     hs = host.state(1, max(host.strategy.depth, 1))
-    host.mod.backtest_loop(w, 0, *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32), pred.addr, host.params(),
-                           cfg, np.zeros((4, SIGNAL_WORDS), np.int64), 0, 0, np.zeros(1, np.float32),
-                           latency.new_counts(), NO_MARKS)
+    host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
+        words=w, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), model=pred.addr,
+        pvals=host.params(), cfg=cfg, sigs=np.zeros((4, SIGNAL_WORDS), np.int64), margins=np.zeros(1, np.float32),
+        hist=latency.new_counts())))

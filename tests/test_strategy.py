@@ -7,6 +7,7 @@ import pytest
 
 from engine import control as C
 from engine import latency, shm
+from engine.loop_args import NO_MARKS, BacktestArgs, LiveArgs, SignalView, TickView, backtest_args, run_args
 from engine.records import SIGNAL_DTYPE, SIGNAL_WORDS
 from engine.sigring import SignalRing, drain
 from engine.strategy_api import check_thresholds, hysteresis, sigmoid32
@@ -16,7 +17,7 @@ from feeds.synthetic import Simulator, parse_uri
 from models import artifact, dataset
 
 
-def _setup(shm_name, words, pred, host, cfg, lease_s=60.0, n_inst=4):
+def _setup(shm_name, words, pred, host, cfg, lease_s=60.0, n_inst=4, hs=None):
     ring = TickRing(shm_name + ".ticks", 1 << 16)
     for w in words:
         w = w.copy()
@@ -30,11 +31,11 @@ def _setup(shm_name, words, pred, host, cfg, lease_s=60.0, n_inst=4):
     ctl[C.CTL_MODEL_GEN] = 1
     ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + int(lease_s * 1e9)
     hist = latency.new_counts()
-    hs = host.state(n_inst, 0)
-    args = (cons.hdr, cons.data, cons.mask, cons.slot_base, sr.hdr, sr.data, sr.mask, sr.pstate, ctl, hist,
-            *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32), np.zeros(8, np.int64),
-            np.zeros(SIGNAL_WORDS, np.int64), host.params(), cfg)
-    return args, sr, ctl, hist
+    hs = host.state(n_inst, 0) if hs is None else hs
+    live = LiveArgs(signals=SignalView.of(sr), ctl=ctl, hist=hist, state=hs.loop_arrays(), row=host.new_row(),
+                    out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64), sig=np.zeros(SIGNAL_WORDS, np.int64),
+                    pvals=host.params(), cfg=cfg)
+    return run_args(host.mod, TickView.of(cons), live), sr, ctl, hist
 
 
 def _expected_signals(words, pred, host):
@@ -136,13 +137,12 @@ def test_a_conflated_backlog_is_replayed_exactly_by_the_backtest(default_model, 
     with the same books and features."""
     from engine.host_template import SIG_FLAG_MARK
     from engine.records import SIGNAL_FLAG_MARK
-    from replay.backtest import NO_MARKS
     host = load_host("microstructure")
     pred = artifact.load(default_model, strategy=host.strategy)
     words = _ticks(30_000, 32)
+    live_hs = host.state(4, 0)
     args, sr, ctl, hist = _setup(shm_name, words, pred, host, host.loop_cfg(exit_on_eof=True, conflate=True,
-                                                                            conflate_max=512))
-    live_state = args[10:17]  # fstate, book, ist, prow, ptick, plist, cst
+                                                                            conflate_max=512), hs=live_hs)
     assert host.mod.run_loop(*args) == C.LOOP_EOF
     recs = _drain_all(sr)
     is_mark = (recs["flags"] & SIGNAL_FLAG_MARK) != 0
@@ -163,24 +163,25 @@ def test_a_conflated_backlog_is_replayed_exactly_by_the_backtest(default_model, 
     margins = np.full(len(words), np.nan, np.float32)
     mk = np.stack([marks["ts_event"].astype(np.int64), marks["tick_seq"].astype(np.int64)], axis=1)
     cfg = host.loop_cfg()
-    i, nsig, scored = host.mod.backtest_loop(ro, 0, *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32),
-                                             pred.addr, host.params(), cfg, sigs, 0, 0, margins,
-                                             latency.new_counts(), mk)
+    parts = BacktestArgs(words=ro, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32),
+                         model=pred.addr, pvals=host.params(), cfg=cfg, sigs=sigs, margins=margins,
+                         hist=latency.new_counts(), marks=mk)
+    i, nsig, scored = host.mod.backtest_loop(*backtest_args(host.mod, parts))
     bt = sigs[:nsig].copy().view(SIGNAL_DTYPE).ravel()
     assert i == len(words) and scored == ctl[C.L_SCORED] and nsig == len(live)
     for f in ("tick_seq", "instrument", "position", "prev_position", "mid_px"):
         assert np.array_equal(bt[f], live[f]), f
     assert np.array_equal(bt["score"].view(np.int32), live["score"].view(np.int32))
     assert np.array_equal(bt["margin"].view(np.int32), live["margin"].view(np.int32))
-    for a, b in zip(live_state[:2], hs.loop_arrays()[:2]):  # features state and books
+    for a, b in ((live_hs.fstate, hs.fstate), (live_hs.book, hs.book)):  # features state and books
         assert np.array_equal(a, b)
     # without the marks the backtest scores every scoreable tick: more signals, same final books
     hs2 = host.state(4, 0)
-    _, nsig2, scored2 = host.mod.backtest_loop(ro, 0, *hs2.loop_arrays(), host.new_row(), np.zeros(1, np.float32),
-                                               pred.addr, host.params(), cfg, sigs, 0, 0, margins,
-                                               latency.new_counts(), NO_MARKS)
+    _, nsig2, scored2 = host.mod.backtest_loop(*backtest_args(host.mod, parts._replace(
+        state=hs2.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), hist=latency.new_counts(),
+        marks=NO_MARKS)))
     assert scored2 == scoreable and nsig2 > nsig
-    for a, b in zip(live_state[:2], hs2.loop_arrays()[:2]):  # every tick folded: the same features and books
+    for a, b in ((live_hs.fstate, hs2.fstate), (live_hs.book, hs2.book)):  # every tick folded: the same ones
         assert np.array_equal(a, b)
     assert SIG_FLAG_MARK == np.int64(SIGNAL_FLAG_MARK) << 32
 

@@ -112,6 +112,7 @@ def test_sizing_decide_in_the_backtest_loop(tmp_path, default_model):
     scores. (The model here is a generic one over the strategy's two features.)"""
     from engine.records import SIGNAL_DTYPE, SIGNAL_WORDS
     from engine import latency
+    from engine.loop_args import BacktestArgs, backtest_args
     host = build(load(str(S.write(tmp_path, "sizing", S.SIZING)), {"cap": 4}))
     pred = _tiny_model(tmp_path, host)
     words, n, levels = stream("synthetic://?instruments=2&count=20000&seed=8&depth=0")
@@ -120,9 +121,9 @@ def test_sizing_decide_in_the_backtest_loop(tmp_path, default_model):
     hs = host.state(n, levels)
     sigs = np.zeros((1 << 16, SIGNAL_WORDS), np.int64)
     margins = np.full(len(words), np.nan, np.float32)
-    _, nsig, scored = host.mod.backtest_loop(words, 0, *hs.loop_arrays(), host.new_row(), np.zeros(1, np.float32),
-                                             pred.addr, host.params(), host.loop_cfg(sigmoid=True), sigs, 0, 0,
-                                             margins, latency.new_counts(), np.zeros((0, 2), np.int64))
+    _, nsig, scored = host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
+        words=words, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), model=pred.addr,
+        pvals=host.params(), cfg=host.loop_cfg(sigmoid=True), sigs=sigs, margins=margins, hist=latency.new_counts())))
     got = sigs[:nsig].view(SIGNAL_DTYPE).reshape(-1)
     m = pred.predict_margin(X)
     pos, want = {}, []

@@ -1,0 +1,141 @@
+"""The host loops' argument lists, built from named parts: callers never count positions.
+
+run_loop and backtest_loop (engine/host_template.py) take twenty-odd flat arguments on purpose:
+numba reference-counts every array held in a tuple (or record) argument on every call, ~40 ns a
+tick, while arrays passed as separate arguments are the loop's own. So the flat list stays, and
+this module is its one owner: callers hand over named parts (the NamedTuples below, whose field
+names are the loops' parameter names), and run_args/backtest_args put each value at the position
+of the parameter of its name, read from the loop's own def line. A part with no parameter, or a
+parameter with no part, is refused with both names. Built once per run (per call of the loop),
+never per tick: nothing changes inside the loops.
+"""
+import inspect
+from typing import NamedTuple
+
+import numpy as np
+
+NO_MARKS = np.zeros((0, 2), np.int64)  # backtest_loop: no live conflation to replay
+
+
+class TickView(NamedTuple):
+    """run_loop: the tick ring as a consumer mapped it (engine.tickring.TickConsumer), replaced
+    when a restarted feed makes a new ring."""
+    thdr: np.ndarray
+    tdata: np.ndarray
+    tmask: int
+    slot_base: int
+
+    @classmethod
+    def of(cls, consumer):
+        return cls(consumer.hdr, consumer.data, consumer.mask, consumer.slot_base)
+
+
+class SignalView(NamedTuple):
+    """run_loop: the signal ring it publishes to (engine.sigring.SignalRing)."""
+    shdr: np.ndarray
+    sdata: np.ndarray
+    smask: int
+    spstate: np.ndarray
+
+    @classmethod
+    def of(cls, ring):
+        return cls(ring.hdr, ring.data, ring.mask, ring.pstate)
+
+
+class HostArrays(NamedTuple):
+    """Both loops: the per-instrument state (engine.strategy_build.HostState.loop_arrays)."""
+    fstate: np.ndarray
+    book: np.ndarray
+    ist: np.ndarray
+    prow: np.ndarray
+    ptick: np.ndarray
+    plist: np.ndarray
+    cst: np.ndarray
+
+
+class LiveArgs(NamedTuple):
+    """Everything run_loop takes but the tick ring: control block words (ctl) and latency
+    histogram (hist), the host's state, scratch (row, out: the model's input and output; tick,
+    sig: one tick and one signal record), the strategy's parameter values and the loop settings
+    (Host.loop_cfg)."""
+    signals: SignalView
+    ctl: np.ndarray
+    hist: np.ndarray
+    state: HostArrays
+    row: np.ndarray
+    out: np.ndarray
+    tick: np.ndarray
+    sig: np.ndarray
+    pvals: np.ndarray
+    cfg: np.ndarray
+
+    def arrays(self):
+        """Every array among them (to prefault before the loop starts)."""
+        return [v for v in _named(self).values() if isinstance(v, np.ndarray)]
+
+
+class BacktestArgs(NamedTuple):
+    """What backtest_loop takes: ticks words[start:], the host's state, scratch (row, out), the
+    model's function pointer, parameter values and settings; signals go to sigs[nsig:], numbered
+    from base + nsig; margins and the compute-time histogram (hist); a live run's conflation
+    marks (engine.signal_log.read_marks) or none."""
+    words: np.ndarray
+    state: HostArrays
+    row: np.ndarray
+    out: np.ndarray
+    model: int
+    pvals: np.ndarray
+    cfg: np.ndarray
+    sigs: np.ndarray
+    margins: np.ndarray
+    hist: np.ndarray
+    start: int = 0
+    nsig: int = 0
+    base: int = 0
+    marks: np.ndarray = NO_MARKS
+
+
+def run_args(mod, ring: TickView, live: LiveArgs) -> tuple:
+    """run_loop's arguments, in its order (mod: the strategy's host module)."""
+    return _flat(mod.run_loop, ring, live)
+
+
+def backtest_args(mod, parts: BacktestArgs) -> tuple:
+    """backtest_loop's arguments, in its order (mod: the strategy's host module)."""
+    return _flat(mod.backtest_loop, parts)
+
+
+def _named(*parts):
+    """{parameter name: value} of the parts, nested NamedTuples opened."""
+    out = {}
+    for part in parts:
+        for k, v in part._asdict().items():
+            for name, x in (_named(v) if hasattr(v, "_asdict") else {k: v}).items():
+                if name in out:
+                    raise TypeError(f"loop argument {name!r} given twice")
+                out[name] = x
+    return out
+
+
+_PARAMS = {}
+
+
+def params(loop):
+    """The loop's parameter names, in order, from its def (a numba dispatcher's Python function)."""
+    fn = getattr(loop, "py_func", loop)
+    names = _PARAMS.get(fn)
+    if names is None:
+        names = _PARAMS[fn] = tuple(inspect.signature(fn).parameters)
+    return names
+
+
+def _flat(loop, *parts):
+    given = _named(*parts)
+    names = params(loop)
+    missing = [n for n in names if n not in given]
+    extra = [n for n in given if n not in names]
+    if missing or extra:
+        raise TypeError(f"{getattr(loop, 'py_func', loop).__name__}: " + "; ".join(
+            ([f"no part for parameter(s) {', '.join(missing)}"] if missing else [])
+            + ([f"no parameter for part(s) {', '.join(extra)}"] if extra else [])) + " (engine/loop_args.py)")
+    return tuple(given[n] for n in names)

@@ -1,0 +1,2 @@
+decide = _user.decide
+
