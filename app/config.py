@@ -3,23 +3,10 @@ the commented sample). A flag given on the command line wins over the file; the 
 the defaults. Unknown keys, wrong types and bad values are errors naming the file and key."""
 import tomllib
 
-# "section.key" -> (argparse dest, type)
-KEYS = {
-    "name": ("name", str), "core": ("core", int), "priority": ("priority", int), "realtime": ("realtime", bool),
-    "isolate": ("isolate", bool),
-    "strict": ("strict", bool), "duration": ("duration", float),
-    "loop.policy": ("policy", str), "loop.wait": ("wait", str), "loop.conflate": ("conflate", str),
-    "model.dir": ("model", str), "model.backend": ("backend", str), "model.verify_key": ("verify_key", str),
-    "feed.uri": ("feed", str), "feed.ring": ("ring", str), "feed.ring_owner": ("ring_owner", str), "feed.speed": ("speed", float), "feed.max": ("max", bool),
-    "feed.rate": ("rate", float), "feed.instruments": ("instruments", int), "feed.seed": ("seed", int),
-    "feed.ring_capacity": ("ring_capacity", int),
-    "strategy.name": ("strategy", str), "strategy.warm_every": ("warm_every", int),
-    "control.http": ("http", str), "control.pub": ("pub", str), "control.token_file": ("token_file", str),
-    "logs.signals_out": ("signals_out", str), "logs.hlog": ("hlog", str), "logs.hlog_interval": ("hlog_interval", float),
-    "logs.keep_rings": ("keep_rings", bool),
-    "loop.conflate_warn": ("conflate_warn", float), "feed.crossed_after": ("crossed_after", float),
-    "loop.stall_exit": ("stall_exit", float),
-}
+from .run_options import keys
+
+# "section.key" -> (argparse dest, type): generated from the RunConfig fields (app/run_options.py)
+KEYS = keys()
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 

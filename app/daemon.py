@@ -22,18 +22,20 @@ import secrets
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 
 from engine import control as C
-from engine import feed_stats, latency, private_dir, shm, sigring
-from engine.records import SIGNAL_FLAG_MARK, SW_FOLDED_FLAGS, SW_GEN_INST_SIDES
+from engine import dirs, feed_stats, latency, shm, sigring
+from engine.records import SIGNAL_FLAG_MARK, signal_flags, signal_instruments
 from engine.outputs import NotPrivate, open_own, write_whole
 
 from . import ctlauth, prom, run_summary, runtime_file
+from .run_options import RunConfig
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled (/ready false, logged)
-LOOP_HUNG_S = 5.0                 # ... for this long (--stall-exit): it will not come back (a strategy that never returns)
 WATCH_GAP_MAX_NS = 200_000_000    # a longer gap between two looks of the watchdog counts as this: it was stopped too
 DRAIN_JOIN_S = 1.0                # at the end, a drain thread that does not stop within this is stuck (a write)
 RESPAWN_AFTER_S = 0.5             # a feed that died or ended is started again after this, doubled for each
@@ -67,20 +69,6 @@ FEED_HELP = {
 
 def log(msg):
     print(f"[engine] {msg}", file=sys.stderr, flush=True)
-
-
-def _private_dir(base):
-    """base/engine, created 0700 if need be, refused unless it is this user's and private."""
-    return private_dir(os.path.join(base, "engine"))
-
-
-def runtime_dir():
-    return _private_dir(os.environ.get("XDG_RUNTIME_DIR") or os.path.join(os.path.expanduser("~"), ".local", "state"))
-
-
-def state_dir():
-    """Where what outlives a run is kept (the zmq keypair): $XDG_STATE_HOME/engine, 0700."""
-    return _private_dir(os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state"))
 
 
 def _open_token(path):
@@ -156,6 +144,37 @@ class HttpLog(logging.Logger):
             self._line("error", "http: " + text)
 
 
+@dataclass
+class PlaneInputs:
+    """What a run hands its control plane (built in one place: app/live.py _Run.serve)."""
+    cfg: RunConfig                  # resolved (RunConfig.resolved): http (host, port) or None, pub, token_file
+    ctl_blk: object                 # engine.control.ControlBlock: the only thing the loop shares with us
+    sring: object                   # engine.sigring.SignalRing: the loop's signals, drained here
+    slog: object                    # engine.signal_log.SignalLog: the signal file
+    drain_buf: object               # int64 [n, SIGNAL_WORDS]: what one drain moves at most
+    thread: object                  # app.live.StrategyThread: the loop (its consumer, exit state, error)
+    proc: object                    # the feed's subprocess.Popen (None: attached to a ring); respawn replaces it
+    ring_name: str                  # the tick ring's name: a new ring there is re-attached
+    stop_event: threading.Event     # set: stop (SIGINT/SIGTERM, a fatal error)
+    reload_event: threading.Event   # set: reload the model (SIGHUP)
+    loaded: list                    # the model generations still mapped, newest last
+    swaps: list                     # every reload's record, for the summary
+    model_dir: str
+    reload: Callable[[], dict]      # load, verify and publish the model again (/control/reload, SIGHUP)
+    respawn: Callable | None        # start the feed again (a live one); None: a feed that dies ends the run
+    deadline: float | None          # time.monotonic() at which the run ends (--duration); None: when stopped
+    lease_ns: int                   # the loop's lease, renewed every drain_period
+    drain_period: float
+
+    # (the run's options, read from its configuration: one owner)
+    http = property(lambda self: self.cfg.http)                 # (host, port) or None
+    pub = property(lambda self: self.cfg.pub)                   # zmq endpoint or None
+    token_file = property(lambda self: self.cfg.token_file)
+    hlog_path = property(lambda self: self.cfg.hlog)            # None: no latency log
+    hlog_interval = property(lambda self: self.cfg.hlog_interval)
+    stall_exit = property(lambda self: self.cfg.stall_exit)
+
+
 class ControlPlane:
     def __init__(self, ctx):
         self.x = ctx
@@ -167,7 +186,7 @@ class ControlPlane:
         self.stall_logged = False
         self.stalled = False
         self.silent_ns, self._beat, self._watch_at = 0, None, time.monotonic_ns()
-        self.hung_ns = int(getattr(ctx, "stall_exit", LOOP_HUNG_S) * 1e9)  # 0: a stalled loop never ends the run
+        self.hung_ns = int(ctx.stall_exit * 1e9)  # (--stall-exit) 0: a stalled loop never ends the run
         self.abnormal = None        # (reason for the signal file, the summary's words): why we ended the run
         self.drain_stuck = False    # the drain thread did not stop at the end (blocked in a write)
         self.respawns = 0
@@ -377,11 +396,11 @@ class ControlPlane:
                 return total
             self.x.slog.write(buf[:n])  # signals and conflation marks (the file keeps both)
             if self.pub is not None:
-                recs = buf[:n][((buf[:n, SW_FOLDED_FLAGS] >> 32) & SIGNAL_FLAG_MARK) == 0]  # decisions only
-                if len(recs) and int(((recs[:, SW_GEN_INST_SIDES] >> 32) & 0xFFFF).max()) >= len(self.instruments):
+                recs = buf[:n][(signal_flags(buf[:n]) & SIGNAL_FLAG_MARK) == 0]  # decisions only
+                if len(recs) and int(signal_instruments(recs).max()) >= len(self.instruments):
                     self._refresh_instruments()  # a feed names instruments as it finds them
-                for rec in recs:  # never blocks: a subscriber found full is cut off (engine/zpub.py)
-                    self.pub.send(self._topic((int(rec[SW_GEN_INST_SIDES]) >> 32) & 0xFFFF), rec.tobytes())
+                for rec, inst in zip(recs, signal_instruments(recs).tolist()):  # never blocks: a subscriber
+                    self.pub.send(self._topic(inst), rec.tobytes())  # found full is cut off (engine/zpub.py)
             total += n
 
     # -- HTTP ----------------------------------------------------------------------------
@@ -620,8 +639,7 @@ class ControlPlane:
     def http_unix_path(self):
         """The control plane's unix socket, in the private runtime directory the runtime file is in
         (None if the path would be too long for a unix socket)."""
-        from engine.locks import lock_dir
-        path = os.path.join(lock_dir(), f"engine-http.{str(self.cfg.name).replace('/', '%')}.sock")
+        path = os.path.join(dirs.runtime_dir(), f"engine-http.{str(self.cfg.name).replace('/', '%')}.sock")
         if len(os.fsencode(path)) > 107:
             log(f"warning: no unix control socket: {path} is too long for one (clients need --http)")
             return None
@@ -636,7 +654,7 @@ class ControlPlane:
             from .zpub import Publisher, key_paths, server_keys
             # CURVE: subscribers that check the key talk to this engine only, never to a port squatter
             try:
-                sd = state_dir()
+                sd = dirs.state_dir()
                 self.pub_key, secret = server_keys(self.cfg.name, sd)
             except OSError as e:
                 raise RuntimeError(f"--pub: cannot keep the zmq keypair in $XDG_STATE_HOME/engine "

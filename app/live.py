@@ -25,16 +25,18 @@ from models import artifact
 from models.artifact import uses_sigmoid
 
 from engine import control as C
-from engine import latency, realtime, ring_info, shm, sigring, waits, warmup
-from engine.records import SIGNAL_WORDS
+from engine import defaults, latency, realtime, ring_info, shm, sigring, waits, warmup
+from engine.loop_args import LiveArgs, SignalView, TickView, run_args
+from engine.records import MAX_INSTRUMENTS, SIGNAL_WORDS  # feature state for every index a ring may carry
 from engine.signal_log import SignalLog
 from engine.tickring import TickConsumer
 
+from .run_options import RunConfig  # every `engine run` option, declared once (with its flag and TOML key)
+
 ISOLATE_SWEEP_S = 2.0  # --isolate: tasks born since the last sweep are moved off the core this often
-LEASE_NS = 3_000_000_000  # the loop stops by itself if the main thread goes quiet this long
+LEASE_NS = defaults.LEASE_NS  # the loop stops by itself if the main thread goes quiet this long
 DRAIN_PERIOD_S = 0.002
 STRATEGY_THREAD_NAME = "engine-strategy"
-MAX_INSTRUMENTS = 65536  # feature state for every possible instrument index of an external ring
 # --name: the longest name whose files fit a file name (NAME_MAX 255) with the longest suffix the engine
 # gives one (NAME.ticks.instruments, NAME-YYYYmmddTHHMMSS.hlog, a table's .NAME-....parquet.tmp-PID)
 MAX_NAME_BYTES = 200
@@ -53,44 +55,6 @@ def check_name(name):
 
 def log(msg):
     print(f"[engine] {msg}", file=sys.stderr, flush=True)
-
-
-@dataclass
-class RunConfig:
-    core: int | None = None
-    priority: int = 80
-    realtime: bool = True           # False (--no-rt): the same as policy "other"
-    policy: str = "auto"            # auto | fifo | other (engine/waits.py)
-    wait: str = "auto"              # auto | spin | backoff | duty
-    conflate: str = "auto"          # auto (live sources on, file replays off: they wait) | on | off
-    conflate_max: int = 1024        # ticks folded before a conflation window is scored regardless
-    strict: bool = False
-    duration: float | None = None
-    model: str | None = None
-    instruments: int = 4
-    rate: float = 50_000.0
-    seed: int = 1
-    feed: str | None = None
-    ring: str | None = None  # attach to this existing tick ring instead of spawning a feed
-    name: str = "engine"
-    signals_out: str | None = None
-    strategy: str | None = None     # a built-in name or a .py file (default: microstructure)
-    params: dict = field(default_factory=dict)  # strategy parameter overrides
-    ring_capacity: int = 1 << 18
-    keep_rings: bool = False
-    warm_every: int = 0
-    backend: str = "auto"
-    speed: float = 1.0  # file feeds: recorded pace times this; 0 = as fast as possible
-    http: tuple | None = None       # (host, port) of the control plane's HTTP server
-    pub: str | None = None          # zmq PUB endpoint for signals
-    token_file: str | None = None   # bearer token for /status and /control/*
-    hlog: str | None = None         # HdrHistogram interval log path
-    hlog_interval: float = 10.0
-    doctor: bool = True             # check the machine for the core at start (warnings; --strict: fails fatal)
-    isolate: bool = False           # other tasks and IRQs off the core while running (engine/isolation.py)
-    conflate_warn: float = 0.5      # warn (summary, metrics) when conflation folded more than this share of scoreable ticks
-    crossed_after: float = 1.0      # the feed counts a book crossed for longer than this (s, exchange time; 0 = never)
-    stall_exit: float = 5.0         # a loop with no heartbeat this long (s) never comes back: the run ends (0 = never)
 
 
 @dataclass
@@ -116,8 +80,8 @@ class RunResult:
     preempted: dict | None = None   # {count, wait_ms}: how often and how long other work held the core
     isolation: str | None = None    # --isolate: what was moved off the core
     feed_counters: dict = field(default_factory=dict)  # the feed's own (engine/feed_stats.py), over its restarts
-    conflate_warn: float = 0.5
-    crossed_after: float = 1.0
+    conflate_warn: float = RunConfig.conflate_warn  # (the run's, for the summary's warnings)
+    crossed_after: float = RunConfig.crossed_after
     abnormal: str | None = None     # why the run ended early (the strategy raised or hung, ...): exit non-zero
     unread: int = 0                 # ticks in the ring the loop never read (its write cursor - our read cursor)
 
@@ -155,11 +119,11 @@ class StrategyThread(threading.Thread):
                 ok, msg = realtime.pin_current_thread(self.cfg.core)
                 self._want(ok, msg, "pinning")
                 self.core = self.cfg.core if ok else None
-            args = self.args_fn()
-            for a in args:
-                if isinstance(a, np.ndarray) and a.dtype.kind in "if":
+            live = self.args_fn()
+            for a in live.arrays():
+                if a.dtype.kind in "if":
                     warmup.prefault(a)
-            row, out = args[A_ROW], args[A_OUT]
+            row, out = live.row, live.out
             warmup.warm_model(self.predictor.addr, row, out, 20_000)
             row[:] = 0
             if self.choice.wait.name != "spin":
@@ -172,15 +136,15 @@ class StrategyThread(threading.Thread):
             warmup.prefault(c.data)
             # Claiming a consumer line is what releases a spawned feed: ticks start once we are ready.
             c.claim(start=self.start_at, backpressure=self.backpressure)
-            ctl = args[A_CTL]
+            ctl = live.ctl
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
             self.preempt_start = realtime.preemption(self.tid)
             self.ready.set()
             while True:
-                self.exit_state = self.host.mod.run_loop(c.hdr, c.data, c.mask, c.slot_base, *args)
+                self.exit_state = self.host.mod.run_loop(*run_args(self.host.mod, TickView.of(c), live))
                 if self.exit_state != C.LOOP_REATTACH:
                     break
-                c = self._reattach(c, args)
+                c = self._reattach(c, live)
         except BaseException as e:  # reported by the main thread
             self.error = e
             self.ready.set()
@@ -200,11 +164,11 @@ class StrategyThread(threading.Thread):
         return {"count": b[1] - a[1], "wait_ms": round((b[0] - a[0]) / 1e6, 3)}
 
 
-    def _reattach(self, old, args):
+    def _reattach(self, old, live):
         """The control plane saw a new ring under our ring's name (the feed was restarted): map
         it, claim a line (which releases a feed that waits for us) and go on. The data is
         discontinuous, so features start again, as after a gap. No recompilation."""
-        ctl = args[A_CTL]
+        ctl = live.ctl
         old.close()
         while True:
             if int(ctl[C.CTL_CMD]) == C.CMD_STOP:
@@ -216,7 +180,7 @@ class StrategyThread(threading.Thread):
                 time.sleep(0.01)  # (blocking, not spinning: this thread may be SCHED_FIFO)
         warmup.prefault(c.data)
         c.claim(start="oldest", backpressure=self.backpressure)
-        self.host.mod.host_reset(*args[A_FSTATE:A_FSTATE + 3])
+        self.host.mod.host_reset(live.state.fstate, live.state.book, live.state.ist)
         ctl[C.L_GAPS] += 1
         self.consumer = c
         self.reattached += 1
@@ -260,8 +224,8 @@ def _wait_ring(path, proc, timeout=60.0):
 
 
 def default_signals_path(name):
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "engine", "signals", f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.sig")
+    from engine import dirs
+    return dirs.state_path("signals", f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.sig")
 
 
 def load_model(cfg, strategy):
@@ -396,21 +360,27 @@ def check_ports(cfg):
             s.close()
 
 
+def _trust_ring_owner(user):
+    """--ring-owner: rings this user owns are trusted too (a feed handler running as another user)."""
+    import pwd
+    try:
+        uid = int(user) if str(user).isdigit() else pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise ValueError(f"--ring-owner {user}: no such user") from None
+    shm.trust_uid(uid)
+
+
 def _feed_uri(cfg, strategy=None):
     """The source the feed process reads, with the book levels the strategy needs."""
     uri = cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
     return strategy.source_uri(uri) if strategy is not None else uri
 
 
-# indices into the loop's argument tuple (StrategyThread.args_fn): after the ring's own four
-A_CTL, A_FSTATE, A_ROW, A_OUT = 4, 6, 13, 14
-
-
 def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         reload_event: threading.Event | None = None) -> RunResult:
     """Validate everything, then create rings, spawn the feed, run until stopped; cleans up always.
     The steps, in order, are the methods of _Run (each one named for what it does)."""
-    r = _Run(cfg, stop_event or threading.Event(), reload_event or threading.Event())
+    r = _Run(cfg.resolved(), stop_event or threading.Event(), reload_event or threading.Event())
     # 1. everything that can be wrong with the request, before anything is created
     r.check_request()
     r.open_input()
@@ -451,6 +421,8 @@ class _Run:
         from engine import isolation
         for line in isolation.recover():  # what killed --isolate runs moved (this shell, perhaps): back first
             log(line)
+        if cfg.ring_owner:
+            _trust_ring_owner(cfg.ring_owner)
         if cfg.core is not None:
             realtime.check_core(cfg.core)
         elif cfg.isolate:
@@ -649,10 +621,10 @@ class _Run:
         self.stop_event.set()
 
     def loop_args(self):
-        """The loop's argument tuple (A_* name positions in it)."""
-        sring, ctl_blk = self.sring, self.ctl_blk
-        return (sring.hdr, sring.data, sring.mask, sring.pstate, ctl_blk.hdr, ctl_blk.hist,
-                *self.hs.loop_arrays(), self.row, self.out, self.tick, self.sig, self.pvals, self.cfg_arr)
+        """The loop's arguments but the tick ring (engine/loop_args.py orders them)."""
+        return LiveArgs(signals=SignalView.of(self.sring), ctl=self.ctl_blk.hdr, hist=self.ctl_blk.hist,
+                        state=self.hs.loop_arrays(), row=self.row, out=self.out, tick=self.tick, sig=self.sig,
+                        pvals=self.pvals, cfg=self.cfg_arr)
 
     def start_feed(self):
         """The feed process (unless attached to a ring), once its ring is there."""
@@ -684,23 +656,19 @@ class _Run:
     def serve(self):
         """The control plane (app/daemon.py) until the run ends: drains signals, serves HTTP
         and zmq, renews the loop's lease, restarts a live feed that died."""
-        from types import SimpleNamespace
-
-        from .daemon import run_control_plane
+        from .daemon import PlaneInputs, run_control_plane
         cfg, ring_name, feed_uri = self.cfg, self.ring_name, self.feed_uri
         self.t_start = time.monotonic()
         ctl = self.ctl_blk.hdr
-        px = SimpleNamespace(cfg=cfg, ctl_blk=self.ctl_blk, sring=self.sring, slog=self.slog,
-                             drain_buf=self.drain_buf, thread=self.thread, proc=self.proc, ring_name=ring_name,
-                             stop_event=self.stop_event, reload_event=self.reload_event, loaded=self.loaded,
-                             swaps=self.swaps, model_dir=self.model_dir, lease_ns=LEASE_NS,
-                             drain_period=DRAIN_PERIOD_S, stall_exit=cfg.stall_exit,
-                             deadline=self.t_start + cfg.duration if cfg.duration else None,
-                             http=cfg.http, pub=cfg.pub, token_file=cfg.token_file, hlog_path=cfg.hlog,
-                             hlog_interval=cfg.hlog_interval,
-                             reload=lambda: reload_model(cfg, self.strat, ctl, self.loaded, self.swaps),
-                             respawn=(lambda: _spawn_feed(cfg, ring_name, feed_uri))
-                             if not cfg.ring and not self.finite else None)
+        px = PlaneInputs(cfg=cfg, ctl_blk=self.ctl_blk, sring=self.sring, slog=self.slog, drain_buf=self.drain_buf,
+                         thread=self.thread, proc=self.proc, ring_name=ring_name, stop_event=self.stop_event,
+                         reload_event=self.reload_event, loaded=self.loaded, swaps=self.swaps,
+                         model_dir=self.model_dir,
+                         reload=lambda: reload_model(cfg, self.strat, ctl, self.loaded, self.swaps),
+                         respawn=(lambda: _spawn_feed(cfg, ring_name, feed_uri))
+                         if not cfg.ring and not self.finite else None,
+                         deadline=self.t_start + cfg.duration if cfg.duration else None,
+                         lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S)
         self.plane = run_control_plane(px)
         self.proc = px.proc
         if cfg.ring and self.thread.exit_state == C.LOOP_EOF:

@@ -2,8 +2,8 @@
 --follow --name NAME` to find it without being told.
 
 `engine run` writes DIR/engine-run.NAME.json once its control plane serves, in the private
-directory it keeps its locks in (engine/locks.py: /run/engine for root or a unit with
-XDG_RUNTIME_DIR=/run, $XDG_RUNTIME_DIR/engine, else /tmp/engine-UID; 0700): its pid, the HTTP
+runtime directory it keeps its locks and token in (engine/dirs.py: /run/engine for root or a unit
+with XDG_RUNTIME_DIR=/run, $XDG_RUNTIME_DIR/engine, else /tmp/engine-UID; 0700): its pid, the HTTP
 address, the zmq PUB endpoint and the token file's path (never the token). The file is 0600,
 written whole under a temporary name and renamed into place, flock'ed for as long as the
 engine runs, and removed at exit. A reader opens it without following links and checks on the
@@ -17,6 +17,7 @@ import os
 import stat
 import time
 
+from engine import dirs
 from engine.outputs import NotPrivate, open_own
 
 PREFIX = "engine-run."
@@ -53,8 +54,7 @@ class Published:
 def publish(name, info):
     """Write the runtime file of engine `name` (info: JSON-able endpoints) atomically; returns a
     Published to remove() at exit."""
-    from engine.locks import lock_dir
-    d = lock_dir()
+    d = dirs.runtime_dir()
     path = os.path.join(d, _file_name(name))
     tmp = os.path.join(d, f".{_file_name(name)}.tmp-{os.getpid()}")
     try:
@@ -77,23 +77,6 @@ def publish(name, info):
             pass
         raise
     return Published(path, fd)
-
-
-def candidate_dirs():
-    """Where engines of this user may keep their runtime files (locks.lock_dir's choices, all of
-    them: an engine started by systemd with XDG_RUNTIME_DIR=/run keeps it in /run/engine while a
-    shell of the same user has another XDG_RUNTIME_DIR or none)."""
-    out = ["/run/engine"]
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        out.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "engine"))
-    out.append(f"/tmp/engine-{os.geteuid()}")
-    seen, dirs = set(), []
-    for d in out:
-        d = os.path.abspath(d)
-        if d not in seen:
-            seen.add(d)
-            dirs.append(d)
-    return dirs
 
 
 def _private_dir(d):
@@ -144,7 +127,7 @@ def find(name):
     RuntimeFileError saying, in one line, why there is none."""
     fname = _file_name(name)
     stale, notes = None, []
-    for d in candidate_dirs():
+    for d in dirs.runtime_dirs():
         why = _private_dir(d)
         if why:
             notes.append(why)
@@ -166,7 +149,7 @@ def find(name):
         gone = "is gone" if not _pid_alive(pid) else "is not that engine any more"
         raise RuntimeFileError(f"engine {name!r} is not running: its runtime file {path} is stale (pid {pid} {gone}; "
                                "the engine did not exit cleanly): start it again, or remove the file")
-    where = ", ".join(candidate_dirs())
+    where = ", ".join(dirs.runtime_dirs())
     extra = f"; {'; '.join(notes)}" if notes else ""
     raise RuntimeFileError(f"no engine named {name!r} is running as this user (no {fname} in {where}{extra}): "
                            "give --name NAME, --config FILE, or the endpoint itself")
@@ -174,7 +157,7 @@ def find(name):
 
 def find_publisher(endpoint):
     """The runtime info of a live engine of this user publishing on endpoint, or None."""
-    for d in candidate_dirs():
+    for d in dirs.runtime_dirs():
         if _private_dir(d) is not None:
             continue
         for f in sorted(os.listdir(d)):

@@ -11,21 +11,12 @@ import os
 import sys
 from pathlib import Path
 
+from .dirs import cache_dir  # (the cache, state and runtime directories: engine/dirs.py)
+
 __version__ = "0.1.0"
 
 
 KEEP_NUMBA_CACHES = 4  # the newest caches kept (each engine version makes one; the older go)
-
-
-def cache_dir(*parts):
-    """The engine's per-user cache: $XDG_CACHE_HOME/engine (default ~/.cache/engine), then
-    `parts` (numba's machine code, the strategy hosts, the default models...). The root is made
-    0700 (and put back to 0700 if it is wider): what is cached (models trained on the user's data,
-    compiled strategies) is this user's only, whatever the modes of the files inside."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    root = os.path.join(base, "engine")
-    private_dir(root, "it is the engine's cache: remove it, or set XDG_CACHE_HOME")
-    return os.path.join(root, *parts)
 
 
 def private_tree(path):
@@ -35,19 +26,6 @@ def private_tree(path):
         for f in files:
             if not os.path.islink(os.path.join(d, f)):
                 os.chmod(os.path.join(d, f), 0o600)
-
-
-def private_dir(d, fix="remove it and start again"):
-    """Directory d, made 0700 if need be (and put back to 0700 if it is wider: what is kept there is
-    this user's only); refused, saying `fix`, unless it is a directory of this user."""
-    import stat
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    st = os.lstat(d)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise RuntimeError(f"{d} is not a directory of uid {os.geteuid()} (owner uid {st.st_uid}): {fix}")
-    if st.st_mode & 0o077:
-        os.chmod(d, 0o700)
-    return d
 
 
 def _numba_cache_dir():

@@ -1,36 +1,23 @@
 """One engine per core and per tick ring: flock'ed files in a directory only this user can write
-($XDG_RUNTIME_DIR/engine, /run/engine for root, else /tmp/engine-UID; 0700, checked on every
-use). Never in /dev/shm: anyone can put a file or a link there, and a lock opened through a
-planted link would clobber its target. The kernel drops a lock when its process dies, so a
+(the runtime directory of engine/dirs.py: /run/engine for root, else $XDG_RUNTIME_DIR/engine, else
+/tmp/engine-UID; 0700, checked on every use). Never in /dev/shm: anyone can put a file or a link
+there, and a lock opened through a planted link would clobber its target. The kernel drops a lock when its process dies, so a
 crash never leaves one held; the file says who holds it, for the error the next engine prints. A
 clean exit removes its lock files (while still holding them; acquire checks that the file it
 locked is still the one at the name, so that is safe)."""
 import fcntl
 import json
 import os
-import stat
 import time
+
+from . import dirs
 
 _held = []  # open descriptors: a lock lives as long as the process
 
 
 def lock_dir():
-    """The lock directory, created 0700 if need be, refused unless it is ours and private."""
-    if os.geteuid() == 0 and os.access("/run", os.W_OK):
-        d = "/run/engine"
-    elif os.environ.get("XDG_RUNTIME_DIR"):
-        d = os.path.join(os.environ["XDG_RUNTIME_DIR"], "engine")
-    else:
-        d = f"/tmp/engine-{os.geteuid()}"
-    try:
-        os.mkdir(d, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(d)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise RuntimeError(f"lock directory {d} is not a private directory of uid {os.geteuid()} "
-                           f"(mode {st.st_mode & 0o777:04o}, owner {st.st_uid}): remove it and start again")
-    return d
+    """The runtime directory (engine/dirs.py), where the locks are: created 0700, refused unless private."""
+    return dirs.runtime_dir()
 
 
 def _path(kind, key):

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from engine import feed_stats, shm
+from engine import defaults, feed_stats, shm
 from engine.realtime import set_timer_slack
 from engine.tickring import TickRing
 
@@ -29,7 +29,6 @@ from .publisher import Waiter, publish_all, publish_due, publish_paced
 from .sources import Synthetic, open_source
 
 STATS_EVERY_S = 0.05   # the feed's counters in the ring header are this fresh
-CROSSED_AFTER_S = 1.0  # a book crossed for longer than this (exchange time) is counted
 
 
 def _compile():
@@ -69,9 +68,9 @@ def _publish_timed(ring, ticks, clock, speed, stopped, segment=0):
     return i
 
 
-def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=1 << 18, wait_consumers=0,
+def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAPACITY, wait_consumers=0,
              wait_timeout=60.0, count=None, duration=None, keep=False, quiet=False, source=None,
-             crossed_after=CROSSED_AFTER_S):
+             crossed_after=defaults.CROSSED_AFTER_S):
     """Publish ticks from `uri` (or an opened `source`) into ring `ring_name` until the source
     ends or we are stopped. rate: ticks/s for the simulator (0 = flat out); speed: file pace
     multiplier (0 = flat out); crossed_after: seconds a book may stay crossed before it is

@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 
+from app.run_options import RunConfig, http_addr  # noqa: F401  (http_addr: for the clients as for engine run)
+
 
 SOURCES_HELP = """
 sources:
@@ -127,13 +129,6 @@ def sub_endpoint(s):
     return zmq_endpoint(s, bind=False)
 
 
-def http_addr(v):
-    if v in (None, "", "none"):
-        return None
-    from feeds.uri import hostport
-    return hostport(v, "HOST:PORT for --http")
-
-
 class Flag(argparse.BooleanOptionalAction):
     """A boolean option, declared once with both forms: --X sets it, --no-X clears it, so a flag on
     the command line can undo a `true` from `engine run --config` (or from a wrapper's own flags).
@@ -232,11 +227,13 @@ def model_keys(a):
 
 def publisher_args(q):
     """What every process that writes a tick ring takes."""
-    q.add_argument("--ring", default="engine.ticks", help="ring name in /dev/shm or a path (default engine.ticks)")
-    q.add_argument("--speed", type=positive_float, default=1.0,
-                   help="files: the recorded pace times X (default 1)")
+    q.add_argument("--ring", default=f"{RunConfig.name}.ticks",
+                   help="ring name in /dev/shm or a path (default %(default)s)")
+    q.add_argument("--speed", type=positive_float, default=RunConfig.speed,
+                   help="files: the recorded pace times X (default %(default)g)")
     q.add_argument("--max", action=Flag, help="publish as fast as possible")
-    q.add_argument("--capacity", type=pow2, default=1 << 18, help="ring slots (power of two, default 262144)")
+    q.add_argument("--capacity", type=pow2, default=RunConfig.ring_capacity,
+                   help="ring slots (power of two, default %(default)s)")
     q.add_argument("--wait-consumers", type=nonneg_int, default=0,
                    help="hold ticks until this many consumers attach")
     q.add_argument("--keep", action=Flag, help="leave the ring file in place on exit")

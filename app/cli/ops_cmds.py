@@ -16,9 +16,11 @@ import sys
 
 import numpy as np
 
+from app.run_options import HTTP_DEFAULT, PUB_DEFAULT, RunConfig, token_path
+
 from .common import Flag, existing_file, http_addr, nonneg_int, sub_endpoint, zmq_endpoint
 
-DEFAULTS = {"http": "127.0.0.1:9464", "pub": "tcp://127.0.0.1:5556"}
+DEFAULTS = {"http": HTTP_DEFAULT, "pub": PUB_DEFAULT}  # engine run's own defaults
 FLAG = {"http": "--http", "pub": "--follow"}
 
 
@@ -39,7 +41,7 @@ def resolve(a, want):
     if getattr(a, "config", None):
         from app.config import load
         conf = load(a.config)
-    name = a.name or conf.get("name") or "engine"
+    name = a.name or conf.get("name") or RunConfig.name
     flag = a.http if want == "http" else (a.follow if isinstance(a.follow, str) else None)  # (True: --follow alone)
     rt = None
     try:
@@ -67,10 +69,9 @@ def resolve(a, want):
         raise ValueError(f"{origin}: {e}") from None
     token = unix = key = None
     if want == "http":
-        from app.daemon import runtime_dir
         same = rt is not None and rt.get("http") == f"{value[0]}:{value[1]}"
         token = (a.token_file or conf.get("token_file") or (rt.get("token_file") if same else None)
-                 or os.path.join(runtime_dir(), f"{name}.token"))
+                 or token_path(name))
         unix = rt.get("http_unix") if same and isinstance(rt.get("http_unix"), str) else None
     else:
         key = _pub_key(a, name, rt, value)
@@ -92,7 +93,7 @@ def _pub_key(a, name, rt, endpoint):
     if rt is not None and rt.get("pub") == endpoint and rt.get("pub_key"):
         where = f"runtime file {rt['runtime_file']}"
         return check_public_key(rt["pub_key"], where), where, rt.get("name") or name
-    from app.daemon import state_dir
+    from engine.dirs import state_dir
     path = key_paths(name, state_dir())[1]
     if not os.path.exists(path):
         raise ValueError(f"no public key for engine {name!r}'s signals: it is not running as this user and {path} "
@@ -360,9 +361,10 @@ def _where_args(q, http=True):
                         "the runtime file the engine wrote at start")
     if http:
         q.add_argument("--http", default=None, metavar="HOST:PORT",
-                       help="its control plane (default: --config, the runtime file, else 127.0.0.1:9464)")
+                       help=f"its control plane (default: --config, the runtime file, else {HTTP_DEFAULT})")
         q.add_argument("--token-file", default=None,
-                       help="its token (default: --config, the runtime file, else $XDG_RUNTIME_DIR/engine/NAME.token)")
+                       help="its token (default: --config, the runtime file, else NAME.token in the runtime "
+                            "directory: /run/engine for root, else $XDG_RUNTIME_DIR/engine, else /tmp/engine-UID)")
 
 
 def cmd_latency_plot(a):

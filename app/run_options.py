@@ -1,0 +1,234 @@
+"""Every `engine run` option, declared once: a field of RunConfig holding its default, with its
+flag, its key in the TOML file `engine run --config FILE` reads (ops/engine.toml is the sample),
+its help and how a value from the file is checked. Generated from these fields: the argparse
+options (app/cli/run_cmds.py), the config keys (app/config.py KEYS) and the Namespace ->
+RunConfig mapping (app/cli/run_cmds.py from_args). A programmatic RunConfig() therefore runs as
+`engine run` does. (Nothing here imports the command line: validators and shared option sets are
+named, and app/cli/run_cmds.py finds them in app/cli/common.py and in itself.)
+
+The fields are in the order `engine run --help` lists them. Options of the command line only
+(--config, --json, --check, ...) and those shared with other commands (--strategy/--param,
+--verify-key, --crossed-after: app/cli/common.py) are declared where they are added (`cli`)."""
+import math
+from dataclasses import dataclass, field, fields
+
+from engine import defaults
+
+# The default endpoints of a run's control plane (engine stats/ctl/signals look there too)
+HTTP_DEFAULT = "127.0.0.1:9464"
+PUB_DEFAULT = "tcp://127.0.0.1:5556"
+OFF = ("", "none")  # --http none, --pub none, --hlog none: off
+
+
+@dataclass(frozen=True)
+class Opt:
+    flag: str | None = None         # --core (None: no flag of its own: `cli` adds it, or none)
+    key: str | None = None          # "section.key" in the TOML file (None: not in the file)
+    help: str | None = None         # argparse help; %(default)s / %(default)g print the field's default
+    parse: object = None            # argparse type=: int, or the name of a validator in app/cli/common.py
+    kind: type | None = None        # the TOML value's type (int, float, str, bool); bool = a Flag
+    choices: tuple | None = None
+    metavar: str | None = None
+    dest: str | None = None         # the argparse dest, if not the field's name
+    cli: str | None = None          # a function of app/cli/run_cmds.py adding the flags that follow (fn(parser))
+    arg: object = None              # fn(namespace) -> the field's value, or the name of one in app/cli/common.py
+    #                                 (default: the dest's value)
+    check: object = None            # (ok(value), "message") for a value that may come from the file;
+    #                                 "parse": the flag's own validator, for it too
+
+
+def option(default=None, flag=None, *, factory=None, **kw):
+    meta = {"opt": Opt(flag=flag, **kw)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def http_addr(v):
+    """--http HOST:PORT as (host, port); None for none."""
+    if v in (None, *OFF):
+        return None
+    from feeds.uri import hostport
+    return hostport(v, "HOST:PORT for --http")
+
+
+def backends():
+    from models.artifact import BACKEND_CHOICES
+    return BACKEND_CHOICES
+
+
+def _finite_pos(v):
+    return v is None or (math.isfinite(v) and v > 0)
+
+
+@dataclass
+class RunConfig:
+    """One `engine run`: every option (option(): its default, flag, TOML key, help, check)."""
+    core: int | None = option(None, "--core", key="core", parse=int, kind=int,
+                              help="CPU core for the strategy thread (default: unpinned)")
+    priority: int = option(80, "--priority", key="priority", parse=int, kind=int,
+                           help="SCHED_FIFO priority 1-99 (default %(default)s)",
+                           check=(lambda v: isinstance(v, int), "--priority must be an integer"))
+    isolate: bool = option(  # other tasks and IRQs off the core while running (engine/isolation.py)
+        False, "--isolate", key="isolate", kind=bool,
+        help="while the engine runs, move every other task, IRQ and unbound kernel work that may run "
+             "on --core off it (what isolcpus does at boot; per-CPU kernel threads stay), sweeping "
+             "again every 2 s; every change is undone at exit, and what a killed engine moved is put "
+             "back by the next run of the same --name. Needs root (or CAP_SYS_NICE) for others' tasks. "
+             "--no-isolate (the default) leaves the core as it is")
+    policy: str = option(  # engine/waits.py
+        "auto", "--policy", key="loop.policy", choices=("auto", "fifo", "other"),
+        help="scheduling of the strategy thread: auto (default) = SCHED_FIFO only where RT throttling "
+             "cannot park it (throttling off, or a wait that sleeps), else pinned SCHED_OTHER with "
+             "spin; one line at start says what was chosen and why. fifo|other force it")
+    wait: str = option("auto", "--wait", key="loop.wait", choices=("auto", "spin", "backoff", "duty"),
+                       help="what the loop does while the ring is empty: auto (default: spin); %(wait_help)s")
+    realtime: bool = option(True, "--rt", key="realtime", kind=bool, dest="realtime",  # False: policy "other"
+                            help="--no-rt: never SCHED_FIFO, the same as --policy other; --rt (the default): "
+                                 "as --policy says")
+    conflate: str = option(
+        "auto", "--conflate", key="loop.conflate", choices=("auto", "on", "off"), cli="no_conflate_arg",
+        help="when the loop falls behind, fold every waiting tick and score each instrument once, on its "
+             "latest state (counted: conflated). auto (default): on for live sources, off for file "
+             "replays (the file waits for the loop instead: nothing lost, every tick scored)")
+    strict: bool = option(False, "--strict", key="strict", kind=bool,
+                          help="fail instead of running unpinned/non-RT/unlocked when the process lacks the "
+                               "rights, and exit 1 after the summary when ticks were lost or signals dropped")
+    duration: float | None = option(None, "--duration", key="duration", parse="positive_float", kind=float,
+                                    help="seconds to run (default: until stopped)",
+                                    check=(_finite_pos, "duration must be a finite number of seconds > 0"))
+    model: str | None = option(None, "--model", key="model.dir",
+                               help="model artifact directory, trained for --strategy (default: the strategy's "
+                                    "default model, trained on the synthetic market and cached on first use)")
+    backend: str = option(
+        "auto", "--backend", key="model.backend", choices=backends,
+        help="model back end: auto = the fastest one that is bit-exact on this machine (default); "
+             "flat = the branch-free kernel (best variant this CPU runs); treelite = TL2cgen code; "
+             "xgboost = XGBoost's own predictor (reference, ~200 us a tick)")
+    instruments: int = option(4, "--instruments", key="feed.instruments", parse="positive_int", kind=int,
+                              help="synthetic instruments (default %(default)s)")
+    rate: float = option(50_000.0, "--rate", key="feed.rate", parse="nonneg_float", kind=float,
+                         help="synthetic ticks per second, 0 = as fast as possible (default %(default)g)",
+                         check=(lambda v: v >= 0, "rate must be >= 0"))
+    seed: int = option(1, "--seed", key="feed.seed", parse=int, kind=int, help="synthetic feed seed (default %(default)s)")
+    feed: str | None = option(None, "--feed", key="feed.uri",
+                              help="source URI instead of the built-in synthetic feed, e.g. "
+                                   "synthetic://?instruments=8&rate=20000")
+    ring: str | None = option(  # attach to this existing tick ring instead of spawning a feed
+        None, "--ring", key="feed.ring",
+        help="attach to an existing tick ring (e.g. one `engine feed` writes) instead of spawning a feed; "
+             "reading starts at its newest tick; the run ends when the ring's producer marks it "
+             "finished (the end of its source, or stopped) and every tick is read")
+    ring_owner: str | None = option(
+        None, "--ring-owner", key="feed.ring_owner", metavar="USER",
+        help="also trust rings owned by this user (name or uid): a feed handler running as another "
+             "user (default: only the engine's own; a ring anyone else owns, a link, or one others "
+             "can write is refused)")
+    name: str = option("engine", "--name", key="name",
+                       help="instance name: rings are /dev/shm/NAME.{ticks,signals,ctl}")
+    speed: float = option(  # file feeds: recorded pace times this; 0 (--max) = as fast as possible
+        1.0, "--speed", key="feed.speed", parse="positive_float", kind=float, cli="max_arg",
+        arg=lambda a: 0.0 if a.max else a.speed,
+        help="file feeds: replay at the recorded pace times X (default %(default)g); the run ends when the file "
+             "is played",
+        check=(lambda v: v > 0, "speed must be > 0"))
+    signals_out: str | None = option(
+        None, "--signals-out", key="logs.signals_out",
+        help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig); a .parquet name also gets "
+             "a table, one row per signal, written at the end")
+    strategy: str | None = option(None, key="strategy.name", cli="strategy_args")  # a shipped name or a .py file
+    params: dict = option(factory=dict, arg="overrides")  # --param, over [strategy.params] (app/config.py)
+    warm_every: int = option(defaults.WARM_EVERY, "--warm-every", key="strategy.warm_every", parse="nonneg_int", kind=int,
+                             help="while idle, run the model on the last row every N empty polls to keep it hot "
+                                  "(halves p50 at low tick rates); 0 = never (default %(default)s)")
+    ring_capacity: int = option(defaults.RING_CAPACITY, "--ring-capacity", key="feed.ring_capacity", parse="pow2", kind=int,
+                                help="tick ring slots (power of two)",
+                                check=(lambda v: v >= 2 and not v & (v - 1),
+                                       "ring_capacity must be a power of two >= 2"))
+    keep_rings: bool = option(False, "--keep-rings", key="logs.keep_rings", kind=bool, cli="json_arg",
+                              help="leave the ring files in /dev/shm on exit")
+    http: str | tuple | None = option(  # HOST:PORT (or "none"); resolved() makes it (host, port) or None
+        HTTP_DEFAULT, "--http", key="control.http",
+        help="control plane HTTP: /metrics /health /ready, and /status /control/* with the token "
+             "(default %(default)s; none = off)")
+    pub: str | None = option(  # the zmq PUB endpoint for signals (or "none")
+        PUB_DEFAULT, "--pub", key="control.pub", parse="pub_endpoint",
+        help="zmq endpoint signals are published on (XPUB: SUB sockets connect): topic = instrument, "
+             "then the 128-byte signal record, then the topic's publication number (uint64 LE: a jump "
+             "is a gap) (default %(default)s; none = off)",
+        check="parse")
+    token_file: str | None = option(  # None: NAME.token in the runtime directory (engine/dirs.py)
+        None, "--token-file", key="control.token_file",
+        help="bearer token for /status and /control/* (default NAME.token in the runtime directory: "
+             "/run/engine for root, else $XDG_RUNTIME_DIR/engine, else /tmp/engine-UID; created 0600 if missing)")
+    hlog: str | None = option(  # None: the default path; "none": off
+        None, "--hlog", key="logs.hlog",
+        help="HdrHistogram interval log (default $XDG_STATE_HOME/engine/latency/NAME-TIME.hlog; none = off)")
+    hlog_interval: float = option(10.0, "--hlog-interval", key="logs.hlog_interval", parse="positive_float",
+                                  kind=float, help="seconds per .hlog interval (default %(default)g)",
+                                  check=(lambda v: v > 0, "hlog_interval must be > 0"))
+    doctor: bool = option(True, "--doctor", kind=bool, cli="verify_key_arg",
+                          help="check the machine for --core at start (the default; warnings, fatal with "
+                               "--strict); --no-doctor skips it")
+    conflate_warn: float = option(
+        0.5, "--conflate-warn", key="loop.conflate_warn", parse="nonneg_float", kind=float, metavar="SHARE",
+        help="warn at the end when conflation folded more than this share of the scoreable ticks "
+             "unscored (conflated / (conflated + scored); also exported as "
+             "engine_conflation_warn_ratio for the alert) (default %(default)g; 1 = never)")
+    # the feed counts a book crossed for longer than this (s, exchange time; 0 = never): `engine feed` takes it too
+    crossed_after: float = option(defaults.CROSSED_AFTER_S, key="feed.crossed_after", kind=float, cli="crossed_after_and_check_args")
+    stall_exit: float = option(  # a loop with no heartbeat this long (s) never comes back: the run ends
+        5.0, "--stall-exit", key="loop.stall_exit", parse="nonneg_float", kind=float, metavar="SECONDS",
+        help="a strategy loop that has not beaten its heartbeat for this long (while the engine itself "
+             "ran: a stop of the whole process does not count) is not coming back (an endless loop in "
+             "on_tick or decide): the run ends with the summary, the reason in the signal file and exit 1 "
+             "(default %(default)g; 0 = never; /ready says stalled after 1 s either way)",
+        check=(lambda v: math.isfinite(v) and v >= 0, "stall_exit must be a finite number of seconds >= 0"))
+    conflate_max: int = option(defaults.CONFLATE_MAX)  # ticks folded before a conflation window is scored regardless (no flag)
+
+    def resolved(self):
+        """This configuration with what "default" and "none" mean filled in: http (host, port) or
+        None, pub None when off, hlog the default path or None when off, the token file's path (run()
+        calls it once, on what it is given)."""
+        from dataclasses import replace
+        http = self.http
+        if not isinstance(http, tuple):
+            http = http_addr(http)
+        hlog = None if self.hlog in OFF else (self.hlog or default_hlog(self.name))
+        token = self.token_file
+        if token is None and http:
+            token = token_path(self.name)
+        return replace(self, http=http, pub=None if self.pub in (None, *OFF) else self.pub, hlog=hlog,
+                       token_file=token)
+
+
+# the keys of [model] and feed.max: options that are no field (the environment holds the key; --max is speed 0)
+EXTRA_KEYS = {"model.verify_key": ("verify_key", str), "feed.max": ("max", bool)}
+
+
+def opts():
+    """(field name, Opt) of every RunConfig field, in --help order."""
+    return [(f.name, f.metadata["opt"]) for f in fields(RunConfig)]
+
+
+def keys():
+    """The config file's keys: "section.key" -> (argparse dest, type)."""
+    out = {}
+    for name, o in opts():
+        if o.key:
+            out[o.key] = (o.dest or name, o.kind or str)
+    return {**out, **EXTRA_KEYS}
+
+
+def token_path(name):
+    """Where engine `name` keeps its control token by default (--token-file): in the runtime
+    directory, beside its locks, runtime file and control socket (engine/dirs.py)."""
+    from engine import dirs
+    return dirs.runtime_path(f"{name}.token")
+
+
+def default_hlog(name):
+    import time
+
+    from engine import dirs
+    return dirs.state_path("latency", f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.hlog")

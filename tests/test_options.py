@@ -1,0 +1,193 @@
+"""Every `engine run` option is declared once (a RunConfig field: app/run_options.py): the command
+line, the config file's keys and a programmatic RunConfig() agree on every default, and a value
+from the file reaches the run. The cache, state and runtime directories come from one module
+(engine/dirs.py): the token lives in the runtime directory, beside the locks and the runtime file,
+as README says."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from app import config, run_options
+from app.cli import build_parser
+from app.cli.run_cmds import from_args
+from app.run_options import RunConfig
+from tests.conftest import ROOT, engine_cmd, engine_env
+from tests.helpers.as_user import as_user, can_make_users, throwaway_users
+
+
+def _cfg(argv, conf=None, tmp_path=None):
+    """The RunConfig `engine run ARGV` builds (with --config conf, a TOML text, if given)."""
+    argv = ["run", *argv]
+    if conf is not None:
+        f = tmp_path / "e.toml"
+        f.write_text(conf)
+        argv += ["--config", str(f)]
+    p = build_parser()
+    a = p.parse_args(argv)
+    config.apply(a, p._run_parser, argv)
+    return from_args(a)
+
+
+def test_a_programmatic_runconfig_is_the_command_line_without_flags():
+    """RunConfig() and `engine run` with no flag are one configuration, field by field (warm_every
+    was 0 in RunConfig and 2048 on the command line; http, pub and hlog were off in RunConfig)."""
+    assert _cfg([]) == RunConfig()
+    run = build_parser()._run_parser
+    fields = {name for name, _ in run_options.opts()}
+    for a in run._actions:
+        if a.dest in fields and a.option_strings and a.default is not None:
+            assert getattr(RunConfig, a.dest) == a.default, (a.dest, getattr(RunConfig, a.dest), a.default)
+    assert RunConfig().warm_every == 2048 and RunConfig().http == "127.0.0.1:9464"
+
+
+# a value other than the default for every key of the config file (a new key must be added here)
+FILE_VALUES = {
+    "name": "h2cfg", "core": 0, "priority": 50, "realtime": False, "isolate": True, "strict": True, "duration": 3.0,
+    "loop.policy": "other", "loop.wait": "backoff", "loop.conflate": "off", "loop.conflate_warn": 0.25,
+    "loop.stall_exit": 4.0, "model.dir": "/m", "model.backend": "xgboost", "model.verify_key": None,
+    "feed.uri": "synthetic://?rate=10", "feed.ring": "r.ticks", "feed.ring_owner": "root", "feed.speed": 2.0,
+    "feed.max": True, "feed.rate": 100.0, "feed.instruments": 5, "feed.seed": 2, "feed.ring_capacity": 1024,
+    "feed.crossed_after": 2.0, "strategy.name": "touch_imbalance", "strategy.warm_every": 7,
+    "control.http": "127.0.0.1:1", "control.pub": "none", "control.token_file": "/t.token",
+    "logs.signals_out": "/s.sig", "logs.hlog": "none", "logs.hlog_interval": 5.0, "logs.keep_rings": True,
+}
+
+
+def _toml(key, v):
+    section, _, k = key.rpartition(".")
+    return (f"[{section}]\n" if section else "") + f"{k} = {json.dumps(v)}\n"
+
+
+def test_every_key_of_the_file_reaches_the_run(tmp_path):
+    assert set(FILE_VALUES) == set(config.KEYS)
+    dests = {name: name for name, _ in run_options.opts()} | {"realtime": "realtime"}
+    for key, v in FILE_VALUES.items():
+        if v is None:  # model.verify_key: a key file, checked when read (tests/test_signing.py)
+            continue
+        cfg = _cfg([], _toml(key, v), tmp_path)
+        dest = config.KEYS[key][0]
+        if dest == "max":
+            assert cfg.speed == 0.0, key
+        elif dest in dests:
+            assert getattr(cfg, dest) == v, (key, getattr(cfg, dest), v)
+            assert getattr(RunConfig(), dest) != v, key  # (else the test proves nothing)
+
+
+def test_the_sample_config_shows_the_defaults():
+    """ops/engine.toml: "Values shown are the defaults unless noted" (core is noted; the strategy's
+    name is the default strategy's)."""
+    from engine.strategy_load import DEFAULT_STRATEGY
+    shown = config.load(ROOT / "ops" / "engine.toml")
+    fields = {name for name, _ in run_options.opts()}
+    assert shown["warm_every"] == RunConfig.warm_every and shown["ring_capacity"] == RunConfig.ring_capacity
+    for dest, v in shown.items():
+        if dest == "core" or dest == "param_table":
+            continue
+        if dest == "strategy":
+            assert v == DEFAULT_STRATEGY
+        elif dest == "max":
+            assert v is False
+        else:
+            assert dest in fields and v == getattr(RunConfig, dest), (dest, v, getattr(RunConfig, dest))
+
+
+def test_a_programmatic_run_warms_the_model_as_the_command_line_does(default_model):
+    """The loop configuration words a RunConfig() run compiles with (its first steps: nothing is
+    created) say warm every 2048 empty polls, as `engine run` does; --warm-every 0 turns it off."""
+    from app.live import _Run
+    import threading
+    words = []
+    for cfg in (RunConfig(http=None, pub=None, hlog="none"), _cfg(["--http", "none", "--pub", "none"]),
+                _cfg(["--http", "none", "--pub", "none", "--warm-every", "0"])):
+        r = _Run(cfg.resolved(), threading.Event(), threading.Event())
+        r.check_request()
+        r.open_input()
+        r.load_model()
+        r.compile()
+        words.append(int(r.cfg_arr[r.host.mod.CFG_WARM_EVERY]))
+    assert words == [2048, 2048, 0]
+
+
+# -- the directories --
+
+_WHERE = ("import json, os\n"
+          "from engine import dirs, locks\n"
+          "from app.run_options import RunConfig\n"
+          "print(json.dumps({'token': RunConfig(name='h2dirs').resolved().token_file, 'locks': locks.lock_dir(),\n"
+          "                  'runtime_dirs': dirs.runtime_dirs(), 'state': dirs.state_path('x'),\n"
+          "                  'cache': dirs.cache_dir('x')}))\n")
+
+
+def _where(env, user=None):
+    cmd = as_user(user, "python", _WHERE) if user else [sys.executable, "-c", _WHERE]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _env(tmp_path, **xdg):
+    env = engine_env(HOME=str(tmp_path / "home"))
+    for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        env.pop(k, None)
+    env.update({k: str(v) for k, v in xdg.items()})  # (HOME too, if given)
+    return env
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/run", os.W_OK), reason="root's runtime directory is "
+                    "/run/engine: needs root and a writable /run")
+def test_as_root_the_token_the_locks_and_the_runtime_file_share_run_engine(tmp_path):
+    for xdg in ({}, {"XDG_RUNTIME_DIR": tmp_path / "rt", "XDG_STATE_HOME": tmp_path / "st",
+                     "XDG_CACHE_HOME": tmp_path / "ca"}):
+        (tmp_path / "rt").mkdir(exist_ok=True)
+        w = _where(_env(tmp_path, **xdg))
+        assert w["locks"] == "/run/engine" and w["token"] == "/run/engine/h2dirs.token", w
+        assert w["runtime_dirs"][0] == "/run/engine", w
+        home = tmp_path / "home"
+        assert w["state"] == str((tmp_path / "st") if xdg else home / ".local" / "state") + "/engine/x", w
+        assert w["cache"] == str((tmp_path / "ca") if xdg else home / ".cache") + "/engine/x", w
+
+
+@pytest.mark.skipif(bool(can_make_users()), reason=str(can_make_users()))
+def test_as_another_user_the_token_lives_where_the_locks_are(request):
+    """README: the runtime directory is $XDG_RUNTIME_DIR/engine, else /tmp/engine-UID, and the token
+    is there (it was ~/.local/state/engine when XDG_RUNTIME_DIR was unset, away from the locks)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+    with throwaway_users(1) as (user,):
+        home = Path(tempfile.mkdtemp(prefix="engine-h2dirs-"))  # (pytest's tmp_path is root's 0700)
+        request.addfinalizer(lambda: shutil.rmtree(home, ignore_errors=True))
+        rt = home / "rt"
+        rt.mkdir()
+        for d in (home, rt):
+            os.chown(d, user.pw_uid, user.pw_gid)
+        w = _where(_env(home.parent, HOME=home, XDG_RUNTIME_DIR=rt), user)
+        assert w["locks"] == str(rt / "engine") and w["token"] == str(rt / "engine" / "h2dirs.token"), w
+        assert w["state"] == str(home / ".local" / "state" / "engine" / "x"), w
+        mine = f"/tmp/engine-{user.pw_uid}"
+        request.addfinalizer(lambda: shutil.rmtree(mine, ignore_errors=True))
+        w = _where(_env(home.parent, HOME=home), user)
+        assert w["locks"] == mine and w["token"] == f"{mine}/h2dirs.token" and mine in w["runtime_dirs"], w
+
+
+def test_a_run_writes_its_token_in_the_runtime_directory(tmp_path, shm_name, default_model):
+    """A real run (no --token-file): the token is in the runtime directory, where the runtime file
+    says it is and where `engine ctl` looks by default."""
+    from engine import dirs
+    from tests.helpers.daemon import free_tcp_port
+    port = free_tcp_port()
+    r = subprocess.run(engine_cmd("run", "--name", shm_name, "--duration", "1", "--no-doctor", "--http",
+                                  f"127.0.0.1:{port}", "--pub", "none", "--hlog", "none", "--signals-out",
+                                  str(tmp_path / "s.sig")), cwd=ROOT, env=engine_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    token = os.path.join(dirs.runtime_dir(), f"{shm_name}.token")
+    try:
+        assert f"need the token in {token} " in r.stderr, r.stderr
+        assert os.stat(token).st_mode & 0o777 == 0o600
+    finally:
+        if os.path.exists(token):
+            os.unlink(token)
