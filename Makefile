@@ -34,8 +34,9 @@ $(PEERS_STAMP): $(STAMP) pyproject.toml
 run: setup
 	$(BIN)/engine run --core $(CORE)$(if $(DURATION), --duration $(DURATION))$(call cli_flag,NAME,--name)$(call cli_flag,HTTP,--http)$(call cli_flag,PUB,--pub)
 
+# two pytest-xdist workers (the engines' core tests in one of them: tests/conftest.py CORE_GROUP)
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 bench: $(PEERS_STAMP)
 	@for b in bench/ring.py bench/model_call.py bench/model_backends.py bench/strategy_host.py bench/tick_to_signal.py bench/isolate.py bench/feed_parsers.py bench/cold_compile.py bench/first_run.py bench/backtest_speed.py bench/soak.py bench/reload_leak.py bench/fpga_kernel.py; do \

@@ -273,6 +273,9 @@ def test_the_publisher_finds_a_deaf_ipc_subscriber_too(tmp_path):
         assert seqs == list(range(30000))
     finally:
         pub.close()
+        deaf.close(0)  # closed here, not by the garbage collector: a context collected with its sockets
+        good.close(0)  # open blocks in term() wherever the collection happens (a later test's import)
+        ctx.term()
         deaf.close(0)
         good.close(0)
         ctx.term()

@@ -14,7 +14,7 @@ from engine.records import SIGNAL_DTYPE
 from engine.signal_log import read_signals
 
 from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
-from tests.helpers.daemon import Daemon, external_feed, free_tcp_port
+from tests.helpers.daemon import Daemon, external_feed, free_tcp_port, on_external_feed, wait_ready
 from tests.helpers.feedutil import cli
 
 SYN = "synthetic://?instruments=4&seed=3&rate={rate}"
@@ -128,25 +128,16 @@ def test_control_needs_the_token_and_pause_resume_reload_work(daemon):
     assert bad.returncode == 2 and "cannot read the control token" in bad.stderr
 
 
-def _wait_ready(d, want, timeout):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if (d.get("/ready")[0] == 200) == want:
-            return time.monotonic() - t0
-        time.sleep(0.02)
-    raise AssertionError(f"/ready did not become {want} within {timeout} s:\n{d.log()}")
-
-
 def test_a_killed_feed_is_noticed_within_a_second_and_restarted(daemon):
     pid = daemon.feed_pid()
     assert pid
     before = daemon.status()["counters"]["ticks"]
     import os
     os.kill(pid, signal.SIGKILL)
-    assert _wait_ready(daemon, False, 1.0) < 1.0
+    assert wait_ready(daemon, False, 1.0) < 1.0
     # (back within seconds alone; in the whole suite the restarted feed has taken up to ~60 s before it
     # made its ring, cause not found yet: the bound is generous, what is asserted is that it comes back)
-    _wait_ready(daemon, True, 180)
+    wait_ready(daemon, True, 180)
     time.sleep(0.5)
     s = daemon.status()
     assert s["feed_restarts"] >= 1 and s["reattached"] >= 1 and s["counters"]["ticks"] > before
@@ -154,18 +145,14 @@ def test_a_killed_feed_is_noticed_within_a_second_and_restarted(daemon):
 
 
 def test_an_external_feed_that_dies_and_comes_back(tmp_path, shm_name, default_model):
-    ring = f"{shm_name}.ext"
-    f1 = external_feed(SYN.format(rate=20000), ring)
-    d = Daemon(tmp_path, shm_name, "--ring", ring)
+    ring, f1, d = on_external_feed(tmp_path, shm_name, SYN.format(rate=20000))
     try:
-        d.wait_for("/metrics /health /ready")
-        _wait_ready(d, True, 30)
         f1.kill()
         f1.wait()
-        assert _wait_ready(d, False, 1.0) < 1.0
+        assert wait_ready(d, False, 1.0) < 1.0
         f2 = external_feed(SYN.format(rate=20000), ring, wait=False)
         try:
-            _wait_ready(d, True, 60)
+            wait_ready(d, True, 60)
             t = d.status()["counters"]["ticks"]
             time.sleep(0.5)
             assert d.status()["counters"]["ticks"] > t and d.status()["reattached"] == 1
@@ -320,6 +307,6 @@ def test_watchdog_notices_a_stalled_loop(daemon):
         assert sample(metrics(daemon), "engine_loop_stalled") == 1
     finally:
         libc.ptrace(PTRACE_DETACH, tid, None, None)
-    _wait_ready(daemon, True, 10)
+    wait_ready(daemon, True, 10)
     assert "watchdog: the strategy loop has not beaten" in daemon.log()
     assert "watchdog: the strategy loop is beating again" in daemon.log()

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.helpers.small_fs import small_fs as tmpfs
 
 DBN = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 
@@ -15,19 +16,8 @@ DBN = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 def small_fs(tmp_path):
     """A 2 MiB tmpfs, and fill(free_bytes) to leave that little room on it."""
     d = tmp_path / "fs"
-    d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True, text=True)
-    if r.returncode:
-        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.strip() or r.returncode}")
-
-    def fill(free):
-        st = os.statvfs(d)
-        with open(d / "filler", "wb") as f:
-            f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - free))
-    try:
+    with tmpfs(d, "2m") as fill:
         yield d, fill
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
 def _run(argv, timeout=600):

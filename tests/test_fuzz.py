@@ -3,12 +3,12 @@ numba's bounds checking (the processes: tests/helpers/fuzz_jobs.py, started with
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, session_dir
 from tests.helpers import fuzz_jobs
 
 
 def test_parsers_survive_hostile_inputs_without_an_out_of_bounds_read():
-    done = fuzz_jobs.results()
+    done = fuzz_jobs.results(session_dir("fuzz"))
     n = fuzz_jobs.CASES
     assert done == {"itch": n, "moldudp64": n, "dbn": n, "binance": n}
 

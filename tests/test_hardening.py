@@ -12,8 +12,8 @@ import pytest
 from engine import locks, shm
 from engine.tickring import TickConsumer, TickRing, publish
 
-from tests.helpers.daemon import Daemon, external_feed
-from tests.test_daemon import SYN, _wait_ready, metrics, sample
+from tests.helpers.daemon import Daemon, on_external_feed, wait_ready
+from tests.test_daemon import SYN, metrics, sample
 
 ROOT_USER = os.geteuid() == 0
 NOBODY = 65534
@@ -82,17 +82,13 @@ def test_locks_live_in_a_private_directory():
 
 @pytest.mark.skipif(not ROOT_USER, reason="planting another user's ring needs root here")
 def test_an_engine_whose_feed_died_does_not_attach_to_a_forged_ring(tmp_path, shm_name, default_model):
-    ring = f"{shm_name}.ext"
+    ring, feed, d = on_external_feed(tmp_path, shm_name, SYN.format(rate=20000))
     path = shm.ring_path(ring)
-    feed = external_feed(SYN.format(rate=20000), ring)
-    d = Daemon(tmp_path, shm_name, "--ring", ring)
     forger = None
     try:
-        d.wait_for("/metrics /health /ready")
-        _wait_ready(d, True, 30)
         feed.kill()
         feed.wait()
-        _wait_ready(d, False, 2.0)
+        wait_ready(d, False, 2.0)
         # another user's ring, right magic, beating: what a local attacker renames into place
         forger = TickRing(ring + ".forged", 1 << 12)
         forger.set_state(shm.STATE_PRODUCING)
@@ -123,17 +119,13 @@ def test_an_engine_whose_feed_died_does_not_attach_to_a_forged_ring(tmp_path, sh
 
 
 def test_a_paused_feed_that_resumes_is_back(tmp_path, shm_name, default_model):
-    ring = f"{shm_name}.ext"
-    feed = external_feed(SYN.format(rate=20000), ring)
-    d = Daemon(tmp_path, shm_name, "--ring", ring)
+    ring, feed, d = on_external_feed(tmp_path, shm_name, SYN.format(rate=20000))
     try:
-        d.wait_for("/metrics /health /ready")
-        _wait_ready(d, True, 30)
         feed.send_signal(signal.SIGSTOP)
-        _wait_ready(d, False, 3.0)
+        wait_ready(d, False, 3.0)
         d.wait_for("feed is down", timeout=5)
         feed.send_signal(signal.SIGCONT)
-        _wait_ready(d, True, 5.0)
+        wait_ready(d, True, 5.0)
         d.wait_for("feed is back", timeout=5)
     finally:
         feed.send_signal(signal.SIGCONT)

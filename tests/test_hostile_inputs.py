@@ -11,14 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.conftest import ROOT, SHARED_DATA, converted, engine_cmd, engine_env
 from tests.helpers.as_user import as_user, can_make_users, throwaway_users
 
 NO_USERS = can_make_users()
 
 
-def _shm_files():
-    return set(os.listdir("/dev/shm"))
+def _shm_files(name):
+    """The files in /dev/shm of the engine `name` (its rings and their temporary names all start
+    with it; other tests' engines may be making their own at the same time)."""
+    return {f for f in os.listdir("/dev/shm") if f.startswith(name)}
 
 
 def _ports():
@@ -55,7 +57,7 @@ def test_another_users_planted_ctl_is_one_line_naming_the_owner_and_leaks_nothin
         home = Path(tempfile.mkdtemp(prefix="engine-victim-"))  # pytest's tmp_path is root's 0700
         request.addfinalizer(lambda: shutil.rmtree(home, ignore_errors=True))
         os.chown(home, victim.pw_uid, victim.pw_gid)
-        before = _shm_files()
+        before = _shm_files(shm_name)
         for attempt in range(2):  # a retry leaks no more than the first try
             r = _run(as_user(victim, "engine", "run", "--name", shm_name, "--duration", "1", "--no-doctor", *_ports(),
                              "--signals-out", str(home / f"s{attempt}.bin")),
@@ -64,27 +66,27 @@ def test_another_users_planted_ctl_is_one_line_naming_the_owner_and_leaks_nothin
             assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
             err = _one_line(r)
             assert path in err and f"user {attacker.pw_name} (uid {attacker.pw_uid})" in err, err
-        assert _shm_files() - before == set(), _shm_files() - before
+        assert _shm_files(shm_name) - before == set(), _shm_files(shm_name) - before
         assert os.stat(path).st_uid == attacker.pw_uid  # and the planted file is untouched
 
 
 def test_a_ring_capacity_no_memory_holds_is_refused_before_anything_is_made(shm_name, tmp_path):
-    before = _shm_files()
+    before = _shm_files(shm_name)
     r = _run(engine_cmd("run", "--name", shm_name, "--duration", "1", "--no-doctor", "--ring-capacity", str(1 << 40),
                         *_ports(), "--signals-out", str(tmp_path / "s.bin")))
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     err = _one_line(r)
     assert "--ring-capacity" in err and f"/dev/shm/{shm_name}" in err, err
-    assert _shm_files() - before == set(), _shm_files() - before
+    assert _shm_files(shm_name) - before == set(), _shm_files(shm_name) - before
 
 
 def test_a_ring_that_cannot_fit_leaves_no_temporary_file(shm_name):
     """The library call itself (any producer: feed processes, record, tests): refused, nothing left."""
     from engine import shm
-    before = _shm_files()
+    before = _shm_files(shm_name)
     with pytest.raises(shm.RingError, match="would need"):
         shm.create(shm.ring_path(shm_name), shm.RING_TICKS, 64, 1 << 40)
-    assert _shm_files() - before == set()
+    assert _shm_files(shm_name) - before == set()
 
 
 def test_a_failing_init_leaves_no_temporary_file(shm_name):
@@ -94,10 +96,10 @@ def test_a_failing_init_leaves_no_temporary_file(shm_name):
     def init(mm):
         raise ValueError("boom")
 
-    before = _shm_files()
+    before = _shm_files(shm_name)
     with pytest.raises(ValueError, match="boom"):
         shm.create(shm.ring_path(shm_name), shm.RING_TICKS, 64, 1 << 10, init=init)
-    assert _shm_files() - before == set()
+    assert _shm_files(shm_name) - before == set()
 
 
 # -- cut-off captures: an error naming the file, never half the ticks passed off as all --
@@ -151,9 +153,7 @@ def test_converting_a_cut_off_capture_fails_naming_it_and_writes_nothing(tmp_pat
 
 @pytest.mark.skipif(NO_DATA, reason=f"the real captures are not in {SHARED_DATA}")
 def test_a_backtest_with_a_cut_off_l3_file_fails_naming_it(tmp_path):
-    ticks = tmp_path / "day.ticks"
-    r = _run(engine_cmd("convert", f"dbn:{DBN}", "--out", str(ticks), "--quiet"), timeout=900)
-    assert r.returncode == 0, r.stderr[-2000:]
+    ticks = converted(f"dbn:{DBN}")  # (only read)
     cut = _cut(DBN, tmp_path / "cut.mbo.dbn.zst", 0.5)
     r = _run(engine_cmd("backtest", str(ticks), "--out", str(tmp_path / "bt"), "--orders", "maker", "--l3", str(cut),
                         "--quiet"), timeout=900)

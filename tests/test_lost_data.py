@@ -3,17 +3,18 @@ MoldUDP64 server over loopback. Messages lost to an unanswered re-request show i
 summary, `engine stats` and /metrics; a live feed that ends turns /ready false and is started
 again; a file feed that dies ends the run; a cold feed compiles before it listens, so the first
 packets are not lost; /metrics passes promtool."""
+import functools
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 
 from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
+from tests.helpers import daemon
 from tests.helpers.daemon import Daemon, scrape
 from tests.helpers.feedutil import cli
 from tests.test_moldudp64 import free_port
@@ -22,14 +23,7 @@ SYN = "synthetic://?instruments=2&count=9000&seed=3"
 DATE = "2023-11-14"  # the day the ITCH writer stamps (serve prints it)
 
 
-def wait_until(fn, what, timeout=120):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.02)
+wait_until = functools.partial(daemon.wait_until, timeout=120)
 
 
 @pytest.fixture(scope="module")

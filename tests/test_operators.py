@@ -7,13 +7,12 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 
 import numpy as np
 import pytest
 
 from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
-from tests.helpers.daemon import Daemon, free_tcp_port, scrape as daemon_scrape
+from tests.helpers.daemon import Daemon, free_tcp_port, scrape as daemon_scrape, wait_until
 from tests.helpers.feedutil import cli, one_line_error
 
 OPS = ROOT / "ops"
@@ -69,16 +68,6 @@ def quantile(q, b0, b1):
             return prev_le + (le - prev_le) * (rank - prev_c) / max(c - prev_c, 1e-12)
         prev_le, prev_c = le, c
     return prev_le
-
-
-def wait_until(fn, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.02)
 
 
 # -- item 4: finding a running engine

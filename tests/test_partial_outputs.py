@@ -26,6 +26,7 @@ from engine.tickfile import BLOCK, TickFile, TickFileError
 
 from tests.conftest import ROOT, engine_env
 from tests.helpers.feedutil import cli, one_line_error
+from tests.helpers.small_fs import small_fs
 
 N_TICKS = 3 * BLOCK + 322  # three blocks and a tail: 12,610 records, as in the issue
 RUN = ("--no-doctor", "--http", "none", "--pub", "none", "--hlog", "none")
@@ -119,20 +120,8 @@ def test_a_flipped_seq_word_is_an_error_never_a_shorter_read(killed, tmp_path, s
 def full_disk(tmp_path):
     """A 256 KB tmpfs with `leave(n)` to fill it up to n free bytes; skipped where tmpfs cannot
     be mounted (it needs root)."""
-    d = tmp_path / "small"
-    d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(d)], capture_output=True, text=True)
-    if r.returncode:
-        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {r.stderr.strip() or r.returncode}")
-
-    def leave(n):
-        st = os.statvfs(d)
-        (d / "filler").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - n))
-        return d
-    try:
+    with small_fs(tmp_path / "small", "256k") as leave:
         yield leave
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
 def _only_filler(d):

@@ -19,6 +19,17 @@ def free_tcp_port():
     return port
 
 
+def wait_until(fn, what, timeout=60):
+    """fn()'s first true value, polled until `timeout` s have passed (then AssertionError naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)
+
+
 def external_feed(uri, ring, wait=True):
     """A standalone `engine feed URI --ring RING` process; with `wait`, returns once its ring exists."""
     from engine.shm import ring_path
@@ -30,6 +41,33 @@ def external_feed(uri, ring, wait=True):
         assert time.monotonic() < deadline, f"no ring {ring_path(ring)} after 60 s"
         time.sleep(0.05)
     return proc
+
+
+def wait_ready(d, want, timeout):
+    """Seconds until daemon d's /ready says `want` (True: 200); AssertionError after `timeout`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if (d.get("/ready")[0] == 200) == want:
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    raise AssertionError(f"/ready did not become {want} within {timeout} s:\n{d.log()}")
+
+
+def on_external_feed(tmp_path, name, uri):
+    """An `engine feed URI` on the ring NAME.ext and a daemon named NAME reading that ring, up
+    and ready: (ring, feed process, daemon). Both are stopped if it never gets there."""
+    ring = f"{name}.ext"
+    feed = external_feed(uri, ring)
+    d = Daemon(tmp_path, name, "--ring", ring)
+    try:
+        d.wait_for("/metrics /health /ready")
+        wait_ready(d, True, 30)
+    except BaseException:
+        d.stop()
+        feed.kill()
+        feed.wait()
+        raise
+    return ring, feed, d
 
 
 class Daemon:
@@ -73,7 +111,7 @@ class Daemon:
 
     def pub_key_file(self):
         """The engine's CURVE public key file (written at its start)."""
-        from app.daemon import state_dir
+        from engine.dirs import state_dir
         from app.zpub import key_paths
         return key_paths(self.name, state_dir())[1]
 
