@@ -61,7 +61,7 @@ def test_another_users_planted_ctl_is_one_line_naming_the_owner_and_leaks_nothin
         for attempt in range(2):  # a retry leaks no more than the first try
             r = _run(as_user(victim, "engine", "run", "--name", shm_name, "--duration", "1", "--no-doctor", *_ports(),
                              "--signals-out", str(home / f"s{attempt}.bin")),
-                     HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_RUNTIME_DIR="",
+                     HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_STATE_HOME=str(home / ".state"), XDG_RUNTIME_DIR="",
                      NUMBA_CACHE_DIR=str(home / ".cache" / "numba"))  # (not root's, inherited from engine's import here)
             assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
             err = _one_line(r)
