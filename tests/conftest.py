@@ -40,6 +40,22 @@ def pytest_configure(config):
     _config = config
     from tests.helpers import reap
     reap.tag_children()  # an engine whose parent died still says whose it is (tests/helpers/reap.py)
+    _zmq_contexts_never_block()
+
+
+def _zmq_contexts_never_block():
+    """A zmq context a failed test leaves to the garbage collector must not hang a later test:
+    its __del__ closes the sockets with their linger (default: forever while a message is unsent to
+    a peer that is gone) and term() waits for them, wherever the collection happens. In this test
+    process every context's sockets linger 0 (the engines under test are other processes, with
+    their own settings)."""
+    import zmq
+    init = zmq.Context.__init__
+
+    def linger_zero(self, *a, **kw):
+        init(self, *a, **kw)
+        self.setsockopt(zmq.LINGER, 0)
+    zmq.Context.__init__ = linger_zero
 
 
 # pytest-xdist (`make test`: -n 2 --dist loadgroup) hands out whole groups: each module is one (its
