@@ -30,7 +30,7 @@ from engine import latency, levelbook, shm, sigring, tickring
 from engine.intrinsics import (borrow, call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed, monotonic_ns,
                                realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
-                            SIGNAL_FLAG_MARK, SIGNAL_MARK_WORD, SIGNAL_WORDS, signal_word_folded, signal_word_ids,
+                            SIGNAL_FLAG_MARK, SIGNAL_WORDS, signal_word_folded, signal_word_ids,
                             signal_word_scores, tick_instrument, tick_kind, tick_side, w_lo32)
 from engine.strategy_api import Book, sigmoid32
 
@@ -53,7 +53,6 @@ IST_WIDTH = 10
 # cst: conflation scalars kept across calls
 CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS, CS_T0 = range(7)
 CST_WIDTH = 8
-SIG_FLAG_MARK = SIGNAL_MARK_WORD  # (its old name here) word 11's conflation-mark bit, owned by engine/records.py
 PX, SZ, NO_LEVEL = levelbook.PX, levelbook.SZ, levelbook.NO_LEVEL
 # DEPTH 0: every call gets the same empty book (a constant: no per-tick reference counting)
 _EMPTY = np.zeros(0, np.int64)

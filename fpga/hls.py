@@ -10,7 +10,7 @@ Generated (DIR/hls/):
   emu_abi.cpp     the engine's C ABI, engine_predict(const float*, float*), over the kernel
   tb.cpp          testbench: float rows + golden accumulators in, mismatches out (csim or g++)
   run_hls.tcl     Vitis HLS: csim, synthesis at the target clock, export; v++.cfg for linking
-Each file's text is a template, fpga/templates/hls/NAME.tpl (models/codegen.py); the functions
+Each file's text is a template, fpga/templates/hls/NAME.tpl (engine/render.py); the functions
 here compute only its per-model parts.
 """
 import os
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.codegen import render
+from engine.render import render
 
 CLOCK_MHZ = 200
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "hls"

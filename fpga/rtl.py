@@ -6,7 +6,7 @@ Pipeline (one row per clock, II = 1):
   stage 3  per tree, the leaf the comparator bits select (a mux tree), registered
   stage 4+ a pipelined adder tree, one level per stage; the base margin joins the last level
 Latency = 3 + ceil(log2(trees)) cycles (one more for a single tree); the testbench measures it.
-The module and its testbench are templates, fpga/templates/rtl/*.v.tpl (models/codegen.py); the
+The module and its testbench are templates, fpga/templates/rtl/*.v.tpl (engine/render.py); the
 functions here compute only their per-model parts.
 """
 import math
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.codegen import render
+from engine.render import render
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "rtl"
 

@@ -16,14 +16,14 @@
   dependency chains overlap in the CPU.
 The same C source is built once per entry of BUILDS (AVX-512 VBMI, AVX2, portable x86-64); the
 loader picks what the CPU runs (see artifact.py). The source is a template,
-models/templates/flat.c.tpl (models/codegen.py): generate_c computes only its per-model parts.
+models/templates/flat.c.tpl (engine/render.py): generate_c computes only its per-model parts.
 """
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from .codegen import render
+from engine.render import render
 from .compile import ABI_VERSION, CC, CompileError, base_margin_c
 from .trees import ModelFormatError, read_model
 

@@ -1,4 +1,4 @@
-"""Code generators: their templates (models/codegen.py) and the exact bytes they generate.
+"""Code generators: their templates (engine/render.py) and the exact bytes they generate.
 
 The digests below are of what the generators wrote before their text moved into template files
 (models/templates/, fpga/templates/), for a tiny model trained here with a fixed recipe: a
@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from models.codegen import CodeTemplate, TemplateError, render
+from engine.render import CodeTemplate, TemplateError, render
 
 PINNED = {
     "flat.c": "bef251a3da0ecff250cc169ae42dfc1939052341f6f2a5879b946a81349014f7",

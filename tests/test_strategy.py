@@ -135,8 +135,7 @@ def test_a_conflated_backlog_is_replayed_exactly_by_the_backtest(default_model, 
     conflation it folds every tick, scores each pending instrument once per window, and writes a
     mark per window; the backtest given those marks emits the very same signals, and both end
     with the same books and features."""
-    from engine.host_template import SIG_FLAG_MARK
-    from engine.records import SIGNAL_FLAG_MARK
+    from engine.records import SIGNAL_FLAG_MARK, SIGNAL_MARK_WORD
     host = load_host("microstructure")
     pred = artifact.load(default_model, strategy=host.strategy)
     words = _ticks(30_000, 32)
@@ -183,7 +182,7 @@ def test_a_conflated_backlog_is_replayed_exactly_by_the_backtest(default_model, 
     assert scored2 == scoreable and nsig2 > nsig
     for a, b in ((live_hs.fstate, hs2.fstate), (live_hs.book, hs2.book)):  # every tick folded: the same ones
         assert np.array_equal(a, b)
-    assert SIG_FLAG_MARK == np.int64(SIGNAL_FLAG_MARK) << 32
+    assert SIGNAL_MARK_WORD == np.int64(SIGNAL_FLAG_MARK) << 32
 
 
 def test_without_conflation_a_backlog_scores_every_tick(default_model, shm_name):
