@@ -16,7 +16,14 @@ MAX_STATS = 48
 _NAMES = _VALUES + MAX_STATS                              # word offset of the names
 NAME_BYTES = (shm.HEADER_WORDS - shm.H_FEED_STATS - _NAMES) * 8
 # values that go up and down (the rest only grow): exported as gauges
-GAUGES = frozenset({"instruments", "crossed_instruments", "complete", "files"})
+class _Gauges(frozenset):
+    """The names below, and every percentile a live feed reports (`..._p50_us`, feeds/feed_latency.py)."""
+
+    def __contains__(self, name):
+        return frozenset.__contains__(self, name) or name.endswith("_us")
+
+
+GAUGES = _Gauges({"instruments", "crossed_instruments", "complete", "files"})
 
 
 class Writer:

@@ -105,30 +105,16 @@ def _match_map():
             np.zeros(MATCH_WINDOW, np.int64), np.zeros((MATCH_WINDOW, 4), np.int64), np.zeros(2, np.int64))
 
 
-class BinanceFile:
-    live = False
+class Scanner:
+    """The scanner's state (books, windows, symbols, held events, counters) and its driver: run
+    line bytes through binance_scan.scan, growing buffers when it asks. BinanceFile feeds it a
+    capture's chunks; binance-live (feeds/binance_live.py) feeds it the frames it receives, as lines
+    of the same format, so a live run and a replay of its recording give the same ticks."""
 
-    def __init__(self, u, path, params):
-        self.uri, self.path = u, path
-        files.check_readable(path)
-        p = U.take(u, params, {"size_unit": (float, venues.BINANCE_SIZE_UNIT), "on_error": (U.on_error, "stop"),
-                               "depth": (U.depth, U.DEFAULT_DEPTH), "book_ticker": (str, "quote"),
-                               "market": (str, "auto")})
-        div = p["size_unit"] * QTY_SCALE
-        if p["size_unit"] <= 0 or abs(div - round(div)) > 1e-9 or round(div) < 1:
-            raise U.FeedError(f"{u}: size_unit must be a power of ten between 1e-8 and 1, got {p['size_unit']}")
-        if p["book_ticker"] not in ("quote", "check"):
-            raise U.FeedError(f"{u}: book_ticker must be quote or check, got {p['book_ticker']!r}")
-        if p["market"] not in ("auto", *venues.BINANCE_MARKETS):
-            raise U.FeedError(f"{u}: market must be auto, {', '.join(venues.BINANCE_MARKETS)}; got {p['market']!r}")
-        self.size_div = int(round(div))
-        self.size_unit = p["size_unit"]
-        futures = _futures_capture(path) if p["market"] == "auto" else p["market"] != "spot"
-        self._specs = venues.Specs(lambda s: venues.binance(
-            s, self.size_unit, p["market"] if p["market"] != "auto" else
-            ("coinm" if "_" in s else "usdm") if futures else "spot"))
-        self.strict = p["on_error"] == "stop"
-        self.depth = p["depth"]
+    def __init__(self, what, *, strict, quote, size_div, depth):
+        self.what = what  # names the input in errors (a path, a URI)
+        self.strict = strict
+        self.depth = depth
         nbooks = 2 * S.MAX_SYMBOLS
         self.ladders = Ladders(nbooks)
         self.deep = Deep(nbooks)
@@ -139,9 +125,9 @@ class BinanceFile:
         self.top = np.zeros((S.MAX_SYMBOLS, 4), np.int64)
         G = np.zeros(S.NG, np.int64)
         G[S.G_RP_INST] = -1
-        G[S.G_STRICT] = self.strict
-        G[S.G_QUOTE] = p["book_ticker"] == "quote"
-        G[S.G_SIZE_DIV] = self.size_div
+        G[S.G_STRICT] = strict
+        G[S.G_QUOTE] = quote
+        G[S.G_SIZE_DIV] = size_div
         G[S.G_HOLD_MAX] = HOLD_MAX
         F = lambda: np.zeros((S.NK, 3), np.int64)  # noqa: E731
         # state (binance_scan): instruments, globals, counters, level scratch, symbols, held
@@ -150,22 +136,13 @@ class BinanceFile:
                       np.zeros(1 << 14, np.int64), np.zeros((S.MAX_SYMBOLS, S.SYM_LEN + 1), np.uint8),
                       np.zeros((64, 4), np.int64), np.zeros(1 << 16, np.uint8), F(), F(), F(), F()]
         self.dmap, self.tmap = _match_map(), _match_map()
-        self._n = 0
+        self.n = 0
 
     @property
     def instruments(self):
         sym = self.state[4]
         return [bytes(sym[i, :sym[i, S.SYM_LEN]]).decode("utf-8", "replace")
                 for i in range(int(self.state[1][S.G_NSYM]))]
-
-    @property
-    def specs(self):
-        """The instruments' records (engine/instruments.py), in the order of `instruments`."""
-        return self._specs.of(self.instruments)
-
-    def resync(self):
-        """A consumer asked for every window again (feeds/process.py)."""
-        self.windows.forget()
 
     def stats(self):
         return dict(zip(STATS, (int(x) for x in self.state[2])))
@@ -179,17 +156,18 @@ class BinanceFile:
         b[:a.shape[0]] = a
         self.state[i] = b
 
-    def _scan(self, buf, pos, final, out):
-        """Run buf[pos:] through the scanner, yielding full tick batches; returns where it stopped."""
+    def scan(self, buf, pos, final, out):
+        """Run buf[pos:] through the scanner, yielding full tick batches (out[:k]; self.n ticks are
+        left in out when it returns); returns where it stopped (the start of an unfinished line)."""
         G = self.state[1]
         while True:
-            pos, self._n, r = S.scan(buf, pos, len(buf), final, self.ladders.arrays(), self.deep.arrays(), self.windows.arrays(),
-                                     self.view, self.top, out, self._n, tuple(self.state), self.dmap, self.tmap)
+            pos, self.n, r = S.scan(buf, pos, len(buf), final, self.ladders.arrays(), self.deep.arrays(), self.windows.arrays(),
+                                    self.view, self.top, out, self.n, tuple(self.state), self.dmap, self.tmap)
             if r == S.R_DONE:
                 return pos
             if r == S.R_OUT:
-                yield out[:self._n]
-                self._n = 0
+                yield out[:self.n]
+                self.n = 0
             elif r == S.R_ROOM:
                 self.ladders.grow(int(G[S.G_NEED]))
             elif r == S.R_DEEP:
@@ -202,8 +180,64 @@ class BinanceFile:
             else:
                 msg = S.errors_text(int(G[S.G_ERR]), int(G[S.G_ERR_KEY]), self.strict)
                 if r == S.R_ERR:
-                    raise U.FeedError(f"{self.path}: line {int(G[S.G_ERR_LINE])}: {msg}")
-                raise U.FeedError(f"{self.path}: {msg}")
+                    raise U.FeedError(f"{self.what}: line {int(G[S.G_ERR_LINE])}: {msg}")
+                raise U.FeedError(f"{self.what}: {msg}")
+
+
+def size_divisor(u, size_unit):
+    """Record size units per 1e-8 of the base asset, from `size_unit` (a power of ten, 1e-8..1)."""
+    div = size_unit * QTY_SCALE
+    if size_unit <= 0 or abs(div - round(div)) > 1e-9 or round(div) < 1:
+        raise U.FeedError(f"{u}: size_unit must be a power of ten between 1e-8 and 1, got {size_unit}")
+    return int(round(div))
+
+
+class BinanceFile:
+    live = False
+
+    def __init__(self, u, path, params):
+        self.uri, self.path = u, path
+        files.check_readable(path)
+        p = U.take(u, params, {"size_unit": (float, venues.BINANCE_SIZE_UNIT), "on_error": (U.on_error, "stop"),
+                               "depth": (U.depth, U.DEFAULT_DEPTH), "book_ticker": (str, "quote"),
+                               "market": (str, "auto")})
+        self.size_div = size_divisor(u, p["size_unit"])
+        if p["book_ticker"] not in ("quote", "check"):
+            raise U.FeedError(f"{u}: book_ticker must be quote or check, got {p['book_ticker']!r}")
+        if p["market"] not in ("auto", *venues.BINANCE_MARKETS):
+            raise U.FeedError(f"{u}: market must be auto, {', '.join(venues.BINANCE_MARKETS)}; got {p['market']!r}")
+        self.size_unit = p["size_unit"]
+        futures = _futures_capture(path) if p["market"] == "auto" else p["market"] != "spot"
+        self._specs = venues.Specs(lambda s: venues.binance(
+            s, self.size_unit, p["market"] if p["market"] != "auto" else
+            ("coinm" if "_" in s else "usdm") if futures else "spot"))
+        self.strict = p["on_error"] == "stop"
+        self.depth = p["depth"]
+        self.scanner = Scanner(path, strict=self.strict, quote=p["book_ticker"] == "quote", size_div=self.size_div,
+                               depth=self.depth)
+
+    @property
+    def state(self):
+        return self.scanner.state
+
+    @property
+    def instruments(self):
+        return self.scanner.instruments
+
+    @property
+    def specs(self):
+        """The instruments' records (engine/instruments.py), in the order of `instruments`."""
+        return self._specs.of(self.instruments)
+
+    def resync(self):
+        """A consumer asked for every window again (feeds/process.py)."""
+        self.scanner.windows.forget()
+
+    def stats(self):
+        return self.scanner.stats()
+
+    def _scan(self, buf, pos, final, out):
+        return self.scanner.scan(buf, pos, final, out)
 
     OUT_ROWS = 4096  # tick batch size (tests make it small to run the out-of-room path)
 
@@ -212,7 +246,7 @@ class BinanceFile:
             raise ValueError(f"a tick buffer of {self.OUT_ROWS} rows cannot hold one event's ticks "
                              f"at depth {self.depth}")
         out = np.zeros((self.OUT_ROWS, 8), np.int64)
-        self._n = 0
+        self.scanner.n = 0
         carry = b""
         for chunk in files.chunks(self.path):
             data = carry + chunk if carry else chunk
@@ -224,5 +258,5 @@ class BinanceFile:
         if carry.strip() and self.strict and not carry.rstrip().endswith(b"}"):
             raise U.FeedError(f"{self.path}: truncated: the last line ({int(G[S.G_LINENO]) + 1}) is cut off")
         yield from self._scan(np.frombuffer(carry, np.uint8), 0, True, out)
-        if self._n:
-            yield out[:self._n]
+        if self.scanner.n:
+            yield out[:self.scanner.n]

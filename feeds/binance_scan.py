@@ -25,8 +25,9 @@ from .ticks import emit, emit_gap, emit_quote, touch_changed
 
 # keys we read; any other key's value is skipped
 KEYS = ("e", "E", "s", "U", "u", "b", "a", "B", "A", "p", "q", "T", "m", "pu", "data", "lastUpdateId", "bids",
-        "asks")
-(K_e, K_E, K_s, K_U, K_u, K_b, K_a, K_B, K_A, K_p, K_q, K_T, K_m, K_pu, K_data, K_last, K_bids, K_asks) = range(18)
+        "asks", "t")
+(K_e, K_E, K_s, K_U, K_u, K_b, K_a, K_B, K_A, K_p, K_q, K_T, K_m, K_pu, K_data, K_last, K_bids, K_asks,
+ K_t) = range(19)
 NK = len(KEYS)
 _KEY1 = np.full(256, -1, np.int64)  # the one-byte keys' ids by byte
 for _k, _name in enumerate(KEYS):
@@ -36,11 +37,13 @@ for _k, _name in enumerate(KEYS):
 _LAST_ID = np.frombuffer(b"lastUpdateId", np.uint8).copy()
 _DEPTH_UPDATE = np.frombuffer(b"depthUpdate", np.uint8).copy()
 _TRADE = np.frombuffer(b"trade", np.uint8).copy()
+_AGG_TRADE = np.frombuffer(b"aggTrade", np.uint8).copy()
+_GAP = np.frombuffer(b"gap", np.uint8).copy()
 _BOOK_TICKER = np.frombuffer(b"bookTicker", np.uint8).copy()
 
 # per-instrument state I[inst, .]
-(I_SYNCED, I_SID, I_LAST, I_BOOKU, I_OVU, I_OVBP, I_OVBQ, I_OVAP, I_OVAQ, I_HELD, I_HFIRST, I_TS) = range(12)
-NI = 12
+(I_SYNCED, I_SID, I_LAST, I_BOOKU, I_OVU, I_OVBP, I_OVBQ, I_OVAP, I_OVAQ, I_HELD, I_HFIRST, I_TS, I_TID) = range(13)
+NI = 13
 # globals G[.]
 (G_NSYM, G_LINENO, G_RP_INST, G_RP_CUR, G_RP_END, G_RP_RECV, G_ERR, G_ERR_KEY, G_ERR_LINE, G_NEED, G_HN,
  G_HBYTES, G_STRICT, G_QUOTE, G_SIZE_DIV, G_HOLD_MAX, G_LAST_SYM) = range(17)
@@ -49,10 +52,10 @@ NG = 20
 STATS = ("lines", "depth_events", "depth_applied", "depth_dropped_old", "snapshots", "resyncs", "gaps", "trades",
          "quotes", "book_tickers", "ticker_checked", "ticker_agree", "ticker_disagree", "bad_lines",
          "other_messages", "size_saturated", "crossed_quotes", "held_overflow", "ticker_quotes",
-         "ticker_dropped_old", "ticker_no_book")
+         "ticker_dropped_old", "ticker_no_book", "depth_duplicates", "trade_duplicates", "stream_gaps")
 (C_LINES, C_DEPTH_EVENTS, C_DEPTH_APPLIED, C_DROPPED_OLD, C_SNAPSHOTS, C_RESYNCS, C_GAPS, C_TRADES, C_QUOTES,
  C_TICKERS, C_CHECKED, C_AGREE, C_DISAGREE, C_BAD, C_OTHER, C_SAT, C_CROSSED, C_HELD_OVERFLOW, C_TK_QUOTES,
- C_TK_OLD, C_TK_NO_BOOK) = range(len(STATS))
+ C_TK_OLD, C_TK_NO_BOOK, C_DEPTH_DUP, C_TRADE_DUP, C_STREAM_GAPS) = range(len(STATS))
 
 # returns of scan (and of one step)
 R_DONE, R_OUT, R_ROOM, R_VALS, R_HOLD, R_ERR, R_FATAL, R_DEEP = range(8)
@@ -705,6 +708,9 @@ def _depth(src, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM
             return _OK, n
         if not ((U_ <= sid <= u_) if fut else (U_ <= sid + 1 <= u_)):
             lose, missed = True, U_ - sid - 1  # the snapshot is older than the stream bridges
+    elif u_ <= I[inst, I_LAST]:  # a diff the book already has (a duplicate, or a new connection's overlap)
+        C[C_DEPTH_DUP] += 1
+        return _OK, n
     elif fut:
         err, pu = _int_field(src, F, K_pu)
         if err:
@@ -831,8 +837,8 @@ def _ticker(b, F, inst, recv, L, D, W, VL, top, out, n, S, DM, TM):
     if I[inst, I_BOOKU] < 0:
         C[C_TK_NO_BOOK] += 1
         return _OK, n
-    if u_ <= I[inst, I_BOOKU]:
-        C[C_TK_OLD] += 1
+    if u_ <= I[inst, I_BOOKU] or u_ <= I[inst, I_OVU]:  # (or no newer than the ticker already over it:
+        C[C_TK_OLD] += 1                                # a new connection's overlap repeats tickers)
         return _OK, n
     I[inst, I_OVU] = u_
     I[inst, I_OVBP] = bp
@@ -846,8 +852,19 @@ def _ticker(b, F, inst, recv, L, D, W, VL, top, out, n, S, DM, TM):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _trade(b, F, inst, recv, L, W, VL, top, out, n, S):
+def _trade(b, F, inst, recv, L, W, VL, top, out, n, S, agg):
+    """A trade (or an aggTrade): a trade id at or below the last one seen is a duplicate (a new
+    connection's overlap with the old one) and is dropped; a trade without an id is taken."""
     I, G, C = S[0], S[1], S[2]
+    kid = K_a if agg else K_t
+    if F[kid, 0] != V_NONE:
+        err, tid = _int_field(b, F, kid)
+        if err:
+            return _err(G, err, kid), n
+        if tid <= I[inst, I_TID]:
+            C[C_TRADE_DUP] += 1
+            return _OK, n
+        I[inst, I_TID] = tid
     err, px = _dec_field(b, F, K_p, 9)
     if err:
         return _err(G, err, K_p), n
@@ -926,6 +943,7 @@ def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
     I[inst, I_LAST] = -1
     I[inst, I_BOOKU] = -1
     I[inst, I_OVU] = -1
+    I[inst, I_TID] = -1
     orphan = -1
     for k in range(G[G_HN]):
         if H[k, H_OWNER] == ORPHAN:
@@ -950,6 +968,36 @@ def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
     return (r if r == R_ERR else _AGAIN), n
 
 
+@njit(nogil=True, cache=True)
+def _gap_all(b, F, recv, L, D, W, top, out, n, S):
+    """A `{"e":"gap","E":ms}` line (binance-live writes one when its connection is lost, so its
+    recording replays the same ticks): every instrument waits for a new snapshot, its held events
+    and book dropped, and one gap tick voids every book downstream."""
+    L, D, W, S = borrow_all(L), borrow_all(D), borrow_all(W), borrow_all(S)
+    I, G, C, H = S[0], S[1], S[2], S[5]
+    ts = recv
+    if F[K_E, 0] == V_NUM:
+        t = _uint(b, F[K_E, 1], F[K_E, 2])
+        if t > 0:
+            ts = t * 1_000_000
+    for inst in range(G[G_NSYM]):
+        I[inst, I_SYNCED] = 0
+        I[inst, I_SID] = -1
+        I[inst, I_LAST] = -1
+        I[inst, I_BOOKU] = -1
+        I[inst, I_OVU] = -1
+        _drop_held(G, H, I, np.int64(inst))
+        deep.clear(L, D, 2 * inst)
+        deep.clear(L, D, 2 * inst + 1)
+        for k in range(4):
+            top[inst, k] = 0
+    C[C_GAPS] += 1
+    C[C_STREAM_GAPS] += 1
+    n = emit_gap(out, n, ts, recv, np.int64(1))
+    depth.forget(W)
+    return n
+
+
 @njit(nogil=True, inline="always", cache=True)
 def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
     """One line b[s:e] (not blank)."""
@@ -959,6 +1007,16 @@ def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
     if err:
         return _err(G, err, -1), n
     F = F0 if which == 0 else F1
+    if F[K_last, 0] != V_NONE and F[K_s, 0] != V_NONE:  # a REST depth snapshot the live feed named ("s")
+        err, inst = _symbol(b, F, S)
+        if err:
+            return _err(G, err, K_s), n
+        if inst < 0:
+            return _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2)
+        r, n = _place_snapshot(b, F, inst, recv, L, D, W, VL, top, out, n, S)
+        if r == _OK:
+            C[C_LINES] += 1
+        return r, n
     if F[K_last, 0] != V_NONE:  # a REST depth snapshot
         if G[G_NSYM] == 0:  # it is the book of the first symbol to come
             r = _hold_room(G, H, HB, e - s)
@@ -975,7 +1033,12 @@ def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
             C[C_LINES] += 1
         return r, n
     depth_ev = _is(b, F, K_e, _DEPTH_UPDATE)
-    trade = not depth_ev and _is(b, F, K_e, _TRADE)
+    agg = not depth_ev and _is(b, F, K_e, _AGG_TRADE)
+    trade = agg or (not depth_ev and _is(b, F, K_e, _TRADE))
+    if not depth_ev and not trade and _is(b, F, K_e, _GAP):  # the live feed lost its stream
+        n = _gap_all(b, F, recv, L, D, W, top, out, n, S)
+        C[C_LINES] += 1
+        return _OK, n
     ticker = not depth_ev and not trade and (
         _is(b, F, K_e, _BOOK_TICKER) or ((F[K_e, 0] == V_NONE or F[K_e, 0] == V_NULL) and F[K_u, 0] != V_NONE
                                          and F[K_b, 0] != V_NONE and F[K_A, 0] != V_NONE))
@@ -997,7 +1060,7 @@ def _step(b, s, e, lineno, L, D, W, VL, top, out, n, S, DM, TM):
         if r == _OK:
             C[C_DEPTH_EVENTS] += 1
     elif trade:
-        r, n = _trade(b, F, inst, recv, L, W, VL, top, out, n, S)
+        r, n = _trade(b, F, inst, recv, L, W, VL, top, out, n, S, agg)
     else:
         r, n = _ticker(b, F, inst, recv, L, D, W, VL, top, out, n, S, DM, TM)
     if r == _OK:

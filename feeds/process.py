@@ -37,7 +37,8 @@ def _compile():
     scratch = np.zeros((4, 8), np.int64)
     hdr = np.zeros(shm.HEADER_WORDS, np.int64)
     for bp in (False, True):
-        publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0, bp)
+        for stamp in (False, True):
+            publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0, bp, stamp)
         publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4, bp)
     CrossedWatch(1.0).watch(scratch)
 
@@ -136,7 +137,8 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
             if isinstance(src, Synthetic):
                 i, next_due = publish_all(ring, ticks, len(ticks), next_due, interval, stopped)
             elif src.live or speed == 0:  # a file waits for back-pressure consumers; a market never
-                i, _ = publish_all(ring, ticks, len(ticks), 0, 0, stopped, bp=not src.live)
+                i, _ = publish_all(ring, ticks, len(ticks), 0, 0, stopped, bp=not src.live,
+                                   stamp=not getattr(src, "stamps_recv", False))
             else:
                 i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
             produced += i

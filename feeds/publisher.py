@@ -20,10 +20,11 @@ MAX_BEHIND_NS = 10_000_000     # more than 10 ms behind schedule: re-anchor, do 
 
 
 @njit(nogil=True, cache=True)
-def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns, bp=False):
+def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns, bp=False, stamp=True):
     """Publish buf[i:n] at one tick per interval_ns (0 = as fast as possible).
 
-    Stamps ts_recv (word 2) with CLOCK_MONOTONIC just before each publish. Returns
+    Stamps ts_recv (word 2) with CLOCK_MONOTONIC just before each publish (unless not `stamp`: a
+    source that read the time at the socket, feeds/binance_live.py, keeps its own). Returns
     (next index, next due time); returns early when the next tick is far off so the
     caller can sleep instead of spinning a core, or (bp) when a consumer must catch up.
     """
@@ -46,7 +47,8 @@ def publish_paced(hdr, data, mask, buf, i, n, next_due, interval_ns, bp=False):
         # stamp ts_recv, publish, beat the heartbeat every 256 ticks. Written out here: through a
         # shared inline="always" helper (which itself inlines publish) the same steps ran at half
         # the speed, 14M vs 28M ticks/s (bench/ring.py, this VM)
-        buf[i, 2] = now
+        if stamp:
+            buf[i, 2] = now
         tickring.publish(hdr, data, mask, buf[i])
         i += 1
         if (i & 255) == 0:
@@ -106,7 +108,7 @@ class Waiter:
         self.since = None
 
 
-def publish_all(ring, buf, n, next_due, interval_ns, stopped=lambda: False, bp=False):
+def publish_all(ring, buf, n, next_due, interval_ns, stopped=lambda: False, bp=False, stamp=True):
     """Publish buf[:n] paced at interval_ns (0 = flat out), sleeping between ticks when the next
     one is far enough off (call rt.set_timer_slack first for accurate short sleeps), and (bp)
     while a back-pressure consumer catches up. Returns (published, next_due); stops early when
@@ -114,7 +116,7 @@ def publish_all(ring, buf, n, next_due, interval_ns, stopped=lambda: False, bp=F
     i = 0
     waiter = None
     while i < n and not stopped():
-        j, next_due = publish_paced(ring.hdr, ring.data, ring.mask, buf, i, n, next_due, interval_ns, bp)
+        j, next_due = publish_paced(ring.hdr, ring.data, ring.mask, buf, i, n, next_due, interval_ns, bp, stamp)
         if j < n:
             ahead = next_due - time.monotonic_ns() - 5_000
             if interval_ns > 0 and ahead > 0:  # in steps of at most 50 ms: publish_paced beats the heartbeat

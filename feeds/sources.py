@@ -8,7 +8,7 @@ import numpy as np
 
 from .uri import FeedError, split
 
-SCHEMES = ("synthetic", "itch", "moldudp64", "dbn", "binance", "tickfile")
+SCHEMES = ("synthetic", "itch", "moldudp64", "dbn", "binance", "tickfile", "binance-live", "dbn-live")
 
 
 class TickFileSource:
@@ -182,6 +182,12 @@ def open_source(u):
     if scheme == "binance":
         from .binance import BinanceFile
         return BinanceFile(u, target, params)
+    if scheme == "dbn-live":
+        from .dbn_live import DbnLive
+        return DbnLive(u, target, params)
     if scheme == "tickfile":
         return TickFileSource(u, target, params)
+    if scheme == "binance-live":
+        from .binance_live import BinanceLive
+        return BinanceLive(u, target, params)
     raise FeedError(f"unknown source scheme {scheme!r} in {u!r} (known: {', '.join(SCHEMES)})")

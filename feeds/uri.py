@@ -10,9 +10,9 @@ class FeedError(ValueError):
 def split(uri):
     """(scheme, target, params dict) of a URI."""
     scheme, sep, rest = uri.partition(":")
-    if not sep or not scheme.isalnum():
+    if not sep or not scheme.replace("-", "").isalnum():
         raise FeedError(f"{uri!r} is not a source URI (e.g. itch:FILE, dbn:FILE, binance:FILE, "
-                        "moldudp64://HOST:PORT, synthetic://?...)")
+                        "moldudp64://HOST:PORT, binance-live://MARKET?symbols=..., dbn-live://DATASET?..., synthetic://?...)")
     target, _, query = rest.partition("?")
     if target.startswith("//"):
         target = target[2:]

@@ -538,8 +538,8 @@ def _depth(U, u, bids=(), asks=(), E=1):
                                           "b": list(bids), "a": list(asks)}}
 
 
-def _trade(p, q, T=5):
-    return {"stream": "x@trade", "data": {"e": "trade", "E": T, "s": "BTCUSDT", "t": 1, "p": p, "q": q, "T": T,
+def _trade(p, q, T=5, t=1):
+    return {"stream": "x@trade", "data": {"e": "trade", "E": T, "s": "BTCUSDT", "t": t, "p": p, "q": q, "T": T,
                                           "m": False}}
 
 
@@ -550,7 +550,7 @@ def test_binance_snapshot_gap_and_resend(tmp_path, monkeypatch):
         _line(3, _depth(11, 12, bids=[["97.0", "1.0"]])),                         # behind a window of 2
         _line(4, _trade("101.0", "0.5")),
         _line(5, _depth(20, 22, bids=[["99.5", "1.0"]])),                         # 13..19 missing: a gap
-        _line(6, _trade("101.0", "0.25")),                                         # the book is void: a clear
+        _line(6, _trade("101.0", "0.25", t=2)),                                    # the book is void: a clear
         _line(7, {"lastUpdateId": 22, "bids": [["99.0", "1.0"]], "asks": [["100.0", "1.0"]]}),
         _line(8, _depth(23, 23, asks=[["100.5", "2.0"]])),
     ]

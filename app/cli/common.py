@@ -17,6 +17,10 @@ sources:
   moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&session=NAME&symbols=..&depth=10]   live ITCH
   dbn:FILE[?symbols=ESH4&on_error=stop|skip&depth=10]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
   binance:FILE[?size_unit=1e-5&market=auto&depth=10]       raw Binance websocket capture (gzip ok)
+  binance-live://MARKET?symbols=BTCUSDT,..[&update=100ms&trades=trade&ws=URL&rest=URL&silence_s=10&rotate_s=84600&idle_s=0&depth=10]
+                                                           Binance live: MARKET spot, usdm or coinm
+  dbn-live://DATASET?symbols=ESH4[&schema=mbo&snapshot=1&gateway=HOST:PORT&key_file=F&idle_s=0&depth=10]
+                                                           Databento live (key: $DATABENTO_API_KEY or key_file=)
   tickfile:FILE                                            an engine tick file (engine convert, engine record)
   depth=0..32: book levels a side sent as level ticks (0 = none; capped by what the data has); commands
   that run a strategy ask for what it reads (0 for a touch-only strategy) unless the URI says

@@ -1,5 +1,6 @@
 """Helpers shared by the feed tests: read a whole source, run the CLI."""
 import subprocess
+import time
 
 import numpy as np
 
@@ -59,3 +60,31 @@ def check_book_consistent(ladders, orders):
         for p, q, c in zip(px.tolist(), qty.tolist(), cnt.tolist()):
             seen[(int(bk), p)] = [q, c]
     assert seen == dict(agg)
+
+
+def consume_ring(name, proc, timeout=300):
+    """Every tick of ring `name` until its feed process exits, and the feed's instrument names."""
+    from engine.shm import RingError
+    from engine.tickring import POLL_EMPTY, POLL_TICK, TickConsumer, poll
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            c = TickConsumer(name, start="oldest")
+            break
+        except RingError:
+            assert proc.poll() is None and time.monotonic() < deadline, "the feed never made its ring"
+            time.sleep(0.05)
+    got, names = [], None
+    while time.monotonic() < deadline:
+        st = poll(c.hdr, c.data, c.mask, c.slot_base, c.out)
+        if st == POLL_TICK:
+            got.append(c.out.copy())
+            if names is None:  # (published before the ticks that name the instrument)
+                names = c.instruments()
+        elif st == POLL_EMPTY:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.0005)
+        else:
+            raise AssertionError("the consumer was lapped")
+    return np.array(got).view(TICK_DTYPE).reshape(-1), names

@@ -224,10 +224,10 @@ def run_binance(cases, _):
             out = np.zeros((2 + B.depth.room(depth) + 4, 8), np.int64)  # small: the out-of-room path runs
             for _ in range(PER_EXAMPLE):
                 data = np.frombuffer(mutate(rng, seed), np.uint8)
-                src._n = 0
+                src.scanner.n = 0
                 try:
                     for _b in src._scan(data, 0, bool(rng.integers(2)), out):
-                        assert 0 <= src._n <= len(out)
+                        assert 0 <= src.scanner.n <= len(out)
                 except FeedError:
                     pass
                 counter[0] += 1

@@ -1,0 +1,500 @@
+"""`binance-live://MARKET?symbols=BTCUSDT,ETHUSDT` — Binance's public market data, live.
+
+  MARKET       spot, usdm (USD-M futures) or coinm (COIN-M futures)
+  symbols      the symbols, comma-separated (required; checked against exchangeInfo at start)
+  depth        book levels per side published as level ticks, 0..32 (default 10)
+  update       the depth stream's speed: 100ms (default), 0ms / 250ms / 500ms / 1000ms where the
+               market offers it, or `none` for the plain `@depth` stream
+  trades       trade (default), aggTrade or none;  book_ticker  1 (default) or 0
+  size_unit    the quantity one record size unit stands for (default 1e-5, as binance:FILE)
+  ws, rest     the websocket and REST bases (default the venue's; tests and proxies point elsewhere)
+  silence_s    a connection with no data frame for this long is dead: reconnect (default 10)
+  rotate_s     replace the connection after this long, before the venue's 24-hour limit, with no
+               gap (default 84600: 23.5 h)
+  backoff_s, backoff_max_s  reconnect backoff: doubles from backoff_s up to backoff_max_s, with
+               full jitter (defaults 0.1 and 30)
+  snapshot_limit  levels asked of the REST depth snapshot (default 1000)
+  idle_s       end the stream when no frame came for this long (default 0: never; for tests and
+               bounded recordings)
+
+One websocket connection (combined streams: `<sym>@depth@100ms`, `<sym>@bookTicker`,
+`<sym>@trade` per symbol) feeds the numba scanner of `binance:FILE` (feeds/binance_scan.py): each
+frame becomes the line `<receive ns> <json>` a capture holds, and the REST depth snapshot the line
+`<receive ns> {"lastUpdateId":...,"s":SYMBOL,...}` at the point its reply arrived. So the book follows
+Binance's documented procedure exactly as for a capture (diffs held until the snapshot, the ones it
+covers dropped, the first diff's range checked, then U/u continuity, and pu on futures), bookTicker
+quotes merge the same way, and a live run's lines recorded (`--raw` of `engine record`) replay
+through `binance:FILE` to the same ticks. Extra lines only a live run writes: `{"e":"gap","E":ms}`
+when a connection is lost (every book waits for a new snapshot; one gap tick).
+
+The book's life: a symbol whose first diff is held (or whose continuity broke: the scanner emitted
+a gap tick and holds the next diff) gets a REST snapshot, one request at a time per symbol, within
+a request-weight budget shared by all symbols (the venue's X-MBX-USED-WEIGHT-1M header; a 429 or
+418 stops every request for the Retry-After it gives). Duplicates (a repeated diff, a trade id
+already seen, an older ticker) are dropped by the scanner, which is what makes the 24-hour
+rotation gapless: a second connection opens, runs beside the first for `overlap_s`, and takes over;
+its overlap with the old one is dropped by update and trade id.
+
+Time: each frame's receive time is read once (CLOCK_MONOTONIC) in the websocket's read callback and
+becomes the ticks' ts_recv in the ring (published as is: the loop's ring latency then includes our
+parse). The recorded line carries it as wall-clock ns (plus the wall clock's offset read at start).
+Counters (engine/feed_stats.py): connects, reconnects, rotations, silences, snapshots asked,
+REST errors and bans, frames, feed latency (event time to receive) and frame-to-tick percentiles.
+
+Everything here runs in the feed process (feeds/process.py), never on the strategy core: one
+asyncio loop (uvloop when installed) stepped between batches, picows for the websocket (the
+fastest client measured by bench/live.py that answers pings and close frames itself), aiohttp for REST.
+"""
+import asyncio
+import json
+import random
+import sys
+import time
+from urllib.parse import quote
+
+import numpy as np
+
+from . import binance_scan as S, uri as U, venues
+from .binance import Scanner, size_divisor
+from .feed_latency import Latencies
+
+MARKETS = {  # (websocket base, REST base, REST prefix, weight budget a minute, depth weight for the limit)
+    "spot": ("wss://stream.binance.com:9443", "https://api.binance.com", "/api/v3", 6000),
+    "usdm": ("wss://fstream.binance.com", "https://fapi.binance.com", "/fapi/v1", 2400),
+    "coinm": ("wss://dstream.binance.com", "https://dapi.binance.com", "/dapi/v1", 2400),
+}
+UPDATES = ("100ms", "0ms", "250ms", "500ms", "1000ms", "none")
+MAX_STREAMS = 1024  # per connection (the venue's limit)
+OUT_ROWS = 4096
+MAX_FRAME = 1 << 20  # a bigger frame is not market data: the connection is dropped and resynced
+OVERLAP_S = 1.0  # a rotation's two connections run side by side this long
+
+
+def depth_weight(market, limit):
+    """REST weight of a depth snapshot (Binance's tables, spot and futures)."""
+    if market == "spot":
+        return 5 if limit <= 100 else 25 if limit <= 500 else 50 if limit <= 1000 else 250
+    return 2 if limit <= 50 else 5 if limit <= 100 else 10 if limit <= 500 else 20
+
+
+class Conn:
+    """One websocket connection: frames go, as capture lines, into `buf`."""
+
+    def __init__(self, offset):
+        self.buf = bytearray()
+        self.offset = offset
+        self.transport = None
+        self.opened = self.last = time.monotonic()
+        self.frames = 0
+        self.closed = False
+        self.wake = None
+        self.reason = ""
+
+
+def _listener(conn, picows):
+    # picows wants a WSListener subclass; the class is made here so picows is imported only when used
+    TEXT, CLOSE = picows.WSMsgType.TEXT, picows.WSMsgType.CLOSE
+    mono = time.monotonic_ns
+
+    class Listener(picows.WSListener):
+        def on_ws_frame(self, transport, frame):
+            t = frame.msg_type
+            if t == TEXT:
+                now = mono()
+                p = frame.get_payload_as_bytes()
+                if b"\n" in p:  # (JSON never needs a raw newline; a line must stay one line)
+                    p = p.replace(b"\n", b" ")
+                b = conn.buf
+                b += b"%d " % (now + conn.offset)
+                b += p
+                b += b"\n"
+                conn.frames += 1
+                conn.last = now / 1e9
+                w = conn.wake
+                if w is not None and not w.done():
+                    w.set_result(None)
+            elif t == CLOSE:
+                conn.reason = f"close frame {frame.get_close_code()}"
+                transport.send_close(frame.get_close_code())
+                transport.disconnect()
+
+        def on_ws_disconnected(self, transport):
+            conn.closed = True
+            conn.reason = conn.reason or "disconnected"
+            w = conn.wake
+            if w is not None and not w.done():
+                w.set_result(None)
+
+    return Listener
+
+
+class BinanceLive:
+    live = True
+    stamps_recv = True  # ts_recv is the frame's receive time: feeds/process.py publishes it as is
+    raw_suffix = ".binance"
+
+    def __init__(self, u, target, params):
+        self.uri = u
+        market = target.strip("/")
+        if market not in MARKETS:
+            raise U.FeedError(f"{u}: the market must be one of {', '.join(MARKETS)} (binance-live://MARKET?symbols=...)")
+        ws, rest, self.api, self.weight_limit = MARKETS[market]
+        p = U.take(u, params, {
+            "symbols": (U.symbols, ()), "depth": (U.depth, U.DEFAULT_DEPTH), "update": (str, "100ms"),
+            "trades": (str, "trade"), "book_ticker": (int, 1), "size_unit": (float, venues.BINANCE_SIZE_UNIT),
+            "ws": (str, ws), "rest": (str, rest), "silence_s": (float, 10.0), "rotate_s": (float, 84600.0),
+            "backoff_s": (float, 0.1), "backoff_max_s": (float, 30.0), "snapshot_limit": (int, 1000),
+            "overlap_s": (float, OVERLAP_S), "idle_s": (float, 0.0)})
+        if not p["symbols"]:
+            raise U.FeedError(f"{u}: no symbols (binance-live://{market}?symbols=BTCUSDT,ETHUSDT)")
+        if p["update"] not in UPDATES:
+            raise U.FeedError(f"{u}: update must be one of {', '.join(UPDATES)}, got {p['update']!r}")
+        if p["trades"] not in ("trade", "aggTrade", "none"):
+            raise U.FeedError(f"{u}: trades must be trade, aggTrade or none, got {p['trades']!r}")
+        for k in ("silence_s", "rotate_s", "backoff_s", "backoff_max_s", "overlap_s"):
+            if p[k] <= 0:
+                raise U.FeedError(f"{u}: {k} must be > 0, got {p[k]}")
+        if not 1 <= p["snapshot_limit"] <= 5000:
+            raise U.FeedError(f"{u}: snapshot_limit must be 1..5000, got {p['snapshot_limit']}")
+        self.market, self.p = market, p
+        self.symbols = tuple(s.upper() for s in p["symbols"])
+        streams = []
+        for s in self.symbols:
+            lo = s.lower()
+            streams.append(f"{lo}@depth" if p["update"] == "none" else f"{lo}@depth@{p['update']}")
+            if p["book_ticker"]:
+                streams.append(f"{lo}@bookTicker")
+            if p["trades"] != "none":
+                streams.append(f"{lo}@{p['trades']}")
+        if len(streams) > MAX_STREAMS:
+            raise U.FeedError(f"{u}: {len(streams)} streams; one connection carries at most {MAX_STREAMS}")
+        self.ws_url = p["ws"].rstrip("/") + "/stream?streams=" + "/".join(streams)
+        self.rest = p["rest"].rstrip("/")
+        self.depth = p["depth"]
+        self.size_unit = p["size_unit"]
+        self.scanner = Scanner(u, strict=False, quote=True, size_div=size_divisor(u, p["size_unit"]), depth=self.depth)
+        self._specs = venues.Specs(lambda s: venues.binance(s, self.size_unit, market))
+        self.lat = Latencies("feed_latency", "frame_to_tick")
+        self.counts = dict.fromkeys(("frames", "connects", "reconnects", "rotations", "silences", "snapshots_asked",
+                                     "rest_errors", "rest_banned"), 0)
+        self.stopped = False
+        self.raw_sink = None
+        self.asking = {}  # symbol -> its snapshot request (a task)
+        self.refresh = False  # ask every symbol's snapshot again (a new raw piece)
+        self.ban_until = 0.0  # no REST before this (monotonic s): a 429/418's Retry-After
+        self.weight = (0, 0)  # (minute, weight used in it as the venue last said)
+        self.offset = time.time_ns() - time.monotonic_ns()  # the recorded lines' wall clock
+        self._compile()
+
+    # -- the source interface --------------------------------------------------------------
+
+    @property
+    def instruments(self):
+        return self.scanner.instruments
+
+    @property
+    def specs(self):
+        return self._specs.of(self.instruments)
+
+    def _frames(self):
+        live = [c for c in (getattr(self, "active", None), getattr(self, "standby", None)) if c is not None]
+        return self._done_frames + sum(c.frames for c in live)
+
+    def stats(self):
+        self.counts["frames"] = self._frames()
+        return {**self.lat.stats(), **self.counts, **self.scanner.stats()}
+
+    def resync(self):
+        self.scanner.windows.forget()
+
+    def stop(self):
+        self.stopped = True
+
+    def raw_restart(self):
+        """A new piece of a raw recording starts (app/recorder.py): ask every symbol's snapshot
+        again, so the piece holds one and replays on its own from there (its diffs before the
+        reply are held, as at any start). Nothing to prepend: the lines are self-contained."""
+        self.refresh = True
+        return b""
+
+    def _compile(self):
+        """Every scanner path a frame can reach, on a throwaway scanner, before we connect."""
+        sc = Scanner("compile", strict=False, quote=True, size_div=1000, depth=max(self.depth, 1))
+        lines = (b'1 {"stream":"x@depth","data":{"e":"depthUpdate","E":1,"s":"X","U":5,"u":6,"b":[["1.0","1"]],"a":[]}}\n'
+                 b'2 {"lastUpdateId":5,"s":"X","bids":[["1.0","2"]],"asks":[["2.0","1"]]}\n'
+                 b'3 {"stream":"x@trade","data":{"e":"trade","E":1,"s":"X","t":1,"p":"1.5","q":"1","T":1,"m":true}}\n'
+                 b'4 {"stream":"x@aggTrade","data":{"e":"aggTrade","E":1,"s":"X","a":2,"p":"1.5","q":"1","T":1,"m":false}}\n'
+                 b'5 {"stream":"x@bookTicker","data":{"u":7,"s":"X","b":"1.0","B":"1","a":"2.0","A":"1"}}\n'
+                 b'6 {"e":"gap","E":1}\n')
+        out = np.zeros((OUT_ROWS, 8), np.int64)
+        for _ in sc.scan(np.frombuffer(lines, np.uint8), 0, True, out):
+            pass
+        self.lat.record("feed_latency", np.zeros(1, np.int64))
+        self.lat.counts["feed_latency"][:] = 0
+
+    # -- the batches -------------------------------------------------------------------------
+
+    def batches(self):
+        try:
+            import uvloop
+            loop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
+        self.loop = loop
+        try:
+            loop.run_until_complete(self._start())
+            out = np.zeros((OUT_ROWS, 8), np.int64)
+            pending = b""
+            last_frames, last_t = 0, time.monotonic()
+            while not self.stopped:
+                loop.run_until_complete(self._tick())
+                frames = self._frames()
+                if frames != last_frames:
+                    last_frames, last_t = frames, time.monotonic()
+                elif self.p["idle_s"] and time.monotonic() - last_t > self.p["idle_s"] and not self.active.buf:
+                    break  # (across reconnects: no frame from any connection for idle_s)
+                data = self._take()
+                if self.raw_sink is not None and data:
+                    self.raw_sink(data)
+                buf = pending + data if pending else data
+                if not buf:
+                    yield out[:0]  # idle: the publisher keeps its heartbeat fresh
+                    continue
+                self.scanner.n = 0
+                pos = 0
+                for batch in self.scanner.scan(np.frombuffer(buf, np.uint8), 0, False, out):
+                    yield from self._emit(batch)
+                pos = len(buf) - self._unfinished(buf)
+                pending = buf[pos:]
+                if self.scanner.n:
+                    yield from self._emit(out[:self.scanner.n])
+                self._want_snapshots()
+        finally:
+            loop.run_until_complete(self._close())
+            loop.close()
+
+    @staticmethod
+    def _unfinished(buf):
+        """Bytes after the last newline (lines are appended whole, so normally none)."""
+        j = buf.rfind(b"\n")
+        return len(buf) - j - 1
+
+    def _emit(self, ticks):
+        """Feed latency (wall clock), then ts_recv back on CLOCK_MONOTONIC; after the publisher has
+        put the batch in the ring (the generator resumes), the frame-to-tick time."""
+        ev = ticks[:, 1]
+        has = ev > 0
+        self.lat.record("feed_latency", (ticks[:, 2] - ev)[has])
+        ticks[:, 2] -= self.offset
+        yield ticks
+        self.lat.record("frame_to_tick", time.monotonic_ns() - ticks[:, 2])
+
+    # -- connections -------------------------------------------------------------------------
+
+    async def _start(self):
+        import aiohttp
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        await self._check_symbols()
+        self.active = await self._connect(first=True)
+        self.standby = None
+        self.attempt = 0
+        self._want_snapshots()
+
+    async def _close(self):
+        for c in (getattr(self, "active", None), getattr(self, "standby", None)):
+            if c is not None and c.transport is not None and not c.closed:
+                c.transport.send_close()
+                c.transport.disconnect()
+        for t in self.asking.values():
+            t.cancel()
+        if hasattr(self, "http"):
+            await self.http.close()
+
+    async def _check_symbols(self):
+        """exchangeInfo: every symbol must exist and trade (one clear line otherwise)."""
+        q = quote(json.dumps(list(self.symbols), separators=(",", ":")))
+        url = f"{self.rest}{self.api}/exchangeInfo?symbols={q}"
+        try:
+            status, body, _ = await self._get(url, weight=20 if self.market == "spot" else 1)
+        except OSError as e:
+            raise U.FeedError(f"{self.uri}: cannot reach {self.rest}: {e}") from None
+        if status != 200:
+            try:
+                msg = json.loads(body).get("msg", "")
+            except ValueError:
+                msg = body[:200].decode("utf-8", "replace")
+            if status == 400 and "symbol" in msg.lower():  # (the venue does not say which)
+                raise U.FeedError(f"{self.uri}: unknown symbol among {', '.join(self.symbols)} on Binance "
+                                  f"{self.market} (exchangeInfo: {msg})")
+            raise U.FeedError(f"{self.uri}: exchangeInfo refused {', '.join(self.symbols)}: HTTP {status} {msg}")
+        info = {s.get("symbol"): s for s in json.loads(body).get("symbols", [])}
+        missing = [s for s in self.symbols if s not in info]
+        if missing:
+            raise U.FeedError(f"{self.uri}: unknown symbol {', '.join(missing)} on Binance {self.market}")
+        halted = [s for s in self.symbols if info[s].get("status", info[s].get("contractStatus")) not in
+                  ("TRADING", None)]
+        if halted:
+            print(f"{self.uri}: warning: not trading now: {', '.join(halted)}", file=sys.stderr)
+
+    async def _connect(self, first=False):
+        """A connection, retried with exponential backoff and full jitter until it opens (or we
+        are stopped); the first one fails at once on a refused handshake (a bad URL or stream)."""
+        import picows
+        attempt = 0
+        while True:
+            conn = Conn(self.offset)
+            try:
+                tr, _ = await picows.ws_connect(_listener(conn, picows), self.ws_url, max_frame_size=MAX_FRAME,
+                                                enable_auto_pong=True, websocket_handshake_timeout=10)
+                conn.transport = tr
+                self.counts["connects"] += 1
+                return conn
+            except picows.WSInvalidStatusError as e:  # the venue refused the subscription
+                if first:
+                    raise U.FeedError(f"{self.uri}: the venue refused the subscription: {e}") from None
+                err = e
+            except (OSError, asyncio.TimeoutError, picows.WSError) as e:
+                err = e
+            if self.stopped:
+                conn.closed = True
+                return conn
+            delay = random.uniform(0, min(self.p["backoff_max_s"], self.p["backoff_s"] * 2 ** attempt))
+            print(f"{self.uri}: cannot connect ({err}); again in {delay:.2f} s", file=sys.stderr)
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def _tick(self):
+        """Wait (up to 50 ms) for frames, then look after the connections: a lost or silent one is
+        replaced (a gap line first), an old one rotated."""
+        a = self.active
+        if not a.buf and not a.closed:
+            a.wake = self.loop.create_future()
+            try:
+                await asyncio.wait_for(a.wake, 0.05)
+            except asyncio.TimeoutError:
+                pass
+            a.wake = None
+        now = time.monotonic()
+        if a.closed or now - a.last > self.p["silence_s"]:
+            if not a.closed:
+                self.counts["silences"] += 1
+                a.reason = f"silent for {now - a.last:.1f} s"
+                a.transport.disconnect()
+            await self._replace(a)
+        elif self.standby is None and now - a.opened > self.p["rotate_s"]:
+            self.standby = await self._connect()
+        elif self.standby is not None and (self.standby.closed or now - self.standby.opened > self.p["overlap_s"]):
+            await self._switch()
+
+    async def _replace(self, a):
+        """The active connection is gone: a gap line, then a new connection (or the standby)."""
+        if a.frames == 0 and not self.stopped:  # nothing came: back off before trying again
+            self.attempt += 1
+            await asyncio.sleep(random.uniform(0, min(self.p["backoff_max_s"], self.p["backoff_s"] * 2 ** self.attempt)))
+        else:
+            self.attempt = 0
+        a.buf += b'%d {"e":"gap","E":%d,"reason":%s}\n' % (
+            time.monotonic_ns() + self.offset, (time.monotonic_ns() + self.offset) // 1_000_000,
+            json.dumps(a.reason or "lost").encode())
+        self.counts["reconnects"] += 1
+        print(f"{self.uri}: connection lost ({a.reason}); reconnecting", file=sys.stderr)
+        for t in self.asking.values():
+            t.cancel()
+        self.asking.clear()
+        self._done_frames += a.frames
+        new = self.standby if self.standby is not None and not self.standby.closed else await self._connect()
+        self.standby = None
+        new.buf[:0] = a.buf  # the old connection's last lines first
+        self.active = new
+
+    async def _switch(self):
+        """Rotation: the standby takes over; the old connection's lines come first, the standby's
+        overlap with them is dropped by the scanner (update and trade ids)."""
+        old, new = self.active, self.standby
+        self.standby = None
+        if new.closed:
+            return
+        old.transport.send_close()
+        old.transport.disconnect()
+        self._done_frames += old.frames
+        new.buf[:0] = old.buf
+        self.active = new
+        self.counts["rotations"] += 1
+
+    def _take(self):
+        a = self.active
+        if not a.buf:
+            return b""
+        data = bytes(a.buf)
+        a.buf.clear()
+        return data
+
+    _done_frames = 0  # frames of the connections that are gone
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def _want_snapshots(self):
+        """A snapshot for each symbol without a book or one on the way: at connect (the reply is
+        placed where it arrives; diffs it covers are dropped, one it is older than is a gap and
+        another snapshot), and after a gap. One request at a time per symbol."""
+        I = self.scanner.state[0]
+        known = {name: k for k, name in enumerate(self.scanner.instruments)}
+        refresh, self.refresh = self.refresh, False
+        for name in self.symbols:
+            k = known.get(name, -1)
+            if name not in self.asking and (refresh or k < 0 or (I[k, S.I_SYNCED] == 0 and I[k, S.I_SID] < 0)):
+                self.asking[name] = self.loop.create_task(self._snapshot(name))
+
+    async def _snapshot(self, symbol):
+        limit = self.p["snapshot_limit"]
+        url = f"{self.rest}{self.api}/depth?symbol={symbol}&limit={limit}"
+        attempt = 0
+        try:
+            while not self.stopped:
+                try:
+                    status, body, _ = await self._get(url, depth_weight(self.market, limit))
+                except (OSError, asyncio.TimeoutError) as e:
+                    status, body = 0, str(e).encode()
+                if status == 200 and body.lstrip().startswith(b"{"):
+                    self.counts["snapshots_asked"] += 1
+                    body = body.replace(b"\n", b" ").lstrip()
+                    line = b"%d {\"s\":%s," % (time.monotonic_ns() + self.offset, json.dumps(symbol).encode())
+                    a = self.active
+                    a.buf += line + body[1:] + b"\n"
+                    if a.wake is not None and not a.wake.done():
+                        a.wake.set_result(None)
+                    return
+                if status not in (429, 418):
+                    self.counts["rest_errors"] += 1
+                attempt += 1
+                await asyncio.sleep(random.uniform(0, min(self.p["backoff_max_s"], self.p["backoff_s"] * 2 ** attempt)))
+        finally:
+            self.asking.pop(symbol, None)
+
+    async def _get(self, url, weight):
+        """One REST GET within the weight budget: (status, body, headers). Waits out a ban (429:
+        too many requests, 418: banned) for the Retry-After the venue gives, shared by every
+        request; spends no more than 90% of the minute's weight."""
+        while True:
+            now = time.monotonic()
+            if now < self.ban_until:
+                await asyncio.sleep(self.ban_until - now)
+                continue
+            minute, used = self.weight
+            if minute == int(time.time() // 60) and used + weight > 0.9 * self.weight_limit:
+                await asyncio.sleep(60 - time.time() % 60 + 0.05)
+                continue
+            async with self.http.get(url) as r:
+                body = await r.read()
+                w = r.headers.get("X-MBX-USED-WEIGHT-1M") or r.headers.get("x-mbx-used-weight-1m")
+                if w and w.isdigit():
+                    self.weight = (int(time.time() // 60), int(w))
+                if r.status in (429, 418):
+                    ra = r.headers.get("Retry-After", "")
+                    wait = float(ra) if ra.replace(".", "", 1).isdigit() else (60.0 if r.status == 429 else 120.0)
+                    self.ban_until = time.monotonic() + wait
+                    self.counts["rest_banned"] += 1
+                    print(f"{self.uri}: REST {r.status} ({'banned' if r.status == 418 else 'too many requests'}); "
+                          f"no requests for {wait:g} s", file=sys.stderr)
+                    continue  # (the loop waits the ban out, then asks again)
+                return r.status, body, r.headers

@@ -1,0 +1,237 @@
+"""binance-live:// against a fake Binance venue on loopback (tests/helpers/fake_binance.py: websocket +
+REST replaying the real captures, with the venue's faults): a live run's ticks equal `binance:FILE`
+of its own recording exactly and the capture's once synced; every fault (drop, close frame,
+silence, half-open, missing and duplicated diffs, a stale snapshot, malformed and oversized frames,
+429/418, the 24-hour rotation) ends in a resynced book, each gap counted; bad symbols are one line."""
+import subprocess
+
+import numpy as np
+import pytest
+
+from engine.records import KIND_GAP, TICK_DTYPE
+from feeds.uri import FeedError
+
+from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.helpers.feedutil import cli, consume_ring, one_line_error, read_all
+
+SPOT = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
+USDM = SHARED_DATA / "binance" / "usdm_btcusdt_20240808.gz"
+pytestmark = pytest.mark.skipif(not SPOT.exists(), reason="../shared/data is not here (a user's clone); CI has it")
+FIELDS = ("ts_event", "instrument", "kind", "side", "price", "size", "bid_px", "bid_sz", "ask_px", "ask_sz")
+LINES = 6000  # capture lines a fault test replays (22 s of the usdm market)
+SPEED = 10.0  # its pace: recorded x10 (flat out, the fake's REST waits behind its stream)
+
+
+def uri(fb, market="spot", **extra):
+    q = {"symbols": "BTCUSDT", "ws": fb.ws_url, "rest": fb.rest_url, "idle_s": 0.5,
+         **({"update": "0ms"} if market == "usdm" else {}), **extra}
+    return f"binance-live://{market}?" + "&".join(f"{k}={v}" for k, v in q.items())
+
+
+def run_live(u):
+    """Every tick of a live run in this process until it idles, its raw lines, and the source."""
+    from feeds.sources import open_source
+    src = open_source(u)
+    raw = []
+    src.raw_sink = raw.append
+    parts = [b.copy() for b in src.batches()]
+    ticks = np.concatenate(parts).view(TICK_DTYPE).reshape(-1) if parts else np.zeros(0, TICK_DTYPE)
+    return ticks, b"".join(raw), src
+
+
+def replayed(raw, tmp_path, market):
+    """binance:FILE of a live run's raw lines."""
+    p = tmp_path / f"live.{market}.binance"
+    p.write_bytes(raw)
+    return read_all(f"binance:{p}?on_error=skip&market={market}")[0]
+
+
+def same_as_its_recording(got, raw, src, tmp_path, market="spot"):
+    """The live ticks are binance:FILE of the lines it recorded, word for word (ts_recv there is the
+    line's wall clock: the ring's monotonic receive time plus the offset read at start)."""
+    want = replayed(raw, tmp_path, market)
+    assert len(got) == len(want) > 0
+    for k in FIELDS:
+        assert np.array_equal(got[k], want[k]), k
+    assert np.array_equal(got["ts_recv"] + src.offset, want["ts_recv"])
+
+
+def synced_tail_equal(got, want, k):
+    """The last k ticks agree (once both books are synced, a live run is the capture's stream); gap
+    ticks after the market's end (a silent venue, reconnected) are not the capture's."""
+    end = want["ts_event"].max()
+    while len(got) and (got["kind"][-1] == KIND_GAP or got["ts_event"][-1] > end):  # (a snapshot's: now)
+        got = got[:-1]
+    assert len(got) >= k and len(want) >= k
+    for f in FIELDS:
+        assert np.array_equal(got[f][-k:], want[f][-k:]), f
+
+
+@pytest.fixture(scope="module")
+def capture_prefix(tmp_path_factory):
+    """binance:FILE of the capture's first LINES lines, per market (what a fault test's venue plays)."""
+    import gzip
+    out = {}
+    d = tmp_path_factory.mktemp("binlive")
+    for market, path in (("spot", SPOT), ("usdm", USDM)):
+        with gzip.open(path, "rb") as f:
+            lines = [next(f) for _ in range(LINES)]
+        p = d / f"{market}.binance"
+        p.write_bytes(b"".join(lines))
+        out[market] = read_all(f"binance:{p}?market={market}")[0]
+    return out
+
+
+def test_live_run_is_its_recording_and_the_capture_once_synced(tmp_path):
+    """At recorded pace x20 the snapshot asked at connect is the capture's own (the venue answers
+    when its market reaches it): after the first book, the live ticks are the capture's."""
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(SPOT, market="spot", speed=20.0, max_lines=4000) as fb:
+        got, raw, src = run_live(uri(fb))
+    same_as_its_recording(got, raw, src, tmp_path)
+    st = src.stats()
+    assert st["connects"] == 1 and st["reconnects"] == 0 and st["gaps"] == 0 and st["snapshots"] == 1
+    assert st["frames"] == 3999  # every line but the capture's snapshot, which came by REST
+    import gzip
+    with gzip.open(SPOT, "rb") as f:
+        snap = [ln for _, ln in zip(range(20), f) if b'"lastUpdateId"' in ln][0].split(b" ", 1)[1].strip()
+    assert snap[1:] in raw  # the recorded snapshot, with the symbol the live feed adds
+    ref = replayed(b"".join(gzip.open(SPOT).readlines()[:4000]), tmp_path, "spot")
+    synced_tail_equal(got, ref, int(len(ref) * 0.9))
+
+
+def test_through_a_feed_process_and_ring(tmp_path, shm_name, capture_prefix):
+    """`engine feed binance-live://...` into a real ring, usdm flat out: the ring's ticks carry the
+    frames' receive times (monotonic, rising with the ring's sequence across each batch) and end
+    as the capture's."""
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(USDM, market="usdm", speed=0.0, max_lines=LINES) as fb:
+        proc = subprocess.Popen(engine_cmd("feed", uri(fb, "usdm"), "--ring", shm_name, "--wait-consumers", "1"),
+                                cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE, text=True)
+        try:
+            got, names = consume_ring(shm_name, proc, timeout=120)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert names == ["BTCUSDT"]
+    assert np.array_equal(got["seq"], np.arange(len(got)))
+    assert (got["kind"] != KIND_GAP).all()
+    synced_tail_equal(got, capture_prefix["usdm"], len(got) // 2)
+    assert "feed_latency_p50_us=" in err and "frames=" in err
+
+
+@pytest.mark.parametrize("fault, counter", [
+    ({"drop_after": 1500}, "reconnects"),
+    ({"close_after": 1500}, "reconnects"),
+    ({"silence_after": 1500, "silence_s": 3.0}, "silences"),
+    ({"half_open_after": 1500}, "silences"),
+    ({"oversized_at": {1500}}, "reconnects"),
+])  # (after the market's end the connection is silent too: a silence test's run sees a few more)
+def test_lost_connection_is_one_gap_then_a_new_book(fault, counter, tmp_path, capture_prefix):
+    """A drop, a close frame, silence (the venue stops without closing) and a half-open socket all
+    end the same way: a gap line (so the recording replays the gap), one gap tick, a new connection
+    and snapshot, and the book back: the end of the run is the capture's."""
+    from tests.helpers.fake_binance import FakeBinance
+    silent = counter == "silences"
+    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES, **fault) as fb:
+        got, raw, src = run_live(uri(fb, "usdm", silence_s=1.0 if silent else 5.0, idle_s=2.5 if silent else 0.5,
+                                     backoff_s=0.05))
+        conns = fb.connections
+    same_as_its_recording(got, raw, src, tmp_path, "usdm")
+    st = src.stats()
+    assert st[counter] >= 1 and st["reconnects"] >= 1 and conns == st["reconnects"] + 1
+    assert (st["reconnects"] == 1) if not silent else True
+    assert st["stream_gaps"] == st["reconnects"] and (got["kind"] == KIND_GAP).sum() >= 1
+    assert st["snapshots"] >= 2
+    assert b'"e":"gap"' in raw
+    synced_tail_equal(got, capture_prefix["usdm"], 300)
+
+
+def test_missing_diff_is_a_gap_and_a_new_snapshot(tmp_path, capture_prefix):
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES, skip_diffs={200}) as fb:
+        got, raw, src = run_live(uri(fb, "usdm"))
+    same_as_its_recording(got, raw, src, tmp_path, "usdm")
+    st = src.stats()
+    assert st["gaps"] == 1 and st["resyncs"] == 1 and st["reconnects"] == 0 and st["snapshots"] == 2
+    assert (got["kind"] == KIND_GAP).sum() == 1
+    synced_tail_equal(got, capture_prefix["usdm"], 300)
+
+
+def test_duplicated_diff_and_malformed_frame_are_dropped_and_counted(tmp_path, capture_prefix):
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES, dup_diffs={100, 300},
+                     malformed_at={2000}) as fb:
+        got, raw, src = run_live(uri(fb, "usdm"))
+    same_as_its_recording(got, raw, src, tmp_path, "usdm")
+    st = src.stats()
+    assert st["depth_duplicates"] == 2 and st["bad_lines"] == 1 and st["gaps"] == 0
+    synced_tail_equal(got, capture_prefix["usdm"], len(got) // 2)
+
+
+def test_stale_snapshot_is_asked_again(tmp_path, capture_prefix):
+    """A snapshot older than the stream it should bridge (spot: its update ids move ~10 an event, so
+    1000 behind is 100 events) is a gap and a new snapshot."""
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(SPOT, market="spot", speed=SPEED, max_lines=LINES, stale_snapshot=True) as fb:
+        got, raw, src = run_live(uri(fb, "spot"))
+        depth_calls = [c for c in fb.rest_calls if c[0].endswith("/depth")]
+    same_as_its_recording(got, raw, src, tmp_path, "spot")
+    st = src.stats()
+    assert len(depth_calls) == 2 and st["snapshots"] == 2 and st["gaps"] == 1
+    synced_tail_equal(got, capture_prefix["spot"], 300)
+
+
+@pytest.mark.parametrize("status", [429, 418])
+def test_rest_limits_back_off_as_the_venue_says(status, tmp_path):
+    """A 429 (too many requests) or 418 (banned) stops every REST call for the Retry-After the venue
+    gives; then the snapshot comes and the book syncs."""
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=3000, rest_status=[status], retry_after=1) as fb:
+        got, raw, src = run_live(uri(fb, "usdm"))
+        calls = list(fb.rest_calls)
+    same_as_its_recording(got, raw, src, tmp_path, "usdm")
+    st = src.stats()
+    assert st["rest_banned"] == 1 and st["snapshots"] == 1
+    assert calls[0][2] == status and [c[2] for c in calls[1:]] == [200] * (len(calls) - 1)
+    assert calls[1][0] == calls[0][0]  # the refused call asked again (exchangeInfo, at start)
+
+
+def test_rotation_before_the_venue_limit_makes_no_gap(tmp_path, capture_prefix):
+    """The 24-hour limit, accelerated: the venue closes a connection after 1.5 s; we replace it after
+    0.7 s (a second connection beside the first, then the switch): no gap, no resync, every tick once."""
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(USDM, market="usdm", speed=SPEED / 2, max_lines=LINES, max_conn_s=1.5) as fb:
+        got, raw, src = run_live(uri(fb, "usdm", rotate_s=0.7, overlap_s=0.2))
+        conns = fb.connections
+    same_as_its_recording(got, raw, src, tmp_path, "usdm")
+    st = src.stats()
+    assert st["rotations"] >= 2 and conns == st["rotations"] + 1
+    assert st["gaps"] == 0 and st["reconnects"] == 0 and st["snapshots"] == 1
+    assert st["depth_duplicates"] + st["trade_duplicates"] + st["ticker_dropped_old"] > 0  # the overlaps
+    synced_tail_equal(got, capture_prefix["usdm"], int(len(capture_prefix["usdm"]) * 0.8))
+
+
+def test_pings_are_answered(tmp_path):
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(USDM, market="usdm", speed=2.0, max_lines=800, ping_s=0.2, pong_timeout_s=1.0) as fb:
+        got, raw, src = run_live(uri(fb, "usdm"))
+        pongs, reasons = fb.pongs, fb.closed_reasons
+    assert pongs >= 3 and not [r for r in reasons if r[1] == "pong_timeout"]
+    assert src.stats()["reconnects"] == 0
+
+
+def test_unknown_symbol_and_bad_uris_are_one_line(shm_name):
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(USDM, market="usdm", max_lines=100) as fb:
+        res = cli("feed", uri(fb, "usdm", symbols="BTCUSDT,NOPE"), "--ring", shm_name, timeout=120)
+    line = one_line_error(res)
+    assert "NOPE" in line and "unknown symbol" in line and "Invalid symbol" in line
+    from feeds.sources import open_source
+    for bad, says in (("binance-live://moon?symbols=X", "market"), ("binance-live://spot", "no symbols"),
+                      ("binance-live://spot?symbols=X&update=7ms", "update"),
+                      ("binance-live://spot?symbols=X&silence_s=0", "silence_s"),
+                      ("binance-live://spot?symbols=X&frobs=1", "frobs")):
+        with pytest.raises(FeedError, match=says):
+            open_source(bad)
