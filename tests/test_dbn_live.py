@@ -1,0 +1,259 @@
+"""dbn-live:// against a fake Databento gateway on loopback (tests/helpers/fake_databento.py, checked
+against the official `databento` client): the same ticks as dbn:FILE through a real feed process
+and ring, authentication and key-file errors, drops and silence (one gap tick, reconnect,
+resubscribe, the book rebuilt from the snapshot), gateway errors, the raw recording hook."""
+import os
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from engine.records import KIND_GAP, KIND_QUOTE, TICK_DTYPE
+from feeds.uri import FeedError
+
+from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.helpers.feedutil import check_book_consistent, consume_ring as _consume, one_line_error, read_all
+
+DATA = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not here (a user's clone); CI has it")
+FIELDS = ("ts_event", "instrument", "kind", "side", "price", "size", "bid_px", "bid_sz", "ask_px", "ask_sz")
+SLICE = 30_000  # records of the day the fault tests replay (the first 8725 are the day's opening snapshot)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    """dbn:FILE of the whole day: (ticks, source)."""
+    return read_all(f"dbn:{DATA}")
+
+
+@pytest.fixture(scope="module")
+def ref_slice(tmp_path_factory):
+    """dbn:FILE of the first SLICE records (the fault tests' market)."""
+    from tests.helpers.fake_databento import load
+    import databento_dbn as dbn
+    dataset, symbols, recs = load(DATA, SLICE)
+    head = dbn.Metadata(dataset=dataset, start=0, stype_in=dbn.SType.RAW_SYMBOL, stype_out=dbn.SType.INSTRUMENT_ID,
+                        schema=dbn.Schema.MBO, version=3).encode()
+    p = tmp_path_factory.mktemp("dbnlive") / "slice.dbn"
+    p.write_bytes(head + recs.tobytes())
+    return read_all(f"dbn:{p}")
+
+
+@pytest.fixture
+def key(monkeypatch):
+    from tests.helpers.fake_databento import KEY
+    monkeypatch.setenv("DATABENTO_API_KEY", KEY)
+    return KEY
+
+
+def live_uri(gw, **extra):
+    q = {"symbols": "ESH4", "gateway": f"127.0.0.1:{gw.port}", **extra}
+    return "dbn-live://GLBX.MDP3?" + "&".join(f"{k}={v}" for k, v in q.items())
+
+
+def run_live(uri, sink=None):
+    """Every tick of a live source run in this process until it idles: (ticks, source)."""
+    from feeds.sources import open_source
+    src = open_source(uri)
+    if sink is not None:
+        src.raw_sink = sink
+    parts = [b.copy() for b in src.batches()]
+    return np.concatenate(parts).view(TICK_DTYPE).reshape(-1), src
+
+
+def test_live_session_gives_the_dbn_file_ticks_through_a_ring(ref, key, shm_name):
+    """The whole day flat out through `engine feed` into a real ring: every tick of dbn:FILE, in
+    order (ts_recv is the ring's publish time there, seq the ring's; the source itself passes
+    the records' ts_recv, checked in-process below)."""
+    from tests.helpers.fake_databento import FakeGateway
+    want, _ = ref
+    with FakeGateway() as gw:
+        proc = subprocess.Popen(engine_cmd("feed", live_uri(gw, idle_s=1), "--ring", shm_name, "--wait-consumers", "1"),
+                                cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE, text=True)
+        try:
+            got, names = _consume(shm_name, proc)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        assert gw.sessions[0]["subscriptions"] == [{"schema": "mbo", "stype_in": "raw_symbol", "symbols": "ESH4",
+                                                    "snapshot": "0", "is_last": "1"}]
+    assert proc.returncode == 0, err
+    assert key not in err
+    assert names == ["ESH4"]
+    assert len(got) == len(want) > 80_000
+    assert np.array_equal(got["seq"], np.arange(len(want)))
+    for k in FIELDS:
+        assert np.array_equal(got[k], want[k]), k
+    assert f"published {len(want)} ticks" in err and "records=68792" in err
+
+
+def test_source_passes_record_ts_recv_and_counts_latency(ref_slice, key):
+    from tests.helpers.fake_databento import FakeGateway
+    want, _ = ref_slice
+    with FakeGateway(limit=SLICE) as gw:
+        got, src = run_live(live_uri(gw, idle_s=0.5))
+    assert np.array_equal(got, want)  # every word, ts_recv included
+    st = src.stats()
+    assert st["sessions"] == 1 and st["gaps"] == st["reconnects"] == st["gateway_errors"] == 0
+    assert st["records"] == SLICE
+    # ts_recv - ts_event of the records that are not snapshot records, by numpy
+    from tests.helpers.fake_databento import load
+    recs = load(DATA, SLICE)[2]
+    live = recs[(recs["flags"] & 0x28) == 0]
+    lat = (live["ts_recv"].astype(np.int64) - live["ts_event"].astype(np.int64)) / 1000
+    for q, name in ((50, "feed_latency_p50_us"), (99, "feed_latency_p99_us")):
+        exact = np.percentile(lat, q)
+        assert abs(st[name] - exact) <= 0.07 * exact + 1, (name, st[name], exact)  # 16 bins an octave
+
+
+@pytest.mark.parametrize("fault", ["drop", "silent"])
+def test_lost_connection_is_one_gap_then_the_snapshot_rebuilds_the_book(ref_slice, key, fault, tmp_path):
+    """The gateway drops the connection (or goes silent: a half-open TCP) after 15000 records;
+    300 more pass while we reconnect. One gap tick, a new session with the same subscription,
+    and the snapshot's book: from the end of the snapshot on, the ticks are dbn:FILE's."""
+    from tests.helpers.fake_databento import FakeGateway
+    want, wsrc = ref_slice
+    raw = []
+    opts = {"drop_after": {0: 15000}} if fault == "drop" else {"silent_after": {0: 15000}}
+    with FakeGateway(limit=SLICE, skip_on_reconnect=300, **opts) as gw:
+        got, src = run_live(live_uri(gw, snapshot=1, heartbeat_s=1, timeout_s=2, backoff_s=0.05, idle_s=3),
+                            sink=raw.append)
+        sessions = gw.sessions
+    st = src.stats()
+    assert [s["closed_by"] for s in sessions[:1]] == [fault] and len(sessions) == 2
+    assert sessions[0]["subscriptions"] == sessions[1]["subscriptions"]
+    assert sessions[1]["subscriptions"][0]["snapshot"] == "1" and sessions[1]["snapshot_records"] > 100
+    assert st["gaps"] == st["reconnects"] == 1 and st["sessions"] == 2
+    assert st["timeouts"] == (1 if fault == "silent" else 0)
+    assert st["records"] == SLICE - 300 + sessions[0]["snapshot_records"] + sessions[1]["snapshot_records"]
+    gaps = np.nonzero(got["kind"] == KIND_GAP)[0]
+    assert len(gaps) == 1
+    # the snapshot ends with a quote (the touch after the rebuild); from there on, dbn:FILE's ticks
+    end = gaps[0] + np.nonzero(got[gaps[0]:]["kind"] == KIND_QUOTE)[0][0]
+    tail = got[end + 1:]
+    assert len(tail) > 10_000
+    assert np.array_equal(tail, want[-len(tail):])
+    # the rebuilt book is dbn:FILE's book, level by level, and consistent with its orders
+    for side in range(2):
+        for a, b in zip(src.ladders.side(side), wsrc.ladders.side(side)):
+            assert np.array_equal(a, b)
+    check_book_consistent(src.ladders, src.orders)
+    # the raw recording: one DBN stream (the first metadata, then every record) dbn:FILE reads
+    rec = tmp_path / "rec.dbn"
+    rec.write_bytes(b"".join(raw))
+    again, rsrc = read_all(f"dbn:{rec}")
+    assert rsrc.stats()["records"] == st["records"] and rsrc.stats()["skipped_rtypes"] == 2 + st["heartbeats"]  # mappings, heartbeats
+    for side in range(2):
+        for a, b in zip(rsrc.ladders.side(side), wsrc.ladders.side(side)):
+            assert np.array_equal(a, b)
+
+
+def test_failed_attempts_back_off_and_make_no_more_gaps(ref_slice, key):
+    """After the drop, two attempts fail (connected, then closed before the greeting): they are
+    counted and retried with backoff; still one gap, one reconnect, and the book comes back."""
+    from tests.helpers.fake_databento import FakeGateway
+    want, wsrc = ref_slice
+    with FakeGateway(limit=SLICE, drop_after={0: 15000}, refuse={1, 2}) as gw:
+        got, src = run_live(live_uri(gw, snapshot=1, backoff_s=0.05, idle_s=1))
+        closed = [s["closed_by"] for s in gw.sessions]
+    st = src.stats()
+    assert closed[:3] == ["drop", "refused", "refused"] and len(closed) == 4
+    assert st["connect_failures"] == 2 and st["reconnects"] == 1 and st["gaps"] == 1 and st["sessions"] == 2
+    assert (got["kind"] == KIND_GAP).sum() == 1
+    for side in range(2):
+        for a, b in zip(src.ladders.side(side), wsrc.ladders.side(side)):
+            assert np.array_equal(a, b)
+
+
+def test_gateway_errors_are_reported_and_counted(ref_slice, key, capfd):
+    from tests.helpers.fake_databento import FakeGateway
+    want, _ = ref_slice
+    with FakeGateway(limit=SLICE, error_after={0: 5000}, error_text="fake: slow reader warning") as gw:
+        got, src = run_live(live_uri(gw, symbols="ESH4,NOPE4", idle_s=0.5))
+    st = src.stats()
+    assert st["gateway_errors"] == 2 and st["gaps"] == 0  # the unknown symbol and the injected error
+    assert np.array_equal(got, want)  # an error message does not stop the stream
+    err = capfd.readouterr().err
+    assert "gateway error: Failed to resolve symbol: NOPE4" in err
+    assert "gateway error: fake: slow reader warning" in err
+
+
+def test_bad_key_fails_with_one_line_and_never_shows_the_key(shm_name):
+    from tests.helpers.fake_databento import FakeGateway
+    bad = "db-WRONGwrongWRONGwrongWRONG9Zz"
+    with FakeGateway(limit=100) as gw:
+        uri = live_uri(gw)
+        res = subprocess.run(engine_cmd("feed", uri, "--ring", shm_name), cwd=ROOT, capture_output=True, text=True,
+                             env=engine_env(DATABENTO_API_KEY=bad), timeout=300)
+        assert gw.sessions[0]["closed_by"] == "auth failure"
+    line = one_line_error(res)
+    assert uri in line and "authentication failed" in line and "Authentication failed." in line
+    assert bad not in res.stderr + res.stdout and bad[-5:] not in res.stderr + res.stdout
+
+
+def test_key_file_must_be_private(tmp_path, monkeypatch):
+    from feeds.sources import open_source
+    from tests.helpers.fake_databento import KEY, FakeGateway
+    monkeypatch.delenv("DATABENTO_API_KEY", raising=False)
+    f = tmp_path / "db.key"
+    f.write_text(KEY + "\n")
+    with FakeGateway(limit=100) as gw:
+        os.chmod(f, 0o644)
+        with pytest.raises(FeedError, match=r"key_file .*db.key must be a file owned by you with mode 0600 \(it is 0644"):
+            open_source(live_uri(gw, key_file=f))
+        with pytest.raises(FeedError, match="no API key: set DATABENTO_API_KEY or give key_file"):
+            open_source(live_uri(gw))
+        os.chmod(f, 0o600)
+        got, src = run_live(live_uri(gw, key_file=f, idle_s=0.3))
+        assert src.stats()["records"] == 100 and src.instruments == ["ESH4"]
+        assert len(gw.sessions) == 1  # the refused opens never connected
+
+
+def test_bad_uris_and_unreachable_gateway(key):
+    import socket
+    from feeds.sources import open_source
+    for uri, msg in (("dbn-live://GLBX.MDP3", "symbols= is required"),
+                     ("dbn-live://GLBX.MDP3?symbols=ESH4&schema=mbp-1&snapshot=1", "snapshot=1 needs schema=mbo"),
+                     ("dbn-live://GLBX.MDP3?symbols=ESH4&schema=ohlcv-1s", "must be one of mbo"),
+                     ("dbn-live://?symbols=ESH4", "no dataset named"),
+                     ("dbn-live://GLBX.MDP3?symbols=ESH4&nope=1", "unknown parameter 'nope'")):
+        with pytest.raises(FeedError, match=msg):
+            open_source(uri)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nobody listens there
+    with pytest.raises(FeedError, match=f"cannot connect to 127.0.0.1:{port}"):
+        open_source(f"dbn-live://GLBX.MDP3?symbols=ESH4&gateway=127.0.0.1:{port}")
+
+
+def test_default_gateway_is_the_official_clients():
+    from feeds.dbn_live import cram_response, default_gateway
+    assert default_gateway("GLBX.MDP3") == ("glbx-mdp3.lsg.databento.com", 13000)
+    from databento.common.cram import get_challenge_response
+    assert cram_response("abc123", "db-0123456789abcdefXYZ") == get_challenge_response("abc123", "db-0123456789abcdefXYZ")
+
+
+def test_official_client_against_the_fake():
+    """The fake is faithful enough for Databento's own client: it authenticates, subscribes and
+    receives the mapping and every record; a wrong key fails its authentication."""
+    db = pytest.importorskip("databento")
+    from tests.helpers.fake_databento import KEY, FakeGateway
+    with FakeGateway(limit=SLICE) as gw:
+        got = []
+        client = db.Live(key=KEY, gateway="127.0.0.1", port=gw.port)
+        client.subscribe(dataset="GLBX.MDP3", schema="mbo", symbols="ESH4", stype_in="raw_symbol")
+        client.add_callback(got.append)
+        client.start()
+        deadline = time.monotonic() + 60
+        while sum(isinstance(r, db.MBOMsg) for r in got) < SLICE and time.monotonic() < deadline:
+            time.sleep(0.02)
+        client.stop()
+        client.block_for_close(timeout=10)
+        assert client.symbology_map == {17077: "ESH4"}
+        mbo = [bytes(r)[:56] for r in got if isinstance(r, db.MBOMsg)]
+        assert b"".join(mbo) == gw.body
+        bad = db.Live(key="db-WRONGwrongWRONGwrongWRONG9Zz", gateway="127.0.0.1", port=gw.port)
+        with pytest.raises(db.BentoError, match="Authentication failed"):
+            bad.subscribe(dataset="GLBX.MDP3", schema="mbo", symbols="ESH4")
