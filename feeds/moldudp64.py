@@ -18,6 +18,14 @@
   symbols, date, utc_offset, depth as for itch:FILE. A gap tick voids every book downstream, so
   after one each instrument's next event re-sends its depth window (after a clear tick).
 
+Raw messages (`engine record --raw`, the contract in app/recorder.py): raw_suffix ".itch"; with
+`raw_sink` set, each packet's messages that are applied (duplicates and overlaps left out, in
+sequence order, retransmissions in their place) go to it as they are, length-framed: together an
+ITCH 5.0 file (`itch:FILE`, feeds/itch_file.py). Lost messages are missing from it (no gap mark:
+ITCH files have none), and malformed ones are in it as received (read it with on_error=skip then).
+`raw_restart()` gives the stock directory messages seen so far, so a piece cut mid-session names
+its instruments in the same order.
+
 A packet is a 20-byte header (session: 10 ASCII bytes, sequence number of its first message:
 u64, message count: u16, big-endian) and `count` length-framed messages. Count 0 is a heartbeat
 (its sequence is the next expected), 0xFFFF ends the session. Sequence checks:
@@ -91,6 +99,7 @@ YIELD_EVERY_S = 0.02  # however packets come, a batch (empty if need be) at leas
 
 class MoldSource:
     live = True
+    raw_suffix = ".itch"
 
     def __init__(self, u, target, params):
         self.uri = u
@@ -113,6 +122,8 @@ class MoldSource:
         self._asked = (-1, 0)  # (first seq, count) of the outstanding re-request
         self.stopped = False
         self.ended = False
+        self.raw_sink = None   # fn(bytes): the applied messages as an ITCH file (engine record --raw)
+        self._directory = {}   # stock locate -> its latest 'R' message, framed (raw_restart)
         self._compile()  # before we listen: packets that come while a parser compiles overflow the socket
         self.sock = self._bind(p["iface"])
         self._poll = select.poll()
@@ -164,6 +175,17 @@ class MoldSource:
     def resync(self):
         """A consumer asked for every window again (feeds/process.py)."""
         self.books.forget()
+
+    def raw_restart(self):
+        """The bytes a new raw piece starts with: the stock directory seen so far."""
+        return b"".join(self._directory.values())
+
+    def _raw(self, data, offs, first):
+        """Messages offs[first:] of a packet (they run to its end) to raw_sink; the directory kept."""
+        for o in offs[first:]:
+            if data[o + 2] == 82 and data[o + 1] == 39 and data[o] == 0:  # 'R', 39 bytes: a stock directory
+                self._directory[data[o + 3:o + 5]] = data[o:o + 41]
+        self.raw_sink(data[offs[first]:])
 
     # -- per packet ----------------------------------------------------------------------
 
@@ -217,6 +239,8 @@ class MoldSource:
         for ev in events:
             if ev[0] == "msgs":
                 _, data, offs, first = ev
+                if self.raw_sink is not None:
+                    self._raw(data, offs, first)
                 arr = np.frombuffer(data, np.uint8)
                 pos, left, stamp = offs[first], len(offs) - first, time.monotonic_ns()
                 while left > 0:

@@ -58,12 +58,42 @@ def _int_list(s):
 
 
 def cmd_record(a):
-    from app.recorder import record
-    res = record(a.ring, a.out, start="oldest" if a.from_oldest else "now", core=a.core, duration=a.duration,
-                 wait=a.wait)
+    if a.ring and a.sources:
+        raise ValueError("record: give --ring NAME or SOURCE URIs, not both")
+    if not a.ring and not a.sources:
+        raise ValueError("record: give SOURCE URIs to record (or --ring NAME)")
+    if a.ring:
+        if a.rotate is not None or a.raw:
+            raise ValueError("record: --rotate and --raw are for SOURCE URIs recorded into a directory, "
+                             "not --ring")
+        from app.recorder import record
+        res = record(a.ring, a.out, start="oldest" if a.from_oldest else "now", core=a.core, duration=a.duration,
+                     wait=a.wait, quiet=a.quiet)
+        if a.json:
+            print(json.dumps(res))
+        return 0
+    if a.from_oldest or a.wait:
+        raise ValueError("record: --from-oldest and --wait are for --ring")
+    from app.recorder import record_sources
+    child = [*(["--rotate", str(a.rotate)] if a.rotate is not None else []), *(["--raw"] if a.raw else []),
+             *(["--duration", repr(a.duration)] if a.duration else []),
+             *(["--core", str(a.core)] if a.core is not None else []), "--progress", repr(a.progress),
+             *(["--quiet"] if a.quiet else []), *(["--json"] if a.json else [])]  # (each child: one SOURCE)
+    res = record_sources(a.sources, a.out, child, rotate=a.rotate, raw=a.raw, duration=a.duration, quiet=a.quiet,
+                         core=a.core, progress=a.progress)
+    if isinstance(res, int):  # several sources: each child printed its own summary
+        return res
     if a.json:
         print(json.dumps(res))
     return 0
+
+
+def _rotate(s):
+    from app.daily_files import parse_rotate
+    try:
+        return parse_rotate(s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def cmd_ring_inspect(a):
@@ -150,22 +180,48 @@ def _add_moldudp64(sub):
 
 
 def _add_record(sub):
-    """`engine record --ring NAME --out FILE.ticks`."""
-    rc = sub.add_parser("record", help="record a live tick ring into a tick file",
-                        description="Consume ring NAME like any other reader (never slowing its producer; gaps are "
+    """`engine record SOURCE... --out DIR` and `engine record --ring NAME --out FILE.ticks`."""
+    rc = sub.add_parser("record", help="record live sources into daily tick files (or a tick ring into a file)",
+                        description="engine record SOURCE [SOURCE...] --out DIR [--rotate daily|SIZE] [--raw]\n"
+                                    "Record each SOURCE (its own process when several) into DIR/LABEL/ as tick "
+                                    "files named by the recorder's UTC date (2026-11-26.ticks), cut at UTC midnight "
+                                    "and, with --rotate SIZE, when a file reaches SIZE; each cut completes the file "
+                                    "(fsync) and the next opens, nothing lost. A restart never overwrites: the next "
+                                    "piece of a day is DATE.1.ticks, DATE.2.ticks, ... LABEL is the URI's scheme, "
+                                    "its target (a file's base name, HOST:PORT, a market or dataset) and its "
+                                    "symbols= value, joined by '-', other characters than A-Z a-z 0-9 . _ - made '_' "
+                                    "(moldudp64://127.0.0.1:26400 -> moldudp64-127.0.0.1_26400). --raw keeps the "
+                                    "venue's own messages beside each tick file (DATE.itch.zst, .dbn.zst, "
+                                    ".binance.zst: what itch:, dbn:, binance: read). Runs until SIGINT/SIGTERM, "
+                                    "--duration, or the sources end; a full disk stops it with the file marked "
+                                    "incomplete, its whole records kept, and one error line naming it.\n\n"
+                                    "engine record --ring NAME --out FILE.ticks\n"
+                                    "Consume ring NAME like any other reader (never slowing its producer; gaps are "
                                     "recorded with their exact counts) and write FILE.ticks until SIGINT/SIGTERM, "
                                     "--duration, or the producer's end of stream, then completes the file; a write "
                                     "that fails (a full disk) stops it with the file marked incomplete, its whole "
                                     "records kept. "
-                                    "Run it off the strategy core (--core pins it).")
-    rc.add_argument("--ring", required=True, help="ring name in /dev/shm or a path")
-    rc.add_argument("--out", required=True, help="tick file to write (.ticks)")
-    rc.add_argument("--from-oldest", action=Flag, help="start at the oldest tick still in the ring (default: now)")
-    rc.add_argument("--core", type=int, default=None, help="pin the recorder to this core")
+                                    "Run it off the strategy core (--core pins it).\n" + SOURCES_HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    rc.add_argument("sources", nargs="*", metavar="SOURCE", help="source URIs to record into --out DIR")
+    rc.add_argument("--ring", default=None, help="record this tick ring instead (name in /dev/shm or a path)")
+    rc.add_argument("--out", required=True, help="with SOURCEs: the directory (made if missing); with --ring: "
+                                                 "the tick file to write (.ticks)")
+    rc.add_argument("--rotate", type=_rotate, default=None, metavar="daily|SIZE",
+                    help="daily (default): a file per UTC day; SIZE (e.g. 512M, 2G; at least 2M): also cut when a "
+                         "tick file reaches it")
+    rc.add_argument("--raw", action=Flag, help="also keep each source's raw messages, zstd, cut with the tick files "
+                                              "(sources that can give them: moldudp64, binance-live, dbn-live)")
+    rc.add_argument("--from-oldest", action=Flag, help="--ring: start at the oldest tick still in the ring "
+                                                      "(default: now)")
+    rc.add_argument("--core", type=int, default=None, help="pin the recorder to this core (a housekeeping core)")
     rc.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
     rc.add_argument("--wait", type=nonneg_float, default=0.0,
-                    help="wait up to this many seconds for the ring to appear")
-    rc.add_argument("--json", action=Flag, help="print a summary object at the end")
+                    help="--ring: wait up to this many seconds for the ring to appear")
+    rc.add_argument("--progress", type=nonneg_float, default=10.0,
+                    help="seconds between progress lines per source (ticks, rate, file; 0 = none; default 10)")
+    rc.add_argument("--quiet", action=Flag, help="no progress lines (errors only)")
+    rc.add_argument("--json", action=Flag, help="print a summary object at the end (one line per source)")
     rc.set_defaults(fn=cmd_record)
 
 
