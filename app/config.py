@@ -1,6 +1,10 @@
 """`engine run --config FILE.toml`: every `engine run` option in a TOML file (ops/engine.toml is
 the commented sample). A flag given on the command line wins over the file; the file wins over
-the defaults. Unknown keys, wrong types and bad values are errors naming the file and key."""
+the defaults. Unknown keys, wrong types and bad values are errors naming the file and key.
+
+Several sources: one `[[feed]]` table per source instead of the `[feed]` table, each with its
+`uri`; the other feed.* keys (rate, speed, ring_capacity, ...) are the run's and may be written in
+any of the tables, once (or with the same value), as in [feed]."""
 import tomllib
 
 from .run_options import keys
@@ -44,6 +48,9 @@ def load(path):
                                                for v in params.values()):
             raise ConfigError(f"{path}: [strategy.params] must map parameter names to numbers")
         out["param_table"] = {str(k): float(v) for k, v in params.items()}
+    feeds = data.get("feed")
+    if isinstance(feeds, list):  # [[feed]] tables: one source each
+        data = {**data, "feed": _feed_tables(path, feeds)}
     try:
         flat = list(_flatten(data))
     except RecursionError:  # tables within tables (a.b.c... = 1) parse flat but flatten deep
@@ -54,6 +61,9 @@ def load(path):
             hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(sorted(KEYS))})"
             raise ConfigError(f"{path}: unknown key {key!r}{hint}")
         dest, typ = KEYS[key]
+        if key == "feed.uri" and isinstance(v, list):  # ([[feed]] tables: checked in _feed_tables)
+            out[dest] = v[0] if len(v) == 1 else v
+            continue
         ok = (isinstance(v, bool) if typ is bool else
               isinstance(v, int) and not isinstance(v, bool) if typ is int else
               isinstance(v, (int, float)) and not isinstance(v, bool) if typ is float else isinstance(v, str))
@@ -61,6 +71,29 @@ def load(path):
             raise ConfigError(f"{path}: {key} must be {_TYPE_NAMES[typ]}, got {v!r}")
         out[dest] = float(v) if typ is float else v
     return out
+
+
+def _feed_tables(path, tables):
+    """The [[feed]] tables as one [feed] table whose uri is the list of their uris (checked here:
+    a uri each; any other key once, or the same value in every table that says it)."""
+    merged, uris = {}, []
+    for i, t in enumerate(tables, 1):
+        if not isinstance(t, dict):
+            raise ConfigError(f"{path}: feed must be a table ([feed]) or tables ([[feed]]), got {t!r}")
+        uri = t.get("uri")
+        if not isinstance(uri, str) or not uri:
+            raise ConfigError(f"{path}: [[feed]] table {i} needs uri = \"SOURCE\" (a string)")
+        uris.append(uri)
+        for k, v in t.items():
+            if k == "uri":
+                continue
+            if k in merged and merged[k] != v:
+                raise ConfigError(f"{path}: feed.{k} is given twice with different values ({merged[k]!r}, {v!r}): "
+                                  "it is the run's, not one source's")
+            merged[k] = v
+    if not uris:
+        raise ConfigError(f"{path}: [[feed]] needs at least one table")
+    return {**merged, "uri": uris}
 
 
 def given_on_command_line(parser, argv):
@@ -72,9 +105,10 @@ def given_on_command_line(parser, argv):
     unset = object()
     marked = {a.dest for a in parser._actions
               if a.dest != argparse.SUPPRESS and not isinstance(a, argparse._AppendAction)}  # (no file key appends)
-    ns = argparse.Namespace(**dict.fromkeys(marked, unset))
+    appended = {a.dest for a in parser._actions if isinstance(a, argparse._AppendAction) and a.option_strings}
+    ns = argparse.Namespace(**dict.fromkeys(marked, unset), **dict.fromkeys(appended, None))
     parser.parse_known_args(argv, ns)  # argv has been parsed once already: no error can come from here
-    return {dest for dest in marked if getattr(ns, dest) is not unset}
+    return {dest for dest in marked if getattr(ns, dest) is not unset} | {d for d in appended if getattr(ns, d)}
 
 
 def apply(args, parser, argv):

@@ -12,6 +12,13 @@ has ended makes /ready false (logged once). A spawned live feed is started again
 whether it died or ended; a spawned file feed that dies ends the run (with a warning); a ring
 that reappears under the same name is re-attached. The feed's own counters (its ring's header,
 engine/feed_stats.py) are added up over its restarts and exported with the loop's.
+
+Several sources (`engine run --feed A --feed B`, app/multi_rings.py): one FeedWatch per source does
+all of the above for its own feed and ring, said by the source's label. /ready is 503 while any
+source is down (the run is not whole) and its body names each source's state, so one venue that
+is down never marks the others down; /ready?source=LABEL is one source's readiness. /status
+`sources` and the engine_source_* metrics (a `source` label) count each one; the run's instrument
+table (global ids, VENUE:SYMBOL) is written beside the rings as the feeds find instruments.
 """
 import asyncio
 import json
@@ -165,6 +172,7 @@ class PlaneInputs:
     deadline: float | None          # time.monotonic() at which the run ends (--duration); None: when stopped
     lease_ns: int                   # the loop's lease, renewed every drain_period
     drain_period: float
+    sources: list | None = None     # FeedSource per source of a run with several (or --record); None: one
 
     # (the run's options, read from its configuration: one owner)
     http = property(lambda self: self.cfg.http)                 # (host, port) or None
@@ -175,44 +183,72 @@ class PlaneInputs:
     stall_exit = property(lambda self: self.cfg.stall_exit)
 
 
-class ControlPlane:
-    def __init__(self, ctx):
-        self.x = ctx
-        self.cfg = ctx.cfg
-        self.ctl = ctx.ctl_blk.hdr
-        self.paused = False
+@dataclass
+class FeedSource:
+    """One source of a run with several (or with --record): app/live.py _Run._sources makes them."""
+    label: str                      # its short name (app/multi_rings.py labels): the metrics' `source` label
+    uri: str | None                 # what its feed process reads (None: a ring we attached to)
+    ring_name: str
+    proc: object                    # its feed's subprocess.Popen (None: attached to a ring); respawn replaces it
+    respawn: Callable | None        # start its feed again (a live one); None: a feed that dies ends the run
+    index: int                      # its ring's place in the loop's rings (thread.rings.consumers[index])
+
+
+class FeedWatch:
+    """One feed, watched: its ring's heartbeat and state, its process (restarted with backoff when
+    live), a ring that reappears under its name (re-attached), its counters over its restarts.
+    A run with one source has one, on the run's own proc and ring (`source` None: its words are
+    as they always were); a run with several has one per source, each said by its label."""
+
+    def __init__(self, plane, source=None):
+        self.p, self.x, self.source = plane, plane.x, source
+        self.label = source.label if source is not None else None
+        self.who = f"source {source.label}: " if source is not None else ""
         self.feed_dead_since = None
         self.feed_dead_logged = False
-        self.stall_logged = False
-        self.stalled = False
-        self.silent_ns, self._beat, self._watch_at = 0, None, time.monotonic_ns()
-        self.hung_ns = int(ctx.stall_exit * 1e9)  # (--stall-exit) 0: a stalled loop never ends the run
-        self.abnormal = None        # (reason for the signal file, the summary's words): why we ended the run
-        self.drain_stuck = False    # the drain thread did not stop at the end (blocked in a write)
         self.respawns = 0
-        self.pub = None
-        self.hlog = None
-        self.token = ensure_token(ctx.token_file) if ctx.http else None
-        self.instruments, self.specs = [], None
-        self._inst_mtime = None
-        self.started = time.monotonic()
         self.lost_at_attach = None
         self.refused, self.refused_ino = 0, None
         self.backoff, self.respawn_at, self.ok_since, self.exit_seen = 0, None, None, None
-        self.warnings = []          # for the run's summary: a feed process that failed
         self._feed_consumer, self._feed_last, self._feed_carried = None, {}, {}
-        self.drainer, self.drain_stop = None, threading.Event()
-        self.http_log = HttpLog()
-        self._metrics, self._metrics_at = b"", 0.0
-        self.runtime = None
 
-    # -- the feed ----------------------------------------------------------------------
+    # (the run's own proc and ring with one source; the source's with several)
+    @property
+    def proc(self):
+        return self.source.proc if self.source is not None else self.x.proc
+
+    @proc.setter
+    def proc(self, p):
+        if self.source is not None:
+            self.source.proc = p
+        else:
+            self.x.proc = p
+
+    @property
+    def respawn(self):
+        return self.source.respawn if self.source is not None else self.x.respawn
+
+    @property
+    def ring_name(self):
+        return self.source.ring_name if self.source is not None else self.x.ring_name
+
+    @property
+    def consumer(self):
+        t = self.x.thread
+        rings = getattr(t, "rings", None)
+        return rings.consumers[self.source.index] if self.source is not None and rings is not None else t.consumer
+
+    @property
+    def reattached(self):
+        t = self.x.thread
+        rings = getattr(t, "rings", None)
+        return rings.reattached[self.source.index] if self.source is not None and rings is not None else t.reattached
 
     def _ring_state(self):
         """(inode, heartbeat age ns, state) of the ring file now under our ring's name, or None.
         A file there that must not be trusted (shm.open_checked) is refused, counted and logged
         once: its contents are never read."""
-        path = shm.ring_path(self.x.ring_name)
+        path = shm.ring_path(self.ring_name)
         try:
             fd, st = shm.open_checked(path)
         except shm.RingRefused as e:
@@ -237,19 +273,19 @@ class ControlPlane:
 
     def feed_status(self):
         """'ok', 'finished' (a finite source played to its end), or why the feed is not alive."""
-        c = self.x.thread.consumer
+        c = self.consumer
         if c is None:
             return "not attached"
         state = int(c.hdr[shm.H_STATE])
-        proc = self.x.proc
+        proc = self.proc
         if state == shm.STATE_FINISHED:
-            if self.x.respawn is None:
+            if self.respawn is None:
                 return "finished"
             # a live source that ends (MoldUDP64 idle_s, end of session) is a feed that is down
             return "the live feed ended" + (f" (exit status {proc.returncode})" if proc.poll() is not None else "")
         if proc is not None and proc.poll() is not None:
             return f"feed process exited with status {proc.returncode}"
-        if self.lost_at_attach is not None and self.x.thread.reattached == self.lost_at_attach:
+        if self.lost_at_attach is not None and self.reattached == self.lost_at_attach:
             rs = self._ring_state()  # the same ring beating again (a paused feed) is back, not replaced
             if rs is None or rs[0] != c.ino:
                 return "waiting for the feed's new ring"
@@ -264,43 +300,43 @@ class ControlPlane:
         ends the run (its end will never come)."""
         now = time.monotonic()
         code = proc.returncode
-        if self.x.respawn is not None:
+        if self.respawn is not None:
             delay = min(RESPAWN_AFTER_S * 2 ** self.backoff, RESPAWN_MAX_S)
             self.backoff += 1
             self.respawn_at = now + delay
-            log(f"feed process {proc.pid} exited with status {code}: starting it again in {delay:g} s")
+            log(f"{self.who}feed process {proc.pid} exited with status {code}: starting it again in {delay:g} s")
             return
-        c = self.x.thread.consumer
+        c = self.consumer
         finished = c is not None and int(c.hdr[shm.H_STATE]) == shm.STATE_FINISHED
         if code != 0:
-            self.warnings.append(f"the feed process exited with status {code}"
+            self.p.warnings.append(f"{self.who}the feed process exited with status {code}"
                                  + (" (its log says why): its source was not read to the end" if finished else
                                     " before the end of its source: the run stopped there"))
         if not finished:
-            log(f"feed process {proc.pid} exited with status {code} before the end of its source: stopping")
-            self.abnormal = self.abnormal or (f"feed exited {code}", f"the feed process exited with status {code} "
-                                              "before the end of its source")
-            self.x.stop_event.set()
+            log(f"{self.who}feed process {proc.pid} exited with status {code} before the end of its source: stopping")
+            self.p.abnormal = self.p.abnormal or (f"feed exited {code}", f"{self.who}the feed process exited with "
+                                                  f"status {code} before the end of its source")
+            self.p.x.stop_event.set()
 
     def note_feed_exit(self):
         """At the end of the run, before the runner stops the feed: a file feed's exit that the
         watch had no time to see (its loop read to the end first) still makes its warning."""
-        proc = self.x.proc
-        if self.x.respawn is None and proc is not None and proc.poll() is not None and self.exit_seen is not proc:
+        proc = self.proc
+        if self.respawn is None and proc is not None and proc.poll() is not None and self.exit_seen is not proc:
             self.exit_seen = proc
             self._feed_exited(proc)
 
     def _watch_feed(self):
         self.feed_counters()  # (read while the feed is there: a restarted feed counts from 0 again)
         status = self.feed_status()
-        proc = self.x.proc
+        proc = self.proc
         now = time.monotonic()
         if proc is not None and proc.poll() is not None and self.exit_seen is not proc:
             self.exit_seen = proc
             self._feed_exited(proc)
         if status in ("ok", "finished"):
             if self.feed_dead_logged:
-                log("feed is back")
+                log(f"{self.who}feed is back")
             self.feed_dead_since, self.feed_dead_logged, self.lost_at_attach = None, False, None
             self.ok_since = self.ok_since or now
             if now - self.ok_since >= RESPAWN_RESET_S:
@@ -309,34 +345,95 @@ class ControlPlane:
             self.ok_since = None
             if self.feed_dead_since is None:
                 self.feed_dead_since = now
-                self.lost_at_attach = self.x.thread.reattached  # up again only on a new ring
+                self.lost_at_attach = self.reattached  # up again only on a new ring
             if not self.feed_dead_logged:
-                log(f"feed is down ({status}); /ready is false until it is back")
+                log(f"{self.who}feed is down ({status}); /ready is false until it is back")
                 self.feed_dead_logged = True
-            if (proc is not None and proc.poll() is not None and self.x.respawn is not None
+            if (proc is not None and proc.poll() is not None and self.respawn is not None
                     and self.respawn_at is not None and now >= self.respawn_at):
                 self.respawns += 1
                 self.respawn_at = None
-                self.x.proc = self.x.respawn()
-                log(f"feed restarted (pid {self.x.proc.pid})")
+                self.proc = self.respawn()
+                log(f"{self.who}feed restarted (pid {self.proc.pid})")
         # a ring that reappeared under our name, alive: attach to it
         rs = self._ring_state()
-        c = self.x.thread.consumer
+        c = self.consumer
         if rs is not None and c is not None and status != "ok":
             ino, age, _ = rs
-            if ino != c.ino and age < FEED_STALE_NS and int(self.ctl[C.CTL_CMD]) != C.CMD_REATTACH:
-                log(f"a new feed ring appeared at {shm.ring_path(self.x.ring_name)}: re-attaching")
-                self.ctl[C.CTL_CMD] = C.CMD_REATTACH
+            if ino != c.ino and age < FEED_STALE_NS and int(self.p.ctl[C.CTL_CMD]) != C.CMD_REATTACH:
+                log(f"{self.who}a new feed ring appeared at {shm.ring_path(self.ring_name)}: re-attaching")
+                self.p.ctl[C.CTL_CMD] = C.CMD_REATTACH
 
     def feed_counters(self):
         """The feed's own counters (engine/feed_stats.py), added up over its restarts."""
-        c = self.x.thread.consumer
+        c = self.consumer
         if c is not None and c is not self._feed_consumer:  # a new ring: the last one's counts are final
             self._feed_carried = feed_stats.total(self._feed_carried, self._feed_last)
             self._feed_consumer, self._feed_last = c, {}
         if c is not None:
             self._feed_last = feed_stats.read(c.hdr) or self._feed_last
         return feed_stats.total(self._feed_carried, self._feed_last)
+
+
+class ControlPlane:
+    def __init__(self, ctx):
+        self.x = ctx
+        self.cfg = ctx.cfg
+        self.ctl = ctx.ctl_blk.hdr
+        self.paused = False
+        self.stall_logged = False
+        self.stalled = False
+        self.silent_ns, self._beat, self._watch_at = 0, None, time.monotonic_ns()
+        self.hung_ns = int(ctx.stall_exit * 1e9)  # (--stall-exit) 0: a stalled loop never ends the run
+        self.abnormal = None        # (reason for the signal file, the summary's words): why we ended the run
+        self.drain_stuck = False    # the drain thread did not stop at the end (blocked in a write)
+        self.pub = None
+        self.hlog = None
+        self.token = ensure_token(ctx.token_file) if ctx.http else None
+        self.instruments, self.specs = [], None
+        self._inst_mtime = None
+        self.started = time.monotonic()
+        self.warnings = []          # for the run's summary: a feed process that failed
+        self.drainer, self.drain_stop = None, threading.Event()
+        self.http_log = HttpLog()
+        self._metrics, self._metrics_at = b"", 0.0
+        self.runtime = None
+        self.feeds = [FeedWatch(self, src) for src in ctx.sources] if ctx.sources else [FeedWatch(self)]
+
+    # -- the feeds (FeedWatch: one per source) ----------------------------------------------
+
+    def feed_status(self):
+        """'ok', 'finished', or why a feed is not alive (with several sources: each one that is not
+        ok, by its label)."""
+        if len(self.feeds) == 1:
+            return self.feeds[0].feed_status()
+        bad = [f"{w.label}: {st}" for w in self.feeds for st in [w.feed_status()] if st not in ("ok", "finished")]
+        if bad:
+            return "; ".join(bad)
+        return "finished" if all(w.feed_status() == "finished" for w in self.feeds) else "ok"
+
+    def note_feed_exit(self):
+        for w in self.feeds:
+            w.note_feed_exit()
+
+    def _watch_feed(self):
+        for w in self.feeds:
+            w._watch_feed()
+
+    def feed_counters(self):
+        """The feeds' own counters (engine/feed_stats.py), added up over their restarts (and sources)."""
+        out = {}
+        for w in self.feeds:
+            out = feed_stats.total(out, w.feed_counters())
+        return out
+
+    @property
+    def respawns(self):
+        return sum(w.respawns for w in self.feeds)
+
+    @property
+    def refused(self):
+        return sum(w.refused for w in self.feeds)
 
     def _watchdog(self):
         """How long the loop has been silent (no heartbeat), counted only while we ran ourselves: a
@@ -375,6 +472,18 @@ class ControlPlane:
         return str(inst).encode()
 
     def _refresh_instruments(self):
+        rings = getattr(self.x.thread, "rings", None)
+        if rings is not None and self.x.sources and len(self.x.sources) > 1:
+            # several sources: the run's table (global ids, VENUE:SYMBOL), written beside the rings when it grows
+            names, specs = rings.table(True)
+            if names != self.instruments or specs != self.specs:
+                self.instruments, self.specs = names, specs
+                from .multi_rings import write_table
+                try:
+                    write_table(shm.ring_path(f"{self.cfg.name}.instruments"), names, specs)
+                except OSError as e:
+                    log(f"warning: cannot write the run's instrument table: {e}")
+            return
         c = self.x.thread.consumer
         if c is None:
             return
@@ -422,10 +531,34 @@ class ControlPlane:
             why.append("strategy loop stalled")
         if not self.x.loaded:
             why.append("no model")
-        fs = self.feed_status()
-        if fs not in ("ok", "finished"):
-            why.append(f"feed: {fs}")
+        for w in self.feeds:
+            fs = w.feed_status()
+            if fs not in ("ok", "finished"):
+                why.append(f"feed {w.label}: {fs}" if w.label and len(self.feeds) > 1 else f"feed: {fs}")
         return not why, why
+
+    def source_status(self):
+        """Each source of a run with several (or --record): its feed, readiness and counters, by label.
+        A source that is down is said here alone: the others' entries stay ready."""
+        rings = getattr(self.x.thread, "rings", None)
+        if not self.x.sources or rings is None:
+            return None
+        out = {}
+        for w, src in zip(self.feeds, self.x.sources):
+            k = src.index
+            fs = w.feed_status()
+            c = w.consumer
+            rst = rings.rst[k]
+            m = self.x.thread.host.mod
+            out[w.label] = {
+                "uri": src.uri, "ring": shm.ring_path(src.ring_name), "feed": fs, "ready": fs in ("ok", "finished"),
+                "pid": w.proc.pid if w.proc is not None else None,
+                "instruments": {"first_id": int(rings.offsets[k]), "ids": int(rings.blocks[k])},
+                "counters": {"ticks": int(rst[m.RS_TICKS]), "feed_gaps": int(rst[m.RS_FEED_GAPS]),
+                             "feed_lost": int(rst[m.RS_FEED_LOST]), "unmapped": int(rst[m.RS_UNMAPPED]),
+                             "gaps": c.gaps if c is not None else 0, "lost": c.lost if c is not None else 0},
+                "feed_counters": w.feed_counters(), "feed_restarts": w.respawns, "reattached": w.reattached}
+        return out
 
     def status(self):
         pred = self.x.loaded[-1]
@@ -437,6 +570,7 @@ class ControlPlane:
                 "published": self.published, "zmq": self.zmq_counters(), "paused": self.paused,
                 "feed": self.feed_status(),
                 "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,
+                "sources": self.source_status(),
                 "model": {"id": pred.model_id, "backend": pred.backend, "dir": self.x.model_dir,
                           "generation": int(self.ctl[C.L_MODEL_GEN])},
                 "loop": {"core": self.x.thread.core, "policy": self.x.thread.policy,
@@ -478,6 +612,7 @@ class ControlPlane:
                                         "above which the run warns (--conflate-warn); ops/engine-alerts.yml "
                                         "compares the last minutes' rates with it", value=plane.cfg.conflate_warn)
                 yield from feed_families(plane.feed_counters())
+                yield from prom.source_families(plane.source_status())  # (several sources: each by its label)
                 yield CounterMetricFamily("engine_rings_refused", "files at the feed ring's name refused (a link, "
                                           "another user's, or writable by others)", value=plane.refused)
                 yield CounterMetricFamily("engine_drops", "signals dropped on a full signal ring",
@@ -564,7 +699,19 @@ class ControlPlane:
 
         async def ready(request):
             ok, why = self.ready()
-            return web.json_response({"ready": ok, "not_ready": why}, status=200 if ok else 503)
+            sources = self.source_status()
+            want = request.query.get("source")
+            if want is not None:  # one source's readiness: a probe per venue
+                if not sources or want not in sources:
+                    return web.json_response({"error": f"no source {want!r} (sources: "
+                                                       f"{', '.join(sources or {}) or 'none'})"}, status=404)
+                s = sources[want]
+                return web.json_response({"source": want, "ready": s["ready"], "feed": s["feed"]},
+                                         status=200 if s["ready"] else 503)
+            body = {"ready": ok, "not_ready": why}
+            if sources is not None:
+                body["sources"] = {k: {"ready": v["ready"], "feed": v["feed"]} for k, v in sources.items()}
+            return web.json_response(body, status=200 if ok else 503)
 
         def guarded(fn):
             async def handler(request):

@@ -26,7 +26,7 @@ from models.artifact import uses_sigmoid
 
 from engine import control as C
 from engine import defaults, latency, realtime, ring_info, shm, sigring, waits, warmup
-from engine.loop_args import LiveArgs, SignalView, TickView, run_args
+from engine.loop_args import LiveArgs, SignalView, TickView, run_args, run_multi_args
 from engine.records import MAX_INSTRUMENTS, SIGNAL_WORDS  # feature state for every index a ring may carry
 from engine.signal_log import SignalLog
 from engine.tickring import TickConsumer
@@ -36,6 +36,7 @@ from .run_options import RunConfig  # every `engine run` option, declared once (
 ISOLATE_SWEEP_S = 2.0  # --isolate: tasks born since the last sweep are moved off the core this often
 LEASE_NS = defaults.LEASE_NS  # the loop stops by itself if the main thread goes quiet this long
 DRAIN_PERIOD_S = 0.002
+TAP_CAPACITY = 1 << 18  # --record: at least this many slots in the tap ring (16 MiB; drained every ms)
 STRATEGY_THREAD_NAME = "engine-strategy"
 # --name: the longest name whose files fit a file name (NAME_MAX 255) with the longest suffix the engine
 # gives one (NAME.ticks.instruments, NAME-YYYYmmddTHHMMSS.hlog, a table's .NAME-....parquet.tmp-PID)
@@ -84,6 +85,8 @@ class RunResult:
     crossed_after: float = RunConfig.crossed_after
     abnormal: str | None = None     # why the run ended early (the strategy raised or hung, ...): exit non-zero
     unread: int = 0                 # ticks in the ring the loop never read (its write cursor - our read cursor)
+    sources: dict | None = None     # several sources (or --record): each one's feed and counters, by label
+    record: dict | None = None      # --record: {out, ticks, gaps, lost, error}
 
 
 class StrategyThread(threading.Thread):
@@ -132,19 +135,12 @@ class StrategyThread(threading.Thread):
                 ok, msg = realtime.set_fifo(self.cfg.priority)
                 self._want(ok, msg, "SCHED_FIFO")
             self.policy = realtime.policy_name()
-            c = self.consumer = TickConsumer(self.ring_name)
-            warmup.prefault(c.data)
-            # Claiming a consumer line is what releases a spawned feed: ticks start once we are ready.
-            c.claim(start=self.start_at, backpressure=self.backpressure)
+            self._attach()  # claiming a consumer line is what releases a spawned feed: ticks start once we are ready
             ctl = live.ctl
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
             self.preempt_start = realtime.preemption(self.tid)
             self.ready.set()
-            while True:
-                self.exit_state = self.host.mod.run_loop(*run_args(self.host.mod, TickView.of(c), live))
-                if self.exit_state != C.LOOP_REATTACH:
-                    break
-                c = self._reattach(c, live)
+            self._loop(live)
         except BaseException as e:  # reported by the main thread
             self.error = e
             self.ready.set()
@@ -152,6 +148,19 @@ class StrategyThread(threading.Thread):
             if self.preempt_start is not None:
                 self.preempt_end = realtime.preemption(self.tid)
             realtime.set_other()
+
+    def _attach(self):
+        c = self.consumer = TickConsumer(self.ring_name)
+        warmup.prefault(c.data)
+        c.claim(start=self.start_at, backpressure=self.backpressure)
+
+    def _loop(self, live):
+        c = self.consumer
+        while True:
+            self.exit_state = self.host.mod.run_loop(*run_args(self.host.mod, TickView.of(c), live))
+            if self.exit_state != C.LOOP_REATTACH:
+                break
+            c = self._reattach(c, live)
 
     def preempted(self):
         """Since the loop started: how often, and how long, other work held the strategy core
@@ -189,13 +198,61 @@ class StrategyThread(threading.Thread):
         return c
 
 
+class MultiStrategyThread(StrategyThread):
+    """The strategy thread of a run with several sources (or --record): run_loop_multi over every
+    ring (app/multi_rings.py). `consumer` is the first ring's (what single-ring code looks at);
+    `rings.consumers` are all of them."""
+
+    def __init__(self, *a, rings, **kw):
+        super().__init__(*a, **kw)
+        self.rings = rings
+
+    def _attach(self):
+        self.rings.attach(self.start_at, self.backpressure)
+        self.consumer = self.rings.consumers[0]
+
+    def _loop(self, live):
+        mod = self.host.mod
+        while True:
+            self.exit_state = mod.run_loop_multi(*run_multi_args(mod, self.rings.view(), live))
+            if self.exit_state != C.LOOP_REATTACH:
+                break
+            self._reattach_changed(live)
+
+    def _reattach_changed(self, live):
+        """The control plane saw a new ring under a source's name (its feed was restarted): map the
+        rings that changed, void the books as after a gap, go on. No recompilation."""
+        ctl = live.ctl
+        for k in self.rings.replaced():
+            while True:
+                if int(ctl[C.CTL_CMD]) == C.CMD_STOP:
+                    return
+                try:
+                    self.rings.reattach(k, self.backpressure)
+                    break
+                except shm.RingError:
+                    time.sleep(0.01)  # (blocking, not spinning: this thread may be SCHED_FIFO)
+            self.reattached += 1
+            ctl[C.L_GAPS] += 1
+        self.consumer = self.rings.consumers[0]
+        mod = self.host.mod
+        mod.host_reset(live.state.fstate, live.state.book, live.state.ist)
+        if self.cfg.record:  # a gap tick into the recording too: its backtest voids the books at this point
+            from engine.tickring import publish_gap
+            tap, cst = self.rings.tap, live.state.cst
+            publish_gap(tap.hdr, tap.data, tap.mask, cst[mod.CS_READ])
+            cst[mod.CS_READ] += 1
+        if int(ctl[C.CTL_CMD]) == C.CMD_REATTACH:
+            ctl[C.CTL_CMD] = C.CMD_RUN
+
+
 def _spawn_feed(cfg, ring_name, uri):
     cmd = [sys.executable, "-m", "app", "feed", uri, "--ring", ring_name,
            "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent",
            "--crossed-after", f"{cfg.crossed_after:g}"]
     if cfg.keep_rings:
         cmd += ["--keep"]  # the feed removes its ring on exit unless told to keep it
-    if cfg.feed is None or "rate=" not in cfg.feed:
+    if "rate=" not in uri:  # (the built-in synthetic source, or a URI without a rate of its own)
         cmd += ["--rate", f"{cfg.rate:g}"]
     cmd += ["--max"] if cfg.speed == 0 else ["--speed", f"{cfg.speed:g}"]
     env = dict(os.environ)
@@ -370,9 +427,14 @@ def _trust_ring_owner(user):
     shm.trust_uid(uid)
 
 
-def _feed_uri(cfg, strategy=None):
-    """The source the feed process reads, with the book levels the strategy needs."""
-    uri = cfg.feed or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
+def feed_list(cfg):
+    """The --feed sources of a run, as a list (one `--feed` is a string, several a list)."""
+    return [cfg.feed] if isinstance(cfg.feed, str) else list(cfg.feed or [])
+
+
+def _feed_uri(cfg, strategy=None, uri=None):
+    """The source a feed process reads, with the book levels the strategy needs."""
+    uri = uri or (feed_list(cfg) or [None])[0] or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
     return strategy.source_uri(uri) if strategy is not None else uri
 
 
@@ -409,6 +471,7 @@ class _Run:
         self.swaps, self.notes, self.created, self.cleanup_errors = [], [], [], []
         self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = self.isolation = None
         self.isolation_text = None
+        self.procs, self.rings, self.recorder, self.tap = [], None, None, None
         self.running = False
         self.abnormal, self.unread = None, 0  # (short reason, words): why the run ended early; ticks never read
         self.t_start = self.t_stop = time.monotonic()
@@ -450,6 +513,9 @@ class _Run:
         if sig_path.endswith(".parquet"):  # the raw log goes next to it; the table is written at the end
             parquet_out, sig_path = sig_path, sig_path[:-len(".parquet")] + ".sig"
         check_outputs(cfg, sig_path, parquet_out)
+        if cfg.record:
+            from engine.outputs import check_writable
+            check_writable(cfg.record, "the recording (--record)")
         self.sig_path, self.parquet_out = sig_path, parquet_out
         from engine.strategy_build import load_host
         self.host = load_host(cfg.strategy, cfg.params)  # a broken strategy file fails here, before anything
@@ -461,10 +527,12 @@ class _Run:
         from feeds.sources import Synthetic, open_source
         cfg = self.cfg
         src = None
+        self.labels = ["ring"]
         if cfg.ring:
             if cfg.feed:
                 raise ValueError("--ring attaches to an existing tick ring; --feed spawns a feed: give one of them")
             self.ring_name = cfg.ring
+            self.ring_names, self.feed_uris, self.id_blocks, self.src_finite = [cfg.ring], [None], None, [True]
             probe = TickConsumer(self.ring_name)  # it must exist and be a tick ring (clear error otherwise)
             self.levels = int(getattr(probe, "depth", 0))
             self.n_inst = MAX_INSTRUMENTS  # whatever the producer publishes
@@ -474,23 +542,46 @@ class _Run:
             # marking it is a feed that is down: we wait for a new ring under the name.
             self.finite = True
         else:
-            self.feed_uri = _feed_uri(cfg, self.strat)
-            src = open_source(self.feed_uri)  # a bad URI fails here, before anything is created
-            self.levels = int(getattr(src, "depth", 0))
-            self.ring_name = f"{cfg.name}.ticks"
-            self.n_inst = src.params.instruments if isinstance(src, Synthetic) else MAX_INSTRUMENTS
-            # a source with an end (a file, a counted simulation) ends the run once it is played
-            self.finite = not src.live and (not isinstance(src, Synthetic) or src.params.count > 0)
-            if hasattr(src, "sock"):
-                src.sock.close()  # the feed process listens, not us
+            from .multi_rings import id_blocks, labels, ring_names
+            uris = [_feed_uri(cfg, self.strat, u) for u in feed_list(cfg)] or [_feed_uri(cfg, self.strat)]
+            if len(set(uris)) != len(uris):
+                raise ValueError(f"--feed {next(u for u in uris if uris.count(u) > 1)} is given twice")
+            srcs = []
+            for u in uris:
+                srcs.append(open_source(u))  # a bad URI fails here, before anything is created
+                if hasattr(srcs[-1], "sock"):
+                    srcs[-1].sock.close()  # the feed process listens, not us
+            self.feed_uris, self.feed_uri = uris, uris[0]
+            self.labels = labels(uris)
+            self.ring_names = ring_names(cfg.name, len(uris))
+            self.ring_name = self.ring_names[0]
+            depths = [int(getattr(x, "depth", 0)) for x in srcs]
+            self.levels = max(depths)
+            if len(srcs) > 1 and self.strat.depth > min(depths):  # every source must carry the book it reads
+                k = depths.index(min(depths))
+                raise ValueError(f"--feed {uris[k]}: carries {depths[k]} book levels a side and strategy "
+                                 f"{self.strat.path} reads DEPTH {self.strat.depth}")
+            self.id_blocks = id_blocks(srcs)
+            src = srcs[0]
+            if len(srcs) == 1:
+                self.n_inst = src.params.instruments if isinstance(src, Synthetic) else MAX_INSTRUMENTS
+            else:  # the ids every block covers (dense from 0: all of them when a source finds its instruments)
+                self.n_inst = int((self.id_blocks[0] + self.id_blocks[1]).max())
+            # a source with an end (a file, a counted simulation) ends the run once it is played (every one of them)
+            self.src_finite = [not x.live and (not isinstance(x, Synthetic) or x.params.count > 0) for x in srcs]
+            self.finite = all(self.src_finite)
         # an incomplete tick file (a killed recorder): its unchecked records, in the summary too
-        self.input_warnings = [] if cfg.ring else list(getattr(getattr(src, "file", None), "warnings", []))
+        self.input_warnings = [] if cfg.ring else [w for x in srcs for w in getattr(getattr(x, "file", None),
+                                                                                     "warnings", [])]
         for w in self.input_warnings:
             log(f"warning: {w}")
         # A file can wait, a market cannot: a file feed waits for our loop (lossless, every tick scored);
         # live sources never block, and the loop conflates when it falls behind them.
-        self.file_feed = not cfg.ring and not src.live and not isinstance(src, Synthetic)
+        self.file_feed = not cfg.ring and all(not x.live and not isinstance(x, Synthetic) for x in srcs)
         self.conflate = cfg.conflate == "on" or (cfg.conflate == "auto" and not self.file_feed)
+        # several rings, or a recording of what the loop read: run_loop_multi (one ring, no recording: run_loop)
+        self.multi = len(self.ring_names) > 1
+        self.multi_loop = self.multi or bool(cfg.record)
 
     def check_machine(self):
         """engine doctor for the strategy core: warnings logged; with --strict a fail stops the run."""
@@ -511,13 +602,20 @@ class _Run:
     def check_free(self):
         """No live engine owns our rings' names, and the control plane's ports are free."""
         cfg = self.cfg
-        own = ("ctl", "signals") if cfg.ring else ("ctl", "signals", "ticks")
-        for suffix in own:  # refuse a live owner (engine first) before creating anything
-            shm.check_owner(shm.ring_path(f"{cfg.name}.{suffix}"))
-        if not cfg.ring:  # the feed process makes the tick ring: one memory cannot hold is refused now
-            shm.check_room(shm.ring_path(self.ring_name), shm.ring_bytes(64, cfg.ring_capacity),
-                           "--ring-capacity (feed.ring_capacity)")
+        own = [f"{cfg.name}.{x}" for x in ("ctl", "signals")] + ([] if cfg.ring else self.ring_names)
+        if cfg.record:
+            own.append(f"{cfg.name}.tap")
+        for name in own:  # refuse a live owner (engine first) before creating anything
+            shm.check_owner(shm.ring_path(name))
+        if not cfg.ring:  # the feed processes make the tick rings: what memory cannot hold is refused now
+            need = len(self.ring_names) * shm.ring_bytes(64, cfg.ring_capacity)
+            need += shm.ring_bytes(64, self.tap_capacity()) if cfg.record else 0
+            shm.check_room(shm.ring_path(self.ring_name), need, "--ring-capacity (feed.ring_capacity)")
         check_ports(cfg)
+
+    def tap_capacity(self):
+        """--record: the tap ring's slots (the loop never waits for its recorder: a lap is a gap in the file)."""
+        return max(self.cfg.ring_capacity, TAP_CAPACITY)
 
     def load_model(self):
         """The strategy's feature state, and its verified model on the right scale."""
@@ -535,7 +633,12 @@ class _Run:
         log(f"policy: {self.choice.describe()}; conflation {'on' if self.conflate else 'off'}"
             + ("; the file feed waits for the loop (lossless)" if self.file_feed else ""))
         t1 = time.monotonic()
-        host.compile_live()
+        if self.multi_loop:
+            from .multi_rings import compile_multi
+            self.cfg_arr[host.mod.CFG_TAP] = 1.0 if cfg.record else 0.0
+            compile_multi(host, len(self.ring_names))
+        else:
+            host.compile_live()
         log(f"strategy {strat.describe()} from {strat.path}: compiled into the loop in "
             f"{host.compile_seconds + time.monotonic() - t1:.2f} s; "
             f"params " + ", ".join(f"{k}={v:g}" for k, v in strat.values.items()))
@@ -569,13 +672,22 @@ class _Run:
         cfg = self.cfg
         if cfg.core is not None:
             locks.acquire("core", cfg.core, cfg.name)
-        locks.acquire("ring", shm.ring_path(self.ring_name), cfg.name)
+        for rn in self.ring_names:
+            locks.acquire("ring", shm.ring_path(rn), cfg.name)
         self.ctl_blk = C.ControlBlock(f"{cfg.name}.ctl")
         self.created.append(self.ctl_blk.path)
         self.sring = sigring.SignalRing(f"{cfg.name}.signals")
         self.created.append(self.sring.path)
         if not cfg.ring:
-            self.created += [shm.ring_path(self.ring_name), shm.ring_path(self.ring_name) + ".instruments"]
+            for rn in self.ring_names:
+                self.created += [shm.ring_path(rn), shm.ring_path(rn) + ".instruments"]
+        if self.multi:  # the run's instrument table (global ids), beside its rings
+            self.table_path = shm.ring_path(f"{cfg.name}.instruments")
+            self.created.append(self.table_path)
+        if cfg.record:  # what the loop reads, published for the recorder (app/run_record.py)
+            from engine.tickring import TickRing
+            self.tap = TickRing(f"{cfg.name}.tap", self.tap_capacity(), depth=self.levels)
+            self.created.append(self.tap.path)
         for n in (self.ctl_blk.note, self.sring.note):
             if n:
                 log(n)
@@ -629,22 +741,41 @@ class _Run:
     def start_feed(self):
         """The feed process (unless attached to a ring), once its ring is there."""
         if not self.cfg.ring:
-            self.proc = _spawn_feed(self.cfg, self.ring_name, self.feed_uri)
-            _wait_ring(shm.ring_path(self.ring_name), self.proc)
+            for rn, uri in zip(self.ring_names, self.feed_uris):
+                self.procs.append(_spawn_feed(self.cfg, rn, uri))
+                self.proc = self.procs[0]
+                _wait_ring(shm.ring_path(rn), self.procs[-1])
 
     def start_thread(self):
         """The strategy thread: ready once pinned, warm and attached to the ring."""
         cfg, choice = self.cfg, self.choice
-        thread = self.thread = StrategyThread(cfg, self.ring_name, "now" if cfg.ring else "oldest", self.loop_args,
-                                              self.pred, self.host, choice,
-                                              backpressure=True)  # honoured by file feeds only
+        start = "now" if cfg.ring else "oldest"
+        if self.multi_loop:
+            from .multi_rings import MultiRings
+            offsets, blocks = self.id_blocks if self.id_blocks is not None else (
+                np.zeros(1, np.int64), np.full(1, MAX_INSTRUMENTS, np.int64))  # (--ring: the ring's own ids)
+            self.rings = MultiRings(self.ring_names, self.labels, offsets, blocks, self.host.mod.RS_WIDTH, tap=self.tap)
+            if cfg.record:
+                from .run_record import TapRecorder
+                self.recorder = TapRecorder(self.tap, cfg.record, lambda: self.rings.table(self.multi),
+                                            source=" + ".join(u or f"ring:{r}" for u, r in
+                                                              zip(self.feed_uris, self.ring_names)),
+                                            depth=self.levels)
+                self.recorder.start()  # its consumer line first: the loop's first tick is recorded
+            thread = self.thread = MultiStrategyThread(cfg, self.ring_name, start, self.loop_args, self.pred, self.host,
+                                                       choice, backpressure=True, rings=self.rings)
+        else:
+            thread = self.thread = StrategyThread(cfg, self.ring_name, start, self.loop_args,
+                                                  self.pred, self.host, choice,
+                                                  backpressure=True)  # honoured by file feeds only
         thread.conflate = self.conflate
         thread.start()
         thread.ready.wait()
         if thread.error:
             raise thread.error
         self.running = True
-        feed = f"feed pid {self.proc.pid}" if self.proc else f"ring {shm.ring_path(self.ring_name)}"
+        feed = (f"feed pid{'s' if len(self.procs) > 1 else ''} {', '.join(str(p.pid) for p in self.procs)}"
+                if self.procs else f"ring {shm.ring_path(self.ring_name)}")
         log(f"running: core {thread.core if thread.core is not None else 'unpinned'}, {thread.policy}, "
             f"{feed}, signals -> {self.sig_path}")
         if thread.policy == "SCHED_FIFO" and choice.wait.name == "spin":
@@ -668,11 +799,26 @@ class _Run:
                          respawn=(lambda: _spawn_feed(cfg, ring_name, feed_uri))
                          if not cfg.ring and not self.finite else None,
                          deadline=self.t_start + cfg.duration if cfg.duration else None,
-                         lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S)
+                         lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S, sources=self._sources())
         self.plane = run_control_plane(px)
         self.proc = px.proc
+        if px.sources:
+            self.procs = [x.proc for x in px.sources]
         if cfg.ring and self.thread.exit_state == C.LOOP_EOF:
             log(f"ring {shm.ring_path(ring_name)}: its producer finished and every tick was read; stopping")
+
+    def _sources(self):
+        """Several sources (or --record): one FeedSource each, for the control plane (app/daemon.py)."""
+        from .daemon import FeedSource
+        if not self.multi_loop:
+            return None
+        cfg, out = self.cfg, []
+        for k, (label, rn, uri) in enumerate(zip(self.labels, self.ring_names, self.feed_uris)):
+            proc = self.procs[k] if k < len(self.procs) else None
+            live = not cfg.ring and not self.src_finite[k]
+            out.append(FeedSource(label=label, uri=uri, ring_name=rn, proc=proc, index=k,
+                                  respawn=(lambda rn=rn, uri=uri: _spawn_feed(cfg, rn, uri)) if live else None))
+        return out
 
     # -- 3. stop: always, to the end --
 
@@ -688,16 +834,21 @@ class _Run:
         """Cleanup always runs to the end, whatever fails on the way (each step on its own)."""
         from engine import locks
         step, proc, thread, slog = self._step, self.proc, self.thread, self.slog
+        procs = self.procs if len(self.procs) > 1 else ([proc] if proc is not None else [])
         self.t_stop = time.monotonic()
         if self.ctl_blk is not None:
             self.ctl_blk.hdr[C.CTL_CMD] = C.CMD_STOP
         if self.plane is not None:
             step(self.plane.note_feed_exit)  # (before we signal it: an exit of its own, not ours)
-        if proc is not None and proc.poll() is None:
-            step(proc.send_signal, signal.SIGTERM)  # it exits while we drain and summarise
+            self.source_feeds = {w.label: w.feed_status() for w in self.plane.feeds}  # (before we stop them)
+        for p in procs:
+            if p.poll() is None:
+                step(p.send_signal, signal.SIGTERM)  # it exits while we drain and summarise
         if thread is not None:
             thread.join(timeout=0.2 if self.plane is not None and self.plane.abnormal else 2.0)  # (hung: it never will)
             step(self._count_unread)
+        if self.recorder is not None:
+            step(self.recorder.finish, not thread.is_alive() if thread is not None else True)
         if self.plane is not None:
             step(self.plane.finish)  # the last signals (file and zmq) and the last latency interval
         elif slog is not None:
@@ -707,12 +858,13 @@ class _Run:
             step(slog.close, self.abnormal[0] if self.abnormal else None)
             if not self.running and not slog.count and slog.regular:
                 step(_unlink, self.sig_path)  # the run never started: no empty signal file left behind
-        if proc is not None:
-            step(_stop_feed, proc)
+        for p in procs:
+            step(_stop_feed, p)
         if self.isolation is not None:
             step(self._restore_isolation)
         if thread is not None and thread.consumer is not None and not thread.is_alive():
-            step(thread.consumer.close)  # (a hung loop still reads the ring's memory: it stays mapped until we exit)
+            step(self.rings.close if self.rings is not None else thread.consumer.close)  # (a hung loop still
+            # reads the rings' memory: they stay mapped until we exit)
         if not self.cfg.keep_rings:
             for p in self.created:
                 step(_unlink, p)
@@ -721,9 +873,10 @@ class _Run:
 
     def _count_unread(self):
         """Ticks the loop never read: the ring's write cursor minus the loop's read cursor, now."""
-        c = self.thread.consumer
-        if c is not None and self.running:
-            self.unread = max(0, int(c.hdr[shm.H_WRITE]) - int(c.hdr[c.slot_base + shm.C_CURSOR]))
+        cs = self.rings.consumers if self.rings is not None else [self.thread.consumer]
+        if self.running:
+            self.unread = sum(max(0, int(c.hdr[shm.H_WRITE]) - int(c.hdr[c.slot_base + shm.C_CURSOR]))
+                              for c in cs if c is not None)
 
     def _abnormal_end(self):
         """Why the run ended early, if it did: (a short reason for the signal file's header, the
@@ -766,6 +919,19 @@ class _Run:
             error = error or str(hl.error)
         if self.parquet_out:
             sig_path, error = self._write_table(sig_path, error, warnings)
+        sources = self.plane.source_status() if self.plane is not None else None
+        for label, st in (sources or {}).items():  # each feed as it was before the run stopped it
+            st["feed"] = getattr(self, "source_feeds", {}).get(label, st["feed"])
+            st["ready"] = st["feed"] in ("ok", "finished")
+        record = self.recorder.summary() if self.recorder is not None else None
+        if record is not None:
+            if record["error"]:
+                error = error or record["error"]
+                warnings.append(f"recording {record['out']} is incomplete: {record['error']}")
+            elif record["gaps"]:
+                warnings.append(f"recording {record['out']}: the recorder fell a tap ring behind the loop and lost "
+                                f"{record['lost']:,} ticks in {record['gaps']:,} gaps (marked in the file): its "
+                                "backtest is not this run's")
         c = self.choice
         return RunResult(counters=self.ctl_blk.counters(), drops=self.sring.drops, core=thread.core,
                          policy=thread.policy, wait=c.wait.name, choice=c.reason, conflate=self.conflate,
@@ -777,7 +943,8 @@ class _Run:
                          isolation=self.isolation_text,
                          feed_counters=self.plane.feed_counters() if self.plane is not None else {},
                          conflate_warn=self.cfg.conflate_warn, crossed_after=self.cfg.crossed_after,
-                         abnormal=self.abnormal[1] if self.abnormal else None, unread=self.unread)
+                         abnormal=self.abnormal[1] if self.abnormal else None, unread=self.unread,
+                         sources=sources, record=record)
 
     def _write_table(self, sig_path, error, warnings):
         """--signals-out X.parquet: the table from the signal file, whole or not at all; returns

@@ -73,3 +73,36 @@ def families(hist):
             b, s = buckets(hist[i])
             stage.add_metric([name], b, s)
     return [total, stage]
+
+
+def source_families(sources):
+    """Per-source counters of a run with several sources (app/daemon.py source_status), each with a
+    `source` label: what the loop read from it, its gaps and losses by kind (ring: the loop was
+    lapped on its ring; feed: gap ticks in its stream), ticks whose instrument did not fit its id
+    block, its readiness and its restarts. Nothing when the run has one source."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    if not sources:
+        return
+    ticks = CounterMetricFamily("engine_source_ticks", "ticks the strategy loop read from each source",
+                                labels=["source"])
+    gaps = CounterMetricFamily("engine_source_gaps", "gap events per source: kind=ring, the loop was lapped on its "
+                               "ring; kind=feed, gap ticks in its stream", labels=["source", "kind"])
+    lost = CounterMetricFamily("engine_source_lost_ticks", "what each source's gaps lost (kind as engine_source_gaps)",
+                               labels=["source", "kind"])
+    unmapped = CounterMetricFamily("engine_source_unmapped_ticks", "ticks of an instrument past the source's block "
+                                   "of the run's instrument ids (skipped)", labels=["source"])
+    ready = GaugeMetricFamily("engine_source_ready", "1 when the source's feed is alive (or played to its end)",
+                              labels=["source"])
+    restarts = CounterMetricFamily("engine_source_feed_restarts", "times the source's feed was restarted",
+                                   labels=["source"])
+    for name, s in sources.items():
+        c = s["counters"]
+        ticks.add_metric([name], c["ticks"])
+        gaps.add_metric([name, "ring"], c["gaps"])
+        gaps.add_metric([name, "feed"], c["feed_gaps"])
+        lost.add_metric([name, "ring"], c["lost"])
+        lost.add_metric([name, "feed"], c["feed_lost"])
+        unmapped.add_metric([name], c["unmapped"])
+        ready.add_metric([name], 1.0 if s["ready"] else 0.0)
+        restarts.add_metric([name], s["feed_restarts"])
+    yield from (ticks, gaps, lost, unmapped, ready, restarts)

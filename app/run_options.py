@@ -35,6 +35,8 @@ class Opt:
     #                                 (default: the dest's value)
     check: object = None            # (ok(value), "message") for a value that may come from the file;
     #                                 "parse": the flag's own validator, for it too
+    many: bool = False              # the flag may be given several times (argparse "append"); the field holds
+    #                                 the one value given once, or the list (the file: [[section]] tables)
 
 
 def option(default=None, flag=None, *, factory=None, **kw):
@@ -42,6 +44,14 @@ def option(default=None, flag=None, *, factory=None, **kw):
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def one_or_list(v):
+    """A repeatable option's value: None, the one value given, or the list of them."""
+    if v is None or isinstance(v, str):
+        return v
+    v = list(v)
+    return None if not v else v[0] if len(v) == 1 else v
 
 
 def http_addr(v):
@@ -111,9 +121,12 @@ class RunConfig:
                          help="synthetic ticks per second, 0 = as fast as possible (default %(default)g)",
                          check=(lambda v: v >= 0, "rate must be >= 0"))
     seed: int = option(1, "--seed", key="feed.seed", parse=int, kind=int, help="synthetic feed seed (default %(default)s)")
-    feed: str | None = option(None, "--feed", key="feed.uri",
-                              help="source URI instead of the built-in synthetic feed, e.g. "
-                                   "synthetic://?instruments=8&rate=20000")
+    feed: str | list | None = option(
+        None, "--feed", key="feed.uri", many=True, arg=lambda a: one_or_list(a.feed),
+        help="source URI instead of the built-in synthetic feed, e.g. synthetic://?instruments=8&rate=20000; "
+             "give it again for several sources in one run (each its own feed process and ring, one loop "
+             "reading them all by receive time; instruments named VENUE:SYMBOL; in the file: one [[feed]] "
+             "table with uri = ... per source)")
     ring: str | None = option(  # attach to this existing tick ring instead of spawning a feed
         None, "--ring", key="feed.ring",
         help="attach to an existing tick ring (e.g. one `engine feed` writes) instead of spawning a feed; "
@@ -132,6 +145,12 @@ class RunConfig:
         help="file feeds: replay at the recorded pace times X (default %(default)g); the run ends when the file "
              "is played",
         check=(lambda v: v > 0, "speed must be > 0"))
+    record: str | None = option(
+        None, "--record", metavar="FILE.ticks",  # (a run's own file: a flag, not a key of the service's config)
+        help="record the ticks in the order the strategy loop read them (every source merged, the run's "
+             "instrument ids and names) into a tick file: `engine backtest FILE.ticks` gives this run's "
+             "signals bit for bit. The loop publishes what it reads into a tap ring a recorder thread "
+             "drains off its core (one 64-byte store a tick)")
     signals_out: str | None = option(
         None, "--signals-out", key="logs.signals_out",
         help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig); a .parquet name also gets "

@@ -46,6 +46,8 @@ def as_json(res):
         "warnings": warnings(res), "error": getattr(res, "error", None),
         # why the run ended early (None: as asked), and the ticks in the ring it never read
         "abnormal": getattr(res, "abnormal", None), "unread": getattr(res, "unread", 0),
+        # several sources (or --record): each one's feed and counters, by label; the recording
+        "sources": getattr(res, "sources", None), "record": getattr(res, "record", None),
     }
 
 
@@ -63,6 +65,12 @@ def table(res):
         "  " + gaps_line(c)]
     if any(res.feed_counters.values()):
         lines.append("  " + feed_line(res.feed_counters))
+    for label, s in (getattr(res, "sources", None) or {}).items():
+        lines.append("  " + source_line(label, s))
+    rec = getattr(res, "record", None)
+    if rec is not None:
+        lines.append(f"  recorded {rec['ticks']:,} ticks -> {rec['out']} (`engine backtest {rec['out']}` replays "
+                     "them as the loop read them)")
     lines.append(percentile_table(res.latency))
     for sw in res.swaps:
         lines.append(f"  model swap: generation {sw['generation']} ({sw['backend']}) adopted "
@@ -80,6 +88,16 @@ def gaps_line(c):
     """Gaps by where the data was lost (the summary, `engine stats`)."""
     return (f"gaps: feed {c['feed_gaps']:,} ({c['feed_lost']:,} lost before the ring), "
             f"ring {c['gaps']:,} ({c['lost']:,} ticks lost)")
+
+
+def source_line(label, s):
+    """One source of a run with several: what the loop read from it and what it lost."""
+    c = s["counters"]
+    return (f"source {label} ({s['uri'] or s['ring']}): {s['feed']}, ticks {c['ticks']:,}, gaps ring {c['gaps']:,} "
+            f"({c['lost']:,} lost) feed {c['feed_gaps']:,} ({c['feed_lost']:,} lost)"
+            + (f", {c['unmapped']:,} unmapped" if c["unmapped"] else "")
+            + (f", restarted {s['feed_restarts']}" if s["feed_restarts"] else "")
+            + f", ids {s['instruments']['first_id']}+")
 
 
 def feed_line(feed):

@@ -18,7 +18,8 @@ Which ticks reach on_tick is the contract in engine/strategy_api.py.
 Per tick in the live loop: poll the ring -> host_step (book, state, row) -> model through its
 function pointer -> host_decide -> signal -> five latencies. No Python object, allocation, lock,
 log line or system call per tick. Every 1024 iterations: control command, lease, heartbeat,
-counters, model swap, end of stream.
+counters, model swap, end of stream. run_loop_multi is the same loop over several rings (one per
+source): it takes the ready tick with the smallest receive time and maps its instrument to the run's.
 """
 # The generated header defines: on_tick, decide, DEPTH, STATE, NFEAT, Params, make_params.
 # ==== host body ====
@@ -27,11 +28,11 @@ from numba import njit
 
 from engine import control as C
 from engine import latency, levelbook, shm, sigring, tickring
-from engine.intrinsics import (borrow, call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed, monotonic_ns,
-                               realtime_ns, sched_yield, sleep_ns, store_relaxed)
+from engine.intrinsics import (borrow, borrow_all, call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed,
+                               monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
                             SIGNAL_FLAG_MARK, SIGNAL_WORDS, signal_word_folded, signal_word_ids,
-                            signal_word_scores, tick_instrument, tick_kind, tick_side, w_lo32)
+                            signal_word_scores, tick_instrument, tick_kind, tick_side, tick_word7, w_lo32)
 from engine.strategy_api import Book, sigmoid32
 
 # cfg: float64 loop settings (Host.loop_cfg fills them)
@@ -52,7 +53,13 @@ I_PIDX = 8     # conflation: index of the tick its pending row came from (backte
 IST_WIDTH = 10
 # cst: conflation scalars kept across calls
 CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS, CS_T0 = range(7)
+CS_READ = 7    # run_loop_multi: ticks taken from all rings (the next one's seq in the merged stream)
 CST_WIDTH = 8
+CFG_TAP = 11   # run_loop_multi: 1 = publish every tick taken into the tap ring (engine run --record)
+# rst: run_loop_multi's counters per ring, int64 [rings, RS_WIDTH] (the control plane reads them)
+RS_TICKS, RS_HELD, RS_FEED_GAPS, RS_FEED_LOST, RS_UNMAPPED = range(5)
+RS_WIDTH = 8
+POLL_SKIP = 3  # run_loop_multi: a tick of an instrument past its ring's block of ids, skipped
 PX, SZ, NO_LEVEL = levelbook.PX, levelbook.SZ, levelbook.NO_LEVEL
 # DEPTH 0: every call gets the same empty book (a constant: no per-tick reference counting)
 _EMPTY = np.zeros(0, np.int64)
@@ -456,6 +463,218 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
     store_relaxed(ctl, C.L_STATE, state)
     return state
+
+
+# ---- several rings: one loop reads every source's ring (engine run --feed A --feed B) ----
+# run_loop above stays the loop of a single ring, untouched (its speed is the engine's); this one is
+# compiled only for runs with several rings (or --record). The rings come as tuples of their header
+# and data arrays (one compiled loop per ring count); the per-tick cost of the tuple is measured in
+# bench/strategy_host.py.
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick):
+    """Poll every ring that holds no tick yet (heads[k]: the one it holds), then take, among the
+    rings holding one, the tick with the smallest receive time (ties: the first ring) into `tick`.
+    Never waits on a ring: an empty one (or one whose feed died) is passed over. Returns (ring,
+    POLL_TICK), (ring, POLL_GAP) when a ring was lapped (its gap tick, taken at once), or (-1,
+    POLL_EMPTY)."""
+    best = -1
+    best_ts = np.int64(0)
+    for k in range(len(thdrs)):
+        if rst[k, RS_HELD] == 0:
+            st = tickring.poll(thdrs[k], tdatas[k], tmasks[k], slot_bases[k], heads[k])
+            if st == tickring.POLL_EMPTY:
+                continue
+            if st == tickring.POLL_GAP:
+                for w in range(8):
+                    tick[w] = heads[k, w]
+                return k, st
+            rst[k, RS_HELD] = 1
+        ts = heads[k, 2]
+        if best < 0 or ts < best_ts:
+            best = k
+            best_ts = ts
+    if best < 0:
+        return -1, tickring.POLL_EMPTY
+    for w in range(8):
+        tick[w] = heads[best, w]
+    rst[best, RS_HELD] = 0
+    return best, tickring.POLL_TICK
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _next_tick(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, taphdr, tapdata, tapmask, tap, cst,
+               tick):
+    """_take_next, then the tick as the run sees it: its instrument moved to the run's ids (ring k's
+    id + offsets[k]; one at or past blocks[k] is counted and skipped: POLL_SKIP), counted for its
+    ring, numbered in the merged stream (seq = CS_READ: signals and conflation marks name the
+    merged stream's ticks, as a recording of it numbers them) and, with `tap`, published into the
+    tap ring (--record). A ring's gap tick (it was lapped) is numbered and tapped too, so a
+    backtest of the recording voids its books where the loop did. Returns (ring, status)."""
+    k, st = _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick)
+    if st == tickring.POLL_EMPTY:
+        return k, st
+    if st == tickring.POLL_TICK:
+        local = tick_instrument(tick)
+        if local >= blocks[k]:
+            rst[k, RS_UNMAPPED] += 1
+            return k, POLL_SKIP
+        tick[7] = tick_word7(w_lo32(tick[7]), local + offsets[k], tick_kind(tick), tick_side(tick))
+        rst[k, RS_TICKS] += 1
+        if tick_kind(tick) == KIND_GAP:
+            rst[k, RS_FEED_GAPS] += 1
+            rst[k, RS_FEED_LOST] += tick[3]
+    tick[0] = cst[CS_READ]
+    cst[CS_READ] += 1
+    if tap:
+        tickring.publish(taphdr, tapdata, tapmask, tick)
+    return k, st
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _rings_waiting(thdrs, tdatas, tmasks, slot_bases, rst):
+    """Is a next tick already there on any ring (held, or published)? Conflation's "behind"."""
+    for k in range(len(thdrs)):
+        if rst[k, RS_HELD] != 0 or tickring.waiting(thdrs[k], tdatas[k], tmasks[k], slot_bases[k]):
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _rings_drained(thdrs, slot_bases, rst):
+    """Every ring's producer marked the end of its stream and every tick of every ring was taken."""
+    for k in range(len(thdrs)):
+        h = thdrs[k]
+        if rst[k, RS_HELD] != 0 or load_acquire(h, shm.H_STATE) != shm.STATE_FINISHED:
+            return False
+        if load_relaxed(h, slot_bases[k] + shm.C_CURSOR) < load_acquire(h, shm.H_WRITE):
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, taphdr, tapdata, tapmask,
+                   shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, prow, ptick, plist, cst, row, out, tick,
+                   sig, pvals, cfg):
+    """run_loop over several rings: each step takes the ready tick with the smallest receive time as the
+    run sees it (_next_tick; CFG_TAP: also into the tap ring, one 64-byte store drained off this core),
+    then does run_loop's steps. A ring's lap is counted (its consumer line, gaps/lost) and voids every
+    book, as in run_loop. Ends at CMD_STOP, an expired lease, or (cfg) once every ring is drained."""
+    thdrs, tdatas, heads = borrow_all(thdrs), borrow_all(tdatas), borrow(heads)  # (no reference counts per tick)
+    params = make_params(pvals)
+    ticks = load_relaxed(ctl, C.L_TICKS)
+    signals = load_relaxed(ctl, C.L_SIGNALS)
+    gaps = load_relaxed(ctl, C.L_GAPS)
+    lost = load_relaxed(ctl, C.L_LOST)
+    scored = load_relaxed(ctl, C.L_SCORED)
+    parks = load_relaxed(ctl, C.L_PARKS)
+    gen, model = _adopt_model(ctl, -1)
+    exit_on_eof = cfg[CFG_EXIT_ON_EOF] != 0.0
+    warm_every = np.int64(cfg[CFG_WARM_EVERY])
+    use_sigmoid = cfg[CFG_SIGMOID] != 0.0
+    wait = np.int64(cfg[CFG_WAIT])
+    spin_ns = np.int64(cfg[CFG_SPIN_NS])
+    yield_ns = np.int64(cfg[CFG_YIELD_NS])
+    park_max = np.int64(cfg[CFG_PARK_MAX_NS])
+    duty = cfg[CFG_DUTY]
+    conflate = cfg[CFG_CONFLATE] != 0.0
+    conflate_max = np.int64(cfg[CFG_CONFLATE_MAX])
+    conflate_ns = np.int64(cfg[CFG_CONFLATE_NS])
+    tap = cfg[CFG_TAP] != 0.0
+    idle, idle_t0, park = 0, 0, PARK_MIN_NS
+    owed = 0.0
+    t_last = monotonic_ns()
+    state = C.LOOP_STOPPED
+    store_relaxed(ctl, C.L_STATE, C.LOOP_RUNNING)
+    paused = False
+    it = 0
+    while True:
+        it += 1
+        if (it & (HOUSEKEEP_EVERY - 1)) == 0:
+            now = monotonic_ns()
+            _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
+            stop, state, paused = _commands(ctl, now, paused)
+            if stop:
+                break
+            gen, addr = _adopt_model(ctl, gen)
+            if addr:
+                model = addr
+            if exit_on_eof and _rings_drained(thdrs, slot_bases, rst):
+                if cst[CS_NPEND] > 0:
+                    signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid,
+                                             params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                    scored += n
+                state = C.LOOP_EOF
+                break
+            if wait == WAIT_DUTY:
+                owed, t_last, parks = _duty_owed(duty, now, owed, t_last, parks)
+        k, st = _next_tick(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, taphdr, tapdata, tapmask,
+                           tap, cst, tick)
+        if st == POLL_SKIP:
+            continue
+        if st == tickring.POLL_EMPTY:
+            if cst[CS_NPEND] > 0:
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                scored += n
+                continue
+            idle += 1
+            if warm_every > 0 and idle % warm_every == 0:
+                call_predict(model, row, out)
+            if wait == WAIT_SPIN:
+                cpu_pause()
+            else:
+                slept = parks
+                idle_t0, park, owed, t_last, parks = _idle_wait(wait, idle, idle_t0, park, park_max, spin_ns, yield_ns,
+                                                                duty, owed, t_last, parks)
+                if parks != slept:
+                    it |= HOUSEKEEP_EVERY - 1
+            continue
+        idle = 0
+        park = PARK_MIN_NS
+        t_deq = monotonic_ns()
+        if st == tickring.POLL_GAP:
+            gaps += 1
+            lost += tick[3]
+            host_reset(fstate, book, ist)
+            continue
+        ticks += 1
+        latency.record(hist, latency.ST_RING, t_deq - tick[2])
+        _count_feed_gap(ctl, tick)
+        inst = host_step(fstate, book, ist, tick, row, params)
+        if conflate and cst[CS_NPEND] > 0:
+            cst[CS_FOLDS] += 1
+        if inst < 0 or paused:
+            if cst[CS_NPEND] > 0 and (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns):
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                scored += n
+            continue
+        gen, addr = _adopt_model(ctl, gen)
+        if addr:
+            model = addr
+        if conflate and (cst[CS_NPEND] > 0 or _rings_waiting(thdrs, tdatas, tmasks, slot_bases, rst)):
+            if cst[CS_NPEND] == 0:
+                cst[CS_FIRST] = tick[0]
+                cst[CS_FOLDS] = 1
+                cst[CS_T0] = t_deq
+            _stash(ist, prow, ptick, plist, cst, inst, row, tick, tick[0])
+            if (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns
+                    or not _rings_waiting(thdrs, tdatas, tmasks, slot_bases, rst)):
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                scored += n
+            continue
+        t_feat = monotonic_ns()
+        signals = _score_emit(model, row, out, fstate, ist, inst, tick, 1, use_sigmoid, params, sig, signals, gen,
+                              shdr, sdata, smask, spstate, hist, t_feat)
+        scored += 1
+        latency.record(hist, latency.ST_FEATURES, t_feat - t_deq)
+    _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
+    store_relaxed(ctl, C.L_STATE, state)
+    return state
+
 
 
 @njit(nogil=True, cache=True)

@@ -18,10 +18,13 @@ by `engine record` from a ring of the same feed say the same thing.
     lot_size    how much of the instrument one size unit is (1e-5 BTC, 1 contract, 1 share)
     inverse     an inverse contract (COIN-M): PnL is not linear in price and is reported as if it were
     known       False when nothing says what the instrument is (its values are placeholders: a lot = 1.0)
+    source      (optional) which of a run's sources it came from (`engine run --feed A --feed B`: the
+                source's label), in the records of a run with several sources and its recording
 """
 
 CALENDARS = ("crypto", "cme", "us_equities")
 FIELDS = ("symbol", "venue", "multiplier", "currency", "calendar", "tick_size", "lot_size", "inverse", "known")
+OPTIONAL = ("source",)  # kept when present (text), never required: files without them read as before
 _NUMBERS = ("multiplier", "tick_size", "lot_size")
 
 
@@ -62,7 +65,13 @@ def check(d):
     for k in ("symbol", "venue", "currency"):
         if not isinstance(d[k], str):
             raise InstrumentError(f"instrument {d['symbol']!r}: {k} must be text")
-    return {k: d[k] for k in FIELDS}
+    out = {k: d[k] for k in FIELDS}
+    for k in OPTIONAL:
+        if k in d:
+            if not isinstance(d[k], str):
+                raise InstrumentError(f"instrument {d['symbol']!r}: {k} must be text")
+            out[k] = d[k]
+    return out
 
 
 def table(names, specs=None):
@@ -98,7 +107,7 @@ def pack(specs):
     in a tick file's header."""
     kinds, index, seen = [], [], {}
     for s in specs:
-        body = tuple((k, s[k]) for k in FIELDS if k != "symbol")
+        body = tuple((k, s[k]) for k in FIELDS + OPTIONAL if k != "symbol" and k in s)
         if body not in seen:
             seen[body] = len(kinds)
             kinds.append(dict(body))

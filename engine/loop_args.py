@@ -30,6 +30,25 @@ class TickView(NamedTuple):
         return cls(consumer.hdr, consumer.data, consumer.mask, consumer.slot_base)
 
 
+class MultiTickView(NamedTuple):
+    """run_loop_multi: several tick rings (app/live.py MultiRings builds it). thdrs, tdatas: tuples
+    of each ring's header and data arrays (one compiled loop per ring count); tmasks, slot_bases,
+    offsets (ring k's first instrument id in the run), blocks (how many ids ring k may use): int64
+    [K]; heads: int64 [K, 8], the tick each ring holds; rst: int64 [K, RS_WIDTH], per-ring counters;
+    the tap ring (taphdr, tapdata, tapmask) every tick taken is published into when recording."""
+    thdrs: tuple
+    tdatas: tuple
+    tmasks: np.ndarray
+    slot_bases: np.ndarray
+    offsets: np.ndarray
+    blocks: np.ndarray
+    heads: np.ndarray
+    rst: np.ndarray
+    taphdr: np.ndarray
+    tapdata: np.ndarray
+    tapmask: int
+
+
 class SignalView(NamedTuple):
     """run_loop: the signal ring it publishes to (engine.sigring.SignalRing)."""
     shdr: np.ndarray
@@ -98,6 +117,11 @@ class BacktestArgs(NamedTuple):
 def run_args(mod, ring: TickView, live: LiveArgs) -> tuple:
     """run_loop's arguments, in its order (mod: the strategy's host module)."""
     return _flat(mod.run_loop, ring, live)
+
+
+def run_multi_args(mod, rings: MultiTickView, live: LiveArgs) -> tuple:
+    """run_loop_multi's arguments, in its order."""
+    return _flat(mod.run_loop_multi, rings, live)
 
 
 def backtest_args(mod, parts: BacktestArgs) -> tuple:

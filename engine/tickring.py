@@ -115,6 +115,15 @@ def poll(hdr, data, mask, slot_base, out):
     return POLL_GAP
 
 
+def publish_gap(hdr, data, mask, seq, lost=0):
+    """Publish a gap tick (seq: its number in the stream; lost: how many were lost, 0 when nobody
+    knows). Producer only: e.g. the strategy thread into its tap ring when it re-attaches to a
+    restarted feed's ring, so a recording voids its books where the loop did."""
+    w = np.zeros(RECORD_WORDS, np.int64)
+    w[0], w[3], w[7] = seq, lost, _W7_GAP
+    return publish(hdr, data, mask, w)
+
+
 @njit(nogil=True, inline="always", cache=True)
 def waiting(hdr, data, mask, slot_base):
     """Is the consumer's next tick already published? (One load of its slot's seq word: the

@@ -124,6 +124,8 @@ def add_arguments(p):
             if o.kind is bool:
                 kw.update(action=Flag, dest=o.dest or name)
             else:
+                if o.many:
+                    kw.update(action="append", default=None)
                 if o.parse is not None:
                     kw["type"] = _named(o.parse) if isinstance(o.parse, str) else o.parse
                 if o.choices is not None:
