@@ -200,11 +200,20 @@ def _load_provided(art_dir, m, backend):
     return loader(art_dir, m, verify_files(art_dir, m))
 
 
+def _requires(name, b):
+    """CPU features back end `name` needs: what the manifest says and, for a flat variant, what the
+    engine compiles it with (models/flat.py BUILDS). A manifest is data and may be edited: trusting
+    its list alone would let an edited one run AVX-512 code on a CPU without it (SIGILL)."""
+    from .flat import BUILDS
+    own = BUILDS.get(name[len("flat-"):], (None, []))[1] if name.startswith("flat-") else []
+    return set(b.get("requires", [])) | set(own)
+
+
 def _candidates(m, backend, art_dir):
     """Back ends to try, best first, among those the artifact has and this CPU runs."""
     have = m.get("backends", {})
     cpu = cpu_flag_set()
-    runnable = [n for n, b in have.items() if isinstance(b, dict) and set(b.get("requires", [])) <= cpu]
+    runnable = [n for n, b in have.items() if isinstance(b, dict) and _requires(n, b) <= cpu]
     if backend == "auto":
         return [n for n in runnable if n not in REFERENCE_ONLY]
     if backend == "flat":
@@ -215,7 +224,7 @@ def _candidates(m, backend, art_dir):
     if backend not in have:
         raise ArtifactError(f"{art_dir}: no {backend!r} back end in this artifact (it has {sorted(have)})")
     if backend not in runnable:
-        missing = sorted(set(have[backend].get("requires", [])) - cpu)
+        missing = sorted(_requires(backend, have[backend]) - cpu)
         raise ArtifactError(f"{art_dir}: back end {backend} needs CPU features {', '.join(missing)} that this "
                             f"CPU lacks; use --backend flat-portable or treelite")
     return [backend]
