@@ -42,8 +42,9 @@ Counters (engine/feed_stats.py): connects, reconnects, rotations, silences, snap
 REST errors and bans, frames, feed latency (event time to receive) and frame-to-tick percentiles.
 
 Everything here runs in the feed process (feeds/process.py), never on the strategy core: one
-asyncio loop (uvloop when installed) stepped between batches, picows for the websocket (the
-fastest client measured by bench/live.py that answers pings and close frames itself), aiohttp for REST.
+asyncio loop (uvloop when installed) stepped between batches, the websocket taken apart in numba a
+socket read at a time (feeds/ws_client.py: a client library's per-frame Python call was the limit,
+bench/live.py), aiohttp for REST.
 """
 import asyncio
 import json
@@ -56,6 +57,7 @@ import numpy as np
 
 from . import binance_scan as S, uri as U, venues
 from .binance import Scanner, size_divisor
+from . import ws_client
 from .feed_latency import Latencies
 
 MARKETS = {  # (websocket base, REST base, REST prefix, weight budget a minute, depth weight for the limit)
@@ -78,11 +80,11 @@ def depth_weight(market, limit):
 
 
 class Conn:
-    """One websocket connection: frames go, as capture lines, into `buf`."""
+    """One websocket connection: its frames, as capture lines, go into `buf` (feeds/ws_client.py
+    makes the lines, a socket read at a time)."""
 
-    def __init__(self, offset):
+    def __init__(self):
         self.buf = bytearray()
-        self.offset = offset
         self.transport = None
         self.opened = self.last = time.monotonic()
         self.frames = 0
@@ -90,42 +92,21 @@ class Conn:
         self.wake = None
         self.reason = ""
 
+    def lines(self, data, frames):
+        self.buf += data
+        self.frames += frames
+        self.last = time.monotonic()
+        self._wake()
 
-def _listener(conn, picows):
-    # picows wants a WSListener subclass; the class is made here so picows is imported only when used
-    TEXT, CLOSE = picows.WSMsgType.TEXT, picows.WSMsgType.CLOSE
-    mono = time.monotonic_ns
+    def lost(self, reason):
+        self.closed = True
+        self.reason = self.reason or reason
+        self._wake()
 
-    class Listener(picows.WSListener):
-        def on_ws_frame(self, transport, frame):
-            t = frame.msg_type
-            if t == TEXT:
-                now = mono()
-                p = frame.get_payload_as_bytes()
-                if b"\n" in p:  # (JSON never needs a raw newline; a line must stay one line)
-                    p = p.replace(b"\n", b" ")
-                b = conn.buf
-                b += b"%d " % (now + conn.offset)
-                b += p
-                b += b"\n"
-                conn.frames += 1
-                conn.last = now / 1e9
-                w = conn.wake
-                if w is not None and not w.done():
-                    w.set_result(None)
-            elif t == CLOSE:
-                conn.reason = f"close frame {frame.get_close_code()}"
-                transport.send_close(frame.get_close_code())
-                transport.disconnect()
-
-        def on_ws_disconnected(self, transport):
-            conn.closed = True
-            conn.reason = conn.reason or "disconnected"
-            w = conn.wake
-            if w is not None and not w.done():
-                w.set_result(None)
-
-    return Listener
+    def _wake(self):
+        w = self.wake
+        if w is not None and not w.done():
+            w.set_result(None)
 
 
 class BinanceLive:
@@ -229,6 +210,8 @@ class BinanceLive:
         out = np.zeros((OUT_ROWS, 8), np.int64)
         for _ in sc.scan(np.frombuffer(lines, np.uint8), 0, True, out):
             pass
+        ws_client.deframe(np.frombuffer(b"\x81\x02{}\x89\x00", np.uint8), 6, np.frombuffer(b"1 ", np.uint8),
+                          np.empty(128, np.uint8), MAX_FRAME)
         self.lat.record("feed_latency", np.zeros(1, np.int64))
         self.lat.counts["feed_latency"][:] = 0
 
@@ -303,8 +286,7 @@ class BinanceLive:
     async def _close(self):
         for c in (getattr(self, "active", None), getattr(self, "standby", None)):
             if c is not None and c.transport is not None and not c.closed:
-                c.transport.send_close()
-                c.transport.disconnect()
+                c.transport.close()
         for t in self.asking.values():
             t.cancel()
         if hasattr(self, "http"):
@@ -339,21 +321,21 @@ class BinanceLive:
     async def _connect(self, first=False):
         """A connection, retried with exponential backoff and full jitter until it opens (or we
         are stopped); the first one fails at once on a refused handshake (a bad URL or stream)."""
-        import picows
         attempt = 0
         while True:
-            conn = Conn(self.offset)
+            conn = Conn()
             try:
-                tr, _ = await picows.ws_connect(_listener(conn, picows), self.ws_url, max_frame_size=MAX_FRAME,
-                                                enable_auto_pong=True, websocket_handshake_timeout=10)
-                conn.transport = tr
+                conn.transport = await ws_client.connect(self.ws_url, conn.lines, conn.lost, offset=self.offset,
+                                                         max_frame=MAX_FRAME)
                 self.counts["connects"] += 1
                 return conn
-            except picows.WSInvalidStatusError as e:  # the venue refused the subscription
+            except ws_client.HandshakeError as e:  # the venue refused the subscription
                 if first:
                     raise U.FeedError(f"{self.uri}: the venue refused the subscription: {e}") from None
                 err = e
-            except (OSError, asyncio.TimeoutError, picows.WSError) as e:
+            except (OSError, asyncio.TimeoutError) as e:
+                if first and isinstance(e, ConnectionRefusedError):
+                    raise U.FeedError(f"{self.uri}: cannot connect to {self.p['ws']}: {e.strerror}") from None
                 err = e
             if self.stopped:
                 conn.closed = True
@@ -379,7 +361,7 @@ class BinanceLive:
             if not a.closed:
                 self.counts["silences"] += 1
                 a.reason = f"silent for {now - a.last:.1f} s"
-                a.transport.disconnect()
+                a.transport.abort()
             await self._replace(a)
         elif self.standby is None and now - a.opened > self.p["rotate_s"]:
             self.standby = await self._connect()
@@ -414,8 +396,7 @@ class BinanceLive:
         self.standby = None
         if new.closed:
             return
-        old.transport.send_close()
-        old.transport.disconnect()
+        old.transport.close()
         self._done_frames += old.frames
         new.buf[:0] = old.buf
         self.active = new

@@ -101,11 +101,11 @@ def test_live_run_is_its_recording_and_the_capture_once_synced(tmp_path):
 
 
 def test_through_a_feed_process_and_ring(tmp_path, shm_name, capture_prefix):
-    """`engine feed binance-live://...` into a real ring, usdm flat out: the ring's ticks carry the
-    frames' receive times (monotonic, rising with the ring's sequence across each batch) and end
-    as the capture's."""
+    """`engine feed binance-live://...` into a real ring (usdm at x10: flat out, the fake's REST
+    snapshot comes late and cut to 1000 levels, and a deep level may differ): the ring's ticks end as
+    the capture's."""
     from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", speed=0.0, max_lines=LINES) as fb:
+    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES) as fb:
         proc = subprocess.Popen(engine_cmd("feed", uri(fb, "usdm"), "--ring", shm_name, "--wait-consumers", "1"),
                                 cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE, text=True)
         try:
@@ -207,7 +207,7 @@ def test_rotation_before_the_venue_limit_makes_no_gap(tmp_path, capture_prefix):
         conns = fb.connections
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
     st = src.stats()
-    assert st["rotations"] >= 2 and conns == st["rotations"] + 1
+    assert st["rotations"] >= 2 and conns - st["rotations"] in (1, 2)  # (2: a standby open at the end)
     assert st["gaps"] == 0 and st["reconnects"] == 0 and st["snapshots"] == 1
     assert st["depth_duplicates"] + st["trade_duplicates"] + st["ticker_dropped_old"] > 0  # the overlaps
     synced_tail_equal(got, capture_prefix["usdm"], int(len(capture_prefix["usdm"]) * 0.8))

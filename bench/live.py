@@ -1,0 +1,466 @@
+"""Live feeds against their peers, on local venues (loopback, real sockets, real captures).
+
+binance: the usdm BTCUSDT capture (93,953 frames a pass) served flat out by bench/_ws_blast.py in
+its own process; subscription depth@100ms + bookTicker + aggTrade (the streams cryptofeed subscribes;
+the blast server serves the capture's depth diffs and trades under those names), so both clients
+get the same bytes. One pass per session: a second pass would apply the capture's first diffs on the
+book its last diffs left (stale levels, a crossed book: neither realistic nor the same work), so each
+measurement is a fresh connection and a fresh book, repeated, and the median is quoted.
+- ours: `binance-live://usdm?...` (feeds/binance_live.py) run in-process, its batches consumed by a
+  loop that only counts: the socket reads, the numba websocket deframer (feeds/ws_client.py), the
+  numba scanner (JSON, book, ticks) and the tick batches handed out; NOT the ring publish
+  (feeds/process.py) or anything downstream. frames_per_s: the pass's frames over the time from the
+  connection's start to the batch holding the last frame's ticks (median of the sessions). frame_to_tick_p50/p99/p999_ns: per tick, a frame's
+  receive time (read in the websocket callback) to its batch being consumed (the source's own
+  histogram, src.lat "frame_to_tick", pooled over the sessions); flat out, that is mostly the
+  wait behind the megabytes already received, so it is a queueing figure.
+  frame_to_tick_capture_pace_*_ns: the same histogram at the capture's own pace (the reconnect run
+  below), with no queue in front: the per-frame cost a live feed sees.
+- cryptofeed: BinanceFutures subclassed with its websocket and REST endpoints on the blast server
+  (see _cryptofeed for the one thing an attribute cannot do), L2_BOOK / TRADES / TICKER callbacks that
+  count: frames (its connection's raw message count) from its first callback to its last, over that
+  time. It keeps a Decimal book and builds an object per event; ours keeps an integer book and
+  writes ticks. Its connection is the `websockets` client.
+- bare websocket clients (picows, websockets, aiohttp; uvloop): a receive loop that only counts text
+  frames (picows also takes each payload as bytes), first to last frame, over several passes
+  (content does not matter here). The ceiling a client library puts on a feed: with a Python call
+  per frame even the fastest (picows) left the source near 170k frames/s, which is why the source
+  takes frames apart in numba a socket read at a time instead.
+- reconnect: tests/helpers/fake_binance.FakeBinance in a process of its own (speed 1.0: the
+  capture's pace) drops every connection (TCP abort) after 150 frames; ours (backoff_s=0.05)
+  reconnects at once (a connection that had frames is retried without backoff). Timed in the
+  consuming loop: from the gap tick's receive time (the source writes the gap line the moment it
+  sees the connection gone) to the loop seeing the scanner's `snapshots` counter rise (the new REST
+  snapshot placed: the book synced again). p50 / max over the drops.
+dbn: bench/_live_dbn.run(quick) (our dbn-live source vs Databento's official client).
+
+`python bench/live.py [--quick]` prints a table and writes bench/results/live.json (--quick: < 60 s
+with the numba cache warm).
+"""
+import asyncio
+import subprocess
+import sys
+import time
+
+import _common
+import numpy as np
+
+from engine.records import KIND_GAP, tick_kinds
+from feeds import binance_scan as S
+
+ROOT = _common.ROOT
+USDM = ROOT.parent / "shared" / "data" / "binance" / "usdm_btcusdt_20240808.gz"
+STREAMS = ("btcusdt@depth@100ms", "btcusdt@bookTicker", "btcusdt@aggTrade")
+I_GAPS, I_SNAPS = S.STATS.index("stream_gaps"), S.STATS.index("snapshots")
+
+
+# -- the blast venue ------------------------------------------------------------------------------
+
+class Blast:
+    def __init__(self, capture):
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_ws_blast.py"), str(capture),
+                                      "--prebuild", "/".join(STREAMS)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        words = self.proc.stdout.readline().split()
+        if not words:
+            raise SystemExit("bench/_ws_blast.py did not start")
+        self.port = int(words[0])
+        counts = dict(w.split("=") for w in words[1:])
+        self.per_pass = sum(int(v) for v in counts.values())  # one frame per line of each subscribed kind
+
+    def ws(self, passes):
+        return f"ws://127.0.0.1:{self.port}/p{passes}"
+
+    @property
+    def rest(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- ours -------------------------------------------------------------------------------------------
+
+def ours(blast, runs):
+    """`runs` sessions of one pass each (a fresh source: a fresh book); frames/s per run, and the
+    frame_to_tick histogram of all runs pooled."""
+    from feeds.feed_latency import Latencies
+    from feeds.sources import open_source
+    pooled = Latencies("frame_to_tick")
+    rates, tick_rates = [], []
+    for _ in range(runs):
+        src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={blast.ws(1)}&rest={blast.rest}"
+                          f"&update=100ms&trades=aggTrade&idle_s=5")
+        want = blast.per_pass
+        t0 = f0 = t_end = None
+        ticks = 0
+        gen = src.batches()
+        for b in gen:
+            a = src.active
+            frames = src._done_frames + a.frames
+            if t0 is None:  # from the connection's start: a socket read takes many frames at once, so
+                t0, f0 = int(a.opened * 1e9), 0  # "the first frame seen" would skip most of them
+            if len(b):
+                ticks += len(b)
+                t_end = time.monotonic_ns()
+            elif frames >= want and not a.buf:
+                break  # everything received and scanned
+        gen.close()  # (closes the connection)
+        st = src.stats()
+        if st["frames"] != want or st["stream_gaps"] or st["resyncs"]:
+            raise SystemExit(f"ours: {st['frames']} frames of {want}, {st['stream_gaps']} gaps, {st['resyncs']} resyncs")
+        secs = (t_end - t0) / 1e9
+        rates.append(round((st["frames"] - f0) / secs))
+        tick_rates.append(round(ticks / secs))
+        pooled.counts["frame_to_tick"] += src.lat.counts["frame_to_tick"]
+    lat = pooled.percentiles_ns("frame_to_tick")
+    return {"frames_per_s": int(np.median(rates)), "ticks_per_s": int(np.median(tick_rates)),
+            "frame_to_tick_p50_ns": lat["p50"], "frame_to_tick_p99_ns": lat["p99"],
+            "frame_to_tick_p999_ns": lat["p999"], "frames_count": runs * blast.per_pass}, rates
+
+
+# -- cryptofeed -------------------------------------------------------------------------------------
+
+def _cryptofeed(blast, passes=1):
+    """cryptofeed's BinanceFutures on the blast server. The endpoints are class attributes and are
+    overridden; but its WSAsyncConn refuses any address that is not wss:// (a ValueError in its
+    constructor), and TLS on one side only would not be the same work: connect() is overridden to
+    swap each connection's address to ws:// after it was built (the connection is otherwise its own)."""
+    import logging
+
+    from cryptofeed.connection import RestEndpoint, Routes, WebsocketEndpoint, WSAsyncConn
+    from cryptofeed.defines import L2_BOOK, TICKER, TRADES
+    from cryptofeed.exchanges import BinanceFutures
+
+    logging.getLogger("feedhandler").setLevel(logging.ERROR)
+    host = f"127.0.0.1:{blast.port}"
+
+    class LocalBinanceFutures(BinanceFutures):
+        websocket_endpoints = [WebsocketEndpoint(f"wss://{host}/p{passes}", options={"compression": None})]
+        rest_endpoints = [RestEndpoint(f"http://{host}", routes=Routes(
+            "/fapi/v1/exchangeInfo", l2book="/fapi/v1/depth?symbol={}&limit={}", authentication="/fapi/v1/listenKey",
+            open_interest="/fapi/v1/openInterest?symbol={}"))]
+
+        def connect(self):
+            out = super().connect()
+            for conn, *_ in out:
+                if isinstance(conn, WSAsyncConn):
+                    conn.address = "ws://" + conn.address[len("wss://"):]
+            return out
+
+    counts = {L2_BOOK: 0, TRADES: 0, TICKER: 0}
+    mark = {}
+
+    def counter(kind):
+        async def cb(obj, receipt):
+            counts[kind] += 1
+            now = time.monotonic_ns()
+            if "t0" not in mark:
+                mark["t0"], mark["f0"] = now, feed.connection_handlers[0].conn.received
+            mark["t1"] = now
+        return cb
+
+    try:
+        import uvloop
+        loop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    feed = LocalBinanceFutures(symbols=["BTC-USDT-PERP"], channels=[L2_BOOK, TRADES, TICKER],
+                               callbacks={k: counter(k) for k in counts})
+    want = passes * blast.per_pass
+
+    async def watch():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            hs = feed.connection_handlers
+            if hs and hs[0].conn.received >= want and mark:
+                return hs[0].conn.received
+            await asyncio.sleep(0.01)
+        raise SystemExit("cryptofeed: not every frame arrived in 600 s")
+
+    feed.start(loop)
+    try:
+        received = loop.run_until_complete(watch())
+        feed.stop()
+        loop.run_until_complete(feed.shutdown())
+    finally:
+        for t in asyncio.all_tasks(loop):
+            t.cancel()
+        loop.run_until_complete(asyncio.sleep(0.05))
+        loop.close()
+        asyncio.set_event_loop(None)
+    from importlib.metadata import version
+    secs = (mark["t1"] - mark["t0"]) / 1e9
+    return {"frames_per_s": round((received - mark["f0"]) / secs), "frames_count": received,
+            "l2_book_callbacks_count": counts[L2_BOOK], "trades_callbacks_count": counts[TRADES],
+            "ticker_callbacks_count": counts[TICKER], "version": version("cryptofeed")}
+
+
+# -- bare websocket clients -------------------------------------------------------------------------
+
+def _loop():
+    try:
+        import uvloop
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+def _rate(n, t0, t1):
+    return round((n - 1) / ((t1 - t0) / 1e9))
+
+
+def bare_picows(url, want):
+    import picows
+    TEXT, mono = picows.WSMsgType.TEXT, time.monotonic_ns
+    loop = _loop()
+    done = loop.create_future()
+    st = {"n": 0, "t0": 0, "t1": 0}
+
+    class L(picows.WSListener):
+        def on_ws_frame(self, tr, f):
+            if f.msg_type == TEXT:
+                f.get_payload_as_bytes()  # the payload as the source takes it
+                if not st["n"]:
+                    st["t0"] = mono()
+                st["n"] += 1
+                if st["n"] == want:
+                    st["t1"] = mono()
+                    done.set_result(None)
+
+    async def run():
+        tr, _ = await picows.ws_connect(L, url, max_frame_size=1 << 20, enable_auto_pong=True)
+        await asyncio.wait_for(done, 600)
+        tr.send_close()
+        tr.disconnect()
+
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    return _rate(st["n"], st["t0"], st["t1"])
+
+
+def bare_ours(url, want):
+    """feeds/ws_client.py alone: socket reads deframed in numba into capture lines, counted."""
+    from feeds import ws_client
+    loop = _loop()
+    done = loop.create_future()
+    st = {"n": 0, "t0": 0, "t1": 0}
+    mono = time.monotonic_ns
+
+    def sink(lines, frames):
+        if not st["n"]:
+            st["t0"] = mono()
+        st["n"] += frames
+        if st["n"] >= want and not done.done():
+            st["t1"] = mono()
+            done.set_result(None)
+
+    async def run():
+        proto = await ws_client.connect(url, sink, lambda reason: None)
+        await asyncio.wait_for(done, 600)
+        proto.close()
+
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    return _rate(st["n"], st["t0"], st["t1"])
+
+
+def bare_websockets(url, want):
+    from websockets.asyncio.client import connect
+
+    async def run():
+        async with connect(url, compression=None, max_size=1 << 20, ping_interval=None) as ws:
+            await ws.recv()
+            t0, n = time.monotonic_ns(), 1
+            while n < want:
+                await ws.recv()
+                n += 1
+            return _rate(n, t0, time.monotonic_ns())
+    loop = _loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+
+def bare_aiohttp(url, want):
+    import aiohttp
+
+    async def run():
+        async with aiohttp.ClientSession() as s:
+            async with s.ws_connect(url, compress=0, max_msg_size=1 << 20, autoping=True) as ws:
+                await ws.receive()
+                t0, n = time.monotonic_ns(), 1
+                while n < want:
+                    m = await ws.receive()
+                    if m.type == aiohttp.WSMsgType.TEXT:
+                        n += 1
+                    elif m.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                        break
+                return _rate(n, t0, time.monotonic_ns())
+    loop = _loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+
+# -- reconnect --------------------------------------------------------------------------------------
+
+def _fake_venue(capture, every, pipe):
+    """FakeBinance in a process of its own (its aiohttp thread must not share the source's GIL):
+    every connection dropped (TCP abort) after `every` frames. Serves until the pipe closes."""
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(capture, market="usdm", speed=1.0, drop_after=every, fault_every_connection=True) as fb:
+        pipe.send((fb.ws_url, fb.rest_url))
+        try:
+            pipe.recv()
+        except EOFError:
+            pass
+
+
+def reconnect(capture, drops, every):
+    """Drop every connection after `every` frames (FakeBinance, capture pace); per drop, the gap
+    tick's receive time to the loop seeing the next snapshot placed (ms). Also the run's
+    frame_to_tick percentiles (ns): the latency at the capture's own pace, no queue in front."""
+    import multiprocessing as mp
+    from feeds.sources import open_source
+    ctx = mp.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_fake_venue, args=(str(capture), every, theirs), daemon=True)
+    proc.start()
+    out = []
+    try:
+        ws, rest = mine.recv()
+        src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&backoff_s=0.05")
+        C = src.scanner.state[2]
+        gaps, t_drop, snaps_at = int(C[I_GAPS]), None, 0
+        deadline = time.monotonic() + 30 + drops * (every / 200 + 3)
+        gen = src.batches()
+        for b in gen:
+            g = int(C[I_GAPS])
+            if g > gaps:
+                gaps = g
+                k = np.nonzero(tick_kinds(b) == KIND_GAP)[0] if len(b) else []
+                t_drop = int(b[k[0], 2]) if len(k) else time.monotonic_ns()
+                snaps_at = int(C[I_SNAPS])
+            elif t_drop is not None and int(C[I_SNAPS]) > snaps_at:
+                out.append((time.monotonic_ns() - t_drop) / 1e6)
+                t_drop = None
+                if len(out) >= drops:
+                    break
+            if time.monotonic() > deadline:
+                break
+        gen.close()
+        st = src.stats()
+        lat = src.lat.percentiles_ns("frame_to_tick")
+    finally:
+        mine.send("stop")
+        proc.join(30)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join()
+    if len(out) < drops:
+        raise SystemExit(f"reconnect: {len(out)} of {drops} drops resynced ({st})")
+    return out, lat
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+def main():
+    a = _common.args(__doc__.split("\n")[0])
+    quick = a.quick
+    capture = USDM if USDM.exists() else None
+    metrics, peers, ratios, notes = {}, {}, {}, {}
+    rows = []
+    if capture is None:
+        notes["binance"] = f"skipped: {USDM} is not here"
+    else:
+        runs, cf_runs, p_bare = (3, 1, 2) if quick else (15, 3, 10)
+        blast = Blast(capture)
+        try:
+            best, our_runs = ours(blast, runs)
+            cfs = [_cryptofeed(blast) for _ in range(cf_runs)]
+            cf = sorted(cfs, key=lambda x: x["frames_per_s"])[len(cfs) // 2]
+            want = p_bare * blast.per_pass
+            url = f"{blast.ws(p_bare)}/stream?streams={'/'.join(STREAMS)}"
+            bare = {"picows": [bare_picows(url, want) for _ in range(3)], "ours": [bare_ours(url, want) for _ in range(3)],
+                    "websockets": [bare_websockets(url, want)], "aiohttp": [bare_aiohttp(url, want)]}
+        finally:
+            blast.close()
+        drops, paced = reconnect(capture, 3 if quick else 6, 150)
+        metrics.update({f"binance_live_{k}": v for k, v in best.items()})
+        metrics.update({f"binance_live_frame_to_tick_capture_pace_{k}_ns": paced[k] for k in ("p50", "p99", "p999")})
+        cf_version = cf.pop("version")
+        peers["cryptofeed"] = {f"binance_live_{k}": v for k, v in cf.items()}
+        notes["runs_frames_per_s"] = {"ours": our_runs, "cryptofeed": [x["frames_per_s"] for x in cfs],
+                                      "picows_bare": bare["picows"]}
+        peers["cryptofeed"]["client"] = (f"cryptofeed {cf_version} BinanceFutures (subclassed: local endpoints, ws://), "
+                                         "L2_BOOK + TRADES + TICKER callbacks that count")
+        ratios["binance_live_vs_cryptofeed_frames_per_s"] = _common.ratio(best["frames_per_s"], cf["frames_per_s"], True)
+        metrics["ws_bare_frames_per_s"] = sorted(bare["picows"])[1]
+        metrics["ws_client_bare_frames_per_s"] = sorted(bare["ours"])[1]
+        ratios["ws_client_vs_picows_ws_bare_frames_per_s"] = _common.ratio(metrics["ws_client_bare_frames_per_s"],
+                                                                           metrics["ws_bare_frames_per_s"], True)
+        for name in ("websockets", "aiohttp"):
+            peers[name] = {"ws_bare_frames_per_s": bare[name][0]}
+            ratios[f"picows_vs_{name}_ws_bare_frames_per_s"] = _common.ratio(metrics["ws_bare_frames_per_s"],
+                                                                             bare[name][0], True)
+        metrics["reconnect_to_synced_p50_ms"] = round(float(np.median(drops)), 1)
+        metrics["reconnect_to_synced_max_ms"] = round(max(drops), 1)
+        metrics["reconnect_drops_count"] = len(drops)
+        rows += [("binance frames/s", best["frames_per_s"], cf["frames_per_s"], "cryptofeed",
+                  ratios["binance_live_vs_cryptofeed_frames_per_s"], ">= 500,000"),
+                 ("binance ticks/s", best["ticks_per_s"], None, "", None, ""),
+                 ("frame_to_tick p50 ns (flat out)", best["frame_to_tick_p50_ns"], None, "", None, ""),
+                 ("frame_to_tick p99 ns (flat out)", best["frame_to_tick_p99_ns"], None, "", None, ""),
+                 ("frame_to_tick p99.9 ns (flat out)", best["frame_to_tick_p999_ns"], None, "", None, ""),
+                 ("frame_to_tick p50 ns (paced)", paced["p50"], None, "", None, ""),
+                 ("frame_to_tick p99 ns (paced)", paced["p99"], None, "", None, ""),
+                 ("frame_to_tick p99.9 ns (paced)", paced["p999"], None, "", None, "")]
+        rows.append(("bare ws frames/s (ws_client, numba)", metrics["ws_client_bare_frames_per_s"],
+                     metrics["ws_bare_frames_per_s"], "picows", ratios["ws_client_vs_picows_ws_bare_frames_per_s"], ""))
+        for name in ("websockets", "aiohttp"):
+            rows.append(("bare ws frames/s (picows)", metrics["ws_bare_frames_per_s"], bare[name][0], name,
+                         ratios[f"picows_vs_{name}_ws_bare_frames_per_s"], ""))
+        rows += [("reconnect to synced p50 ms", metrics["reconnect_to_synced_p50_ms"], None, "", None, "< 1,050"),
+                 ("reconnect to synced max ms", metrics["reconnect_to_synced_max_ms"], None, "", None, "< 1,050")]
+        notes["binance"] = (f"usdm BTCUSDT capture, {blast.per_pass} frames a pass; ours {runs} sessions of one pass "
+                            f"(median frames/s; frame_to_tick pooled), cryptofeed {cf_runs} (median), bare clients "
+                            f"{p_bare} passes (picows median of 3); paced frame_to_tick and reconnect: FakeBinance "
+                            "speed 1.0, every connection dropped after 150 frames, backoff_s=0.05")
+    import _live_dbn
+    d = _live_dbn.run(quick)
+    if "skipped" in d:
+        notes["dbn"] = d["skipped"]
+    else:
+        metrics.update(d["metrics"])
+        peers.update(d["peers"])
+        ours_r, peer_r = d["metrics"]["dbn_live_records_per_s"], d["peers"]["databento"]["dbn_live_records_per_s"]
+        ratios["dbn_live_vs_databento_records_per_s"] = _common.ratio(ours_r, peer_r, True)
+        rows += [("dbn records/s", ours_r, peer_r, "databento", ratios["dbn_live_vs_databento_records_per_s"], ""),
+                 ("dbn bytes_to_tick p99 us", d["metrics"]["dbn_live_bytes_to_tick_p99_us"], None, "", None, "")]
+    _print(rows)
+    _common.save("live", metrics, peers, ratios, notes)
+
+
+def _print(rows):
+    def f(v):
+        return "-" if v is None else f"{v:,.0f}" if isinstance(v, (int, float)) and v >= 100 else f"{v:,}"
+    print(f"\n  {'figure':<32}{'ours':>14}{'peer':>14}  {'(peer)':<12}{'ratio':>8}  target")
+    for label, o, p, who, r, tgt in rows:
+        print(f"  {label:<32}{f(o):>14}{f(p):>14}  {who:<12}{f(r):>8}  {tgt}")
+
+
+if __name__ == "__main__":
+    main()
