@@ -350,11 +350,10 @@ class BinanceLive:
         replaced (a gap line first), an old one rotated."""
         a = self.active
         if not a.buf and not a.closed:
-            a.wake = self.loop.create_future()
-            try:
-                await asyncio.wait_for(a.wake, 0.05)
-            except asyncio.TimeoutError:
-                pass
+            a.wake = w = self.loop.create_future()  # (set by the next lines, or by the timer: no
+            t = self.loop.call_later(0.05, lambda: w.done() or w.set_result(None))  # wait_for task)
+            await w
+            t.cancel()
             a.wake = None
         now = time.monotonic()
         if a.closed or now - a.last > self.p["silence_s"]:
