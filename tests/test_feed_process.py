@@ -1,40 +1,17 @@
 """`engine feed` with real-format sources: every tick reaches a ring consumer, in order."""
 import subprocess
-import time
 
 import numpy as np
 
-from engine.records import TICK_DTYPE
-from engine.shm import RingError
-from engine.tickring import POLL_EMPTY, POLL_TICK, TickConsumer, poll
 
 from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
-from tests.helpers.feedutil import cli, read_all
+from tests.helpers.feedutil import cli, consume_ring, read_all
 
 FIELDS = ("ts_event", "instrument", "kind", "side", "price", "size", "bid_px", "bid_sz", "ask_px", "ask_sz")
 
 
 def _consume(name, proc, timeout=120):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            c = TickConsumer(name, start="oldest")
-            break
-        except RingError:
-            assert proc.poll() is None and time.monotonic() < deadline, "the feed never made its ring"
-            time.sleep(0.05)
-    got = []
-    while time.monotonic() < deadline:
-        st = poll(c.hdr, c.data, c.mask, c.slot_base, c.out)
-        if st == POLL_TICK:
-            got.append(c.out.copy())
-        elif st == POLL_EMPTY:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.0005)
-        else:
-            raise AssertionError("the consumer was lapped")
-    return np.array(got).view(TICK_DTYPE).reshape(-1)
+    return consume_ring(name, proc, timeout)[0]
 
 
 def _feed(source, ring, *extra):
