@@ -49,9 +49,11 @@ included; Python only hands it decompressed chunks and grows buffers when it ask
 book_ticker=check the ticks are byte for byte those of the orjson reader it replaced
 (tests/helpers/binance_orjson.py, tests/test_binance.py).
 """
+import numba
 import numpy as np
 
 from . import binance_scan as S, depth, files, uri as U, venues
+from .borrow import handles
 from .book import Ladders
 from .book_deep import Deep
 from .depth import Windows
@@ -137,12 +139,23 @@ class Scanner:
                       np.zeros((64, 4), np.int64), np.zeros(1 << 16, np.uint8), F(), F(), F(), F()]
         self.dmap, self.tmap = _match_map(), _match_map()
         self.n = 0
+        self._names = []  # the symbols' names, as far as they are known
+        self._H = None  # the handle table of every state array (None: to build; a grown array voids it)
+        for t, want in zip(self._tuples(), S.PACKED):
+            if numba.typeof(t) != want:
+                raise TypeError(f"the scanner's state {numba.typeof(t)} is not binance_scan.PACKED's {want}")
+
+    def _tuples(self):
+        return (self.ladders.arrays(), self.deep.arrays(), self.windows.arrays(), self.view, tuple(self.state),
+                self.dmap, self.tmap)
 
     @property
     def instruments(self):
-        sym = self.state[4]
-        return [bytes(sym[i, :sym[i, S.SYM_LEN]]).decode("utf-8", "replace")
-                for i in range(int(self.state[1][S.G_NSYM]))]
+        n = int(self.state[1][S.G_NSYM])
+        if len(self._names) != n:  # (asked per batch by the publisher: decoded once per new symbol)
+            sym = self.state[4]
+            self._names = [bytes(sym[i, :sym[i, S.SYM_LEN]]).decode("utf-8", "replace") for i in range(n)]
+        return list(self._names)
 
     def stats(self):
         return dict(zip(STATS, (int(x) for x in self.state[2])))
@@ -161,10 +174,13 @@ class Scanner:
         left in out when it returns); returns where it stopped (the start of an unfinished line)."""
         G = self.state[1]
         while True:
-            pos, self.n, r = S.scan(buf, pos, len(buf), final, self.ladders.arrays(), self.deep.arrays(), self.windows.arrays(),
-                                    self.view, self.top, out, self.n, tuple(self.state), self.dmap, self.tmap)
+            if self._H is None:
+                self._H = handles([a for t in self._tuples() for a in t])
+            pos, self.n, r = S.scan_packed(buf, pos, len(buf), final, self._H, self.top, out, self.n)
             if r == S.R_DONE:
                 return pos
+            if r in (S.R_ROOM, S.R_DEEP, S.R_VALS, S.R_HOLD):
+                self._H = None  # (an array is about to be replaced)
             if r == S.R_OUT:
                 yield out[:self.n]
                 self.n = 0

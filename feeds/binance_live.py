@@ -58,7 +58,7 @@ import numpy as np
 from . import binance_scan as S, uri as U, venues
 from .binance import Scanner, size_divisor
 from . import ws_client
-from .feed_latency import Latencies
+from .feed_latency import Latencies, record_feed, record_since
 
 MARKETS = {  # (websocket base, REST base, REST prefix, weight budget a minute, depth weight for the limit)
     "spot": ("wss://stream.binance.com:9443", "https://api.binance.com", "/api/v3", 6000),
@@ -104,9 +104,8 @@ class Conn:
         self._wake()
 
     def _wake(self):
-        w = self.wake
-        if w is not None and not w.done():
-            w.set_result(None)
+        if self.wake is not None:  # (the event loop's stop: batches() waits in run_forever)
+            self.wake()
 
 
 class BinanceLive:
@@ -212,8 +211,11 @@ class BinanceLive:
             pass
         ws_client.deframe(np.frombuffer(b"\x81\x02{}\x89\x00", np.uint8), 6, np.frombuffer(b"1 ", np.uint8),
                           np.empty(128, np.uint8), MAX_FRAME)
-        self.lat.record("feed_latency", np.zeros(1, np.int64))
-        self.lat.counts["feed_latency"][:] = 0
+        t = np.zeros((1, 8), np.int64)
+        record_feed(self.lat.counts["feed_latency"], t, 0)
+        record_since(self.lat.counts["frame_to_tick"], t, 0)
+        for c in self.lat.counts.values():
+            c[:] = 0
 
     # -- the batches -------------------------------------------------------------------------
 
@@ -230,7 +232,9 @@ class BinanceLive:
             pending = b""
             last_frames, last_t = 0, time.monotonic()
             while not self.stopped:
-                loop.run_until_complete(self._tick())
+                self._wait()
+                if self._due():
+                    loop.run_until_complete(self._tick())
                 frames = self._frames()
                 if frames != last_frames:
                     last_frames, last_t = frames, time.monotonic()
@@ -265,12 +269,9 @@ class BinanceLive:
     def _emit(self, ticks):
         """Feed latency (wall clock), then ts_recv back on CLOCK_MONOTONIC; after the publisher has
         put the batch in the ring (the generator resumes), the frame-to-tick time."""
-        ev = ticks[:, 1]
-        has = ev > 0
-        self.lat.record("feed_latency", (ticks[:, 2] - ev)[has])
-        ticks[:, 2] -= self.offset
+        record_feed(self.lat.counts["feed_latency"], ticks, self.offset)
         yield ticks
-        self.lat.record("frame_to_tick", time.monotonic_ns() - ticks[:, 2])
+        record_since(self.lat.counts["frame_to_tick"], ticks, time.monotonic_ns())
 
     # -- connections -------------------------------------------------------------------------
 
@@ -345,16 +346,38 @@ class BinanceLive:
             attempt += 1
             await asyncio.sleep(delay)
 
-    async def _tick(self):
-        """Wait (up to 50 ms) for frames, then look after the connections: a lost or silent one is
-        replaced (a gap line first), an old one rotated."""
-        a = self.active
-        if not a.buf and not a.closed:
-            a.wake = w = self.loop.create_future()  # (set by the next lines, or by the timer: no
-            t = self.loop.call_later(0.05, lambda: w.done() or w.set_result(None))  # wait_for task)
-            await w
+    def _wait(self):
+        """Run the event loop until the active connection has lines or is lost (its callbacks stop
+        the loop) or 50 ms pass. One loop iteration from the socket read to here: a future woken by
+        the read and awaited by a task took three, ~40 us at a live feed's one frame a read."""
+        a, loop = self.active, self.loop
+        if a.buf or a.closed:
+            return
+        once = []
+
+        def stop():  # (once: uvloop queues each stop, and a second one would end the next run early)
+            if not once:
+                once.append(1)
+                loop.stop()
+        a.wake = stop
+        t = loop.call_later(0.05, stop)
+        try:
+            loop.run_forever()
+        finally:
             t.cancel()
             a.wake = None
+
+    def _due(self):
+        """Is a connection to be replaced (lost, silent), rotated or switched?"""
+        a, now = self.active, time.monotonic()
+        return (a.closed or now - a.last > self.p["silence_s"] or
+                (self.standby is None and now - a.opened > self.p["rotate_s"]) or
+                (self.standby is not None and (self.standby.closed or now - self.standby.opened > self.p["overlap_s"])))
+
+    async def _tick(self):
+        """Look after the connections: a lost or silent one is replaced (a gap line first), an old
+        one rotated."""
+        a = self.active
         now = time.monotonic()
         if a.closed or now - a.last > self.p["silence_s"]:
             if not a.closed:
@@ -402,11 +425,11 @@ class BinanceLive:
         self.counts["rotations"] += 1
 
     def _take(self):
+        """The active connection's lines so far (its buffer itself: a new one takes its place)."""
         a = self.active
         if not a.buf:
             return b""
-        data = bytes(a.buf)
-        a.buf.clear()
+        data, a.buf = a.buf, bytearray()
         return data
 
     _done_frames = 0  # frames of the connections that are gone
@@ -417,9 +440,16 @@ class BinanceLive:
         """A snapshot for each symbol without a book or one on the way: at connect (the reply is
         placed where it arrives; diffs it covers are dropped, one it is older than is a gap and
         another snapshot), and after a gap. One request at a time per symbol."""
-        I = self.scanner.state[0]
-        known = {name: k for k, name in enumerate(self.scanner.instruments)}
+        I, G = self.scanner.state[0], self.scanner.state[1]
+        nsym = int(G[S.G_NSYM])
         refresh, self.refresh = self.refresh, False
+        if not refresh and nsym == len(self.symbols) and not (  # (every step: the common case in numpy)
+                (I[:nsym, S.I_SYNCED] == 0) & (I[:nsym, S.I_SID] < 0)).any():
+            return
+        if getattr(self, "_known_n", -1) != nsym:  # (names decoded once per new symbol)
+            self._known = {name: k for k, name in enumerate(self.scanner.instruments)}
+            self._known_n = nsym
+        known = self._known
         for name in self.symbols:
             k = known.get(name, -1)
             if name not in self.asking and (refresh or k < 0 or (I[k, S.I_SYNCED] == 0 and I[k, S.I_SID] < 0)):
@@ -441,8 +471,7 @@ class BinanceLive:
                     line = b"%d {\"s\":%s," % (time.monotonic_ns() + self.offset, json.dumps(symbol).encode())
                     a = self.active
                     a.buf += line + body[1:] + b"\n"
-                    if a.wake is not None and not a.wake.done():
-                        a.wake.set_result(None)
+                    a._wake()
                     return
                 if status not in (429, 418):
                     self.counts["rest_errors"] += 1

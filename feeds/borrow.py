@@ -81,3 +81,59 @@ def ctz_u64(typingctx, x):
         return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
 
     return types.uint64(x), codegen
+
+
+HANDLE_COLS = 3  # a handle: the array's data address and its (up to 2) dimensions
+
+
+def handles(arrays):
+    """The handle table of C-contiguous arrays of at most 2 dimensions (rows in order), for
+    `arrays_at`: one small int64 array instead of dozens of arguments. numba's dispatcher types and
+    unboxes every array of a call (~200 ns each): a parser state of ~45 arrays cost ~10 us a call,
+    which at a live feed's one frame a call was the whole budget. The arrays must outlive every
+    call made with the table and not be replaced (a grown array means a new table)."""
+    import numpy as np
+    H = np.zeros((len(arrays), HANDLE_COLS), np.int64)
+    for i, a in enumerate(arrays):
+        if not a.flags.c_contiguous or a.ndim > 2:
+            raise ValueError("handles: C-contiguous arrays of 1 or 2 dimensions only")
+        H[i, 0] = a.ctypes.data
+        H[i, 1:1 + a.ndim] = a.shape
+    return H
+
+
+@intrinsic
+def arrays_at(typingctx, H, start, T):
+    """The tuple of borrowed arrays (types: the tuple type T, a TypeRef) whose handles are rows
+    start, start + 1, ... of H (`handles`). No counts, no bounds on H: the caller built it."""
+    tt = getattr(T, "instance_type", None)
+    if not (isinstance(H, types.Array) and H.ndim == 2 and H.dtype == types.int64 and isinstance(tt, types.BaseTuple)
+            and all(isinstance(a, types.Array) and a.layout == "C" and a.ndim in (1, 2) for a in tt)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        from numba.core import cgutils
+        h = context.make_array(sig.args[0])(context, builder, value=args[0])
+        row0 = context.cast(builder, args[1], sig.args[1], types.int64)
+        i64 = ir.IntType(64)
+
+        def cell(i, col):
+            at = builder.add(builder.mul(builder.add(row0, ir.Constant(i64, i)), ir.Constant(i64, HANDLE_COLS)),
+                             ir.Constant(i64, col))
+            return builder.load(builder.gep(h.data, [at]))
+
+        vals = []
+        for i, a in enumerate(tt):
+            ary = context.make_array(a)(context, builder)
+            item = context.get_abi_sizeof(context.get_data_type(a.dtype))
+            data = builder.inttoptr(cell(i, 0), ary.data.type)
+            shape = [cell(i, 1 + d) for d in range(a.ndim)]
+            strides = [ir.Constant(i64, item)] if a.ndim == 1 else [builder.mul(shape[1], ir.Constant(i64, item)),
+                                                                     ir.Constant(i64, item)]
+            context.populate_array(ary, data=data, shape=cgutils.pack_array(builder, shape),
+                                   strides=cgutils.pack_array(builder, strides), itemsize=ir.Constant(i64, item),
+                                   meminfo=None)
+            vals.append(ary._getvalue())
+        return context.make_tuple(builder, tt, vals)
+
+    return tt(H, start, T), codegen

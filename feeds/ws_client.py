@@ -106,8 +106,9 @@ class HandshakeError(OSError):
 
 
 class WsProtocol(asyncio.Protocol):
-    """One connection. `sink(lines, frames)` takes each read's lines (bytes); `on_close(reason)`
-    is called once when the connection ends."""
+    """One connection. `sink(lines, frames)` takes each read's lines (a bytes-like object valid only
+    during the call: the sink copies what it keeps); `on_close(reason)` is called once when the
+    connection ends."""
 
     def __init__(self, host, path, sink, on_close, offset, max_frame):
         self.host, self.path, self.sink, self.on_close = host, path, sink, on_close
@@ -117,6 +118,7 @@ class WsProtocol(asyncio.Protocol):
         self.head = b""
         self.inbuf = bytearray()
         self.frag = None  # a fragmented message being joined
+        self.out = np.empty(0, np.uint8)  # deframe's output, grown as reads need
         self.transport = None
         self.closed = False
         self.reason = ""
@@ -167,10 +169,13 @@ class WsProtocol(asyncio.Protocol):
         pos = 0
         while pos < len(arr):
             rest = arr[pos:]
-            out = np.empty(len(rest) + LINE_EXTRA * (len(rest) // 2 + 1), np.uint8)
+            need = len(rest) + LINE_EXTRA * (len(rest) // 2 + 1)
+            if len(self.out) < need:  # (kept: a new one per read was a page fault per 4 KiB)
+                self.out = np.empty(max(need, 2 * len(self.out)), np.uint8)
+            out = self.out
             used, w, frames, st, op, fin, s, ln = deframe(rest, len(rest), stamp, out, self.max_frame)
             if w:
-                self.sink(out[:w].tobytes(), frames)
+                self.sink(memoryview(out)[:w], frames)  # (the sink copies what it keeps)
             base, pos = pos, pos + used
             if st == D_MORE:
                 break

@@ -117,7 +117,7 @@ def test_lost_connection_is_one_gap_then_the_snapshot_rebuilds_the_book(ref_slic
     raw = []
     opts = {"drop_after": {0: 15000}} if fault == "drop" else {"silent_after": {0: 15000}}
     with FakeGateway(limit=SLICE, skip_on_reconnect=300, **opts) as gw:
-        got, src = run_live(live_uri(gw, snapshot=1, heartbeat_s=1, timeout_s=2, backoff_s=0.05, idle_s=3),
+        got, src = run_live(live_uri(gw, snapshot=1, heartbeat_s=1, timeout_s=3, backoff_s=0.05, idle_s=5),
                             sink=raw.append)
         sessions = gw.sessions
     st = src.stats()
