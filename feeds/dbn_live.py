@@ -64,7 +64,7 @@ from engine.records import MAX_INSTRUMENTS
 
 from . import uri as U
 from .book import Ladders, Orders, _rehash
-from .dbn import (NSTATS, PENDING, RT_MBO, RT_MBP0, RT_MBP1, RT_MBP10, S_INSTRUMENTS, SCHEMA_DEPTH, ST_ERROR,
+from .dbn import (NSTATS, PENDING, RT_MBO, RT_MBP0, RT_MBP1, RT_MBP10, SCHEMA_DEPTH, ST_ERROR,
                   ST_OUT, DbnFile, _inst, le32, le64, read_metadata)
 from .depth import Windows
 from .ticks import emit_gap
@@ -282,7 +282,6 @@ class DbnLive(DbnFile):
         self._names = {}
         from . import venues
         self._specs = venues.Specs(venues.cme)
-        self._inst_cache = (None, [])
         self.counts = dict.fromkeys(LIVE_STATS, 0)
         self.hist = np.zeros(LAT_BINS, np.int64)
         self.acc = np.zeros(3, np.int64)  # scan(): last ts_event, snapshot records, data records
@@ -326,16 +325,6 @@ class DbnLive(DbnFile):
         _inst(np.full(8, -1, np.int64), np.zeros(8, np.int64), np.zeros(17, np.int64), 1, False)
         o = Orders(8)
         _rehash(o.keys, o.vals, o.keys.copy(), o.vals.copy())
-
-    @property
-    def instruments(self):
-        """Names by dense index (raw symbols from the symbol mappings; an id until its mapping)."""
-        key = (int(self.stats_a[S_INSTRUMENTS]), len(self._names))
-        if self._inst_cache[0] != key:
-            sel = np.nonzero(self.ids != -1)[0]
-            iids = self.ids[sel][np.argsort(self.idx[sel], kind="stable")]
-            self._inst_cache = (key, [self._names.get(int(i), str(int(i))) for i in iids])
-        return self._inst_cache[1]
 
     def stats(self):
         st = {**super().stats(), **self.counts}
@@ -635,8 +624,9 @@ class DbnLive(DbnFile):
             if ln >= at + width:
                 iid = int(le32(rx, pos + 4))
                 name = _cstr(rec[at:at + width])
-                if name:
+                if name and self._names.get(iid) != name:
                     self._names[iid] = name
+                    self._inst_cache = (None,)  # (a renamed id keeps the count the cache is keyed on)
                 _inst(self.ids, self.idx, self.stats_a, iid, True)
         elif rt == RT_SYSTEM:
             text = _cstr(rec[16:16 + (64 if v1 else 303)])
