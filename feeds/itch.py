@@ -396,8 +396,12 @@ class ItchBooks:
         return f"byte {off}: message type {name!r} has length {ln}; ITCH 5.0 says {int(_LEN[t])}"
 
     def instruments(self):
+        """The symbols by instrument index. Asked per batch by the publisher: only new ones are
+        decoded (an instrument's symbol is set once, when its directory message makes it)."""
         k = int(self.stats[S_INSTRUMENTS])
-        return [bytes(self.syms[i]).decode("ascii", "replace").rstrip() for i in range(k)]
+        names = self.__dict__.setdefault("_names", [])
+        names += [bytes(self.syms[i]).decode("ascii", "replace").rstrip() for i in range(len(names), k)]
+        return names[:k]
 
     def stats_dict(self):
         return {name: int(v) for name, v in zip(STAT_NAMES, self.stats)}
