@@ -100,6 +100,29 @@ def test_live_run_is_its_recording_and_the_capture_once_synced(tmp_path):
     synced_tail_equal(got, ref, int(len(ref) * 0.9))
 
 
+def test_coinm_follows_the_same_procedure_on_its_own_endpoints(tmp_path):
+    """COIN-M (dapi): the usdm capture's first lines with BTCUSDT renamed BTCUSD_PERP, served as a
+    COIN-M market (its REST paths and exchangeInfo, pu continuity): the live ticks are binance:FILE
+    of their recording, and the capture's once synced; the instrument is BINANCE-D's, inverse
+    (contracts priced in USD, settled in BTC)."""
+    import gzip
+    from tests.helpers.fake_binance import FakeBinance
+    with gzip.open(USDM, "rb") as f:
+        lines = b"".join(next(f) for _ in range(LINES))
+    cap = tmp_path / "coinm.binance"
+    cap.write_bytes(lines.replace(b"BTCUSDT", b"BTCUSD_PERP").replace(b"btcusdt", b"btcusd_perp"))
+    with FakeBinance(cap, market="coinm", speed=SPEED) as fb:
+        got, raw, src = run_live(uri(fb, "coinm", symbols="BTCUSD_PERP", update="0ms"))  # (the capture's stream)
+    same_as_its_recording(got, raw, src, tmp_path, "coinm")
+    st = src.stats()
+    assert st["connects"] == 1 and st["gaps"] == 0 and st["snapshots"] == 1 and st["depth_applied"] > 100
+    assert src.instruments == ["BTCUSD_PERP"]
+    spec = src.specs[0]
+    assert spec["venue"] == "BINANCE-D" and spec["inverse"] and spec["currency"] == "BTC"
+    ref = read_all(f"binance:{cap}?market=coinm")[0]
+    synced_tail_equal(got, ref, int(len(ref) * 0.9))
+
+
 def test_through_a_feed_process_and_ring(tmp_path, shm_name, capture_prefix):
     """`engine feed binance-live://...` into a real ring (usdm at x10: flat out, the fake's REST
     snapshot comes late and cut to 1000 levels, and a deep level may differ): the ring's ticks end as
