@@ -173,6 +173,9 @@ class Scanner:
         """Run buf[pos:] through the scanner, yielding full tick batches (out[:k]; self.n ticks are
         left in out when it returns); returns where it stopped (the start of an unfinished line)."""
         G = self.state[1]
+        if buf.flags.writeable:  # one compiled scan: a capture's chunks are bytes (read-only), a live
+            buf = buf.view()      # feed's a bytearray; typed apart, the first live batch compiled anew
+            buf.flags.writeable = False
         while True:
             if self._H is None:
                 self._H = handles([a for t in self._tuples() for a in t])

@@ -283,6 +283,8 @@ class BinanceLive:
         self.standby = None
         self.attempt = 0
         self._want_snapshots()
+        for _ in range(3):  # (the snapshot requests on their way before the first frame is read)
+            await asyncio.sleep(0)
 
     async def _close(self):
         for c in (getattr(self, "active", None), getattr(self, "standby", None)):
@@ -355,10 +357,18 @@ class BinanceLive:
             return
         once = []
 
+        def later(k):  # (k more iterations, then stop)
+            if k:
+                loop.call_soon(later, k - 1)
+            else:
+                loop.stop()
+
         def stop():  # (once: uvloop queues each stop, and a second one would end the next run early)
             if not once:
                 once.append(1)
-                loop.stop()
+                # while a snapshot is asked, a few more iterations a wait: its request progresses
+                # one iteration at a time (a book waiting for it holds its diffs anyway)
+                later(3 if self.asking else 0)
         a.wake = stop
         t = loop.call_later(0.05, stop)
         try:

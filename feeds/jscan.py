@@ -25,6 +25,8 @@ _M8 = np.uint64(0x000000FF000000FF)
 _MUL1 = np.uint64(100 + (1_000_000 << 32))
 _MUL2 = np.uint64(1 + (10_000 << 32))
 # bytes a JSON number may hold (what _skip takes as one; _uint/_dec judge it after)
+_POW10 = np.array([10**k for k in range(19)], np.int64)
+_FIT = np.array([(2**63 - 1) // 10**k for k in range(19)], np.int64)  # v * 10^k fits in int64 iff v <= _FIT[k]
 _NUM = np.zeros(256, np.bool_)
 for _c in b"0123456789+-.eE":
     _NUM[_c] = True
@@ -180,7 +182,7 @@ def uint(b, s, e):
 
 @njit(nogil=True, inline="always", cache=True)
 def dec(b, s, e, scale, neg_ok, stop):
-    """An ASCII decimal b[s:e] ([-]digits[.digits]) -> int at 10^-scale exactly: (ok, value,
+    """An ASCII decimal b[s:e] ([-]digits[.digits]) -> int at 10^-scale (scale <= 18) exactly: (ok, value,
     index of the byte `stop` that ended it, or e). Digits past the scale must be zeros; at most 17
     significant digits (leading zeros count). stop = -1: the whole span; 34: a string's closing
     quote, so a level's numbers are read in the pass that finds their end."""
@@ -214,8 +216,9 @@ def dec(b, s, e, scale, neg_ok, stop):
         return False, np.int64(0), i
     if nd + frac == 0 or nd + frac > 17:
         return False, np.int64(0), i
-    for _ in range(scale - frac):
-        if v > np.int64(922337203685477580):  # would not fit in int64 at this scale
+    m = scale - frac
+    if m > 0:  # one multiply (a digit at a time was a chain of a dozen dependent steps a number)
+        if v > _FIT[m]:  # would not fit in int64 at this scale
             return False, np.int64(0), i
-        v *= 10
+        v *= _POW10[m]
     return True, (-v if neg else v), i

@@ -28,13 +28,24 @@ def uri(fb, market="spot", **extra):
     return f"binance-live://{market}?" + "&".join(f"{k}={v}" for k, v in q.items())
 
 
+def _compiled():
+    """The signatures of every numba function a live run calls from Python."""
+    from feeds import binance_scan, feed_latency, ws_client
+    fns = (binance_scan.scan_packed, ws_client.deframe, feed_latency.record_feed, feed_latency.record_since)
+    return {f.__name__: list(f.signatures) for f in fns}
+
+
 def run_live(u):
-    """Every tick of a live run in this process until it idles, its raw lines, and the source."""
+    """Every tick of a live run in this process until it idles, its raw lines, and the source.
+    Nothing is compiled once the source is open (it compiles before it connects: a compile of
+    the scanner after is a minute with no frame read, on a cold cache)."""
     from feeds.sources import open_source
     src = open_source(u)
+    before = _compiled()
     raw = []
     src.raw_sink = raw.append
     parts = [b.copy() for b in src.batches()]
+    assert _compiled() == before
     ticks = np.concatenate(parts).view(TICK_DTYPE).reshape(-1) if parts else np.zeros(0, TICK_DTYPE)
     return ticks, b"".join(raw), src
 
@@ -83,10 +94,11 @@ def capture_prefix(tmp_path_factory):
 
 
 def test_live_run_is_its_recording_and_the_capture_once_synced(tmp_path):
-    """At recorded pace x20 the snapshot asked at connect is the capture's own (the venue answers
-    when its market reaches it): after the first book, the live ticks are the capture's."""
+    """At recorded pace x10 the snapshot asked at connect is the capture's own (the venue answers
+    when its market reaches it, 27 ms after the first frame at this pace): after the first book,
+    the live ticks are the capture's."""
     from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(SPOT, market="spot", speed=20.0, max_lines=4000) as fb:
+    with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
         got, raw, src = run_live(uri(fb))
     same_as_its_recording(got, raw, src, tmp_path)
     st = src.stats()
