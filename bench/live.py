@@ -42,6 +42,7 @@ dbn: bench/_live_dbn.run(quick) (our dbn-live source vs Databento's official cli
 with the numba cache warm).
 """
 import asyncio
+import contextlib
 import gc
 import subprocess
 import sys
@@ -225,63 +226,69 @@ def _rate(n, t0, t1):
     return round((n - 1) / ((t1 - t0) / 1e9))
 
 
+def _run(loop, run):
+    """run() to its end on loop, then the loop closed."""
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+
+class _Count:
+    """Text frames a bare client's callback counts: the first's and the `want`-th's times, and
+    `done` set at the `want`-th."""
+
+    def __init__(self, loop, want):
+        self.want, self.n, self.t0, self.t1 = want, 0, 0, 0
+        self.done = loop.create_future()
+
+    def add(self, frames=1):
+        if not self.n:
+            self.t0 = time.monotonic_ns()
+        self.n += frames
+        if self.n >= self.want and not self.done.done():
+            self.t1 = time.monotonic_ns()
+            self.done.set_result(None)
+
+    def rate(self):
+        return _rate(self.n, self.t0, self.t1)
+
+
 def bare_picows(url, want):
     import picows
-    TEXT, mono = picows.WSMsgType.TEXT, time.monotonic_ns
+    TEXT = picows.WSMsgType.TEXT
     loop = _loop()
-    done = loop.create_future()
-    st = {"n": 0, "t0": 0, "t1": 0}
+    count = _Count(loop, want)
 
     class L(picows.WSListener):
         def on_ws_frame(self, tr, f):
             if f.msg_type == TEXT:
                 f.get_payload_as_bytes()  # the payload as the source takes it
-                if not st["n"]:
-                    st["t0"] = mono()
-                st["n"] += 1
-                if st["n"] == want:
-                    st["t1"] = mono()
-                    done.set_result(None)
+                count.add()
 
     async def run():
         tr, _ = await picows.ws_connect(L, url, max_frame_size=1 << 20, enable_auto_pong=True)
-        await asyncio.wait_for(done, 600)
+        await asyncio.wait_for(count.done, 600)
         tr.send_close()
         tr.disconnect()
 
-    try:
-        loop.run_until_complete(run())
-    finally:
-        loop.close()
-    return _rate(st["n"], st["t0"], st["t1"])
+    _run(loop, run)
+    return count.rate()
 
 
 def bare_ours(url, want):
     """feeds/ws_client.py alone: socket reads deframed in numba into capture lines, counted."""
     from feeds import ws_client
     loop = _loop()
-    done = loop.create_future()
-    st = {"n": 0, "t0": 0, "t1": 0}
-    mono = time.monotonic_ns
-
-    def sink(lines, frames):
-        if not st["n"]:
-            st["t0"] = mono()
-        st["n"] += frames
-        if st["n"] >= want and not done.done():
-            st["t1"] = mono()
-            done.set_result(None)
+    count = _Count(loop, want)
 
     async def run():
-        proto = await ws_client.connect(url, sink, lambda reason: None)
-        await asyncio.wait_for(done, 600)
+        proto = await ws_client.connect(url, lambda lines, frames: count.add(frames), lambda reason: None)
+        await asyncio.wait_for(count.done, 600)
         proto.close()
 
-    try:
-        loop.run_until_complete(run())
-    finally:
-        loop.close()
-    return _rate(st["n"], st["t0"], st["t1"])
+    _run(loop, run)
+    return count.rate()
 
 
 def bare_websockets(url, want):
@@ -295,11 +302,7 @@ def bare_websockets(url, want):
                 await ws.recv()
                 n += 1
             return _rate(n, t0, time.monotonic_ns())
-    loop = _loop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
+    return _run(_loop(), run)
 
 
 def bare_aiohttp(url, want):
@@ -317,20 +320,16 @@ def bare_aiohttp(url, want):
                     elif m.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                         break
                 return _rate(n, t0, time.monotonic_ns())
-    loop = _loop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
+    return _run(_loop(), run)
 
 
 # -- reconnect --------------------------------------------------------------------------------------
 
-def _fake_venue(capture, every, pipe):
-    """FakeBinance in a process of its own (its aiohttp thread must not share the source's GIL):
-    every connection dropped (TCP abort) after `every` frames. Serves until the pipe closes."""
+def _venue(capture, faults, pipe):
+    """FakeBinance (usdm, the capture's pace, `faults` its fault arguments) in a process of its own
+    (its aiohttp thread must not share the source's GIL); serves until the pipe closes."""
     from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(capture, market="usdm", speed=1.0, drop_after=every, fault_every_connection=True) as fb:
+    with FakeBinance(capture, market="usdm", speed=1.0, **faults) as fb:
         pipe.send((fb.ws_url, fb.rest_url))
         try:
             pipe.recv()
@@ -338,19 +337,30 @@ def _fake_venue(capture, every, pipe):
             pass
 
 
-def reconnect(capture, drops, every):
-    """Drop every connection after `every` frames (FakeBinance, capture pace); per drop, the gap
-    tick's receive time to the loop seeing the next snapshot placed (ms). Also the run's
-    frame_to_tick percentiles (ns): the latency at the capture's own pace, no queue in front."""
+@contextlib.contextmanager
+def venue(capture, **faults):
+    """(websocket URL, REST URL) of a `_venue` process that lives as long as the block."""
     import multiprocessing as mp
-    from feeds.sources import open_source
     ctx = mp.get_context("spawn")
     mine, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_fake_venue, args=(str(capture), every, theirs), daemon=True)
+    proc = ctx.Process(target=_venue, args=(str(capture), faults, theirs), daemon=True)
     proc.start()
-    out = []
     try:
-        ws, rest = mine.recv()
+        yield mine.recv()
+    finally:
+        mine.send("stop")
+        proc.join(30)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join()
+
+
+def reconnect(capture, drops, every):
+    """Drop every connection after `every` frames (FakeBinance, capture pace); per drop, the gap
+    tick's receive time to the loop seeing the next snapshot placed (ms)."""
+    from feeds.sources import open_source
+    out = []
+    with venue(capture, drop_after=every, fault_every_connection=True) as (ws, rest):
         src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&backoff_s=0.05")
         C = src.scanner.state[2]
         gaps, t_drop, snaps_at = int(C[I_GAPS]), None, 0
@@ -371,42 +381,17 @@ def reconnect(capture, drops, every):
             if time.monotonic() > deadline:
                 break
         gen.close()
-        st = src.stats()
-        lat = src.lat.percentiles_ns("frame_to_tick")
-    finally:
-        mine.send("stop")
-        proc.join(30)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
     if len(out) < drops:
-        raise SystemExit(f"reconnect: {len(out)} of {drops} drops resynced ({st})")
-    return out, lat
+        raise SystemExit(f"reconnect: {len(out)} of {drops} drops resynced ({src.stats()})")
+    return out
 
 
-def _plain_venue(capture, speed, pipe):
-    """FakeBinance at `speed` times the capture's pace, no faults, in a process of its own."""
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(capture, market="usdm", speed=speed) as fb:
-        pipe.send((fb.ws_url, fb.rest_url))
-        try:
-            pipe.recv()
-        except EOFError:
-            pass
-
-
-def paced(capture, seconds, speed=1.0):
-    """Steady state at `speed` times the capture's pace (FakeBinance, no faults): the source's
-    frame_to_tick histogram, emptied when the book is first synced (the snapshot placed), so the
-    diffs held for it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns."""
-    import multiprocessing as mp
+def paced(capture, seconds):
+    """Steady state at the capture's pace (FakeBinance, no faults): the source's frame_to_tick
+    histogram, emptied when the book is first synced (the snapshot placed), so the diffs held for
+    it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns."""
     from feeds.sources import open_source
-    ctx = mp.get_context("spawn")
-    mine, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_plain_venue, args=(str(capture), speed, theirs), daemon=True)
-    proc.start()
-    try:
-        ws, rest = mine.recv()
+    with venue(capture) as (ws, rest):
         src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms")
         C = src.scanner.state[2]
         synced_at = None
@@ -420,12 +405,6 @@ def paced(capture, seconds, speed=1.0):
                 break
         gen.close()
         return src.lat.percentiles_ns("frame_to_tick")
-    finally:
-        mine.send("stop")
-        proc.join(30)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
 
 
 def machine_floor(samples=400):
@@ -477,7 +456,7 @@ def main():
                     "websockets": [bare_websockets(url, want)], "aiohttp": [bare_aiohttp(url, want)]}
         finally:
             blast.close()
-        drops, _ = reconnect(capture, 3 if quick else 6, 150)
+        drops = reconnect(capture, 3 if quick else 6, 150)
         pace = paced(capture, 10 if quick else 60)
         floor = machine_floor()
         metrics.update({f"binance_live_{k}": v for k, v in best.items()})

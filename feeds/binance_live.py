@@ -233,8 +233,9 @@ class BinanceLive:
             last_frames, last_t = 0, time.monotonic()
             while not self.stopped:
                 self._wait()
-                if self._due():
-                    loop.run_until_complete(self._tick())
+                due = self._due()
+                if due:
+                    loop.run_until_complete(self._tick(due))
                 frames = self._frames()
                 if frames != last_frames:
                     last_frames, last_t = frames, time.monotonic()
@@ -378,26 +379,30 @@ class BinanceLive:
             a.wake = None
 
     def _due(self):
-        """Is a connection to be replaced (lost, silent), rotated or switched?"""
+        """What the connections need now: "replace" (the active one is lost or silent), "rotate"
+        (it is old: open a standby), "switch" (the standby's overlap is over), or None."""
         a, now = self.active, time.monotonic()
-        return (a.closed or now - a.last > self.p["silence_s"] or
-                (self.standby is None and now - a.opened > self.p["rotate_s"]) or
-                (self.standby is not None and (self.standby.closed or now - self.standby.opened > self.p["overlap_s"])))
-
-    async def _tick(self):
-        """Look after the connections: a lost or silent one is replaced (a gap line first), an old
-        one rotated."""
-        a = self.active
-        now = time.monotonic()
         if a.closed or now - a.last > self.p["silence_s"]:
+            return "replace"
+        if self.standby is None and now - a.opened > self.p["rotate_s"]:
+            return "rotate"
+        if self.standby is not None and (self.standby.closed or now - self.standby.opened > self.p["overlap_s"]):
+            return "switch"
+        return None
+
+    async def _tick(self, due):
+        """Do what _due said: a lost or silent connection is replaced (a gap line first), an old
+        one rotated, the standby switched to."""
+        a = self.active
+        if due == "replace":
             if not a.closed:
                 self.counts["silences"] += 1
-                a.reason = f"silent for {now - a.last:.1f} s"
+                a.reason = f"silent for {time.monotonic() - a.last:.1f} s"
                 a.transport.abort()
             await self._replace(a)
-        elif self.standby is None and now - a.opened > self.p["rotate_s"]:
+        elif due == "rotate":
             self.standby = await self._connect()
-        elif self.standby is not None and (self.standby.closed or now - self.standby.opened > self.p["overlap_s"]):
+        else:
             await self._switch()
 
     async def _replace(self, a):
@@ -456,10 +461,7 @@ class BinanceLive:
         if not refresh and nsym == len(self.symbols) and not (  # (every step: the common case in numpy)
                 (I[:nsym, S.I_SYNCED] == 0) & (I[:nsym, S.I_SID] < 0)).any():
             return
-        if getattr(self, "_known_n", -1) != nsym:  # (names decoded once per new symbol)
-            self._known = {name: k for k, name in enumerate(self.scanner.instruments)}
-            self._known_n = nsym
-        known = self._known
+        known = {name: k for k, name in enumerate(self.scanner.instruments)}
         for name in self.symbols:
             k = known.get(name, -1)
             if name not in self.asking and (refresh or k < 0 or (I[k, S.I_SYNCED] == 0 and I[k, S.I_SID] < 0)):

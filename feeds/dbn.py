@@ -421,6 +421,7 @@ def symbol_table(meta):
 
 class DbnFile:
     live = False
+    _inst_cache = (None,)  # (instrument count, names count) -> names: see `instruments`
 
     def __init__(self, u, path, params):
         self.uri, self.path = u, path
@@ -463,7 +464,7 @@ class DbnFile:
         Asked per batch by the publisher: rebuilt only when an instrument or a name was added (a
         Python walk of the 2^17-slot id table was 16 ms a call)."""
         key = (int(self.stats_a[S_INSTRUMENTS]), len(self._names))
-        if getattr(self, "_inst_cache", (None,))[0] != key:
+        if self._inst_cache[0] != key:
             sel = np.nonzero(self.ids != -1)[0]
             iids = self.ids[sel][np.argsort(self.idx[sel], kind="stable")]
             self._inst_cache = (key, [self._names.get(int(i), str(int(i))) for i in iids])

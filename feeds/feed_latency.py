@@ -16,12 +16,6 @@ POINTS = (("p50", 50.0), ("p99", 99.0), ("p999", 99.9))
 
 
 @njit(nogil=True, cache=True)
-def record_many(counts, values):
-    for v in values:
-        latency.record(counts, 0, v)
-
-
-@njit(nogil=True, cache=True)
 def record_feed(counts, ticks, offset):
     """A batch about to be published: each tick's ts_recv - ts_event (wall clock; ticks without an
     event time skipped) into counts, then ts_recv moved from the wall clock to CLOCK_MONOTONIC
@@ -41,14 +35,11 @@ def record_since(counts, ticks, now):
 
 
 class Latencies:
-    """Named histograms; `stats()` gives {name_p50_us: ..., ...} for the feed's counters."""
+    """Named histograms (filled by record_feed / record_since on `counts[name]`); `stats()` gives
+    {name_p50_us: ..., ...} for the feed's counters."""
 
     def __init__(self, *names):
         self.counts = {n: np.zeros((1, latency.COUNTS_LEN), np.int64) for n in names}
-
-    def record(self, name, values):
-        if len(values):
-            record_many(self.counts[name], np.ascontiguousarray(values, np.int64))
 
     def percentiles_ns(self, name):
         """{p50, p99, p999, count} in ns (empty histogram: {})."""

@@ -352,6 +352,7 @@ class ItchBooks:
         self.cfg = np.array([1 if strict else 0, day_ns], np.int64)
         self.locmap = np.full(65536, -1, np.int64)
         self.syms = np.zeros((MAX_INSTRUMENTS, 8), np.uint8)
+        self._names = []  # syms decoded so far (`instruments`)
         self.want = np.zeros((len(symbols), 8), np.uint8)
         for i, s in enumerate(symbols):
             self.want[i] = np.frombuffer(s.encode("ascii").ljust(8)[:8], np.uint8)
@@ -399,9 +400,8 @@ class ItchBooks:
         """The symbols by instrument index. Asked per batch by the publisher: only new ones are
         decoded (an instrument's symbol is set once, when its directory message makes it)."""
         k = int(self.stats[S_INSTRUMENTS])
-        names = self.__dict__.setdefault("_names", [])
-        names += [bytes(self.syms[i]).decode("ascii", "replace").rstrip() for i in range(len(names), k)]
-        return names[:k]
+        self._names += [bytes(self.syms[i]).decode("ascii", "replace").rstrip() for i in range(len(self._names), k)]
+        return self._names[:k]
 
     def stats_dict(self):
         return {name: int(v) for name, v in zip(STAT_NAMES, self.stats)}
