@@ -189,7 +189,7 @@ class StrategyThread(threading.Thread):
                 time.sleep(0.01)  # (blocking, not spinning: this thread may be SCHED_FIFO)
         warmup.prefault(c.data)
         c.claim(start="oldest", backpressure=self.backpressure)
-        self.host.mod.host_reset(live.state.fstate, live.state.book, live.state.ist)
+        self.host.mod.host_reset(live.state.fstate, live.state.book, live.state.ist, live.state.shared)
         ctl[C.L_GAPS] += 1
         self.consumer = c
         self.reattached += 1
@@ -236,7 +236,7 @@ class MultiStrategyThread(StrategyThread):
             ctl[C.L_GAPS] += 1
         self.consumer = self.rings.consumers[0]
         mod = self.host.mod
-        mod.host_reset(live.state.fstate, live.state.book, live.state.ist)
+        mod.host_reset(live.state.fstate, live.state.book, live.state.ist, live.state.shared)
         if self.cfg.record:  # a gap tick into the recording too: its backtest voids the books at this point
             from engine.tickring import publish_gap
             tap, cst = self.rings.tap, live.state.cst
@@ -518,7 +518,7 @@ class _Run:
             check_writable(cfg.record, "the recording (--record)")
         self.sig_path, self.parquet_out = sig_path, parquet_out
         from engine.strategy_build import load_host
-        self.host = load_host(cfg.strategy, cfg.params)  # a broken strategy file fails here, before anything
+        self.host = load_host(cfg.strategy, cfg.params, cfg.universe)  # a broken strategy file fails here, before anything
         self.strat = self.host.strategy
 
     def open_input(self):
@@ -562,6 +562,8 @@ class _Run:
                 raise ValueError(f"--feed {uris[k]}: carries {depths[k]} book levels a side and strategy "
                                  f"{self.strat.path} reads DEPTH {self.strat.depth}")
             self.id_blocks = id_blocks(srcs)
+            from .multi_rings import fixed_instruments
+            self.srcs, self.fixed = srcs, [fixed_instruments(x) for x in srcs]
             src = srcs[0]
             if len(srcs) == 1:
                 self.n_inst = src.params.instruments if isinstance(src, Synthetic) else MAX_INSTRUMENTS
@@ -617,9 +619,34 @@ class _Run:
         """--record: the tap ring's slots (the loop never waits for its recorder: a lap is a gap in the file)."""
         return max(self.cfg.ring_capacity, TAP_CAPACITY)
 
+    def bind(self):
+        """A UNIVERSE strategy's members bound to the run's instruments, known at start (ids); else None.
+        Sources that find their instruments as they read cannot be bound before the first tick:
+        refused, naming the source."""
+        if not self.strat.universe:
+            return None
+        from engine.instruments import table
+        from engine.universe import run_name
+        if self.cfg.ring or any(fixed is None for fixed in self.fixed):
+            what = "--ring" if self.cfg.ring else self.feed_uris[self.fixed.index(None)]
+            raise ValueError(f"{what}: names its instruments only as it reads them, and strategy {self.strat.path} "
+                             "binds its UNIVERSE before the run starts: record it (engine record / --record) and run "
+                             "the recording (--feed tickfile:FILE)")
+        names, venues = [], []
+        offsets = self.id_blocks[0] if self.id_blocks is not None else [0]
+        for k, src in enumerate(self.srcs):
+            recs = table(src.instruments, getattr(src, "specs", None))
+            while len(names) < offsets[k]:
+                names.append("")
+                venues.append("")
+            for n, r in zip(src.instruments, recs):
+                names.append(run_name(n, r["venue"], self.labels[k]) if self.multi else n)
+                venues.append(r["venue"])
+        return self.strat.bind_universe(names, venues, "the run's sources")
+
     def load_model(self):
         """The strategy's feature state, and its verified model on the right scale."""
-        self.hs = self.host.state(self.n_inst, self.levels)  # DEPTH beyond what the stream carries fails here
+        self.hs = self.host.state(self.n_inst, self.levels, self.bind())  # DEPTH beyond the stream's fails here
         self.pred, self.model_dir = load_model(self.cfg, self.strat)
         self.strat.check_scale(uses_sigmoid(self.pred))
         self.loaded = [self.pred]

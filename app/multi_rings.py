@@ -31,14 +31,7 @@ from engine.tickring import TickConsumer, TickRing
 OPEN_BLOCK = 8192  # ids for a source that finds instruments as it reads, when another such source follows
 
 
-def labels(uris):
-    """A short unique label per source URI: its scheme, numbered when several share one."""
-    schemes = [u.split(":", 1)[0] if ":" in u else u for u in uris]
-    out = []
-    for i, s in enumerate(schemes):
-        n = schemes[:i + 1].count(s)
-        out.append(s if schemes.count(s) == 1 else f"{s}-{n}")
-    return out
+from engine.universe import source_labels as labels  # noqa: E402  (the sources' labels: one owner)
 
 
 def ring_names(name, n):
@@ -147,6 +140,7 @@ class MultiRings:
         source has not used (yet) between two blocks are named "" (an unknown record)."""
         from engine.instruments import table as records
         from engine.instruments import unknown
+        from engine.universe import run_name
         if not multi:
             c = self.consumers[0]
             return (c.instruments(), c.specs()) if c is not None else ([], None)
@@ -163,7 +157,7 @@ class MultiRings:
                 names.append("")
                 specs.append(unknown(""))
             for i, (n, s) in enumerate(zip(local, recs)):
-                g = f"{s['venue'] or self.labels[k]}:{n}"
+                g = run_name(n, s["venue"], self.labels[k])
                 if g in seen:  # the same venue and symbol from two sources: the label tells them apart
                     g = f"{g}@{self.labels[k]}"
                 seen.add(g)

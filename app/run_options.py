@@ -157,6 +157,7 @@ class RunConfig:
              "a table, one row per signal, written at the end")
     strategy: str | None = option(None, key="strategy.name", cli="strategy_args")  # a shipped name or a .py file
     params: dict = option(factory=dict, arg="overrides")  # --param, over [strategy.params] (app/config.py)
+    universe: dict = option(factory=dict, arg="universe")  # --universe ROLE=INSTRUMENT (strategy_args)
     warm_every: int = option(defaults.WARM_EVERY, "--warm-every", key="strategy.warm_every", parse="nonneg_int", kind=int,
                              help="while idle, run the model on the last row every N empty polls to keep it hot "
                                   "(halves p50 at low tick rates); 0 = never (default %(default)s)")

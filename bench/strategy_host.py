@@ -9,7 +9,11 @@ interleaved so the machine's noise hits them alike.
   3. the book: a DEPTH=10 strategy vs the same strategy at DEPTH=0 over the same 10-level stream
      (both do nothing in on_tick): the difference is what applying level ticks to the loop's
      10-level book costs, per level tick and per tick of the stream; and depth_imbalance's full
-     data-set loop for scale.
+     data-set loop for scale;
+  4. across instruments: a UNIVERSE strategy of 2 and of 8 members (strategies/lead_lag.py's shape:
+     every member's touch and the lead's DEPTH levels read through `u` on every tick of a member)
+     over an 8-instrument, 10-level stream, against the same work on the tick's own book alone
+     (no UNIVERSE), ns per tick of the data-set loop.
 No peer outside the engine does this (hftbacktest runs a Python/numba strategy per event, not
 compiled into a pinned loop); the peer here is the engine's own v1 loop.
 """
@@ -30,7 +34,7 @@ from engine.strategy_load import load
 from models import artifact
 from models.artifact import uses_sigmoid
 from models.default import default_model_dir
-from models.training import source_ticks
+from models.training import input_streams, source_ticks
 
 TRIVIAL = '''
 from numba import njit
@@ -44,6 +48,39 @@ def on_tick(state, book, tick, row, params):
     state[0] += 1.0
     return False
 '''
+
+# 4: a member's touch and book read through `u` (M members), or the tick's own book alone (M = 0)
+CROSS = '''
+from numba import njit
+from engine.strategy_api import ask_px, bid_px, member_ask, member_bid, member_book
+FEATURES = ("mid", "lead_imb")
+DEPTH = 5
+STATE = 1
+PARAMS = {{}}
+{universe}
+
+@njit
+def on_tick(state, book, tick, row, params{u}):
+    s = 0.0
+    {touch}
+    b = {lead_book}
+    bs, as_ = 0.0, 0.0
+    for i in range(b.bid_sz.shape[0]):
+        bs += b.bid_sz[i]
+        as_ += b.ask_sz[i]
+    row[0] = s
+    row[1] = (bs - as_) / (bs + as_ + 1.0)
+    return {ret}
+'''
+
+
+def cross_strategy(m):
+    if m == 0:
+        return CROSS.format(universe="", u="", touch="s += 0.5 * (bid_px(tick) + ask_px(tick))", lead_book="book",
+                            ret="True")
+    names = ", ".join(f'"SYNTHETIC:SYN{i:04d}"' for i in range(m))
+    return CROSS.format(universe=f"UNIVERSE = ({names},)", u=", u", lead_book="member_book(u, 0)", ret="u.me",
+                        touch=f"for m in range({m}):\n        s += 0.5 * (member_bid(u, m) + member_ask(u, m))")
 
 
 def best(fns, reps):
@@ -137,6 +174,24 @@ def compare(reps, n):
                    ("backtest (features+model+decide)", {"v1": per["v1_bt"], "host": per["host_bt"]})])
     print(f"  ratios v1/host (> 1: the host is faster): features {ratios['host_vs_v1_featurize_ns_per_tick']}, "
           f"backtest {ratios['host_vs_v1_backtest_ns_per_tick']}")
+    # 4: across instruments
+    ((_, cwords, ck, clevels, cnames, cspecs),) = input_streams(["synthetic://?instruments=8&seed=12&depth=10"], n)
+    cross = {}
+    for m in (0, 2, 8):
+        f = tmp / f"cross{m}.py"
+        f.write_text(cross_strategy(m))
+        cross[m] = build(load(str(f)))
+    tc = best({m: (lambda m=m: cross[m].featurize(cwords, ck, clevels, cnames, cspecs)) for m in cross}, reps)
+    for m in cross:
+        metrics[f"cross_{m}_members_ns_per_tick" if m else "cross_own_book_ns_per_tick"] = \
+            round(tc[m] / len(cwords) * 1e9, 1)
+    ratios["universe_2_vs_own_book_ns_per_tick"] = _common.ratio(tc[2], tc[0], False)
+    ratios["universe_8_vs_own_book_ns_per_tick"] = _common.ratio(tc[8], tc[0], False)
+    _common.table(f"across instruments, data-set loop, ns per tick ({len(cwords):,} ticks, 8 instruments, "
+                  "10 levels)", ["ns/tick"],
+                  [("own book only (no UNIVERSE)", {"ns/tick": tc[0] / len(cwords) * 1e9}),
+                   ("UNIVERSE of 2", {"ns/tick": tc[2] / len(cwords) * 1e9}),
+                   ("UNIVERSE of 8", {"ns/tick": tc[8] / len(cwords) * 1e9})])
     print(f"\n10-level book in the loop, over {len(dwords):,} ticks of which {level_ticks:,} level ticks:")
     print(f"  {book_ns_level:.2f} ns per level tick applied, {book_ns_tick:.2f} ns per tick of the stream "
           f"(DEPTH=10 vs DEPTH=0, both trivial); depth_imbalance data-set loop "

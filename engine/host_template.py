@@ -32,8 +32,10 @@ from engine.intrinsics import (borrow, borrow_all, call_predict, cpu_pause, f32_
                                monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
                             SIGNAL_FLAG_MARK, SIGNAL_WORDS, signal_word_folded, signal_word_ids,
-                            signal_word_scores, tick_instrument, tick_kind, tick_side, tick_word7, w_lo32)
-from engine.strategy_api import Book, sigmoid32
+                            signal_word_scores, tick_instrument, tick_kind, tick_price, tick_side, tick_size,
+                            tick_word7, w_lo32)
+from engine.strategy_api import (IST_ASK, IST_BID, IST_TRADE_PX, IST_TRADE_SZ, IST_TS_EVENT, IST_TS_RECV, Book,
+                                 sigmoid32)
 
 # cfg: float64 loop settings (Host.loop_cfg fills them)
 (CFG_EXIT_ON_EOF, CFG_WARM_EVERY, CFG_SIGMOID, CFG_WAIT, CFG_SPIN_NS, CFG_YIELD_NS, CFG_PARK_MAX_NS, CFG_DUTY,
@@ -50,7 +52,11 @@ I_POS = 5      # the target position
 I_PEND = 6     # conflation: 1 while the instrument waits in plist to be scored
 I_FOLD = 7     # conflation: scoreable ticks folded into its pending row
 I_PIDX = 8     # conflation: index of the tick its pending row came from (backtest margins)
-IST_WIDTH = 10
+# a UNIVERSE strategy's market state of every instrument (strategy_api's member_* read them): its
+# last trade, the times of its last tick; cleared by a gap
+I_TRADE_PX, I_TRADE_SZ, I_TS_EVENT, I_TS_RECV = IST_TRADE_PX, IST_TRADE_SZ, IST_TS_EVENT, IST_TS_RECV
+IST_WIDTH = 14
+assert (I_BID, I_ASK, I_TS_RECV) == (IST_BID, IST_ASK, IST_WIDTH - 1), "strategy_api's IST_* name these columns"
 # cst: conflation scalars kept across calls
 CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS, CS_T0 = range(7)
 CS_READ = 7    # run_loop_multi: ticks taken from all rings (the next one's seq in the merged stream)
@@ -79,27 +85,39 @@ def book_apply(book, ist, inst, tick):
 
 
 @njit(nogil=True, cache=True)
-def host_reset(fstate, book, ist):
-    """A gap: every instrument's state and book are void (positions stay: they are the
-    strategy's targets, not market data)."""
+def host_reset(fstate, book, ist, shared):
+    """A gap: every instrument's state and book are void, and a universe's shared state (positions
+    stay: they are the strategy's targets, not market data)."""
     fstate[:] = 0.0
     book[:] = 0
+    shared[:] = 0.0
     for i in range(ist.shape[0]):
         for c in range(I_POS):
+            ist[i, c] = 0
+        for c in range(I_TRADE_PX, IST_WIDTH):
             ist[i, c] = 0
 
 
 @njit(nogil=True, inline="always", cache=True)
-def host_step(fstate, book, ist, tick, row, params):
+def host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared):
     """Fold one tick: returns the instrument when on_tick filled `row` and it should be scored,
-    else -1. Shared by the live loop, the backtest loop and data-set building."""
+    else -1. Shared by the live loop, the backtest loop and data-set building. With a UNIVERSE
+    (UNIVERSE_N members: uids their instruments, umem each instrument's member or -1; ubook, uist
+    read-only views of book and ist), every instrument's last trade and tick times are kept, and
+    on_tick runs for members' ticks only."""
     kd = tick_kind(tick)
     if kd == KIND_GAP:
-        host_reset(fstate, book, ist)
+        host_reset(fstate, book, ist, shared)
         return -1
     inst = tick_instrument(tick)
     if inst >= fstate.shape[0]:
         return -1
+    if UNIVERSE_N > 0:
+        ist[inst, I_TS_EVENT] = tick[1]
+        ist[inst, I_TS_RECV] = tick[2]
+        if kd == KIND_TRADE:
+            ist[inst, I_TRADE_PX] = tick_price(tick)
+            ist[inst, I_TRADE_SZ] = tick_size(tick)
     if kd == KIND_LEVEL:
         if DEPTH > 0:
             changed = book_apply(book, ist, inst, tick)
@@ -114,12 +132,17 @@ def host_step(fstate, book, ist, tick, row, params):
         ist[inst, I_ASK] = tick[5]
         if kd != KIND_TRADE:
             ist[inst, I_DIRTY] = 0
+    me = umem[inst] if UNIVERSE_N > 0 else -1
+    if UNIVERSE_N > 0 and me < 0:  # outside the universe: its book is kept, on_tick is not called
+        return -1
     if DEPTH == 0:
-        ready = on_tick(fstate[inst], Book(_EMPTY, _EMPTY, _EMPTY, _EMPTY), tick, row, params)
+        scored = call_on_tick(fstate[inst], Book(_EMPTY, _EMPTY, _EMPTY, _EMPTY), tick, row, params, inst, me,
+                              uids, ubook, uist, shared)
     else:
-        ready = on_tick(fstate[inst], Book(book[inst, 0, PX, :DEPTH], book[inst, 0, SZ, :DEPTH],
-                                           book[inst, 1, PX, :DEPTH], book[inst, 1, SZ, :DEPTH]), tick, row, params)
-    return inst if ready else -1
+        scored = call_on_tick(fstate[inst], Book(book[inst, 0, PX, :DEPTH], book[inst, 0, SZ, :DEPTH],
+                                                 book[inst, 1, PX, :DEPTH], book[inst, 1, SZ, :DEPTH]), tick, row,
+                              params, inst, me, uids, ubook, uist, shared)
+    return scored
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -149,9 +172,47 @@ def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, 
     sig[9] = signal_word_scores(f32_bits(score), f32_bits(margin))
     sig[10] = signal_word_ids(gen, inst, _sign(new), _sign(prev))
     sig[11] = 1  # folded: this tick alone
-    for w in range(12, SIGNAL_WORDS):
+    sig[12] = seq  # decision: this signal alone
+    for w in range(13, SIGNAL_WORDS):
         sig[w] = 0
     return True
+
+
+@njit(nogil=True, inline="always", cache=True)
+def host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, at, seq, gen, uids, umem, ubook,
+                        uist, shared, targets):
+    """A UNIVERSE strategy's decide over its members' targets (DECIDE_TARGETS): it gets their
+    current targets and changes those it moves; each change is a signal, in member order, into
+    sigs[at:] (all but the emit times), numbered from seq, all of one decision (word 12: the seq of
+    its first). Returns how many."""
+    score = sigmoid32(margin) if use_sigmoid else margin
+    for m in range(UNIVERSE_N):
+        targets[m] = ist[uids[m], I_POS]
+    call_decide_targets(fstate[inst], score, targets, params, umem[inst], uids, ubook, uist, shared)
+    k = 0
+    for m in range(UNIVERSE_N):
+        i = uids[m]
+        new, prev = targets[m], ist[i, I_POS]
+        if new == prev:
+            continue
+        ist[i, I_POS] = new
+        sig = sigs[at + k]
+        bid, ask = ist[i, I_BID], ist[i, I_ASK]
+        sig[0] = seq + k
+        sig[1] = tick[0]
+        sig[2] = tick[1]
+        sig[3] = tick[2]
+        sig[6] = (bid + ask) // 2 if bid > 0 and ask > 0 else 0
+        sig[7] = new
+        sig[8] = prev
+        sig[9] = signal_word_scores(f32_bits(score), f32_bits(margin))
+        sig[10] = signal_word_ids(gen, i, _sign(new), _sign(prev))
+        sig[11] = 1
+        sig[12] = seq
+        for w in range(13, SIGNAL_WORDS):
+            sig[w] = 0
+        k += 1
+    return k
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -224,13 +285,23 @@ def _stash(ist, prow, ptick, plist, cst, inst, row, tick, idx):
 
 @njit(nogil=True, inline="always", cache=True)
 def _score_emit(model, row, out, fstate, ist, inst, tick, folded, use_sigmoid, params, sig, signals, gen,
-                shdr, sdata, smask, spstate, hist, t0):
+                shdr, sdata, smask, spstate, hist, t0, uids, umem, ubook, uist, shared, targets, dsig):
     """The live loop's scoring of one row (a tick's, or a conflation window's latest): model,
-    decide, the signal if the position changed (folded: scoreable ticks behind it), and the model,
-    emit and tick_to_signal latencies from t0. Returns the signal count."""
+    decide, the signal if the position changed (folded: scoreable ticks behind it; with
+    DECIDE_TARGETS, a signal per member it moved, from dsig), and the model, emit and
+    tick_to_signal latencies from t0. Returns the signal count."""
     call_predict(model, row, out)
     t_model = monotonic_ns()
-    if host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, signals, gen):
+    if DECIDE_TARGETS:
+        k = host_decide_targets(fstate, ist, inst, tick, out[0], use_sigmoid, params, dsig, 0, signals, gen, uids,
+                                umem, ubook, uist, shared, targets)
+        for j in range(k):
+            dsig[j, 11] = folded
+            dsig[j, 4] = monotonic_ns()
+            dsig[j, 5] = realtime_ns()
+            sigring.push(shdr, sdata, smask, spstate, dsig[j])
+        signals += k
+    elif host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, signals, gen):
         sig[11] = folded
         sig[4] = monotonic_ns()
         sig[5] = realtime_ns()
@@ -259,7 +330,7 @@ def _order_pending(plist, ptick, n):
 
 @njit(nogil=True, cache=True)
 def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sig, signals, gen,
-                shdr, sdata, smask, spstate, hist, last):
+                shdr, sdata, smask, spstate, hist, last, uids, umem, ubook, uist, shared, targets, dsig):
     """Score every pending instrument once, on its latest row, in the order of their latest ticks.
     When the window spans more than its first tick, a mark goes first into the signal stream
     (word 1: the last tick folded before this flush, word 2: the window's first tick, word 11:
@@ -281,7 +352,8 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, p
     for j in range(n):
         inst = plist[j]
         signals = _score_emit(model, prow[inst], out, fstate, ist, inst, ptick[inst], ist[inst, I_FOLD], use_sigmoid,
-                              params, sig, signals, gen, shdr, sdata, smask, spstate, hist, monotonic_ns())
+                              params, sig, signals, gen, shdr, sdata, smask, spstate, hist, monotonic_ns(), uids,
+                              umem, ubook, uist, shared, targets, dsig)
         ist[inst, I_PEND] = 0
     cst[CS_NPEND] = 0
     cst[CS_FOLDS] = 0
@@ -344,7 +416,7 @@ def _count_feed_gap(ctl, tick):
 
 @njit(nogil=True, cache=True)
 def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist,
-             prow, ptick, plist, cst, row, out, tick, sig, pvals, cfg):
+             prow, ptick, plist, cst, uids, umem, ubook, uist, shared, targets, dsig, row, out, tick, sig, pvals, cfg):
     """Run until CMD_STOP, an expired lease, or (cfg) the end of the stream; returns the exit state.
 
     Conflation (cfg CFG_CONFLATE): a scoreable tick is scored at once unless the next tick is
@@ -394,7 +466,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
                 if load_relaxed(thdr, slot_base + shm.C_CURSOR) >= load_acquire(thdr, shm.H_WRITE):
                     if cst[CS_NPEND] > 0:
                         signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid,
-                                                 params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                                                 params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
                         scored += n
                     state = C.LOOP_EOF
                     break
@@ -404,7 +476,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         if st == tickring.POLL_EMPTY:
             if cst[CS_NPEND] > 0:  # caught up: score what the backlog left pending
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
                 scored += n
                 continue
             idle += 1
@@ -425,18 +497,18 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         if st == tickring.POLL_GAP:
             gaps += 1
             lost += tick[3]
-            host_reset(fstate, book, ist)  # a gap voids every instrument's state and book
+            host_reset(fstate, book, ist, shared)  # a gap voids every instrument's state and book
             continue
         ticks += 1
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
         _count_feed_gap(ctl, tick)
-        inst = host_step(fstate, book, ist, tick, row, params)
+        inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
         if conflate and cst[CS_NPEND] > 0:
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:  # paused: state stays current, nothing is scored or signalled
             if cst[CS_NPEND] > 0 and (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
                 scored += n
             continue
         gen, addr = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
@@ -452,12 +524,12 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             if (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns
                     or not tickring.waiting(thdr, tdata, tmask, slot_base)):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
                 scored += n
             continue
         t_feat = monotonic_ns()
         signals = _score_emit(model, row, out, fstate, ist, inst, tick, 1, use_sigmoid, params, sig, signals, gen,
-                              shdr, sdata, smask, spstate, hist, t_feat)
+                              shdr, sdata, smask, spstate, hist, t_feat, uids, umem, ubook, uist, shared, targets, dsig)
         scored += 1
         latency.record(hist, latency.ST_FEATURES, t_feat - t_deq)
     _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
@@ -555,8 +627,8 @@ def _rings_drained(thdrs, slot_bases, rst):
 
 @njit(nogil=True, cache=True)
 def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, taphdr, tapdata, tapmask,
-                   shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, prow, ptick, plist, cst, row, out, tick,
-                   sig, pvals, cfg):
+                   shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, prow, ptick, plist, cst, uids, umem,
+                   ubook, uist, shared, targets, dsig, row, out, tick, sig, pvals, cfg):
     """run_loop over several rings: each step takes the ready tick with the smallest receive time as the
     run sees it (_next_tick; CFG_TAP: also into the tap ring, one 64-byte store drained off this core),
     then does run_loop's steps. A ring's lap is counted (its consumer line, gaps/lost) and voids every
@@ -603,7 +675,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             if exit_on_eof and _rings_drained(thdrs, slot_bases, rst):
                 if cst[CS_NPEND] > 0:
                     signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid,
-                                             params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                                             params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
                     scored += n
                 state = C.LOOP_EOF
                 break
@@ -616,7 +688,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
         if st == tickring.POLL_EMPTY:
             if cst[CS_NPEND] > 0:
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
                 scored += n
                 continue
             idle += 1
@@ -637,18 +709,18 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
         if st == tickring.POLL_GAP:
             gaps += 1
             lost += tick[3]
-            host_reset(fstate, book, ist)
+            host_reset(fstate, book, ist, shared)
             continue
         ticks += 1
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
         _count_feed_gap(ctl, tick)
-        inst = host_step(fstate, book, ist, tick, row, params)
+        inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
         if conflate and cst[CS_NPEND] > 0:
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:
             if cst[CS_NPEND] > 0 and (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
                 scored += n
             continue
         gen, addr = _adopt_model(ctl, gen)
@@ -663,12 +735,12 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             if (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns
                     or not _rings_waiting(thdrs, tdatas, tmasks, slot_bases, rst)):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
                 scored += n
             continue
         t_feat = monotonic_ns()
         signals = _score_emit(model, row, out, fstate, ist, inst, tick, 1, use_sigmoid, params, sig, signals, gen,
-                              shdr, sdata, smask, spstate, hist, t_feat)
+                              shdr, sdata, smask, spstate, hist, t_feat, uids, umem, ubook, uist, shared, targets, dsig)
         scored += 1
         latency.record(hist, latency.ST_FEATURES, t_feat - t_deq)
     _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
@@ -677,8 +749,29 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
 
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _decide_bt(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, nsig, base, folded, uids, umem, ubook, uist,
+               shared, targets):
+    """The backtest's decision on one score: its signals into sigs[nsig:] acting at the tick's receive
+    time (no live clock here); returns the new nsig."""
+    if DECIDE_TARGETS:
+        k = host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, nsig, base + nsig, 1, uids,
+                                umem, ubook, uist, shared, targets)
+        for j in range(nsig, nsig + k):
+            sigs[j, 11] = folded
+            sigs[j, 4] = tick[2]
+        return nsig + k
+    sig = sigs[nsig]
+    if host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, base + nsig, 1):
+        sig[11] = folded
+        sig[4] = tick[2]
+        return nsig + 1
+    return nsig
+
+
 @njit(nogil=True, cache=True)
-def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig, base, margins):
+def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig, base, margins, uids,
+              umem, ubook, uist, shared, targets):
     """The backtest's flush: the same scoring and decisions as _flush_live, signals to sigs."""
     n = cst[CS_NPEND]
     _order_pending(plist, ptick, n)
@@ -686,19 +779,16 @@ def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, par
         inst = plist[j]
         call_predict(model, prow[inst], out)
         margins[ist[inst, I_PIDX]] = out[0]
-        sig = sigs[nsig]
-        if host_decide(fstate, ist, inst, ptick[inst], out[0], use_sigmoid, params, sig, base + nsig, 1):
-            sig[11] = ist[inst, I_FOLD]
-            sig[4] = ptick[inst, 2]
-            nsig += 1
+        nsig = _decide_bt(fstate, ist, inst, ptick[inst], out[0], use_sigmoid, params, sigs, nsig, base, ist[inst, I_FOLD],
+                          uids, umem, ubook, uist, shared, targets)
         ist[inst, I_PEND] = 0
     cst[CS_NPEND] = 0
     return nsig, n
 
 
 @njit(nogil=True, cache=True)
-def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, row, out, model, pvals, cfg, sigs, nsig,
-                  base, margins, hist, marks):
+def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, uids, umem, ubook, uist, shared, targets,
+                  dsig, row, out, model, pvals, cfg, sigs, nsig, base, margins, hist, marks):
     """Run ticks words[start:]; signals go to sigs[nsig:], numbered from base + nsig; the margin of every scored tick to
     margins[i] (NaN elsewhere). Returns (next tick, nsig, scored): stops early when sigs has no
     room for a flush. Deterministic: the clock is read only to measure compute time (hist),
@@ -713,13 +803,13 @@ def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, row,
     i = start
     n = words.shape[0]
     nmarks = marks.shape[0]
-    room = ist.shape[0] + 1
+    room = (ist.shape[0] + 1) * max(1, UNIVERSE_N)  # (a flush: each pending instrument's decision, its legs)
     while i < n:
         if sigs.shape[0] - nsig < room:
             return i, nsig, scored
         tick = words[i]  # a view: the mapped file's own bytes (read-only), as the ring's copy live
         t0 = monotonic_ns()
-        inst = host_step(fstate, book, ist, tick, row, params)
+        inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
         k = cst[CS_MARK]
         while k < nmarks and marks[k, 1] < tick[0]:
             k += 1  # (a mark for ticks this file does not have)
@@ -732,14 +822,12 @@ def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, row,
                 call_predict(model, row, out)
                 scored += 1
                 margins[i] = out[0]
-                sig = sigs[nsig]
-                if host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, base + nsig, 1):
-                    sig[4] = tick[2]  # acts at the tick's receive time (no live clock here)
-                    nsig += 1
+                nsig = _decide_bt(fstate, ist, inst, tick, out[0], use_sigmoid, params, sigs, nsig, base, 1, uids, umem,
+                                  ubook, uist, shared, targets)
             latency.record(hist, latency.ST_TOTAL, monotonic_ns() - t0)
         if inside and marks[k, 1] == tick[0]:
             nsig, m = _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig,
-                                base, margins)
+                                base, margins, uids, umem, ubook, uist, shared, targets)
             scored += m
             cst[CS_MARK] = k + 1
         i += 1
@@ -747,7 +835,8 @@ def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, row,
 
 
 @njit(nogil=True, cache=True)
-def featurize_loop(words, fstate, book, ist, pvals, X, inst_out, mid_out, idx_out, row):
+def featurize_loop(words, fstate, book, ist, uids, umem, ubook, uist, shared, targets, dsig, pvals, X, inst_out,
+                   mid_out, idx_out, row):
     """The feature row of every tick the strategy would score (what the live loop would score),
     with its instrument, the mid at that tick (float64, 1e-9 units; NaN when one side is empty)
     and the tick's index. Returns how many rows."""
@@ -755,7 +844,7 @@ def featurize_loop(words, fstate, book, ist, pvals, X, inst_out, mid_out, idx_ou
     m = 0
     for t in range(words.shape[0]):
         tick = words[t]
-        inst = host_step(fstate, book, ist, tick, row, params)
+        inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
         if inst >= 0:
             for f in range(row.shape[0]):
                 X[m, f] = row[f]
@@ -769,11 +858,14 @@ def featurize_loop(words, fstate, book, ist, pvals, X, inst_out, mid_out, idx_ou
 
 
 @njit(nogil=True, cache=True)
-def probe(fstate, book, ist, tick, row, pvals, out, sig):
+def probe(fstate, book, ist, uids, umem, ubook, uist, shared, targets, dsig, tick, row, pvals, out, sig):
     """Compile on_tick and decide with the exact types the loops use (an early, clear error)."""
     params = make_params(pvals)
-    inst = host_step(fstate, book, ist, tick, row, params)
+    inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
     if inst >= 0:
+        if DECIDE_TARGETS:
+            return host_decide_targets(fstate, ist, inst, tick, out[0], True, params, dsig, 0, 0, 1, uids, umem, ubook,
+                                       uist, shared, targets) > 0
         return host_decide(fstate, ist, inst, tick, out[0], True, params, sig, 0, 1)
     return False
 

@@ -62,7 +62,9 @@ class SignalView(NamedTuple):
 
 
 class HostArrays(NamedTuple):
-    """Both loops: the per-instrument state (engine.strategy_build.HostState.loop_arrays)."""
+    """Both loops: the per-instrument state (engine.strategy_build.HostState.loop_arrays), and a
+    UNIVERSE's binding (uids, umem), views (ubook, uist), shared state and a targets decide's scratch
+    (targets, dsig)."""
     fstate: np.ndarray
     book: np.ndarray
     ist: np.ndarray
@@ -70,6 +72,13 @@ class HostArrays(NamedTuple):
     ptick: np.ndarray
     plist: np.ndarray
     cst: np.ndarray
+    uids: np.ndarray
+    umem: np.ndarray
+    ubook: np.ndarray
+    uist: np.ndarray
+    shared: np.ndarray
+    targets: np.ndarray
+    dsig: np.ndarray
 
 
 class LiveArgs(NamedTuple):

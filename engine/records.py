@@ -84,7 +84,11 @@ SIGNAL_DTYPE = np.dtype([
     ("prev_side", "i1"),    # sign of prev_position
     ("folded", "<u4"),      # scoreable ticks of this instrument folded into this score (1 = none conflated)
     ("flags", "<u4"),       # 0 for a signal; SIGNAL_FLAG_MARK: a conflation mark (below)
-    ("reserved", "<i8", (4,)),
+    ("decision", "<u8"),    # the decision it belongs to: the seq of that decision's first signal. A
+                            # decision moves one instrument (decision == seq) or, from a UNIVERSE
+                            # strategy's decide, several at once (a pair's legs: consecutive seqs,
+                            # one decision), which a consumer acts on together
+    ("reserved", "<i8", (3,)),
 ])
 
 # A conflation mark (flags & SIGNAL_FLAG_MARK) travels with the signals of a live run that conflated
@@ -136,7 +140,7 @@ RECORD_WORDS = 8  # a tick as int64 words: how rings copy a record
 SIGNAL_WORDS = 16  # a signal as int64 words
 # word offsets of signal fields (numba writes signals as int64 words)
 (SW_SEQ, SW_TICK_SEQ, SW_TS_EVENT, SW_TS_RECV, SW_TS_SIGNAL, SW_TS_WALL, SW_MID, SW_POS, SW_PREV_POS,
- SW_SCORE_MARGIN, SW_GEN_INST_SIDES, SW_FOLDED_FLAGS) = range(12)
+ SW_SCORE_MARGIN, SW_GEN_INST_SIDES, SW_FOLDED_FLAGS, SW_DECISION) = range(13)
 
 # --- the fields inside the int64 words: this module is the only place that shifts or masks a word ---
 # (tests/test_records_owner.py checks that no other module does.) Each position below is read off

@@ -3,7 +3,7 @@
 Written by the drainer as signals arrive, straight to the file on every drain, so a crash loses
 at most the signals still in the ring; a partial trailing record is ignored on read.
 
-Header (version 3): magic "ENGSIG01", u32 version, u32 record size, i64 created (ns), u32 flags,
+Header (version 4; 3 had no `decision`: read as each signal its own, decision = seq): magic "ENGSIG01", u32 version, u32 record size, i64 created (ns), u32 flags,
 u32 0, u64 records, 24 bytes reason (ASCII). Flags: 1 complete (the writer closed it: `records`
 is how many it wrote), 2 stopped (a write failed, e.g. a full disk: the file holds the first
 `records` records, whole; `reason` says why, and the writer wrote nothing more), 4 ended
@@ -23,7 +23,7 @@ import numpy as np
 from .records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, SIGNAL_WORDS
 
 RECORD = SIGNAL_DTYPE.itemsize
-VERSION = 3  # 1: 64-byte records, before positions in units; 2: no completion flags
+VERSION = 4  # 1: 64-byte records, before positions in units; 2: no completion flags; 3: no decision
 F_COMPLETE, F_STOPPED, F_ABNORMAL = 1, 2, 4
 REASON_BYTES = 24
 
@@ -209,11 +209,15 @@ def read_records(path):
         raise SignalLogError(f"{path}: a signal file of {int(h['record_size'])}-byte records (version "
                              f"{int(h['version'])}, an older engine); this engine reads {RECORD}-byte records")
     body = raw[64: 64 + (len(raw) - 64) // RECORD * RECORD]
-    return body.view(SIGNAL_DTYPE)
+    recs = body.view(SIGNAL_DTYPE)
+    if h["version"] < 4:  # (the word was reserved, zero: each signal was its own decision)
+        recs = recs.copy()
+        recs["decision"] = recs["seq"]
+    return recs
 
 
 SIGNAL_COLUMNS = ("seq", "tick_seq", "instrument", "ts_event", "ts_recv", "ts_signal", "ts_wall", "mid_px", "score",
-                  "margin", "position", "prev_position", "side", "prev_side", "folded", "model_gen")
+                  "margin", "position", "prev_position", "side", "prev_side", "folded", "model_gen", "decision")
 
 
 def signals_table(sigs, extra=None):

@@ -62,6 +62,45 @@ Level ticks never reach on_tick: their effect is in `book`, already applied when
 trade or book tick that ends their event arrives. The touch in a quote tick equals level 0 of
 `book`.
 
+Strategies across instruments (optional). A strategy that reads other instruments' books names
+them, and then on_tick takes a sixth argument:
+
+    UNIVERSE = ("BINANCE-F:BTCUSDT", "BINANCE:BTCUSDT")
+                               the members, in this order (member 0, 1, ...): an instrument's name
+                               as the run names it (VENUE:SYMBOL; a bare SYMBOL matches any venue)
+                               or an fnmatch pattern; each must match exactly one instrument
+    UNIVERSE = {"lead": "BINANCE-F:BTCUSDT", "lag": None}
+                               the same with roles: `--universe lag=BINANCE:BTCUSDT` (run, backtest,
+                               features, train) binds or rebinds a role; None must be bound
+    SHARED = 4                 (optional) float64 columns shared by all members (u.shared)
+
+    @njit
+    def on_tick(state, book, tick, row, params, u) -> int
+        As above for the tick's own instrument (state, book), called for every member's ticks
+        (ticks of instruments outside the universe only update their books). Returns the member
+        whose row was filled and should be scored (decide then runs with that member's state
+        and position, and a signal is that member's), or -1.
+          u       Universe: u.me (the tick's member), u.n (members), u.shared (float64[SHARED],
+                  zero at start and after a gap), and, read-only, every member's book and last
+                  trade through member_book(u, m), member_bid(u, m), member_ask(u, m),
+                  member_trade_px(u, m), member_trade_sz(u, m), member_ts_recv(u, m),
+                  member_ts_event(u, m) (0 before its first tick or after a gap)
+
+    @njit
+    def decide(state, score, targets, params, u)            (optional, with a UNIVERSE)
+        A decision over the members at once (a pair: long one, short the other): targets is
+        int64[len(UNIVERSE)], every member's current target position; change those to move. Each
+        member whose target changed is a signal (in member order, on the scored tick), and the
+        signals of one decision share its id (the signal record's `decision`: the seq of its first
+        signal), so a consumer can act on a pair's legs together. Nothing it returns is read.
+        With decide(state, score, position, params) instead, decisions are per scored member.
+
+A member that no source provides, a role left unbound or a pattern matching several instruments
+is an error naming it before the run starts; a model records the universe it was trained on and
+is refused for another. With several inputs (`engine run --feed A --feed B`, or `--merge` of tick
+files in backtest, features and train) the ticks are taken in receive-time order, and a run's
+recording (`--record`) keeps the order it read them in, so its backtest gives its signals.
+
 Names inside the file are the user's own; functions it calls must be numba-compilable (they
 run on the pinned real-time thread: no Python objects, no allocation per tick is the goal).
 """
@@ -81,6 +120,12 @@ from .records import tick_price as price, tick_seq as seq, tick_side as side, ti
 from .records import tick_ts_event as ts_event, tick_ts_recv as ts_recv  # noqa: F401
 
 Book = namedtuple("Book", ["bid_px", "bid_sz", "ask_px", "ask_sz"])
+# what a UNIVERSE strategy's on_tick gets as `u` (the host builds it per call; read it through the
+# member_* functions below): ids, the members' run instrument ids; books, ist: the host's arrays
+# (read-only views); depth: DEPTH
+Universe = namedtuple("Universe", ["me", "n", "ids", "books", "ist", "shared", "depth"])
+# the host's per-instrument columns the member_* functions read (engine/host_template.py's ist)
+IST_BID, IST_ASK, IST_TRADE_PX, IST_TRADE_SZ, IST_TS_EVENT, IST_TS_RECV = 2, 3, 10, 11, 12, 13
 
 MAX_DEPTH = 32
 MAX_STATE = 4096
@@ -120,3 +165,48 @@ def check_thresholds(values, probability):
 @njit(nogil=True, inline="always", cache=True)
 def sigmoid32(margin):
     return np.float32(1.0 / (1.0 + math.exp(-np.float64(margin))))
+
+
+# --- reading a universe member (on_tick's `u`) -----------------------------------------------------
+
+
+@njit(nogil=True, inline="always", cache=True)
+def member_book(u, m):
+    """Member m's book (its DEPTH levels a side, best first, 0 where empty), as `book` is for the tick's own."""
+    i = u.ids[m]
+    return Book(u.books[i, 0, 0, :u.depth], u.books[i, 0, 1, :u.depth], u.books[i, 1, 0, :u.depth],
+                u.books[i, 1, 1, :u.depth])
+
+
+@njit(nogil=True, inline="always", cache=True)
+def member_bid(u, m):
+    """Member m's best bid price (1e-9 units) as of its last quote, trade or book tick; 0 if none."""
+    return u.ist[u.ids[m], IST_BID]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def member_ask(u, m):
+    return u.ist[u.ids[m], IST_ASK]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def member_trade_px(u, m):
+    """Member m's last trade price (1e-9 units); 0 before its first trade or after a gap."""
+    return u.ist[u.ids[m], IST_TRADE_PX]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def member_trade_sz(u, m):
+    return u.ist[u.ids[m], IST_TRADE_SZ]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def member_ts_recv(u, m):
+    """Receive time (ns) of member m's last tick; 0 before its first or after a gap."""
+    return u.ist[u.ids[m], IST_TS_RECV]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def member_ts_event(u, m):
+    """Exchange time (ns) of member m's last tick; 0 before its first or after a gap."""
+    return u.ist[u.ids[m], IST_TS_EVENT]

@@ -31,6 +31,7 @@ import numpy as np
 
 from . import defaults
 from .loop_args import HostArrays, LiveArgs, SignalView, TickView, run_args
+from .records import SIGNAL_WORDS
 from .render import render
 from .strategy_errors import compile_error, return_type_error
 from .strategy_load import StrategyError
@@ -101,9 +102,10 @@ def _checked_wrapper(s, fn, args):
 def _header(s, check=False):
     """The generated module's header (engine/templates/host_header.py.tpl): what binds one strategy."""
     names = list(s.param_names)
+    targets = getattr(s, "decide_targets", False)
     if s.has_decide:
-        decide = _checked_wrapper(s, "decide", "state, score, position, params") if check else \
-            _block("host_user_decide.py.tpl")
+        decide = _checked_wrapper(s, "decide", "state, score, targets, params, u" if targets else
+                                  "state, score, position, params") if check else _block("host_user_decide.py.tpl")
     else:
         decide = _block("host_hysteresis.py.tpl")
     return render(TEMPLATES / "host_header.py.tpl", name_literal=repr(s.name), path=s.path, sha256=s.sha256,
@@ -111,7 +113,12 @@ def _header(s, check=False):
                   checked_import=_block("host_checked_import.py.tpl") if check else "",
                   depth=s.depth, state=s.state, nfeat=len(s.features), param_names=repr(names),
                   param_values=", ".join(f"p[{i}]" for i in range(len(names))),
-                  checked_on_tick=_checked_wrapper(s, "on_tick", "state, book, tick, row, params") if check else "",
+                  universe_n=len(s.universe), shared=s.shared, decide_targets=int(targets),
+                  call_decide_targets=_block("host_call_decide_targets.py.tpl" if targets else
+                                             "host_no_decide_targets.py.tpl"),
+                  checked_on_tick=_checked_wrapper(s, "on_tick", "state, book, tick, row, params"
+                                                   + (", u" if s.universe else "")) if check else "",
+                  call_on_tick=_block("host_call_on_tick_universe.py.tpl" if s.universe else "host_call_on_tick.py.tpl"),
                   decide=decide)
 
 
@@ -198,9 +205,10 @@ def _prune(d):
 
 
 class HostState:
-    """The host's per-instrument arrays (see host_template), allocated off the hot path."""
+    """The host's per-instrument arrays (see host_template), allocated off the hot path. ids: a
+    UNIVERSE's members bound to instruments (Strategy.bind_universe); None only to compile."""
 
-    def __init__(self, s, n_instruments, levels, mod):
+    def __init__(self, s, n_instruments, levels, mod, ids=None):
         n = max(1, int(n_instruments))
         self.fstate = np.zeros((n, s.state), np.float64)
         self.book = np.zeros((n, 2, 2, levels if s.depth else 0), np.int64)
@@ -211,14 +219,26 @@ class HostState:
         self.ptick = np.zeros((n, 8), np.int64)
         self.plist = np.zeros(n, np.int64)
         self.cst = np.zeros(mod.CST_WIDTH, np.int64)
+        from .universe import member_map
+        self.uids = np.zeros(len(s.universe), np.int64) if ids is None else np.ascontiguousarray(ids, np.int64)
+        self.umem = member_map(self.uids if ids is not None else self.uids[:1], n)
+        self.ubook, self.uist = self.book.view(), self.ist.view()  # what on_tick's `u` reads: read-only
+        self.ubook.flags.writeable = False
+        self.uist.flags.writeable = False
+        self.shared = np.zeros(max(1, s.shared), np.float64)
+        # a targets decide's scratch: the members' targets, and its signals before they are pushed (live)
+        self.targets = np.zeros(max(1, len(s.universe)), np.int64)
+        self.dsig = np.zeros((max(1, len(s.universe)), SIGNAL_WORDS), np.int64)
 
     def arrays(self):
         """What data-set building takes."""
-        return (self.fstate, self.book, self.ist)
+        return (self.fstate, self.book, self.ist, self.uids, self.umem, self.ubook, self.uist, self.shared, self.targets,
+                self.dsig)
 
     def loop_arrays(self):
         """What the live and backtest loops take (engine/loop_args.py passes them one by one)."""
-        return HostArrays(self.fstate, self.book, self.ist, self.prow, self.ptick, self.plist, self.cst)
+        return HostArrays(self.fstate, self.book, self.ist, self.prow, self.ptick, self.plist, self.cst, self.uids,
+                          self.umem, self.ubook, self.uist, self.shared, self.targets, self.dsig)
 
     @property
     def positions(self):
@@ -233,12 +253,19 @@ class Host:
         self.mod = module
         self.nfeat = len(s.features)
 
-    def state(self, n_instruments, levels):
-        """Fresh per-instrument arrays; `levels`: the book window the tick stream carries."""
+    def state(self, n_instruments, levels, ids=None):
+        """Fresh per-instrument arrays; `levels`: the book window the tick stream carries; ids: the
+        UNIVERSE's members' instruments (Strategy.bind_universe), required with one but to compile."""
         if self.strategy.depth > levels:
             raise StrategyError(f"{self.strategy.path}: DEPTH {self.strategy.depth} needs book levels, and the tick "
                                 f"stream carries {levels} (convert or feed with depth={max(self.strategy.depth, 10)})")
-        return HostState(self.strategy, n_instruments, levels, self.mod)
+        return HostState(self.strategy, n_instruments, levels, self.mod, ids)
+
+    def bound_state(self, n_instruments, levels, names, specs, where):
+        """state() for an input whose instruments are `names` (records `specs`): a UNIVERSE bound to them."""
+        from .instruments import table
+        ids = self.strategy.bind_universe(names, [r["venue"] for r in table(names, specs)], where)
+        return self.state(n_instruments, levels, ids)
 
     def new_row(self):
         return np.zeros(self.nfeat, np.float32)
@@ -285,11 +312,12 @@ class Host:
                         sig=np.zeros(16, np.int64), pvals=self.params(), cfg=self.loop_cfg())
         self.mod.run_loop(*run_args(self.mod, ring, live))
 
-    def featurize(self, words, n_instruments, levels):
+    def featurize(self, words, n_instruments, levels, names=None, specs=None, where="the input"):
         """Rows for every scored tick: X (float32 [m, F]), instrument, mid (float64, 1e-9 units),
-        tick index (into words)."""
+        tick index (into words). names, specs: the instruments (a UNIVERSE is bound to them)."""
         n = words.shape[0]
-        hs = self.state(n_instruments, levels)
+        hs = self.bound_state(n_instruments, levels, names or [], specs, where) if self.strategy.universe else \
+            self.state(n_instruments, levels)
         X = np.empty((max(n, 1), self.nfeat), np.float32)
         inst = np.empty(n, np.int64)
         mid = np.empty(n, np.float64)
@@ -316,8 +344,9 @@ def _import_host(name, path):
 
 
 def _return_types_error(s):
-    """on_tick must return a bool and decide an int, in every signature numba compiled them with."""
-    names = ("on_tick", "decide") if s.has_decide else ("on_tick",)
+    """on_tick must return a bool (an int with a UNIVERSE) and decide an int (a targets decide returns
+    nothing it reads), in every signature numba compiled them with."""
+    names = ("on_tick", "decide") if s.has_decide and not s.decide_targets else ("on_tick",)
     for name in names:
         for sig in getattr(s.module, name).nopython_signatures:
             err = return_type_error(s, name, sig.return_type)
@@ -335,7 +364,7 @@ def build(s, check=None):
     name, path = generate(s, check_mode() if check is None else check)
     if name in _HOSTS:  # compiled already; parameter values are runtime inputs, so bind these ones
         cached = _HOSTS[name]
-        if cached.strategy.values == s.values:
+        if cached.strategy.values == s.values and cached.strategy.universe == s.universe:
             return cached
         host = Host(s, cached.mod)
         host.compile_seconds = 0.0
@@ -350,6 +379,9 @@ def build(s, check=None):
         try:
             mod.probe(*hs, tick, host.new_row(), host.params(), np.zeros(1, np.float32), np.zeros(16, np.int64))
         except (errors.NumbaError, errors.UnsupportedBytecodeError) as e:  # (the latter is no NumbaError)
+            if s.universe and tick.flags.writeable and "readonly" in str(e).lower():
+                raise StrategyError(f"{s.path}: on_tick writes to what `u` shows of the members (their books and "
+                                    "columns are read-only); keep what you need in state or u.shared") from None
             if not tick.flags.writeable and "readonly" in str(e).lower():
                 raise StrategyError(f"{s.path}: on_tick writes to `tick`, which is read-only (backtests read it "
                                     "from the mapped file); copy what you need into state") from None
@@ -364,7 +396,7 @@ def build(s, check=None):
     return host
 
 
-def load_host(spec=None, overrides=None):
-    """load + build: the usual entry point (`--strategy SPEC --param ...`)."""
+def load_host(spec=None, overrides=None, universe=None):
+    """load + build: the usual entry point (`--strategy SPEC --param ... --universe ...`)."""
     from .strategy_load import load
-    return build(load(spec, overrides))
+    return build(load(spec, overrides, universe))

@@ -275,7 +275,8 @@ def _wrong_return_line(path, name, rt):
     return 0
 
 
-WANT = {"on_tick": ("a bool", "True: score this tick"), "decide": ("an int", "the target position, signed units")}
+WANT = {"on_tick": ("a bool", "True: score this tick"), "decide": ("an int", "the target position, signed units"),
+        "on_tick_universe": ("an int", "the member to score, or -1")}
 
 
 def return_type_error(s, fname, rt):
@@ -283,9 +284,15 @@ def return_type_error(s, fname, rt):
     from numba.core import types
     if rt is None:
         return None
-    want, what = WANT[fname]
-    if isinstance(rt, types.Boolean if fname == "on_tick" else types.Integer):  # (a numba bool is no Integer)
+    universe = fname == "on_tick" and bool(getattr(s, "universe", ()))
+    want, what = WANT["on_tick_universe" if universe else fname]
+    if isinstance(rt, types.Boolean if fname == "on_tick" and not universe else types.Integer):  # (a bool is no Integer)
         return None
+    if universe:
+        line = def_line(s.path, fname)
+        return _block(s.path, line, f"on_tick returns {rt}; with a UNIVERSE it must return {want} ({what})", [],
+                      "return m (0 <= m < len(UNIVERSE)) to score the row as member m's, -1 for nothing; u.me is the "
+                      "tick's own member")
     if isinstance(rt, (types.Optional, types.NoneType)):
         line = _none_line(s.path, fname)
         end = "return position" if fname == "decide" else "return False"

@@ -109,6 +109,13 @@ def _is_jitted(f):
     return hasattr(f, "py_func") and hasattr(f, "compile")
 
 
+def _arity(f):
+    try:
+        return len(inspect.signature(getattr(f, "py_func", f)).parameters) if f is not None else -1
+    except (TypeError, ValueError):
+        return -1
+
+
 def _check_function(path, mod, name, nargs, required):
     f = getattr(mod, name, None)
     if f is None:
@@ -123,7 +130,11 @@ def _check_function(path, mod, name, nargs, required):
     except (TypeError, ValueError):
         n = -1
     if n != nargs:
-        want = "(state, book, tick, row, params)" if name == "on_tick" else "(state, score, position, params)"
+        want = (("(state, score, targets, params, u)" if nargs == 5 else "(state, score, position, params)")
+                if name == "decide" else "(state, book, tick, row, params, u)" if nargs == 6
+                else "(state, book, tick, row, params)")
+        if name == "on_tick" and n in (5, 6):
+            want += " when the file " + ("names a UNIVERSE" if nargs == 6 else "names no UNIVERSE")
         raise StrategyError(f"strategy {path}:{def_line(path, name)}: {name} takes {n} arguments; the contract is "
                             f"{name}{want}")
     return f
@@ -206,6 +217,11 @@ class Strategy:
     sha256: str                   # the file and its local helper modules
     sources: list = field(default_factory=list)
     score: str = DEFAULT_SCORE    # SCORE: the kind of score decide (or hysteresis) expects
+    roles: tuple = None           # UNIVERSE's roles (a dict's keys), or None
+    universe: tuple = ()          # UNIVERSE's member specs, --universe applied (engine/universe.py)
+    shared: int = 0               # SHARED
+    members: tuple = None         # the member instruments as bound to this run's inputs (bind_universe)
+    decide_targets: bool = False  # decide(state, score, targets, params, u): a UNIVERSE's targets at once
 
     @property
     def param_names(self):
@@ -220,10 +236,20 @@ class Strategy:
         return np.array([self.values[k] for k in self.param_names], np.float64)
 
     def identity(self):
-        """What a model trained for this strategy records, and is checked against."""
+        """What a model trained for this strategy records, and is checked against (with a UNIVERSE:
+        the instruments its members were bound to)."""
         return {"name": self.name, "file": self.path, "sha256": self.sha256, "features": list(self.features),
                 "depth": self.depth, "state": self.state, "decide": self.has_decide,
-                "params": dict(self.values)}
+                "params": dict(self.values)} | ({"universe": list(self.members or ())} if self.universe else {})
+
+    def bind_universe(self, names, venues, where):
+        """Bind the UNIVERSE's members to an input's instruments (engine/universe.py): their ids,
+        int64 [M]; None without a UNIVERSE. A model checked afterwards must name the same members."""
+        if not self.universe:
+            return None
+        from .universe import bind
+        ids, self.members = bind(self, names, venues, where)
+        return ids
 
     def describe(self):
         return f"'{self.name}' (sha256 {self.sha256[:12]}, {len(self.features)} features, depth {self.depth})"
@@ -263,16 +289,23 @@ class Strategy:
                 raise StrategyError(f"{self.path}: {e}") from None
 
 
-def load(spec=None, overrides=None):
-    """Resolve, import and check a strategy; `overrides` {name: value} (from --param / config)."""
+def load(spec=None, overrides=None, universe=None):
+    """Resolve, import and check a strategy; `overrides` {name: value} (from --param / config);
+    `universe` {role: instrument} (from --universe)."""
     path = resolve(spec)
     data = path.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     name = module_name(path, sha)
     mod = import_strategy_file(str(path), name)
     feats, depth, state, params = _check_constants(path, mod)
-    _check_function(path, mod, "on_tick", 5, True)
-    has_decide = _check_function(path, mod, "decide", 4, False) is not None
+    from .universe import apply_bindings, check as check_universe
+    roles, specs, shared = check_universe(path, mod)
+    specs = apply_bindings(path, roles, specs, universe) if specs else specs
+    if universe and not specs:
+        raise StrategyError(f"{path}: --universe binds a UNIVERSE's roles, and the file names no UNIVERSE")
+    _check_function(path, mod, "on_tick", 6 if specs else 5, True)
+    decide_targets = bool(specs) and _arity(getattr(mod, "decide", None)) == 5
+    has_decide = _check_function(path, mod, "decide", 5 if decide_targets else 4, False) is not None
     defaults = dict(params)
     if not has_decide:
         for k in THRESHOLD_NAMES:
@@ -291,7 +324,7 @@ def load(spec=None, overrides=None):
         sha = h.hexdigest()
     score = _check_score(path, mod, has_decide, params)
     s = Strategy(path.stem, str(path), name, feats, depth, state, defaults, values, has_decide, sha,
-                 [str(f) for f in sources], score)
+                 [str(f) for f in sources], score, roles, specs, shared, decide_targets=decide_targets)
     if not has_decide:
         try:
             check_thresholds(values, probability=score == "probability")

@@ -295,6 +295,11 @@ def check_strategy(art_dir, m, strategy):
     got = m.get("strategy")
     want = strategy.identity()
     same = isinstance(got, dict) and all(got.get(k) == want[k] for k in ("sha256", "features", "depth"))
+    if same and got.get("universe") != want.get("universe"):
+        raise ArtifactError(f"{art_dir}: trained for strategy {describe_strategy(got)} on the universe "
+                            f"{', '.join(map(str, got.get('universe') or [])) or '(none)'}; this run binds it to "
+                            f"{', '.join(want.get('universe') or []) or '(none)'}. Train a model on these "
+                            "instruments, or bind the roles as it was trained (--universe ROLE=NAME)")
     if not same:
         raise ArtifactError(f"{art_dir}: trained for strategy {describe_strategy(got)}; this run uses strategy "
                             f"{strategy.describe()} from {strategy.path}. Train a model for it: engine train "

@@ -3,12 +3,13 @@ runs), labels from future mid moves, and time splits."""
 import numpy as np
 
 
-def featurize(host, words, n_instruments, levels):
-    """Feature rows for every tick the strategy scores (what the live loop would score).
+def featurize(host, words, n_instruments, levels, names=None, specs=None, where="the input"):
+    """Feature rows for every tick the strategy scores (what the live loop would score); names,
+    specs: the instruments (a UNIVERSE strategy's members are bound to them).
 
     Returns X (float32 [m, F]), instrument, mid (float64, 1e-9 units), tick index.
     """
-    return host.featurize(words, n_instruments, levels)
+    return host.featurize(words, n_instruments, levels, names, specs, where)
 
 
 NO_LABEL = -128  # rows without a label (flat binary moves, the end of the data)

@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from . import dataset
-from .training import source_ticks
+from .training import input_streams
 
 FORMATS = (".parquet", ".csv")
 
@@ -29,7 +29,7 @@ def feature_table(host, words, names, X, inst, idx, source=None):
     return pa.table(cols)
 
 
-def write_features(host, sources, out, ticks=400_000, progress=True):
+def write_features(host, sources, out, ticks=400_000, progress=True, merge=False):
     import pyarrow as pa
     say = _say if progress else (lambda m: None)
     if not out.endswith(FORMATS):
@@ -38,13 +38,13 @@ def write_features(host, sources, out, ticks=400_000, progress=True):
     check_writable(out, "the feature table")  # before any work
     t0 = time.monotonic()
     tables, total, symbols = [], 0, []
-    for k, uri in enumerate(sources):
-        words, n_inst, levels, names = source_ticks(uri, ticks, host.strategy)
+    streams = input_streams(sources, ticks, host.strategy, merge)
+    for k, (uri, words, n_inst, levels, names, specs) in enumerate(streams):
         symbols.append(names)
-        X, inst, _, idx = dataset.featurize(host, words, n_inst, levels)
-        tables.append(feature_table(host, words, names, X, inst, idx, k if len(sources) > 1 else None))
+        X, inst, _, idx = dataset.featurize(host, words, n_inst, levels, names, specs, uri)
+        tables.append(feature_table(host, words, names, X, inst, idx, k if len(sources) > 1 and not merge else None))
         total += len(words)
-        say(f"{k + 1}/{len(sources)} {uri}: {len(words):,} ticks -> {len(X):,} rows")
+        say(f"{k + 1}/{1 if merge else len(sources)} {uri}: {len(words):,} ticks -> {len(X):,} rows")
     t = pa.concat_tables(tables)
     from engine.records import table_metadata
     meta = table_metadata(symbols, **{"engine.strategy": host.strategy.describe(),

@@ -13,6 +13,29 @@ def source_ticks(uri, default_ticks, strategy=None):
     """Tick words from a source URI, with the book levels the strategy needs: the simulator
     (default_ticks unless count= says), or any file source read to its end.
     Returns (words, instruments, book levels per side the stream carries, instrument names)."""
+    return _read(uri, default_ticks, strategy)[:4]
+
+
+def input_streams(sources, default_ticks, strategy=None, merge=False):
+    """[(what, words, instruments, levels, names, specs)]: each source read to its end, or (merge)
+    all of them as one stream in receive-time order, instruments named VENUE:SYMBOL
+    (engine/universe.py merge: what `engine run --feed A --feed B` reads)."""
+    if not merge or len(sources) < 2:  # (one at a time: a list of days is not held in memory at once)
+        for u in sources:
+            yield (u, *_read(u, default_ticks, strategy))
+        return
+    streams = [(u, *_read(u, default_ticks, strategy)) for u in sources]
+    from engine.universe import merge as merged, source_labels
+    depths = [s[3] for s in streams]
+    if strategy is not None and strategy.depth > min(depths):
+        k = depths.index(min(depths))
+        raise ValueError(f"{sources[k]}: carries {depths[k]} book levels a side and strategy {strategy.path} reads "
+                         f"DEPTH {strategy.depth}")
+    words, names, specs = merged([(s[1], s[4], s[5]) for s in streams], source_labels(sources))
+    yield " + ".join(sources), words, max(1, len(names)), max(depths), names, specs
+
+
+def _read(uri, default_ticks, strategy):
     from feeds.sources import open_source
     if strategy is not None:
         uri = strategy.source_uri(uri)
@@ -26,7 +49,7 @@ def source_ticks(uri, default_ticks, strategy=None):
     parts = [b.copy() for b in src.batches()]
     words = np.concatenate(parts) if parts else np.zeros((0, 8), np.int64)
     names = list(src.instruments)
-    return words, max(1, len(names)), int(getattr(src, "depth", 0)), names
+    return words, max(1, len(names)), int(getattr(src, "depth", 0)), names, list(getattr(src, "specs", None) or [])
 
 
 def labels_for(inst, mid, ts, horizon, unit, kind, dead_band_bps):
@@ -37,12 +60,12 @@ def labels_for(inst, mid, ts, horizon, unit, kind, dead_band_bps):
     return dataset.ternary_labels(inst, mid, ts, horizon, unit, dead_band_bps)
 
 
-def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps):
-    """Features and labels per source (state never leaks across sources), concatenated in order."""
+def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps, merge=False):
+    """Features and labels per source (state never leaks across sources), concatenated in order;
+    merge: the sources as one stream (input_streams)."""
     Xs, ys, ts, n_inst = [], [], [], 1
-    for uri in sources:
-        words, k, levels, _ = source_ticks(uri, ticks, host.strategy)
-        X, inst, mid, idx = dataset.featurize(host, words, k, levels)
+    for uri, words, k, levels, names, specs in input_streams(sources, ticks, host.strategy, merge):
+        X, inst, mid, idx = dataset.featurize(host, words, k, levels, names, specs, uri)
         y = labels_for(inst, mid, words[idx, 1], horizon, unit, kind, dead_band_bps)
         keep = y != dataset.NO_LABEL
         Xs.append(X[keep])
@@ -78,8 +101,9 @@ def metrics(objective, y, pred):
 
 def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, unit="ticks", labels="binary",
               dead_band_bps=0.5, objective=None, early_stopping=20, ticks=400_000, backends=("treelite", "flat"),
-              seed=0):
-    """Train a model for the strategy compiled in `host` (engine/strategy_build.py)."""
+              seed=0, merge=False):
+    """Train a model for the strategy compiled in `host` (engine/strategy_build.py); merge: the
+    sources as one stream (input_streams)."""
     import xgboost as xgb
     s = host.strategy
     objective = objective or ("binary:logistic" if labels == "binary" else "reg:squarederror")
@@ -92,7 +116,7 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
     log(f"[1/4] building the data set from {len(sources)} source(s) with strategy {s.describe()}: "
         f"horizon {horizon} {unit}, {labels} labels")
     X, y, n_inst, ts = build_dataset(host, sources, ticks=ticks, horizon=horizon, unit=unit, kind=labels,
-                                     dead_band_bps=dead_band_bps)
+                                     dead_band_bps=dead_band_bps, merge=merge)
     # labels look `horizon` ahead: rows that close to a split boundary would leak across it
     embargo = horizon * n_inst if unit == "ticks" else time_embargo(ts, len(X), int(horizon * 1e6))
     tr, va, te = dataset.time_split(len(X), embargo=embargo)

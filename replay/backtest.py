@@ -38,6 +38,13 @@ def instrument_count(tf):
     return max(n, 1)
 
 
+def bind(host, tf):
+    """A UNIVERSE strategy's members bound to the file's instruments (their ids), else None."""
+    from engine.instruments import table
+    return host.strategy.bind_universe(tf.instruments, [r["venue"] for r in table(tf.instruments, tf.specs)],
+                                       tf.path) if host.strategy.universe else None
+
+
 def file_depth(tf):
     return int(getattr(tf, "depth", 0) or 0)
 
@@ -59,14 +66,15 @@ def run_file(src, pred, host, cfg, marks=None, progress=False):
         except TickFileError as e:
             raise ValueError(str(e)) from None
     words = tf.words
-    hs = host.state(instrument_count(tf), file_depth(tf))
+    hs = host.state(instrument_count(tf), file_depth(tf), bind(host, tf))
     row = host.new_row()
     out = np.zeros(1, np.float32)
     pvals = host.params()
     margins = np.full(len(words), np.nan, np.float32)
     hist = latency.new_counts()
     chunks = []
-    sigs = np.zeros((SIG_CHUNK + len(hs.ist) + 1, SIGNAL_WORDS), np.int64)  # room for a whole flush
+    legs = max(1, len(host.strategy.universe))  # (a targets decide: up to a signal per member)
+    sigs = np.zeros((SIG_CHUNK + (len(hs.ist) + 1) * legs, SIGNAL_WORDS), np.int64)  # room for a whole flush
     marks = NO_MARKS if marks is None else np.ascontiguousarray(marks, np.int64).reshape(-1, 2)
     i, total, scored = 0, 0, 0
     bar = _bar(path, len(words), progress)

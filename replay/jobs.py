@@ -17,6 +17,7 @@ class Params:
     backend: str = "auto"
     strategy: str | None = None       # a built-in name or a .py file (default: microstructure)
     params: dict = field(default_factory=dict)  # strategy parameter overrides
+    universe: dict = field(default_factory=dict)  # --universe: role -> instrument
     horizons_ms: tuple = DEFAULT_HORIZONS_MS
     latency_ns: int = 0               # order entry latency (constant), unless `latency` says otherwise
     fee_bps: float | None = None      # taker fee, bp of notional (None: --instruments', else the venue's standard)
@@ -44,9 +45,9 @@ _HOSTS = {}
 def _host(p):
     """The strategy compiled into the host loops (once per process per strategy and parameters)."""
     from engine.strategy_build import load_host
-    key = (p.strategy, tuple(sorted(p.params.items())))
+    key = (p.strategy, tuple(sorted(p.params.items())), tuple(sorted(p.universe.items())))
     if key not in _HOSTS:
-        _HOSTS[key] = load_host(p.strategy, p.params)
+        _HOSTS[key] = load_host(p.strategy, p.params, p.universe)
     return _HOSTS[key]
 
 
@@ -57,7 +58,7 @@ def _model(p):
     if p.model is None:
         from models.default import default_model_dir
         p.model = str(default_model_dir(host.strategy))
-    key = (os.path.realpath(p.model), p.backend, host.strategy.sha256)
+    key = (os.path.realpath(p.model), p.backend, host.strategy.sha256, tuple(host.strategy.members or ()))
     if key not in _MODELS:
         import fpga.backend  # noqa: F401  (registers backend="fpga-sim" with models.artifact)
         from models import artifact
@@ -102,16 +103,17 @@ def backtest_one(path, p, k=0, progress=False, looped=None):
     from models.artifact import uses_sigmoid
     from engine.tickfile import TickFile, TickFileError
 
-    from .backtest import file_depth, run_file, warm_up
+    from .backtest import bind, file_depth, run_file, warm_up
     from .evaluate import MidIndex, evaluate_file
     host = _host(p)
-    pred = _model(p)
-    cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
-    warm_up(pred, host, cfg)
     try:
         tf = TickFile(path, verify=False)  # (structure checked here; the CRCs beside the loop)
     except TickFileError as e:
         raise ValueError(str(e)) from None
+    bind(host, tf)  # (before the model: one trained for another universe is refused)
+    pred = _model(p)
+    cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
+    warm_up(pred, host, cfg)
     # every block's CRC is checked once, on a thread while the loop runs (zlib and the loop both
     # release the GIL); nothing the loop computed is used unless the file passed. The evaluation's
     # mid series, which needs only the file, is built there too.
@@ -329,6 +331,13 @@ def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_d
 
     from . import report
     host = _host(p)  # a broken strategy or a model trained for another one: a clear error now
+    if host.strategy.universe:  # (its members bound as the first file has them: a model is trained for those)
+        from engine.tickfile import TickFile
+
+        from .backtest import bind
+        tf = TickFile(files[0], verify=False)
+        bind(host, tf)
+        tf.close()
     pred = _model(p)  # verified (and loaded once when the files run here)
     host.strategy.check_scale(uses_sigmoid(pred))
     shown = {"probability": uses_sigmoid(pred)}

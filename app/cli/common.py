@@ -188,6 +188,9 @@ def strategy_args(q):
               shipped=_shipped, default_strategy=_default_strategy)
     q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set one of the strategy's PARAMS for this run (repeatable); unknown names are an error")
+    q.add_argument("--universe", action="append", default=[], metavar="ROLE=INSTRUMENT", dest="universe_bind",
+                   help="bind a role of the strategy's UNIVERSE to an instrument (VENUE:SYMBOL, a SYMBOL or an fnmatch "
+                        "pattern; repeatable)")
 
 
 def overrides(a):
@@ -196,9 +199,22 @@ def overrides(a):
     return {**(getattr(a, "param_table", None) or {}), **parse_params(a.param)}
 
 
+def merge_arg(q):
+    """--merge: the inputs as one stream (a strategy across instruments reads them together)."""
+    q.add_argument("--merge", action=Flag, help="read the inputs as one stream, merged by receive time (the order "
+                   "`engine run --feed A --feed B` reads them in; instruments named VENUE:SYMBOL): for a strategy "
+                   "whose UNIVERSE spans them")
+
+
+def universe(a):
+    """--universe ROLE=INSTRUMENT (repeatable) -> {role: instrument}."""
+    from engine.universe import parse_bindings
+    return parse_bindings(getattr(a, "universe_bind", None))
+
+
 def strategy_host(a):
     from engine.strategy_build import load_host
-    return load_host(a.strategy, overrides(a))
+    return load_host(a.strategy, overrides(a), universe(a))
 
 
 VERIFY_KEY_HELP = ("refuse every model artifact (and FPGA directory) not signed by this key: an ed25519 public key "

@@ -6,7 +6,7 @@ import signal
 import threading
 
 from .common import (SOURCES_HELP, Flag, help_from, nonneg_float, nonneg_int, positive_float, positive_int,
-                     print_warnings, strategy_args, strategy_host)
+                     merge_arg, print_warnings, strategy_args, strategy_host)
 
 
 def cmd_convert(a):
@@ -117,7 +117,7 @@ def cmd_ring_inspect(a):
 
 def cmd_features(a):
     from models.features_out import write_features
-    res = write_features(strategy_host(a), a.sources, a.out, ticks=a.ticks, progress=not a.quiet)
+    res = write_features(strategy_host(a), a.sources, a.out, ticks=a.ticks, progress=not a.quiet, merge=a.merge)
     print(json.dumps(res) if a.json else f"{res['out']}: {res['rows']:,} rows x {res['features']} features from "
           f"{res['ticks']:,} ticks ({res['sources']} source(s)), strategy {res['strategy']}")
     return 0
@@ -245,6 +245,7 @@ def _add_features(sub):
     fe.add_argument("sources", nargs="+", metavar="SOURCE")
     fe.add_argument("--out", required=True, help="output file: .parquet or .csv")
     strategy_args(fe)
+    merge_arg(fe)
     fe.add_argument("--ticks", type=positive_int, default=400_000,
                     help="ticks per synthetic source without count= (default 400000)")
     fe.add_argument("--quiet", action=Flag, help="no progress lines")

@@ -7,7 +7,7 @@ import sys
 from models.artifact import BACKEND_CHOICES
 
 from .common import (SIGN_KEY_HELP, SOURCES_HELP, Flag, int_range, nonneg_float, npy_file, positive_float,
-                     positive_int, strategy_args, strategy_host, verify_key_arg)
+                     merge_arg, positive_int, strategy_args, strategy_host, verify_key_arg)
 
 
 def cmd_model_keygen(a):
@@ -80,7 +80,7 @@ def cmd_train(a):
             raise ValueError(f"{flag} {v}: must be {'1..16' if flag == '--depth' else '> 0'}")
     m = run_train(a.sources, a.out, host=strategy_host(a), trees=a.trees, depth=a.depth, eta=a.eta, horizon=a.horizon, unit=a.horizon_unit,
                   labels=a.labels, dead_band_bps=a.dead_band, objective=a.objective, early_stopping=a.early_stopping,
-                  ticks=a.ticks, backends=a.backends, seed=a.seed)
+                  ticks=a.ticks, backends=a.backends, seed=a.seed, merge=a.merge)
     print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], **m["training"]["test_metrics"]}))
     return 0
 
@@ -150,6 +150,7 @@ def _add_train(sub):
                                    + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("sources", nargs="+", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7")
     strategy_args(t)
+    merge_arg(t)
     t.add_argument("--out", required=True, help="artifact directory to write")
     t.add_argument("--trees", type=positive_int, default=200, help="maximum trees (default 200)")
     t.add_argument("--depth", type=int_range(1, 16), default=6, help="tree depth (default 6)")

@@ -10,8 +10,8 @@ import numpy as np
 
 from models.artifact import BACKEND_CHOICES
 
-from .common import (Flag, existing_file, nonneg_float, nonneg_int, overrides, positive_int, print_warnings,
-                     publisher_args, strategy_args, verify_key_arg)
+from .common import (Flag, existing_file, nonneg_float, nonneg_int, overrides, positive_int, print_warnings, universe,
+                     merge_arg, publisher_args, strategy_args, verify_key_arg)
 
 
 def _horizons_ms(s):
@@ -103,7 +103,8 @@ def _backtest_params(a, hz, marks=None):
     lat = a.latency_us if isinstance(a.latency_us, str) else None
     if a.latency_file:
         lat = _read_latencies(a.latency_file)
-    return Params(model=a.model, backend=a.backend, strategy=a.strategy, params=overrides(a), horizons_ms=hz,
+    return Params(model=a.model, backend=a.backend, strategy=a.strategy, params=overrides(a), universe=universe(a),
+                  horizons_ms=hz,
                latency_ns=0 if isinstance(a.latency_us, str) else int(a.latency_us * 1000), latency=lat,
                fee_bps=a.fee_bps, maker_bps=a.maker_bps, per_lot=a.per_lot, marks=marks, orders=a.orders,
                response_ns=int(a.response_us * 1000), feed_ns=int(a.feed_latency_us * 1000),
@@ -136,6 +137,11 @@ def cmd_backtest(a):
     p = _backtest_params(a, hz, marks)
     from .run_cmds import check_mode
     check_mode(a)
+    if a.merge and len(a.files) > 1:
+        from replay.merged import write_merged
+        os.makedirs(a.out, exist_ok=True)
+        a.files = [write_merged(a.files, os.path.join(a.out, "merged.ticks"))]
+        print(f"[backtest] merged by receive time into {a.files[0]}", file=sys.stderr, flush=True)
     try:
         summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
     except IndexError as e:  # --check: what boundscheck caught, one line naming the file and function
@@ -165,7 +171,7 @@ def cmd_sweep(a):
     from engine.strategy_build import load_host
     hz = tuple(int(x) for x in a.horizons_ms.split(",") if x.strip())
     p = _backtest_params(a, hz)
-    host = load_host(a.strategy, overrides(a))
+    host = load_host(a.strategy, overrides(a), universe(a))
     grid = parse_grid(a.grid, host.strategy.param_names)
     rows, computed, cached = sweep(a.files, a.out, p, grid, workers=a.workers, scheduler=a.scheduler,
                                    progress=not a.quiet)
@@ -240,6 +246,7 @@ def _add_backtest(sub):
     bt.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000",
                     help="hit-rate horizons, ms (default 100,1000,10000)")
     strategy_args(bt)
+    merge_arg(bt)
     bt.add_argument("--conflate-as-recorded", default=None, metavar="SIGNALS.sig",
                     help="replay the conflation of a live run over this file (`engine run --feed tickfile:F "
                          "--conflate on --signals-out S.sig`): the same ticks folded unscored and the same flush "

@@ -9,7 +9,7 @@ import threading
 from app import run_options
 
 from .common import (SOURCES_HELP, Flag, nonneg_float, nonneg_int, overrides, positive_float, positive_int, pow2,
-                     pub_endpoint, publisher_args, strategy_args, verify_key_arg)
+                     pub_endpoint, publisher_args, strategy_args, universe, verify_key_arg)
 
 
 def cmd_run(a):
@@ -113,7 +113,7 @@ def _wait_help():
 def _named(name):
     """A function app/run_options.py names: a validator, an option set or a mapping (here or in common)."""
     return {f.__name__: f for f in (nonneg_float, nonneg_int, overrides, positive_float, positive_int, pow2,
-                                    pub_endpoint, strategy_args, verify_key_arg)}.get(name) or globals()[name]
+                                    pub_endpoint, strategy_args, universe, verify_key_arg)}.get(name) or globals()[name]
 
 
 def add_arguments(p):

@@ -2,7 +2,7 @@
 # sha256 ${sha256}. Do not edit: a changed strategy gets a new file.
 from collections import namedtuple as _namedtuple
 from numba import njit as _njit
-from engine.strategy_api import hysteresis as _hysteresis
+from engine.strategy_api import Universe as _Universe, hysteresis as _hysteresis
 from engine.strategy_load import import_strategy_file as _import
 
 _user = _import(${path_literal}, ${module_literal})
@@ -11,6 +11,9 @@ ${checked_import}
 DEPTH = ${depth}
 STATE = ${state}
 NFEAT = ${nfeat}
+UNIVERSE_N = ${universe_n}
+SHARED = ${shared}
+DECIDE_TARGETS = ${decide_targets}
 Params = _namedtuple('Params', ${param_names})
 
 
@@ -20,4 +23,10 @@ def make_params(p):
 
 
 ${checked_on_tick}
+${call_on_tick}
+
+
+${call_decide_targets}
+
+
 ${decide}
