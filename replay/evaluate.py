@@ -124,15 +124,21 @@ def equity_curve(words, fills, mi, mult, step_ns=None):
     grid = np.arange(t0, t1 + step_ns, step_ns, dtype=np.int64)
     eq = np.zeros(len(grid))
     for i in np.unique(fills["instrument"]) if len(fills) else []:
-        f = fills[fills["instrument"] == i]
-        f = f[np.argsort(f["ts_event"], kind="stable")]
-        k = np.searchsorted(f["ts_event"], grid, side="right")  # fills done by each grid time
-        pos = np.concatenate([[0], np.cumsum(f["qty"])])[k]
-        cash = np.concatenate([[0.0], np.cumsum(-f["qty"] * (f["price"] / PRICE_SCALE) * mult[i] - f["fee"])])[k]
-        m = mi.at(int(i), grid)
-        m = np.where(np.isnan(m), 0.0, m) / PRICE_SCALE
-        eq += cash + pos * m * mult[i]
+        eq += _equity_at(fills, i, mult[i], mi, grid)
     return grid, eq
+
+
+def _equity_at(fills, i, mult_i, mi, t):
+    """Instrument i's equity at times t: the cash of its fills done by then (net of their fees)
+    plus the position they left marked to the mid."""
+    f = fills[fills["instrument"] == i]
+    f = f[np.argsort(f["ts_event"], kind="stable")]
+    k = np.searchsorted(f["ts_event"], t, side="right")  # fills done by each time
+    pos = np.concatenate([[0], np.cumsum(f["qty"])])[k]
+    cash = np.concatenate([[0.0], np.cumsum(-f["qty"] * (f["price"] / PRICE_SCALE) * mult_i - f["fee"])])[k]
+    m = mi.at(int(i), t)
+    m = np.where(np.isnan(m), 0.0, m) / PRICE_SCALE
+    return cash + pos * m * mult_i
 
 
 def summarize(parts, horizons_ms, calendar="crypto"):
@@ -180,6 +186,9 @@ def summarize(parts, horizons_ms, calendar="crypto"):
     rts = [p["rt"] for p in parts if "rt" in p]
     if rts:
         out["trades"] = trade_stats({k: np.concatenate([r[k] for r in rts]) for k in rts[0]})
+    if any("dec_pnl" in p for p in parts):
+        out["decisions"] = decision_stats(np.concatenate([p["dec_legs"] for p in parts if "dec_pnl" in p]),
+                                          np.concatenate([p["dec_pnl"] for p in parts if "dec_pnl" in p]))
     # the net PnL is the closed trades' plus what the positions still open at the end are marked at
     out["pnl_closed"] = round(out["trades"]["all"]["net"], 6) if "trades" in out else 0.0
     out["pnl_open"] = round(out["pnl"] - out["pnl_closed"], 6)
@@ -364,6 +373,7 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
         if len(fills) else 0.0
     part["clocks_comparable"] = info["clocks_comparable"]
     part["rt"] = _rt_columns(fills, mult, list(res.instruments or []))
+    _, part["dec_legs"], part["dec_pnl"] = decision_pnl(sig, fills, mi, mult, int(words[:, 1].max()) if len(words) else 0)
     part["fills_table"] = fills
     cols = {f"fwd_bps_{h}ms": fwd[h].astype(np.float32) for h in horizons_ms}
     # per signal: lots filled, their average price, the first fill's exchange time
@@ -380,3 +390,41 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
     cols["fill_qty"] = filled
     cols["fill_ts_event"] = fill_ts
     return part, cols
+
+
+def decision_pnl(sig, fills, mi, mult, t_end):
+    """Each decision's PnL, its legs together (a pair's long and short as one): from its signals'
+    tick until the next decision that moves any of its instruments (else t_end), the change of its
+    instruments' equity (cash from the fills done by then, net of their fees, plus the position
+    marked to the mid). Returns (decision ids, legs, PnL in currency), in decision order."""
+    if not len(sig):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    dec = sig["decision"].astype(np.int64)
+    inst = sig["instrument"].astype(np.int64)
+    ts = sig["ts_event"].astype(np.int64)
+    # each signal's end: the next signal of its instrument that belongs to another decision
+    nxt = np.full(len(sig), t_end, np.int64)
+    for i in np.unique(inst):
+        rows = np.flatnonzero(inst == i)  # (in seq order; a decision moves an instrument once)
+        nxt[rows[:-1]] = ts[rows[1:]]
+    ids, first, legs = np.unique(dec, return_index=True, return_counts=True)
+    end = np.full(len(ids), t_end, np.int64)
+    np.minimum.at(end, np.searchsorted(ids, dec), nxt)
+    start = ts[first]
+    pnl = np.zeros(len(ids))
+    where = np.searchsorted(ids, dec)
+    for i in np.unique(inst):
+        d = np.unique(where[inst == i])  # the decisions with a leg on i
+        pnl[d] += _equity_at(fills, i, mult[i], mi, end[d]) - _equity_at(fills, i, mult[i], mi, start[d])
+    return ids, legs, pnl
+
+
+def decision_stats(legs, pnl):
+    """The report's decision figures: how many, of several legs, and their PnL."""
+    n = len(pnl)
+    multi = legs > 1
+    return {"decisions": int(n), "multi_leg": int(multi.sum()), "net": round(float(pnl.sum()), 6),
+            "multi_leg_net": round(float(pnl[multi].sum()), 6),
+            "win_rate": round(float((pnl > 0).mean()), 4) if n else None,
+            "mean": round(float(pnl.mean()), 6) if n else None,
+            "median": round(float(np.median(pnl)), 6) if n else None}

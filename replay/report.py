@@ -177,6 +177,11 @@ def money_lines(summary):
                    f"{summary.get('working_lots', 0):,} still working at the end")
     if summary.get("unfilled_lots"):
         out.append(f"taker orders: {summary['unfilled_lots']:,} lots the book's depth could not fill (cancelled)")
+    d = summary.get("decisions") or {}
+    if d.get("multi_leg"):  # (a UNIVERSE strategy's decide moved several instruments at once)
+        out.append(f"decisions: {d['decisions']:,}, {d['multi_leg']:,} of several legs (their legs together: net "
+                   f"{_money(d['multi_leg_net'])}); per decision, held until the next one: win rate "
+                   f"{_fmt(d['win_rate'])}, mean {_money(d['mean'])}, median {_money(d['median'])}")
     return out
 
 

@@ -290,8 +290,8 @@ def test_a_pair_decision_is_one_signal_a_leg_of_one_decision_live_and_backtest(t
     run = json.loads(_run("run", "--no-rt", "--no-doctor", "--http", "none", "--pub", "none", "--max", "--json",
                           "--feed", f"tickfile:{ticks}", "--strategy", str(pair), "--model", str(model),
                           "--signals-out", str(live), "--name", shm_name).stdout)
-    _run("backtest", str(ticks), "--strategy", str(pair), "--model", str(model), "--out", str(tmp_path / "bt"),
-         "--quiet", "--json")
+    rep = json.loads(_run("backtest", str(ticks), "--strategy", str(pair), "--model", str(model), "--out",
+                          str(tmp_path / "bt"), "--quiet", "--json").stdout)
     from engine.signal_log import read_signals
     ls = read_signals(live)
     bt = pq.read_table(tmp_path / "bt" / "signals.parquet").to_pandas()
@@ -304,3 +304,7 @@ def test_a_pair_decision_is_one_signal_a_leg_of_one_decision_live_and_backtest(t
         assert list(g["seq"]) == [d, d + 1] and list(g["instrument"]) == [0, 1]
         assert g["position"].sum() == 0 and set(g["position"].abs()) == {1}
         assert g["tick_seq"].nunique() == 1
+    # the report's decisions: every one a pair; held back to back from flat, together they are the run's PnL
+    d = rep["decisions"]
+    assert d["decisions"] == d["multi_leg"] == len(bt) // 2 and abs(d["net"] - rep["pnl"]) < 1e-6
+    assert d["multi_leg_net"] == d["net"]
