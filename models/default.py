@@ -94,8 +94,12 @@ def build_default(out_dir, s):
 def default_model_dir(strategy=None):
     """The strategy's cached default artifact (default: the built-in strategy with its default
     parameters), building it first when absent or when it fails verification."""
-    from engine.strategy_load import load
+    from engine.strategy_load import StrategyError, load
     strategy = strategy or load()
+    if strategy.universe:  # (the synthetic market it is trained on has none of its members)
+        raise StrategyError(f"strategy {strategy.describe()} from {strategy.path} names a UNIVERSE, so it has no "
+                            "default model (the synthetic market has none of its instruments): train one on its "
+                            "inputs (engine train --strategy ... --merge SOURCES --out DIR) and give --model DIR")
     d = cache_root() / f"default-{strategy.name}-{default_key(strategy)}"
     if d.exists():
         try:  # the cache's integrity; its signature (with a verify key configured) is checked at load

@@ -18,7 +18,8 @@ def write_merged(files, out_path):
             raise ValueError(str(e)) from None
         streams.append((tf.words, list(tf.instruments), list(tf.specs or [])))
         depths.append(int(getattr(tf, "depth", 0) or 0))
-    words, names, specs = merge(streams, source_labels([f"{os.path.basename(str(f))}:" for f in files]))
+    # labelled as `engine run --feed tickfile:A --feed tickfile:B` labels them: the same names
+    words, names, specs = merge(streams, source_labels([f"tickfile:{f}" for f in files]))
     tmp = f"{out_path}.tmp-{os.getpid()}"
     w = TickFileWriter(tmp, names, source="merge: " + " + ".join(map(str, files)), depth=min(depths), specs=specs)
     try:

@@ -237,6 +237,12 @@ def test_binding_errors_are_one_line_before_the_run(tmp_path):
     assert "takes 5 arguments" in err() and "names a UNIVERSE" in err()
     write('("SYN0000", "SYN0001")')
     assert "--universe binds roles, and its UNIVERSE is a tuple" in err("--universe", "a=SYN0000")
+    # no default model (the synthetic market has none of its members); a failed --merge leaves no OUT
+    a, b = converted("synthetic://?instruments=2&count=2000&seed=6"), converted("synthetic://?instruments=1&count=2000&seed=7")
+    write('("SYNTHETIC:SYN0000", "SYNTHETIC:SYN0000@tickfile-2")')  # (the same symbol in two inputs)
+    r = cli("backtest", str(a), str(b), "--merge", "--strategy", str(f), "--out", str(tmp_path / "bt"))
+    assert "names a UNIVERSE, so it has no default model" in one_line_error(r)
+    assert not (tmp_path / "bt").exists()
 
 
 def test_a_live_source_that_names_instruments_as_it_reads_is_refused_for_a_universe(tmp_path, captures):

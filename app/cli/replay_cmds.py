@@ -111,6 +111,18 @@ def _backtest_params(a, hz, marks=None):
                queue_power=a.queue_power, instruments=table, l3=a.l3, seed=a.seed)
 
 
+def _unmerge(merged):
+    """A failed --merge backtest leaves nothing: its merged file goes (and OUT, if it made it)."""
+    if merged:
+        path, made = merged
+        try:
+            os.unlink(path)
+            if made:
+                os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
+
+
 def cmd_backtest(a):
     from replay.jobs import backtest
     hz = tuple(int(x) for x in a.horizons_ms.split(",") if x.strip())
@@ -137,17 +149,26 @@ def cmd_backtest(a):
     p = _backtest_params(a, hz, marks)
     from .run_cmds import check_mode
     check_mode(a)
-    if a.merge and len(a.files) > 1:
+    merged = None
+    if a.merge and len(a.files) > 1:  # (the report names it: it lives in OUT, and goes if the backtest fails)
+        from engine.outputs import check_writable
         from replay.merged import write_merged
+        check_writable(a.out, "the backtest report", directory=True)
+        made = not os.path.isdir(a.out)
         os.makedirs(a.out, exist_ok=True)
-        a.files = [write_merged(a.files, os.path.join(a.out, "merged.ticks"))]
+        merged = (write_merged(a.files, os.path.join(a.out, "merged.ticks")), made)
+        a.files = [merged[0]]
         print(f"[backtest] merged by receive time into {a.files[0]}", file=sys.stderr, flush=True)
     try:
         summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
     except IndexError as e:  # --check: what boundscheck caught, one line naming the file and function
+        _unmerge(merged)
         if not a.check:
             raise
         raise RuntimeError(str(e)) from None
+    except BaseException:
+        _unmerge(merged)
+        raise
     if a.json:
         print(json.dumps(summary, default=str))
     else:
