@@ -632,15 +632,19 @@ class _Run:
             raise ValueError(f"{what}: names its instruments only as it reads them, and strategy {self.strat.path} "
                              "binds its UNIVERSE before the run starts: record it (engine record / --record) and run "
                              "the recording (--feed tickfile:FILE)")
-        names, venues = [], []
+        names, venues, seen = [], [], set()
         offsets = self.id_blocks[0] if self.id_blocks is not None else [0]
-        for k, src in enumerate(self.srcs):
+        for k, src in enumerate(self.srcs):  # (named as the run's instrument table names them: multi_rings)
             recs = table(src.instruments, getattr(src, "specs", None))
             while len(names) < offsets[k]:
                 names.append("")
                 venues.append("")
             for n, r in zip(src.instruments, recs):
-                names.append(run_name(n, r["venue"], self.labels[k]) if self.multi else n)
+                g = run_name(n, r["venue"], self.labels[k]) if self.multi else n
+                if self.multi and g in seen:
+                    g = f"{g}@{self.labels[k]}"
+                seen.add(g)
+                names.append(g)
                 venues.append(r["venue"])
         return self.strat.bind_universe(names, venues, "the run's sources")
 

@@ -12,7 +12,7 @@ import fnmatch
 import numpy as np
 from numba import njit
 
-from .records import tick_instrument, tick_kind, tick_side, tick_word7, w_lo32
+from .records import tick_instrument, tick_instruments, tick_kind, tick_side, tick_word7, w_lo32
 from .strategy_errors import StrategyError
 
 MAX_MEMBERS = 64
@@ -177,6 +177,10 @@ def merge(streams, labels):
             seen.add(g)
             names.append(g)
             specs.append({**rec, "symbol": g, "source": label})
+    for (w, nm, _), label in zip(streams, labels):  # (a run skips such ticks: POLL_SKIP)
+        if len(w) and int(tick_instruments(w).max()) >= max(1, len(nm)):
+            raise ValueError(f"{label}: a tick of instrument {int(tick_instruments(w).max())}, past the "
+                             f"{len(nm)} its table names")
     lens = [len(w) for w, _, _ in streams]
     allw = np.concatenate([w for w, _, _ in streams]) if streams else np.zeros((0, 8), np.int64)
     starts = np.cumsum([0] + lens[:-1]).astype(np.int64)

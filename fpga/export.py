@@ -93,6 +93,8 @@ def _check_strategy(src, art, trees, strategy):
     have been trained for that strategy."""
     if art is not None:
         from models.artifact import ArtifactError, check_strategy
+        if strategy.universe and not strategy.members:  # (the kernel reads rows: the binding it was trained on)
+            strategy.members = tuple((art.get("strategy") or {}).get("universe") or ())
         try:
             check_strategy(src, art, strategy)
         except ArtifactError as e:

@@ -66,11 +66,14 @@ def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps, m
     Xs, ys, ts, n_inst = [], [], [], 1
     for uri, words, k, levels, names, specs in input_streams(sources, ticks, host.strategy, merge):
         X, inst, mid, idx = dataset.featurize(host, words, k, levels, names, specs, uri)
-        y = labels_for(inst, mid, words[idx, 1], horizon, unit, kind, dead_band_bps)
+        # time horizons in exchange time; a UNIVERSE strategy's rows in receive time (a member is scored
+        # on other members' ticks too, whose exchange clocks interleave out of order)
+        t = words[idx, 2] if host.strategy.universe else words[idx, 1]
+        y = labels_for(inst, mid, t, horizon, unit, kind, dead_band_bps)
         keep = y != dataset.NO_LABEL
         Xs.append(X[keep])
         ys.append(y[keep])
-        ts.append(words[idx, 1][keep])
+        ts.append(t[keep])
         n_inst = max(n_inst, k)
         log(f"  {uri}: {len(words):,} ticks -> {int(keep.sum()):,} labelled rows")
     return np.concatenate(Xs), np.concatenate(ys), n_inst, np.concatenate(ts)
@@ -179,6 +182,10 @@ def run_compile(model_json, out, *, host=None, generic=False, backends=("treelit
         why = host.strategy.score_mismatch(score_kind({"objective": objective}), describe_model({"objective": objective}))
         if why:  # refused now, not after the compile when a command first loads it
             raise ValueError(f"{path}: {why}")
+        if host.strategy.universe:  # (its manifest records the instruments its members were trained on)
+            raise ValueError(f"{path}: strategy {host.strategy.describe()} names a UNIVERSE, and a compiled model "
+                             "records the instruments its members were bound to when it was trained: train it with "
+                             "engine train (--merge SOURCES), which binds them")
         words, k, levels, _ = source_ticks("synthetic://?instruments=4&seed=4242", 60_000, host.strategy)
         X = dataset.featurize(host, words, k, levels)[0]
         if len(X) < 100:  # a strategy that scores little of the synthetic market: random rows instead

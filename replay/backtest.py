@@ -116,7 +116,8 @@ def warm_up(pred, host, cfg):
     w = np.zeros((1, 8), np.int64)
     w.flags.writeable = False  # mapped files are read-only: numba compiles that type separately
     hs = host.state(1, max(host.strategy.depth, 1))
+    rows = 2 * max(1, len(host.strategy.universe))  # (backtest_loop's room for one instrument's flush)
     host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
         words=w, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), model=pred.addr,
-        pvals=host.params(), cfg=cfg, sigs=np.zeros((4, SIGNAL_WORDS), np.int64), margins=np.zeros(1, np.float32),
+        pvals=host.params(), cfg=cfg, sigs=np.zeros((rows, SIGNAL_WORDS), np.int64), margins=np.zeros(1, np.float32),
         hist=latency.new_counts())))

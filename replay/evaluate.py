@@ -393,10 +393,12 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
 
 
 def decision_pnl(sig, fills, mi, mult, t_end):
-    """Each decision's PnL, its legs together (a pair's long and short as one): from its signals'
-    tick until the next decision that moves any of its instruments (else t_end), the change of its
-    instruments' equity (cash from the fills done by then, net of their fees, plus the position
-    marked to the mid). Returns (decision ids, legs, PnL in currency), in decision order."""
+    """Each decision's PnL, its legs together (a pair's long and short as one): each leg from its
+    signal's tick until its instrument's next signal (else t_end), the change of that instrument's
+    equity (cash from the fills done by then, net of their fees, plus the position marked to the
+    mid). Every instrument's time from its first signal on belongs to one decision, so the
+    decisions add up to the run's PnL. Returns (decision ids, legs, PnL in currency), in
+    decision order."""
     if not len(sig):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     dec = sig["decision"].astype(np.int64)
@@ -407,15 +409,12 @@ def decision_pnl(sig, fills, mi, mult, t_end):
     for i in np.unique(inst):
         rows = np.flatnonzero(inst == i)  # (in seq order; a decision moves an instrument once)
         nxt[rows[:-1]] = ts[rows[1:]]
-    ids, first, legs = np.unique(dec, return_index=True, return_counts=True)
-    end = np.full(len(ids), t_end, np.int64)
-    np.minimum.at(end, np.searchsorted(ids, dec), nxt)
-    start = ts[first]
-    pnl = np.zeros(len(ids))
+    ids, legs = np.unique(dec, return_counts=True)
     where = np.searchsorted(ids, dec)
+    pnl = np.zeros(len(ids))
     for i in np.unique(inst):
-        d = np.unique(where[inst == i])  # the decisions with a leg on i
-        pnl[d] += _equity_at(fills, i, mult[i], mi, end[d]) - _equity_at(fills, i, mult[i], mi, start[d])
+        j = np.flatnonzero(inst == i)  # the legs on i
+        np.add.at(pnl, where[j], _equity_at(fills, i, mult[i], mi, nxt[j]) - _equity_at(fills, i, mult[i], mi, ts[j]))
     return ids, legs, pnl
 
 

@@ -66,6 +66,20 @@ def _model(p):
     return _MODELS[key]
 
 
+def bound_model(p, path):
+    """_model, a UNIVERSE strategy's members bound first to the instruments of tick file `path` (a
+    model is trained for those members, and refused for others)."""
+    host = _host(p)
+    if host.strategy.universe:
+        from engine.tickfile import TickFile
+
+        from .backtest import bind
+        tf = TickFile(path, verify=False)
+        bind(host, tf)
+        tf.close()
+    return _model(p)
+
+
 def entry_latencies(p, m, k):
     """Per-order entry latencies (ns) for m orders of file number k: a constant, recorded values
     (used in order, cycled), or draws from a distribution seeded by (seed, file)."""
@@ -268,12 +282,15 @@ def _fills_table(results):
 
 
 FEW_TREES = 20
+MERGED = "merge: "  # a merged tick file's source: "merge: A + B" (replay/merged.py)
 
 
 def _source_paths(uri):
     """The file paths a source URI (scheme:PATH?params) names, resolved."""
     if not isinstance(uri, str) or ":" not in uri:
         return set()
+    if uri.startswith(MERGED):  # (replay/merged.py: the files it merged)
+        return set().union(*(_source_paths(f"tickfile:{f}") for f in uri[len(MERGED):].split(" + ")))
     path = uri.split(":", 1)[1].split("?", 1)[0]
     return {os.path.realpath(path)} if path and not path.startswith("//") else set()
 
@@ -331,14 +348,7 @@ def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_d
 
     from . import report
     host = _host(p)  # a broken strategy or a model trained for another one: a clear error now
-    if host.strategy.universe:  # (its members bound as the first file has them: a model is trained for those)
-        from engine.tickfile import TickFile
-
-        from .backtest import bind
-        tf = TickFile(files[0], verify=False)
-        bind(host, tf)
-        tf.close()
-    pred = _model(p)  # verified (and loaded once when the files run here)
+    pred = bound_model(p, files[0])  # verified (and loaded once when the files run here)
     host.strategy.check_scale(uses_sigmoid(pred))
     shown = {"probability": uses_sigmoid(pred)}
     thresholds = {k: v for k, v in host.strategy.values.items() if k in report.THRESHOLD_PARAMS}

@@ -83,7 +83,7 @@ def cell_params(base, combo):
 def cell_key(combo, path, p, model_id):
     st = os.stat(path)
     desc = {"combo": combo, "file": [os.path.realpath(path), st.st_size, st.st_mtime_ns], "model": model_id,
-            "strategy": p.strategy, "params": p.params,
+            "strategy": p.strategy, "params": p.params, "universe": p.universe,
             "exec": [p.orders, p.latency_ns, str(p.latency), p.response_ns, p.feed_ns, p.queue_power, p.fee_bps,
                      p.maker_bps, p.per_lot, p.l3, p.seed, sorted(p.instruments.items()) if p.instruments else None],
             "horizons": list(p.horizons_ms)}
@@ -113,9 +113,9 @@ def sweep(files, out_dir, base, grid, workers=1, scheduler=None, progress=True):
     import pickle
 
     from .evaluate import summarize
-    from .jobs import _host, _model
+    from .jobs import _host, bound_model
     host = _host(base)  # a broken strategy or model: one line now, not on every worker
-    pred = _model(base)
+    pred = bound_model(base, files[0])
     combos = cells(grid)
     cdir = os.path.join(out_dir, "cells")
     os.makedirs(cdir, exist_ok=True)

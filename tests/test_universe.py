@@ -168,6 +168,8 @@ def test_lead_lag_trains_backtests_and_runs_live_on_the_captures_bit_for_bit(tmp
     bt = json.loads(_run("backtest", str(usdm), str(spot), "--merge", "--strategy", "lead_lag", "--model", str(model),
                          "--out", str(tmp_path / "bt"), "--quiet", "--json").stdout)
     assert bt["signals"] > 20 and (tmp_path / "bt" / "merged.ticks").exists()
+    assert abs(bt["decisions"]["net"] - bt["pnl"]) < 1e-6 and bt["decisions"]["multi_leg"] == 0
+    assert any("in-sample" in w for w in bt["warnings"]), bt["warnings"]  # (merged from the training files)
     sig = pq.read_table(tmp_path / "bt" / "signals.parquet").to_pandas()
     assert set(sig["symbol"]) == {"BINANCE:BTCUSDT"}
 

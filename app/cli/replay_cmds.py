@@ -1,6 +1,7 @@
 """Replay commands: `engine backtest`, `engine sweep` (replay/) and `engine replay` (tick files
 played into a ring)."""
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -115,12 +116,11 @@ def _unmerge(merged):
     """A failed --merge backtest leaves nothing: its merged file goes (and OUT, if it made it)."""
     if merged:
         path, made = merged
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-            if made:
+        if made:
+            with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(path))
-        except OSError:
-            pass
 
 
 def cmd_backtest(a):
@@ -153,10 +153,16 @@ def cmd_backtest(a):
     if a.merge and len(a.files) > 1:  # (the report names it: it lives in OUT, and goes if the backtest fails)
         from engine.outputs import check_writable
         from replay.merged import write_merged
+        from engine.strategy_load import load
         check_writable(a.out, "the backtest report", directory=True)
+        depth = load(a.strategy, overrides(a), universe(a)).depth
         made = not os.path.isdir(a.out)
         os.makedirs(a.out, exist_ok=True)
-        merged = (write_merged(a.files, os.path.join(a.out, "merged.ticks")), made)
+        try:
+            merged = (write_merged(a.files, os.path.join(a.out, "merged.ticks"), depth), made)
+        except BaseException:
+            _unmerge((os.path.join(a.out, "merged.ticks"), made))
+            raise
         a.files = [merged[0]]
         print(f"[backtest] merged by receive time into {a.files[0]}", file=sys.stderr, flush=True)
     try:
