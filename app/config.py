@@ -48,6 +48,11 @@ def load(path):
                                                for v in params.values()):
             raise ConfigError(f"{path}: [strategy.params] must map parameter names to numbers")
         out["param_table"] = {str(k): float(v) for k, v in params.items()}
+    roles = data.get("strategy", {}).pop("universe", None) if isinstance(data.get("strategy"), dict) else None
+    if roles is not None:  # [strategy.universe]: role = "INSTRUMENT", checked against the UNIVERSE's roles later
+        if not isinstance(roles, dict) or any(not isinstance(v, str) or not v.strip() for v in roles.values()):
+            raise ConfigError(f"{path}: [strategy.universe] must map the UNIVERSE's roles to instrument names")
+        out["universe_table"] = {str(k): v.strip() for k, v in roles.items()}
     feeds = data.get("feed")
     if isinstance(feeds, list):  # [[feed]] tables: one source each
         data = {**data, "feed": _feed_tables(path, feeds)}

@@ -232,6 +232,13 @@ def test_binding_errors_are_one_line_before_the_run(tmp_path):
             "--json")
     assert r.returncode == 0, r.stderr
     assert set(pq.read_table(tmp_path / "ok.parquet").column("symbol").to_pylist()) == {"SYN0000", "SYN0002"}
+    # a service's config binds roles too ([strategy.universe]); --universe wins over it
+    conf = tmp_path / "engine.toml"
+    conf.write_text(f'[strategy]\nname = "{f}"\n\n[strategy.universe]\nb = "NOPE:Y"\n')
+    run = ("run", "--config", str(conf), "--no-rt", "--no-doctor", "--http", "none", "--pub", "none", "--feed", src,
+           "--name", f"cu{tmp_path.name[-8:]}")
+    assert "member role b (NOPE:Y): no instrument of the run's sources" in one_line_error(cli(*run))
+    assert "member role b (NOPE:Z)" in one_line_error(cli(*run, "--universe", "b=NOPE:Z"))
     write('("SYN0000", "SYN0001")', ret="return True")  # (a code error: numba's block, with the line and a hint)
     r = cli("features", src, "--strategy", str(f), "--out", str(tmp_path / "o.parquet"))
     assert r.returncode == 2 and "with a UNIVERSE it must return an int" in r.stderr and "Traceback" not in r.stderr

@@ -207,9 +207,9 @@ def merge_arg(q):
 
 
 def universe(a):
-    """--universe ROLE=INSTRUMENT (repeatable) -> {role: instrument}."""
+    """--universe ROLE=INSTRUMENT (repeatable), over [strategy.universe] from --config -> {role: instrument}."""
     from engine.universe import parse_bindings
-    return parse_bindings(getattr(a, "universe_bind", None))
+    return {**(getattr(a, "universe_table", None) or {}), **parse_bindings(getattr(a, "universe_bind", None))}
 
 
 def strategy_host(a):
