@@ -53,6 +53,7 @@ METRICS_EVERY_S = 0.25            # /metrics renders at most this often, however
 MAX_REQUESTS = 64                 # HTTP requests in progress at once; more get 503
 REQUEST_TIMEOUT_S = 5.0
 KEEPALIVE_S = 5.0
+HTTP_STOP_S = 1.0                 # at stop, requests in progress get this long; then their connections close
 PUB_HWM = 1000                    # zmq: records queued per subscriber before it is found slow and cut off
 LOG_EVERY_S = 10.0                # at most one line per kind of HTTP trouble this often (the rest are counted)
 # HELP of the feed's counters that alerts and people read most (every other one gets a generic line)
@@ -773,7 +774,10 @@ class ControlPlane:
         app.router.add_get("/status", guarded(status))
         app.router.add_post("/control/{cmd}", guarded(control))
         app.router.add_get("/control/status", guarded(status))
-        runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S, logger=self.http_log)
+        # (aiohttp's default waits 60 s for requests in progress at stop: keep-alive scrapers that
+        # never pause held a stopping engine that long)
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S, logger=self.http_log,
+                               shutdown_timeout=HTTP_STOP_S)
         await runner.setup()
         try:
             served, self.http_unix = await serve(runner, conns, host, port, self.http_unix_path(),
