@@ -667,6 +667,9 @@ class _Run:
         if self.multi_loop:
             from .multi_rings import compile_multi
             self.cfg_arr[host.mod.CFG_TAP] = 1.0 if cfg.record else 0.0
+            self.cfg_arr[host.mod.CFG_MERGE_WINDOW_NS] = round(cfg.merge_window_us * 1000)
+            if cfg.merge_window_us and len(self.ring_names) > 1:
+                log(f"merge window {cfg.merge_window_us:g} us: the oldest ready tick waits that long for a quiet source")
             compile_multi(host, len(self.ring_names))
         else:
             host.compile_live()

@@ -1,6 +1,7 @@
 """Several sources in one run (`engine run --feed A --feed B`): each source has its own feed process
 and tick ring, as a single source does, and one strategy loop reads them all (host_template
-run_loop_multi: the ready tick with the smallest receive time first, never waiting on one ring).
+run_loop_multi: the ready tick with the smallest receive time first, waiting on a quiet ring only
+within --merge-window-us).
 
 Instrument ids are global to the run: ring k's local id + offsets[k]. A source whose instruments
 are all known when it is opened (a tick file, the synthetic market) gets exactly as many ids as

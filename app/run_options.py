@@ -204,6 +204,14 @@ class RunConfig:
              "on_tick or decide): the run ends with the summary, the reason in the signal file and exit 1 "
              "(default %(default)g; 0 = never; /ready says stalled after 1 s either way)",
         check=(lambda v: math.isfinite(v) and v >= 0, "stall_exit must be a finite number of seconds >= 0"))
+    merge_window_us: float = option(
+        0.0, "--merge-window-us", key="loop.merge_window_us", parse="nonneg_float", kind=float, metavar="US",
+        help="several sources: the loop takes the ready tick with the smallest receive time; while a "
+             "source's ring is empty, that tick waits up to US microseconds for it (a live feed publishes "
+             "a frame's ticks after parsing them, so a tick it received earlier can reach its ring "
+             "later). Every tick waits that long whenever one source is quiet: order for latency "
+             "(default %(default)g: never wait; --record keeps the order read either way)",
+        check=(lambda v: math.isfinite(v) and v >= 0, "merge_window_us must be a finite number of microseconds >= 0"))
     conflate_max: int = option(defaults.CONFLATE_MAX)  # ticks folded before a conflation window is scored regardless (no flag)
 
     def resolved(self):

@@ -40,7 +40,7 @@ from engine.strategy_api import (IST_ASK, IST_BID, IST_TRADE_PX, IST_TRADE_SZ, I
 # cfg: float64 loop settings (Host.loop_cfg fills them)
 (CFG_EXIT_ON_EOF, CFG_WARM_EVERY, CFG_SIGMOID, CFG_WAIT, CFG_SPIN_NS, CFG_YIELD_NS, CFG_PARK_MAX_NS, CFG_DUTY,
  CFG_CONFLATE, CFG_CONFLATE_MAX, CFG_CONFLATE_NS) = range(11)
-CFG_WIDTH = 12
+CFG_WIDTH = 13
 HOUSEKEEP_EVERY = 1024
 # wait strategies (what the live loop does while the ring is empty; engine/waits.py names them)
 WAIT_SPIN, WAIT_BACKOFF, WAIT_DUTY = 0, 1, 2
@@ -62,8 +62,10 @@ CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS, CS_T0 = range(7)
 CS_READ = 7    # run_loop_multi: ticks taken from all rings (the next one's seq in the merged stream)
 CST_WIDTH = 8
 CFG_TAP = 11   # run_loop_multi: 1 = publish every tick taken into the tap ring (engine run --record)
+CFG_MERGE_WINDOW_NS = 12  # run_loop_multi: how long the oldest ready tick waits for a silent ring (0: never)
 # rst: run_loop_multi's counters per ring, int64 [rings, RS_WIDTH] (the control plane reads them)
 RS_TICKS, RS_HELD, RS_FEED_GAPS, RS_FEED_LOST, RS_UNMAPPED = range(5)
+RS_SINCE = 5   # when the ring's held tick was taken from it (monotonic ns; with a merge window only)
 RS_WIDTH = 8
 POLL_SKIP = 3  # run_loop_multi: a tick of an instrument past its ring's block of ids, skipped
 PX, SZ, NO_LEVEL = levelbook.PX, levelbook.SZ, levelbook.NO_LEVEL
@@ -545,30 +547,39 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick):
+def _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick, window):
     """Poll every ring that holds no tick yet (heads[k]: the one it holds), then take, among the
     rings holding one, the tick with the smallest receive time (ties: the first ring) into `tick`.
-    Never waits on a ring: an empty one (or one whose feed died) is passed over. Returns (ring,
-    POLL_TICK), (ring, POLL_GAP) when a ring was lapped (its gap tick, taken at once), or (-1,
-    POLL_EMPTY)."""
+    The merge window: while a ring is empty and its feed has not finished, that tick waits until it
+    has been held `window` ns (a tick the silent ring received earlier may still be on its way:
+    a live feed publishes a frame's ticks after parsing them); then it goes anyway. window 0: never
+    waits, an empty ring (or one whose feed died) is passed over. Returns (ring, POLL_TICK),
+    (ring, POLL_GAP) when a ring was lapped (its gap tick, taken at once), or (-1, POLL_EMPTY)."""
     best = -1
     best_ts = np.int64(0)
+    silent = False
     for k in range(len(thdrs)):
         if rst[k, RS_HELD] == 0:
             st = tickring.poll(thdrs[k], tdatas[k], tmasks[k], slot_bases[k], heads[k])
             if st == tickring.POLL_EMPTY:
+                if window > 0 and load_acquire(thdrs[k], shm.H_STATE) != shm.STATE_FINISHED:
+                    silent = True
                 continue
             if st == tickring.POLL_GAP:
                 for w in range(8):
                     tick[w] = heads[k, w]
                 return k, st
             rst[k, RS_HELD] = 1
+            if window > 0:
+                rst[k, RS_SINCE] = monotonic_ns()
         ts = heads[k, 2]
         if best < 0 or ts < best_ts:
             best = k
             best_ts = ts
     if best < 0:
         return -1, tickring.POLL_EMPTY
+    if silent and monotonic_ns() - rst[best, RS_SINCE] < window:
+        return -1, tickring.POLL_EMPTY  # (held: the loop waits as for an empty ring)
     for w in range(8):
         tick[w] = heads[best, w]
     rst[best, RS_HELD] = 0
@@ -577,14 +588,14 @@ def _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick):
 
 @njit(nogil=True, inline="always", cache=True)
 def _next_tick(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, taphdr, tapdata, tapmask, tap, cst,
-               tick):
+               tick, window):
     """_take_next, then the tick as the run sees it: its instrument moved to the run's ids (ring k's
     id + offsets[k]; one at or past blocks[k] is counted and skipped: POLL_SKIP), counted for its
     ring, numbered in the merged stream (seq = CS_READ: signals and conflation marks name the
     merged stream's ticks, as a recording of it numbers them) and, with `tap`, published into the
     tap ring (--record). A ring's gap tick (it was lapped) is numbered and tapped too, so a
     backtest of the recording voids its books where the loop did. Returns (ring, status)."""
-    k, st = _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick)
+    k, st = _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick, window)
     if st == tickring.POLL_EMPTY:
         return k, st
     if st == tickring.POLL_TICK:
@@ -630,7 +641,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
                    shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, prow, ptick, plist, cst, uids, umem,
                    ubook, uist, shared, targets, dsig, row, out, tick, sig, pvals, cfg):
     """run_loop over several rings: each step takes the ready tick with the smallest receive time as the
-    run sees it (_next_tick; CFG_TAP: also into the tap ring, one 64-byte store drained off this core),
+    run sees it, within the merge window (_take_next; _next_tick; CFG_TAP: also into the tap ring, one 64-byte store drained off this core),
     then does run_loop's steps. A ring's lap is counted (its consumer line, gaps/lost) and voids every
     book, as in run_loop. Ends at CMD_STOP, an expired lease, or (cfg) once every ring is drained."""
     thdrs, tdatas, heads = borrow_all(thdrs), borrow_all(tdatas), borrow(heads)  # (no reference counts per tick)
@@ -654,6 +665,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
     conflate_max = np.int64(cfg[CFG_CONFLATE_MAX])
     conflate_ns = np.int64(cfg[CFG_CONFLATE_NS])
     tap = cfg[CFG_TAP] != 0.0
+    window = np.int64(cfg[CFG_MERGE_WINDOW_NS])
     idle, idle_t0, park = 0, 0, PARK_MIN_NS
     owed = 0.0
     t_last = monotonic_ns()
@@ -682,7 +694,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             if wait == WAIT_DUTY:
                 owed, t_last, parks = _duty_owed(duty, now, owed, t_last, parks)
         k, st = _next_tick(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, taphdr, tapdata, tapmask,
-                           tap, cst, tick)
+                           tap, cst, tick, window)
         if st == POLL_SKIP:
             continue
         if st == tickring.POLL_EMPTY:

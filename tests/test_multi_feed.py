@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+import types
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -37,7 +38,9 @@ def test_two_sources_from_feed_tables_every_tick_read_recorded_and_backtested_bi
         tmp_path, default_model, shm_name):
     a, b = _files()
     conf = tmp_path / "engine.toml"
-    conf.write_text(f'[[feed]]\nuri = "tickfile:{a}"\nring_capacity = 4096\n\n[[feed]]\nuri = "tickfile:{b}"\n')
+    # (a merge window: with it too, the recording is what the loop read)
+    conf.write_text(f'[loop]\nmerge_window_us = 200\n\n[[feed]]\nuri = "tickfile:{a}"\nring_capacity = 4096\n\n'
+                    f'[[feed]]\nuri = "tickfile:{b}"\n')
     live, rec = tmp_path / "live.sig", tmp_path / "rec.ticks"
     run, err = _run_json("--config", str(conf), "--name", shm_name, "--signals-out", str(live), "--record", str(rec))
     fa, fb = TickFile(a), TickFile(b)
@@ -88,17 +91,17 @@ def test_two_sources_from_feed_tables_every_tick_read_recorded_and_backtested_bi
     assert parse(json.loads(meta[b"engine.instruments"]))[0] == fb.instruments == ["SYN0000", "SYN0001", "SYN0002"]
 
 
-def test_the_loop_takes_the_oldest_ready_tick_and_never_waits_on_an_empty_ring(default_model, shm_name):
+def _two_rings(default_model, shm_name, window_ns=0):
     """run_loop_multi on two real rings (this process their producer), the model compiled for the
-    run: ticks ready on both come out by receive time; while one ring is empty (its feed silent)
-    the other's ticks come through; a tick that arrives late is taken when it is there."""
+    run, its tap read back: send(ring, ts, inst), start() the loop's thread, taken(n) (True once n
+    ticks were taken; no n: the ticks taken so far), finish() -> the loop's exit state, close()."""
     from app.multi_rings import MultiRings, compile_multi
     from app.recorder import drain
     from engine import control as C
-    from engine import latency, shm, sigring
+    from engine import shm, sigring
     from engine.loop_args import LiveArgs, SignalView, run_multi_args
     from engine.strategy_build import load_host
-    from engine.tickring import TickConsumer, TickRing
+    from engine.tickring import TickConsumer, TickRing, publish
     from models import artifact
 
     host = load_host("microstructure")
@@ -112,60 +115,43 @@ def test_the_loop_takes_the_oldest_ready_tick_and_never_waits_on_an_empty_ring(d
     ctl = ctl_blk.hdr
     ctl[C.CTL_MODEL_ADDR], ctl[C.CTL_MODEL_GEN] = pred.addr, 1
     ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + 120 * 10**9
-    sent = {0: 0, 1: 0}
+    m = MultiRings([f"{shm_name}.r0", f"{shm_name}.r1"], ["a", "b"], np.array([0, 2], np.int64),
+                   np.array([2, 3], np.int64), mod.RS_WIDTH, tap=tap)
+    reader = TickConsumer(f"{shm_name}.tap")
+    reader.claim("oldest")
+    got, buf, res = [], np.zeros((64, 8), np.int64), {}
 
     def send(k, ts, inst):
         t = np.zeros(1, TICK_DTYPE)
         t["ts_event"], t["ts_recv"], t["instrument"], t["kind"] = ts, ts, inst, KIND_QUOTE
         t["bid_px"], t["ask_px"], t["bid_sz"], t["ask_sz"] = 100 * 10**9, 101 * 10**9, 5, 7
-        from engine.tickring import publish
         publish(rings[k].hdr, rings[k].data, rings[k].mask, t.view(np.int64).reshape(8))
-        sent[k] += 1
 
-    m = MultiRings([f"{shm_name}.r0", f"{shm_name}.r1"], ["a", "b"], np.array([0, 2], np.int64),
-                   np.array([2, 3], np.int64), mod.RS_WIDTH, tap=tap)
-    reader = TickConsumer(f"{shm_name}.tap")
-    reader.claim("oldest")
-    try:
-        m.attach("oldest", backpressure=False)
-        for ts, k, inst in ((10, 0, 0), (30, 0, 1), (50, 0, 0), (20, 1, 2), (40, 1, 0)):
-            send(k, ts, inst)  # all ready before the loop looks: taken by receive time
-        hs = host.state(5, 0)
-        cfg = host.loop_cfg(exit_on_eof=True)
-        cfg[mod.CFG_TAP] = 1.0
-        live = LiveArgs(signals=SignalView.of(sring), ctl=ctl, hist=ctl_blk.hist, state=hs.loop_arrays(),
-                        row=host.new_row(), out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64),
-                        sig=np.zeros(16, np.int64), pvals=host.params(), cfg=cfg)
-        res = {}
-        th = threading.Thread(target=lambda: res.setdefault("state", mod.run_loop_multi(
-            *run_multi_args(mod, m.view(), live))))
-        th.start()
-        buf = np.zeros((64, 8), np.int64)
-        got = []
+    def taken(n=0):
+        k = drain(reader.hdr, reader.data, reader.mask, reader.slot_base, buf)
+        got.extend(buf[:k].copy())
+        return len(got) >= n if n else np.array(got).view(TICK_DTYPE).reshape(-1)
 
-        def taken(n):
-            k = drain(reader.hdr, reader.data, reader.mask, reader.slot_base, buf)
-            got.extend(buf[:k].copy())
-            return len(got) >= n
+    m.attach("oldest", backpressure=False)
+    hs = host.state(5, 0)
+    cfg = host.loop_cfg(exit_on_eof=True)
+    cfg[mod.CFG_TAP] = 1.0
+    cfg[mod.CFG_MERGE_WINDOW_NS] = window_ns
+    live = LiveArgs(signals=SignalView.of(sring), ctl=ctl, hist=ctl_blk.hist, state=hs.loop_arrays(),
+                    row=host.new_row(), out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64),
+                    sig=np.zeros(16, np.int64), pvals=host.params(), cfg=cfg)
 
-        wait_until(lambda: taken(5), "the five ready ticks", timeout=30)
-        send(0, 60, 1)  # ring 1 stays empty (its feed silent, not finished): ring 0 still flows
-        send(0, 70, 0)
-        wait_until(lambda: taken(7), "ring 0's ticks while ring 1 is empty", timeout=30)
-        send(1, 65, 1)  # older than the last one taken, but it arrived after: taken when it is there
-        wait_until(lambda: taken(8), "the late tick", timeout=30)
+    def finish():
         for r in rings:
             r.set_state(shm.STATE_FINISHED)
         th.join(30)
-        assert not th.is_alive() and res["state"] == C.LOOP_EOF
-        g = np.array(got).view(TICK_DTYPE).reshape(-1)
-        assert g["ts_recv"].tolist() == [10, 20, 30, 40, 50, 60, 70, 65]
-        # ring 1's ids moved past ring 0's block; numbered in the merged stream
-        assert g["instrument"].tolist() == [0, 4, 1, 2, 0, 1, 0, 3]
-        assert g["seq"].tolist() == list(range(8))
-        assert m.rst[:, mod.RS_TICKS].tolist() == [5, 3] and ctl_blk.counters()["ticks"] == 8
-    finally:
+        assert not th.is_alive()
+        return res["state"]
+
+    def close():
         ctl[C.CTL_CMD] = C.CMD_STOP
+        if th.ident is not None:
+            th.join(30)
         m.close()
         reader.close()
         for r in (*rings, tap):
@@ -173,6 +159,67 @@ def test_the_loop_takes_the_oldest_ready_tick_and_never_waits_on_an_empty_ring(d
         for p in (ctl_blk.path, sring.path):
             os.unlink(p)
         pred.release()
+
+    th = threading.Thread(target=lambda: res.setdefault("state", mod.run_loop_multi(
+        *run_multi_args(mod, m.view(), live))))
+    return types.SimpleNamespace(send=send, start=th.start, taken=taken, finish=finish, close=close, m=m, mod=mod,
+                                 ctl_blk=ctl_blk, rings=rings)
+
+
+def test_the_loop_takes_the_oldest_ready_tick_and_never_waits_on_an_empty_ring(default_model, shm_name):
+    """Ticks ready on both rings come out by receive time; while one ring is empty (its feed silent)
+    the other's ticks come through; a tick that arrives late is taken when it is there."""
+    from engine import control as C
+    r = _two_rings(default_model, shm_name)
+    try:
+        for ts, k, inst in ((10, 0, 0), (30, 0, 1), (50, 0, 0), (20, 1, 2), (40, 1, 0)):
+            r.send(k, ts, inst)  # all ready before the loop looks: taken by receive time
+        r.start()
+        wait_until(lambda: r.taken(5), "the five ready ticks", timeout=30)
+        r.send(0, 60, 1)  # ring 1 stays empty (its feed silent, not finished): ring 0 still flows
+        r.send(0, 70, 0)
+        wait_until(lambda: r.taken(7), "ring 0's ticks while ring 1 is empty", timeout=30)
+        r.send(1, 65, 1)  # older than the last one taken, but it arrived after: taken when it is there
+        wait_until(lambda: r.taken(8), "the late tick", timeout=30)
+        assert r.finish() == C.LOOP_EOF
+        g = r.taken()
+        assert g["ts_recv"].tolist() == [10, 20, 30, 40, 50, 60, 70, 65]
+        # ring 1's ids moved past ring 0's block; numbered in the merged stream
+        assert g["instrument"].tolist() == [0, 4, 1, 2, 0, 1, 0, 3]
+        assert g["seq"].tolist() == list(range(8))
+        assert r.m.rst[:, r.mod.RS_TICKS].tolist() == [5, 3] and r.ctl_blk.counters()["ticks"] == 8
+    finally:
+        r.close()
+
+
+def test_a_merge_window_holds_the_oldest_tick_for_a_silent_ring_and_no_longer(default_model, shm_name):
+    """--merge-window-us: while ring 1 is empty, ring 0's tick waits (up to the window) for an older
+    one ring 1's feed may still publish; one that comes within the window goes first; past the
+    window the held tick goes anyway; a finished ring holds nobody."""
+    from engine import control as C
+    from engine import shm
+    r = _two_rings(default_model, shm_name, window_ns=3_000_000_000)
+    try:
+        r.start()
+        r.send(0, 60, 1)  # ring 1 empty and not finished: held
+        time.sleep(0.3)
+        assert len(r.taken()) == 0, "taken before the window while ring 1 was silent"
+        r.send(1, 55, 2)  # received earlier, published later, within the window: first
+        wait_until(lambda: r.taken(2), "both ticks", timeout=30)
+        t0 = time.monotonic()
+        r.send(0, 80, 0)  # ring 1 silent again: goes after the window, not before
+        wait_until(lambda: r.taken(3), "the tick held past the window", timeout=30)
+        held = time.monotonic() - t0
+        assert held >= 2.9, held
+        r.rings[1].set_state(shm.STATE_FINISHED)  # ring 1's feed ended: nothing more can come from it
+        t0 = time.monotonic()
+        r.send(0, 90, 1)
+        wait_until(lambda: r.taken(4), "a tick beside a finished ring", timeout=30)
+        assert time.monotonic() - t0 < 2.0, "held for a ring whose feed had finished"
+        assert r.finish() == C.LOOP_EOF
+        assert r.taken()["ts_recv"].tolist() == [55, 60, 80, 90]
+    finally:
+        r.close()
 
 
 def test_one_feed_killed_the_other_keeps_flowing_and_ready_says_which(tmp_path, default_model, shm_name):
