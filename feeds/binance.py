@@ -149,6 +149,14 @@ class Scanner:
         return (self.ladders.arrays(), self.deep.arrays(), self.windows.arrays(), self.view, tuple(self.state),
                 self.dmap, self.tmap)
 
+    def declare(self, names):
+        """Give `names` the first ids, in this order, before any line is read (binance-live: its
+        URI's symbols, so the run knows them at start)."""
+        I, G, SYM = self.state[0], self.state[1], self.state[4]
+        for name in names:
+            if S.declare(I, G, SYM, np.frombuffer(name.encode(), np.uint8)) < 0:
+                raise ValueError(f"cannot declare symbol {name!r} (1 to {S.SYM_LEN} bytes, at most {S.MAX_SYMBOLS})")
+
     @property
     def instruments(self):
         n = int(self.state[1][S.G_NSYM])

@@ -110,6 +110,7 @@ class Conn:
 
 class BinanceLive:
     live = True
+    instruments_at_open = True  # its URI's symbols, ids in that order (app/multi_rings.py fixed_instruments)
     stamps_recv = True  # ts_recv is the frame's receive time: feeds/process.py publishes it as is
     raw_suffix = ".binance"
 
@@ -153,6 +154,10 @@ class BinanceLive:
         self.depth = p["depth"]
         self.size_unit = p["size_unit"]
         self.scanner = Scanner(u, strict=False, quote=True, size_div=size_divisor(u, p["size_unit"]), depth=self.depth)
+        try:  # the symbols' ids fixed at start, in the URI's order (a run can bind a UNIVERSE to them)
+            self.scanner.declare(self.symbols)
+        except ValueError as e:
+            raise U.FeedError(f"{u}: {e}") from None
         self._specs = venues.Specs(lambda s: venues.binance(s, self.size_unit, market))
         self.lat = Latencies("feed_latency", "frame_to_tick")
         self.counts = dict.fromkeys(("frames", "connects", "reconnects", "rotations", "silences", "snapshots_asked",

@@ -936,16 +936,9 @@ def _symbol(b, F, S):
     return 0, -1
 
 
-@njit(nogil=True, cache=True)
-def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
-    """Register the message's symbol; a snapshot that came before any symbol is its book."""
-    I, G, SYM, H, HB = S[0], S[1], S[4], S[5], S[6]
-    if G[G_NSYM] >= MAX_SYMBOLS:
-        return _err(G, E_TOO_MANY_SYMBOLS, -1), n
-    inst = G[G_NSYM]
-    # staged first (unseen until G_NSYM moves on), so a return for room changes nothing
-    ln = F[K_s, 2] - F[K_s, 1] - 2
-    s = F[K_s, 1] + 1
+@njit(nogil=True, inline="always", cache=True)
+def _stage_symbol(I, SYM, inst, b, s, ln):
+    """Symbol row `inst` is b[s:s + ln], its instrument row fresh (no book, nothing seen)."""
     for j in range(ln):
         SYM[inst, j] = b[s + j]
     SYM[inst, SYM_LEN] = ln
@@ -956,6 +949,42 @@ def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
     I[inst, I_BOOKU] = -1
     I[inst, I_OVU] = -1
     I[inst, I_TID] = -1
+
+
+@njit(nogil=True, cache=True)
+def declare(I, G, SYM, name):
+    """Register the symbol `name` (uint8) before any line names it, as the next instrument (a live
+    source knows its symbols at start: their ids are then fixed, in the order given). Returns its
+    index, or -1 when the table is full or the name is not 1..SYM_LEN bytes."""
+    ln = name.shape[0]
+    if ln < 1 or ln > SYM_LEN:
+        return -1
+    for i in range(G[G_NSYM]):
+        if SYM[i, SYM_LEN] == ln:
+            same = True
+            for j in range(ln):
+                if SYM[i, j] != name[j]:
+                    same = False
+                    break
+            if same:
+                return i
+    if G[G_NSYM] >= MAX_SYMBOLS:
+        return -1
+    inst = G[G_NSYM]
+    _stage_symbol(I, SYM, inst, name, 0, ln)
+    G[G_NSYM] = inst + 1
+    return inst
+
+
+@njit(nogil=True, cache=True)
+def _new_symbol(b, F, recv, L, D, W, VL, top, out, n, S, F2):
+    """Register the message's symbol; a snapshot that came before any symbol is its book."""
+    I, G, SYM, H, HB = S[0], S[1], S[4], S[5], S[6]
+    if G[G_NSYM] >= MAX_SYMBOLS:
+        return _err(G, E_TOO_MANY_SYMBOLS, -1), n
+    inst = G[G_NSYM]
+    # staged first (unseen until G_NSYM moves on), so a return for room changes nothing
+    _stage_symbol(I, SYM, inst, b, F[K_s, 1] + 1, F[K_s, 2] - F[K_s, 1] - 2)
     orphan = -1
     for k in range(G[G_HN]):
         if H[k, H_OWNER] == ORPHAN:

@@ -93,18 +93,36 @@ def mbo_fields(b, pos):
 @njit(nogil=True, cache=True)
 def _inst(ids, idx, stats, iid, auto):
     """Dense index of instrument id `iid` (open addressing), assigning one if `auto`; -1 if not tracked."""
-    mask = ids.shape[0] - 1
-    j = (iid * 0x9E3779B1) & mask
-    while ids[j] != -1:
-        if ids[j] == iid:
-            return idx[j]
-        j = (j + 1) & mask
+    j = _slot(ids, iid)
+    if ids[j] == iid:
+        return idx[j]
     if not auto or stats[S_INSTRUMENTS] >= MAX_INSTRUMENTS:
         return -1
     ids[j] = iid
     idx[j] = stats[S_INSTRUMENTS]
     stats[S_INSTRUMENTS] += 1
     return idx[j]
+
+
+@njit(nogil=True, cache=True)
+def _inst_at(ids, idx, iid, at):
+    """Track instrument id `iid` as dense index `at` (dbn-live: a symbol of its URI, whose index is
+    fixed at start) unless it is tracked already. Returns its index."""
+    j = _slot(ids, iid)
+    if ids[j] != iid:
+        ids[j] = iid
+        idx[j] = at
+    return idx[j]
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _slot(ids, iid):
+    """Where `iid` is in the open-addressed table, or the empty slot it would take."""
+    mask = ids.shape[0] - 1
+    j = (iid * 0x9E3779B1) & mask
+    while ids[j] != -1 and ids[j] != iid:
+        j = (j + 1) & mask
+    return j
 
 
 @njit(nogil=True, inline="always", cache=True)

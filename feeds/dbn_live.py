@@ -65,7 +65,7 @@ from engine.records import MAX_INSTRUMENTS
 from . import uri as U
 from .book import Ladders, Orders, _rehash
 from .dbn import (NSTATS, PENDING, RT_MBO, RT_MBP0, RT_MBP1, RT_MBP10, SCHEMA_DEPTH, ST_ERROR,
-                  ST_OUT, DbnFile, _inst, le32, le64, read_metadata)
+                  S_INSTRUMENTS, ST_OUT, DbnFile, _inst, _inst_at, le32, le64, read_metadata)
 from .depth import Windows
 from .ticks import emit_gap
 
@@ -222,6 +222,7 @@ def _cstr(b):
 
 class DbnLive(DbnFile):
     live = True
+    instruments_at_open = True  # its URI's symbols, ids in that order (app/multi_rings.py fixed_instruments)
     raw_suffix = ".dbn"
 
     def raw_restart(self):
@@ -280,6 +281,10 @@ class DbnLive(DbnFile):
         self._reset_books(forget=False)
         self.meta = None
         self._names = {}
+        # the URI's symbols take ids 0..n-1 in its order from the start (a run binds a UNIVERSE to
+        # them before any record); an id the gateway maps to one of them takes its index
+        self.declared = {name: k for k, name in enumerate(dict.fromkeys(self.symbols))}
+        self.stats_a[S_INSTRUMENTS] = len(self.declared)
         from . import venues
         self._specs = venues.Specs(venues.cme)
         self.counts = dict.fromkeys(LIVE_STATS, 0)
@@ -316,6 +321,19 @@ class DbnLive(DbnFile):
         if forget:
             self.windows.forget()
 
+    @property
+    def instruments(self):
+        """Names by dense index: the URI's symbols first (declared), then ids the stream adds."""
+        key = (int(self.stats_a[S_INSTRUMENTS]), len(self._names))
+        if self._inst_cache[0] != key:
+            names = list(self.declared) + [""] * (key[0] - len(self.declared))
+            sel = np.nonzero(self.ids != -1)[0]
+            for iid, i in zip(self.ids[sel].tolist(), self.idx[sel].tolist()):
+                if i >= len(self.declared):
+                    names[i] = self._names.get(iid, str(iid))
+            self._inst_cache = (key, names)
+        return list(self._inst_cache[1])
+
     def _compile(self):
         """Everything a record can reach that numba compiles on first use (cached after a first run)."""
         out = np.zeros((self.OUT_ROWS, 8), np.int64)
@@ -323,6 +341,7 @@ class DbnLive(DbnFile):
         scan(self.rx, 0, 0, self.hist, self.acc)
         emit_gap(out, 0, 0, 0, 0)
         _inst(np.full(8, -1, np.int64), np.zeros(8, np.int64), np.zeros(17, np.int64), 1, False)
+        _inst_at(np.full(8, -1, np.int64), np.zeros(8, np.int64), 1, 0)
         o = Orders(8)
         _rehash(o.keys, o.vals, o.keys.copy(), o.vals.copy())
 
@@ -627,7 +646,11 @@ class DbnLive(DbnFile):
                 if name and self._names.get(iid) != name:
                     self._names[iid] = name
                     self._inst_cache = (None,)  # (a renamed id keeps the count the cache is keyed on)
-                _inst(self.ids, self.idx, self.stats_a, iid, True)
+                k = self.declared.get(name)
+                if k is not None:
+                    _inst_at(self.ids, self.idx, iid, k)
+                else:
+                    _inst(self.ids, self.idx, self.stats_a, iid, True)
         elif rt == RT_SYSTEM:
             text = _cstr(rec[16:16 + (64 if v1 else 303)])
             code = rec[319] if not v1 and ln >= 320 else 255

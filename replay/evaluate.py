@@ -112,15 +112,21 @@ def execution(words, signals, n_inst, depth, xp=None, spec=None, l3_records=None
     return execsim.run(words, signals, n_inst, spec, xp, depth)
 
 
+MAX_GRID = 2_000_000  # equity points (a week at 1 s is 604,800)
+
+
 def equity_curve(words, fills, mi, mult, step_ns=None):
     """(grid ts, equity in currency) of the fills, marked to mid every step_ns (default 1 s, finer
-    for files under 1000 s so a plot has points); mult: currency per 1.0 of price per lot, per
+    for files under 1000 s so a plot has points, coarser past MAX_GRID seconds); mult: currency per 1.0 of price per lot, per
     instrument."""
     if not len(words):
         return np.zeros(0, np.int64), np.zeros(0)
     t0, t1 = int(words[:, 1].min()), int(words[:, 1].max())
     if step_ns is None:
         step_ns = min(1_000_000_000, max(1_000_000, (t1 - t0) // 1000))
+    # at most MAX_GRID points, however long the span (exchange times years apart, as a replayed old
+    # capture's beside live-stamped messages, asked for 10^8 seconds: gigabytes)
+    step_ns = max(step_ns, -(-(t1 - t0) // MAX_GRID))
     grid = np.arange(t0, t1 + step_ns, step_ns, dtype=np.int64)
     eq = np.zeros(len(grid))
     for i in np.unique(fills["instrument"]) if len(fills) else []:

@@ -179,6 +179,25 @@ def test_gateway_errors_are_reported_and_counted(ref_slice, key, capfd):
     assert "gateway error: fake: slow reader warning" in err
 
 
+def test_the_uris_symbols_have_their_ids_from_the_start_in_its_order(ref_slice, key):
+    """The URI's symbols are the source's instruments once opened, ids in the URI's order (a run binds
+    a UNIVERSE to them before the first record): ESH4 named second is instrument 1 before the
+    gateway maps it and after; NOPE4, which the gateway cannot resolve, keeps its id, unused."""
+    from app.multi_rings import fixed_instruments
+    from feeds.sources import open_source
+    from tests.helpers.fake_databento import FakeGateway
+    want, _ = ref_slice
+    with FakeGateway(limit=SLICE) as gw:
+        src = open_source(live_uri(gw, symbols="NOPE4,ESH4", idle_s=0.5))
+        assert src.instruments == ["NOPE4", "ESH4"] and fixed_instruments(src) == 2
+        got = np.concatenate([b.copy() for b in src.batches()]).view(TICK_DTYPE).reshape(-1)
+    assert src.instruments == ["NOPE4", "ESH4"]
+    assert len(got) == len(want) and set(got["instrument"].tolist()) == {1}
+    for k in FIELDS:
+        if k != "instrument":
+            assert np.array_equal(got[k], want[k]), k
+
+
 def test_bad_key_fails_with_one_line_and_never_shows_the_key(shm_name):
     from tests.helpers.fake_databento import FakeGateway
     bad = "db-WRONGwrongWRONGwrongWRONG9Zz"

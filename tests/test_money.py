@@ -143,6 +143,24 @@ def test_open_positions_are_marked_at_the_last_mid():
     assert o == {"symbol": "ESH4", "lots": 2, "mark": 102.0, "value": 2 * 102.0 * 50.0}
 
 
+def test_the_equity_grid_is_bounded_however_far_apart_the_exchange_times_are():
+    """Exchange times two years apart (an old capture replayed beside live-stamped messages) mark the
+    equity on a coarser grid, not one point a second (which asked for gigabytes); a fill's PnL is
+    still there at the end."""
+    from replay.evaluate import MAX_GRID, MidIndex, equity_curve
+    from replay.execsim import FILL_DTYPE
+    P, year = 10**9, 365 * 86400 * 10**9
+    words = np.zeros((3, 8), np.int64)
+    words[:, 1] = [1_700_000_000 * P, 1_700_000_001 * P, 1_700_000_000 * P + 2 * year]
+    words[:, 4], words[:, 5] = [99 * P, 100 * P, 109 * P], [101 * P, 102 * P, 111 * P]
+    words[:, 7] = 1 << 48  # KIND_QUOTE, instrument 0
+    f = np.zeros(1, FILL_DTYPE)
+    f["qty"], f["price"], f["ts_event"] = [1], [100 * P], [words[0, 1]]
+    grid, eq = equity_curve(words, f, MidIndex(words), np.array([1.0]))
+    assert len(grid) <= MAX_GRID + 1 and grid[0] == words[0, 1] and grid[-1] >= words[2, 1]
+    assert eq[-1] == 10.0  # bought at 100, marked at the last mid 110
+
+
 def test_a_binance_capture_says_which_market_it_is(tmp_path):
     from feeds.binance import _futures_capture
     from feeds.sources import open_source

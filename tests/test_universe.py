@@ -74,6 +74,17 @@ def captures():
     return converted(f"binance:{USDM}"), converted(f"binance:{SPOT}")
 
 
+@pytest.fixture(scope="module")
+def lead_lag_model(captures, tmp_path_factory):
+    """strategies/lead_lag.py trained on the two captures merged (20 trees)."""
+    usdm, spot = captures
+    model = tmp_path_factory.mktemp("lead_lag") / "model"
+    r = _run("train", f"tickfile:{usdm}", f"tickfile:{spot}", "--merge", "--strategy", "lead_lag", "--out",
+             str(model), "--trees", "20", "--horizon", "500", "--horizon-unit", "ms")
+    assert json.loads(r.stdout.splitlines()[-1])["auc"] > 0.6
+    return model
+
+
 def _run(*args, timeout=900):
     r = cli(*args, timeout=timeout)
     assert r.returncode == 0, r.stderr
@@ -153,15 +164,12 @@ def test_a_member_sees_exactly_its_book_trade_and_time_at_every_tick(tmp_path, c
     assert np.array_equal(rows["instrument"].to_numpy(), rows["me"].to_numpy().astype(np.uint16))
 
 
-def test_lead_lag_trains_backtests_and_runs_live_on_the_captures_bit_for_bit(tmp_path, captures):
+def test_lead_lag_trains_backtests_and_runs_live_on_the_captures_bit_for_bit(tmp_path, captures, lead_lag_model):
     """strategies/lead_lag.py: trained on the two captures merged, backtested with --merge, and run
     live over both as two feeds with --record: the recording's backtest gives the live signals bit
     for bit; every signal is the lag's (spot). A model is refused for another binding."""
     usdm, spot = captures
-    model = tmp_path / "model"
-    r = _run("train", f"tickfile:{usdm}", f"tickfile:{spot}", "--merge", "--strategy", "lead_lag", "--out",
-             str(model), "--trees", "20", "--horizon", "500", "--horizon-unit", "ms")
-    assert json.loads(r.stdout.splitlines()[-1])["auc"] > 0.6
+    model = lead_lag_model
     ident = json.loads((model / "manifest.json").read_text())["strategy"]
     assert ident["universe"] == ["BINANCE-F:BTCUSDT", "BINANCE:BTCUSDT"]
 
@@ -252,6 +260,39 @@ def test_binding_errors_are_one_line_before_the_run(tmp_path):
     r = cli("backtest", str(a), str(b), "--merge", "--strategy", str(f), "--out", str(tmp_path / "bt"))
     assert "names a UNIVERSE, so it has no default model" in one_line_error(r)
     assert not (tmp_path / "bt").exists()
+
+
+def test_lead_lag_runs_on_two_live_binance_venues_and_its_recording_backtests_bit_for_bit(tmp_path, lead_lag_model):
+    """binance-live knows its URI's symbols at start: a UNIVERSE binds to a live perpetual and a live
+    spot market (two local venues replaying the captures) before the first frame; the run's
+    recording names both, and its backtest gives the live signals bit for bit."""
+    from tests.helpers.fake_binance import FakeBinance
+
+    def uri(fb, market):
+        q = {"symbols": "BTCUSDT", "ws": fb.ws_url, "rest": fb.rest_url, **({"update": "0ms"} if market == "usdm" else {})}
+        return f"binance-live://{market}?" + "&".join(f"{k}={v}" for k, v in q.items())
+
+    live, rec = tmp_path / "live.sig", tmp_path / "rec.ticks"
+    with FakeBinance(USDM, market="usdm", speed=10.0, max_lines=30000) as fu, \
+            FakeBinance(SPOT, market="spot", speed=10.0, max_lines=30000) as fs:
+        run = json.loads(_run("run", "--no-rt", "--no-doctor", "--http", "none", "--pub", "none", "--json",
+                              "--strategy", "lead_lag", "--model", str(lead_lag_model), "--feed", uri(fu, "usdm"),
+                              "--feed", uri(fs, "spot"), "--duration", "25", "--record", str(rec),
+                              "--signals-out", str(live), "--name", f"lb{tmp_path.name[-8:]}").stdout)
+    r = TickFile(rec)
+    assert r.instruments == ["BINANCE-F:BTCUSDT", "BINANCE:BTCUSDT"]
+    assert run["ticks"] == len(r) > 10_000 and all(s["counters"]["ticks"] > 1000 for s in run["sources"].values())
+    # (live sources conflate when the loop falls behind: the backtest replays the run's conflation)
+    _run("backtest", str(rec), "--strategy", "lead_lag", "--model", str(lead_lag_model), "--out", str(tmp_path / "rb"),
+         "--conflate-as-recorded", str(live), "--quiet", "--json")
+    from engine.signal_log import read_signals
+    ls = read_signals(live)
+    ls = ls[(ls["flags"] & SIGNAL_FLAG_MARK) == 0]
+    rb = pq.read_table(tmp_path / "rb" / "signals.parquet")
+    assert len(ls) == rb.num_rows == run["signals"] > 0
+    for col in ("seq", "tick_seq", "instrument", "ts_recv", "position"):
+        assert np.array_equal(ls[col].astype(np.int64), rb.column(col).to_numpy().astype(np.int64)), col
+    assert set(np.unique(ls["instrument"])) == {1}  # (the lag: spot)
 
 
 def test_a_live_source_that_names_instruments_as_it_reads_is_refused_for_a_universe(tmp_path, captures):
