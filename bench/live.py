@@ -20,6 +20,9 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
 - machine floor (`machine_floor`): the numba deframer on one frame, back to back and after 1 ms of
   sleep. On this untuned VM the second is 10-40x the first (a frame at a live pace finds caches and
   branch predictors cold): the paced figures above are mostly that, not our code.
+- cryptofeed paced (`cryptofeed_paced`): the peer on the same FakeBinance at the same pace, its
+  bookTicker frames (70% of the capture's, the cheapest), from its receipt stamp (after its websocket
+  library read and took apart the frame: less of the path than ours) to its callback.
 - cryptofeed: BinanceFutures subclassed with its websocket and REST endpoints on the blast server
   (see _cryptofeed for the one thing an attribute cannot do), L2_BOOK / TRADES / TICKER callbacks that
   count: frames (its connection's raw message count) from its first callback to its last, over that
@@ -407,6 +410,62 @@ def paced(capture, seconds):
         return src.lat.percentiles_ns("frame_to_tick")
 
 
+def cryptofeed_paced(capture, seconds):
+    """The peer at the same pace: cryptofeed's BinanceFutures on the same FakeBinance (speed 1.0, no
+    faults), its TICKER channel (bookTicker: 70% of the capture's frames and the cheapest; the
+    venue's depth@100ms and aggTrade streams, which cryptofeed subscribes to, are not in the
+    capture), the time from its receipt stamp (taken when its websocket hands it the message,
+    after the frame was read and taken apart) to the callback, after the first second.
+    {p50, p99, p999, count} in ns."""
+    import logging
+
+    from cryptofeed.connection import RestEndpoint, Routes, WebsocketEndpoint, WSAsyncConn
+    from cryptofeed.defines import TICKER
+    from cryptofeed.exchanges import BinanceFutures
+    logging.getLogger("feedhandler").setLevel(logging.ERROR)
+    lat, t_start = [], []
+    with venue(capture) as (ws, rest):
+        class Local(BinanceFutures):
+            websocket_endpoints = [WebsocketEndpoint("wss://" + ws[len("ws://"):], options={"compression": None})]
+            rest_endpoints = [RestEndpoint(rest, routes=Routes(
+                "/fapi/v1/exchangeInfo", l2book="/fapi/v1/depth?symbol={}&limit={}",
+                authentication="/fapi/v1/listenKey", open_interest="/fapi/v1/openInterest?symbol={}"))]
+
+            def connect(self):  # (its WSAsyncConn refuses ws://: swapped after it was built, as in _cryptofeed)
+                out = super().connect()
+                for conn, *_ in out:
+                    if isinstance(conn, WSAsyncConn):
+                        conn.address = "ws://" + conn.address[len("wss://"):]
+                return out
+
+        async def cb(obj, receipt):
+            now = time.time()
+            if not t_start:
+                t_start.append(now)
+            elif now - t_start[0] > 1.0:
+                lat.append(now - receipt)
+
+        loop = _loop()
+        asyncio.set_event_loop(loop)
+        feed = Local(symbols=["BTC-USDT-PERP"], channels=[TICKER], callbacks={TICKER: cb})
+        feed.start(loop)
+        try:
+            loop.run_until_complete(asyncio.sleep(seconds + 1.0))
+            feed.stop()
+            loop.run_until_complete(feed.shutdown())
+        finally:
+            for t in asyncio.all_tasks(loop):
+                t.cancel()
+            loop.run_until_complete(asyncio.sleep(0.05))
+            loop.close()
+            asyncio.set_event_loop(None)
+    if not lat:
+        return {}
+    ns = np.array(lat) * 1e9
+    return {"p50": int(np.percentile(ns, 50)), "p99": int(np.percentile(ns, 99)),
+            "p999": int(np.percentile(ns, 99.9)), "count": len(ns)}
+
+
 def machine_floor(samples=400):
     """What this machine does to a small piece of the frame path when it is not run back to back:
     the numba deframer on one 250-byte frame (~2 us warm), timed back to back and after 1 ms of
@@ -458,6 +517,7 @@ def main():
             blast.close()
         drops = reconnect(capture, 3 if quick else 6, 150)
         pace = paced(capture, 10 if quick else 60)
+        cf_pace = cryptofeed_paced(capture, 10 if quick else 60)
         floor = machine_floor()
         metrics.update({f"binance_live_{k}": v for k, v in best.items()})
         metrics.update({f"binance_live_frame_to_tick_capture_pace_{k}_ns": pace[k] for k in ("p50", "p99", "p999")})
@@ -466,6 +526,8 @@ def main():
             metrics.update({f"machine_deframe_one_frame_{k}_{p}_ns": x for p, x in v.items()})
         cf_version = cf.pop("version")
         peers["cryptofeed"] = {f"binance_live_{k}": v for k, v in cf.items()}
+        peers["cryptofeed"].update({f"binance_ticker_receipt_to_callback_capture_pace_{k}"
+                                    + ("" if k == "count" else "_ns"): v for k, v in cf_pace.items()})
         notes["runs_frames_per_s"] = {"ours": our_runs, "cryptofeed": [x["frames_per_s"] for x in cfs],
                                       "picows_bare": bare["picows"]}
         peers["cryptofeed"]["client"] = (f"cryptofeed {cf_version} BinanceFutures (subclassed: local endpoints, ws://), "
@@ -491,6 +553,9 @@ def main():
                  ("frame_to_tick p50 ns (paced)", pace["p50"], None, "", None, ""),
                  ("frame_to_tick p99 ns (paced)", pace["p99"], None, "", None, "<= 20,000"),
                  ("frame_to_tick p99.9 ns (paced)", pace["p999"], None, "", None, ""),
+                 ("paced p50 ns, cryptofeed ticker", pace["p50"], cf_pace.get("p50"), "cryptofeed", None,
+                  "(its receipt -> callback, bookTicker only)"),
+                 ("paced p99 ns, cryptofeed ticker", pace["p99"], cf_pace.get("p99"), "cryptofeed", None, ""),
                  ("machine: deframe 1 frame p50 ns", floor["back_to_back"]["p50"], floor["after_1ms"]["p50"],
                   "after 1 ms", None, "back to back"),
                  ("machine: deframe 1 frame p99 ns", floor["back_to_back"]["p99"], floor["after_1ms"]["p99"],
