@@ -162,6 +162,14 @@ def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, 
     if new == prev:
         return False
     ist[inst, I_POS] = new
+    _fill_signal(sig, seq, seq, tick, ist, inst, new, prev, score, margin, gen)  # (decision: this signal alone)
+    return True
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _fill_signal(sig, seq, decision, tick, ist, inst, new, prev, score, margin, gen):
+    """A signal record (engine/records.py SIGNAL_DTYPE), all but the emit times (words 4, 5):
+    instrument `inst` moved from prev to new on `tick`, one tick folded, of decision `decision`."""
     bid = ist[inst, I_BID]
     ask = ist[inst, I_ASK]
     sig[0] = seq
@@ -174,10 +182,9 @@ def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, 
     sig[9] = signal_word_scores(f32_bits(score), f32_bits(margin))
     sig[10] = signal_word_ids(gen, inst, _sign(new), _sign(prev))
     sig[11] = 1  # folded: this tick alone
-    sig[12] = seq  # decision: this signal alone
+    sig[12] = decision
     for w in range(13, SIGNAL_WORDS):
         sig[w] = 0
-    return True
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -198,21 +205,7 @@ def host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, si
         if new == prev:
             continue
         ist[i, I_POS] = new
-        sig = sigs[at + k]
-        bid, ask = ist[i, I_BID], ist[i, I_ASK]
-        sig[0] = seq + k
-        sig[1] = tick[0]
-        sig[2] = tick[1]
-        sig[3] = tick[2]
-        sig[6] = (bid + ask) // 2 if bid > 0 and ask > 0 else 0
-        sig[7] = new
-        sig[8] = prev
-        sig[9] = signal_word_scores(f32_bits(score), f32_bits(margin))
-        sig[10] = signal_word_ids(gen, i, _sign(new), _sign(prev))
-        sig[11] = 1
-        sig[12] = seq
-        for w in range(13, SIGNAL_WORDS):
-            sig[w] = 0
+        _fill_signal(sigs[at + k], seq + k, seq, tick, ist, i, new, prev, score, margin, gen)
         k += 1
     return k
 
