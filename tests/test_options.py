@@ -47,7 +47,7 @@ def test_a_programmatic_runconfig_is_the_command_line_without_flags():
 FILE_VALUES = {
     "name": "h2cfg", "core": 0, "priority": 50, "realtime": False, "isolate": True, "strict": True, "duration": 3.0,
     "loop.policy": "other", "loop.wait": "backoff", "loop.conflate": "off", "loop.conflate_warn": 0.25,
-    "loop.stall_exit": 4.0, "model.dir": "/m", "model.backend": "xgboost", "model.verify_key": None,
+    "loop.stall_exit": 4.0, "loop.merge_window_us": 150.0, "model.dir": "/m", "model.backend": "xgboost", "model.verify_key": None,
     "feed.uri": "synthetic://?rate=10", "feed.ring": "r.ticks", "feed.ring_owner": "root", "feed.speed": 2.0,
     "feed.max": True, "feed.rate": 100.0, "feed.instruments": 5, "feed.seed": 2, "feed.ring_capacity": 1024,
     "feed.crossed_after": 2.0, "strategy.name": "touch_imbalance", "strategy.warm_every": 7,
