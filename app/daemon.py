@@ -504,6 +504,7 @@ class ControlPlane:
             n = sigring.drain(self.x.sring.hdr, self.x.sring.data, self.x.sring.mask, buf)
             if not n:
                 return total
+            self.ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + self.x.lease_ns  # (alive: a long drain is progress)
             self.x.slog.write(buf[:n])  # signals and conflation marks (the file keeps both)
             if self.pub is not None:
                 recs = buf[:n][(signal_flags(buf[:n]) & SIGNAL_FLAG_MARK) == 0]  # decisions only

@@ -657,8 +657,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
     conflate = cfg[CFG_CONFLATE] != 0.0
     conflate_max = np.int64(cfg[CFG_CONFLATE_MAX])
     conflate_ns = np.int64(cfg[CFG_CONFLATE_NS])
-    tap = cfg[CFG_TAP] != 0.0
-    window = np.int64(cfg[CFG_MERGE_WINDOW_NS])
+    tap, window = cfg[CFG_TAP] != 0.0, np.int64(cfg[CFG_MERGE_WINDOW_NS])  # (window: _take_next)
     idle, idle_t0, park = 0, 0, PARK_MIN_NS
     owed = 0.0
     t_last = monotonic_ns()
