@@ -139,23 +139,22 @@ def ours(blast, runs):
 
 # -- cryptofeed -------------------------------------------------------------------------------------
 
-def _cryptofeed(blast, passes=1):
-    """cryptofeed's BinanceFutures on the blast server. The endpoints are class attributes and are
-    overridden; but its WSAsyncConn refuses any address that is not wss:// (a ValueError in its
-    constructor), and TLS on one side only would not be the same work: connect() is overridden to
-    swap each connection's address to ws:// after it was built (the connection is otherwise its own)."""
+def _cryptofeed_class(ws_base, rest_base):
+    """cryptofeed's BinanceFutures with its endpoints on a local server (ws_base: ws://HOST[/PATH]).
+    The endpoints are class attributes and are overridden; but its WSAsyncConn refuses any address
+    that is not wss:// (a ValueError in its constructor), and TLS on one side only would not be the
+    same work: connect() is overridden to swap each connection's address to ws:// after it was built
+    (the connection is otherwise its own)."""
     import logging
 
     from cryptofeed.connection import RestEndpoint, Routes, WebsocketEndpoint, WSAsyncConn
-    from cryptofeed.defines import L2_BOOK, TICKER, TRADES
     from cryptofeed.exchanges import BinanceFutures
 
     logging.getLogger("feedhandler").setLevel(logging.ERROR)
-    host = f"127.0.0.1:{blast.port}"
 
     class LocalBinanceFutures(BinanceFutures):
-        websocket_endpoints = [WebsocketEndpoint(f"wss://{host}/p{passes}", options={"compression": None})]
-        rest_endpoints = [RestEndpoint(f"http://{host}", routes=Routes(
+        websocket_endpoints = [WebsocketEndpoint("wss://" + ws_base[len("ws://"):], options={"compression": None})]
+        rest_endpoints = [RestEndpoint(rest_base, routes=Routes(
             "/fapi/v1/exchangeInfo", l2book="/fapi/v1/depth?symbol={}&limit={}", authentication="/fapi/v1/listenKey",
             open_interest="/fapi/v1/openInterest?symbol={}"))]
 
@@ -165,7 +164,36 @@ def _cryptofeed(blast, passes=1):
                 if isinstance(conn, WSAsyncConn):
                     conn.address = "ws://" + conn.address[len("wss://"):]
             return out
+    return LocalBinanceFutures
 
+
+def _cryptofeed_run(make_feed, coro_fn):
+    """A cryptofeed feed (make_feed() -> feed) started on a fresh loop, coro_fn() run to its end,
+    then the feed and the loop shut down; returns the coroutine's result."""
+    loop = _loop()
+    asyncio.set_event_loop(loop)
+    feed = make_feed()
+    feed.start(loop)
+    try:
+        res = loop.run_until_complete(coro_fn())
+        feed.stop()
+        loop.run_until_complete(feed.shutdown())
+        return res
+    finally:
+        for t in asyncio.all_tasks(loop):
+            t.cancel()
+        loop.run_until_complete(asyncio.sleep(0.05))
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+def _cryptofeed(blast, passes=1):
+    """cryptofeed's BinanceFutures on the blast server (_cryptofeed_class), L2_BOOK / TRADES / TICKER
+    callbacks that count."""
+    from cryptofeed.defines import L2_BOOK, TICKER, TRADES
+
+    host = f"127.0.0.1:{blast.port}"
+    local = _cryptofeed_class(f"ws://{host}/p{passes}", f"http://{host}")
     counts = {L2_BOOK: 0, TRADES: 0, TICKER: 0}
     mark = {}
 
@@ -178,15 +206,14 @@ def _cryptofeed(blast, passes=1):
             mark["t1"] = now
         return cb
 
-    try:
-        import uvloop
-        loop = uvloop.new_event_loop()
-    except ImportError:
-        loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    feed = LocalBinanceFutures(symbols=["BTC-USDT-PERP"], channels=[L2_BOOK, TRADES, TICKER],
-                               callbacks={k: counter(k) for k in counts})
     want = passes * blast.per_pass
+    feed = None
+
+    def make():
+        nonlocal feed
+        feed = local(symbols=["BTC-USDT-PERP"], channels=[L2_BOOK, TRADES, TICKER],
+                     callbacks={k: counter(k) for k in counts})
+        return feed
 
     async def watch():
         deadline = time.monotonic() + 600
@@ -197,17 +224,7 @@ def _cryptofeed(blast, passes=1):
             await asyncio.sleep(0.01)
         raise SystemExit("cryptofeed: not every frame arrived in 600 s")
 
-    feed.start(loop)
-    try:
-        received = loop.run_until_complete(watch())
-        feed.stop()
-        loop.run_until_complete(feed.shutdown())
-    finally:
-        for t in asyncio.all_tasks(loop):
-            t.cancel()
-        loop.run_until_complete(asyncio.sleep(0.05))
-        loop.close()
-        asyncio.set_event_loop(None)
+    received = _cryptofeed_run(make, watch)
     from importlib.metadata import version
     secs = (mark["t1"] - mark["t0"]) / 1e9
     return {"frames_per_s": round((received - mark["f0"]) / secs), "frames_count": received,
@@ -417,48 +434,20 @@ def cryptofeed_paced(capture, seconds):
     capture), the time from its receipt stamp (taken when its websocket hands it the message,
     after the frame was read and taken apart) to the callback, after the first second.
     {p50, p99, p999, count} in ns."""
-    import logging
-
-    from cryptofeed.connection import RestEndpoint, Routes, WebsocketEndpoint, WSAsyncConn
     from cryptofeed.defines import TICKER
-    from cryptofeed.exchanges import BinanceFutures
-    logging.getLogger("feedhandler").setLevel(logging.ERROR)
     lat, t_start = [], []
+
+    async def cb(obj, receipt):
+        now = time.time()
+        if not t_start:
+            t_start.append(now)
+        elif now - t_start[0] > 1.0:
+            lat.append(now - receipt)
+
     with venue(capture) as (ws, rest):
-        class Local(BinanceFutures):
-            websocket_endpoints = [WebsocketEndpoint("wss://" + ws[len("ws://"):], options={"compression": None})]
-            rest_endpoints = [RestEndpoint(rest, routes=Routes(
-                "/fapi/v1/exchangeInfo", l2book="/fapi/v1/depth?symbol={}&limit={}",
-                authentication="/fapi/v1/listenKey", open_interest="/fapi/v1/openInterest?symbol={}"))]
-
-            def connect(self):  # (its WSAsyncConn refuses ws://: swapped after it was built, as in _cryptofeed)
-                out = super().connect()
-                for conn, *_ in out:
-                    if isinstance(conn, WSAsyncConn):
-                        conn.address = "ws://" + conn.address[len("wss://"):]
-                return out
-
-        async def cb(obj, receipt):
-            now = time.time()
-            if not t_start:
-                t_start.append(now)
-            elif now - t_start[0] > 1.0:
-                lat.append(now - receipt)
-
-        loop = _loop()
-        asyncio.set_event_loop(loop)
-        feed = Local(symbols=["BTC-USDT-PERP"], channels=[TICKER], callbacks={TICKER: cb})
-        feed.start(loop)
-        try:
-            loop.run_until_complete(asyncio.sleep(seconds + 1.0))
-            feed.stop()
-            loop.run_until_complete(feed.shutdown())
-        finally:
-            for t in asyncio.all_tasks(loop):
-                t.cancel()
-            loop.run_until_complete(asyncio.sleep(0.05))
-            loop.close()
-            asyncio.set_event_loop(None)
+        local = _cryptofeed_class(ws, rest)
+        _cryptofeed_run(lambda: local(symbols=["BTC-USDT-PERP"], channels=[TICKER], callbacks={TICKER: cb}),
+                        lambda: asyncio.sleep(seconds + 1.0))
     if not lat:
         return {}
     ns = np.array(lat) * 1e9
