@@ -14,7 +14,10 @@ empty) are the slow ones, and each is shut down (its queue goes with the connect
 too); then the signal goes to everyone else (the full queue drops it). The connections are
 looked at again for RECHECK_FOR_S after an EAGAIN, as a queue can fill before the socket
 buffer does. A zmq SUB reconnects by itself and sees the gap in the publication numbers.
-Finding a connection costs a scan of /proc/self/fd (~13 us a descriptor), only then.
+Finding a connection costs a scan of /proc/self/fd (~13 us a descriptor), only then, and in a
+thread of its own: each of its system calls gives up the GIL, and taking it back can wait 5 ms
+while the HTTP side runs Python (a scrape flood): seconds for a few hundred descriptors, which
+the thread that drains signals and renews the loop's lease must never spend.
 
 The socket is a CURVE server (server_keys): a subscriber that sets curve_serverkey to the
 engine's public key completes the handshake only with the holder of the secret key, so a process
@@ -29,6 +32,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 
 from engine.outputs import NotPrivate, open_own, write_whole
@@ -41,6 +45,7 @@ STALL_S = 0.2              # a send queue that has not moved for this long (afte
 LOG_EVERY_S = 10.0         # at most one line about slow subscribers this often (the rest are counted)
 _SIOCOUTQ = 0x5411         # bytes in a socket's send queue not yet taken by the peer (TCP and unix)
 _SEQ = struct.Struct("<Q")
+_EAGAIN, _SNDMORE, _DONTWAIT = 11, 2, 1
 
 
 def log(msg):
@@ -135,6 +140,46 @@ def subscriber(ctx, server_key):
     return s
 
 
+def _libzmq():
+    """pyzmq's own libzmq (the one its sockets live in), opened so calls keep the GIL, or None."""
+    import ctypes
+
+    import zmq  # noqa: F401 - loads it
+    with open("/proc/self/maps") as f:
+        paths = {ln.split()[-1] for ln in f if "libzmq" in ln and "/" in ln}
+    if len(paths) != 1:
+        return None
+    lib = ctypes.PyDLL(paths.pop())
+    lib.zmq_send.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]
+    lib.zmq_send.restype = ctypes.c_int
+    lib.zmq_errno.restype = ctypes.c_int
+    return lib
+
+
+class _Sender:
+    """send_multipart without giving up the GIL. pyzmq releases it around every frame; taking it
+    back waits for the switch interval (5 ms) whenever another thread is running Python (the HTTP
+    side under a scrape flood): 15 ms a signal, a minute for one drained chunk, and the loop's
+    lease runs out. A non-blocking zmq_send takes about a microsecond: never worth the release."""
+
+    def __init__(self, sock):
+        import zmq
+        self.zmq, self.sock = zmq, sock
+        self.lib = _libzmq()
+        self.handle = sock.underlying
+
+    def __call__(self, parts):
+        """parts sent as one message without blocking; zmq.Again if a queue is full."""
+        lib = self.lib
+        if lib is None:
+            return self.sock.send_multipart(parts, self.zmq.NOBLOCK)
+        last = len(parts) - 1
+        for i, p in enumerate(parts):  # (libzmq takes the rest of a message once its first frame is in)
+            if lib.zmq_send(self.handle, p, len(p), _DONTWAIT | (_SNDMORE if i < last else 0)) < 0:
+                err = lib.zmq_errno()
+                raise self.zmq.Again() if err == _EAGAIN else self.zmq.ZMQError(err)
+
+
 class Publisher:
     def __init__(self, endpoint, hwm=HWM, sndbuf=SNDBUF, secret_key=None):
         import zmq
@@ -154,16 +199,26 @@ class Publisher:
             s.close(0)
             raise RuntimeError(f"--pub {endpoint}: cannot bind: {e.strerror}") from None
         self.sock, self.hwm = s, hwm
+        self._send = _Sender(s)
         self.endpoint = s.getsockopt(zmq.LAST_ENDPOINT).decode()
         self._local = self._local_address(self.endpoint)
         self.seqs = {}                 # topic -> its next publication number
         self.published = 0             # signals sent
-        self.dropped = 0               # signals a slow subscriber did not get (see README)
+        self._sent_dropped = 0         # signals refused on a full queue (the sending thread's count)
+        self._cut_dropped = 0          # signals queued for subscribers cut off (the cutter's count)
         self.disconnected = 0          # slow subscribers cut off
-        self._recheck_until = self._next_recheck = 0.0  # after an EAGAIN: look for the slow one until then
+        self._recheck_until = 0.0      # after an EAGAIN: look for the slow one until then
         self._queued = {}              # socket -> (bytes unsent, since when) at the last look
         self._wire = 150
         self._logged_at, self._unlogged = 0.0, 0
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._cutter = threading.Thread(target=self._cut_loop, name="engine-zmq-slow", daemon=True)
+        self._cutter.start()
+
+    @property
+    def dropped(self):
+        """Signals a slow subscriber did not get (see README)."""
+        return self._sent_dropped + self._cut_dropped
 
     @staticmethod
     def _local_address(endpoint):
@@ -182,15 +237,15 @@ class Publisher:
         self.seqs[topic] = seq + 1
         parts = (topic, payload, _SEQ.pack(seq))
         try:
-            self.sock.send_multipart(parts, zmq.NOBLOCK)
+            self._send(parts)
         except zmq.Again:  # a subscriber's queue is full: it loses this one; cut it off, then send to the rest
-            self.dropped += 1
+            self._sent_dropped += 1
             self._wire = sum(len(p) + 2 for p in parts)  # ZMTP: flags + size byte per short frame
             self._recheck_until = time.monotonic() + RECHECK_FOR_S
-            self._cut_slow()
+            self._wake.set()  # (the cutter thread finds it; the rest get this one now)
             self.sock.setsockopt(zmq.XPUB_NODROP, 0)
             try:
-                self.sock.send_multipart(parts, zmq.NOBLOCK)  # lossy: a full queue drops, the others get it
+                self._send(parts)  # lossy: a full queue drops, the others get it
             except zmq.Again:
                 pass
             finally:
@@ -198,20 +253,18 @@ class Publisher:
         self.published += 1
 
     def poll(self):
-        """Every drain: read subscriptions (XPUB passes them up; they would queue), and after an
-        EAGAIN nobody could be blamed for yet, look again for a while."""
+        """Every drain: read subscriptions (XPUB passes them up; they would queue)."""
         zmq = self.zmq
         for _ in range(1000):
             try:
                 self.sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
-        now = time.monotonic()
-        if now < self._recheck_until and now >= self._next_recheck:
-            self._next_recheck = now + RECHECK_S
-            self._cut_slow()
 
     def close(self):
+        self._stop.set()
+        self._wake.set()
+        self._cutter.join(1.0)  # (a scan under a flood may take longer: it is a daemon thread)
         self.sock.close(0)
 
     # -- slow subscribers ----------------------------------------------------------------
@@ -255,6 +308,15 @@ class Publisher:
             out.append((link, s, peer))
         return out
 
+    def _cut_loop(self):
+        """After an EAGAIN, look for the slow connections every RECHECK_S until _recheck_until."""
+        while not self._stop.is_set():
+            self._wake.wait()
+            while not self._stop.is_set() and time.monotonic() < self._recheck_until:
+                self._wake.clear()
+                self._cut_slow()
+                self._stop.wait(RECHECK_S)
+
     def _cut_slow(self):
         """Shut down the connections that stopped taking signals: at least half their socket
         buffer unsent, or an unsent queue that has not moved for STALL_S."""
@@ -276,7 +338,7 @@ class Publisher:
                 s.shutdown(socket.SHUT_RDWR)
                 cut += 1
                 self.disconnected += 1
-                self.dropped += self.hwm + queued // self._wire  # what was queued for it goes with it
+                self._cut_dropped += self.hwm + queued // self._wire  # what was queued for it goes with it
                 self._say(f"zmq subscriber {peer} stopped reading ({self.hwm} signals and {queued:,} bytes "
                           f"queued for it): disconnected (engine_zmq_slow_disconnects_total)")
             except OSError:
