@@ -6,14 +6,15 @@ the blast server serves the capture's depth diffs and trades under those names),
 get the same bytes. One pass per session: a second pass would apply the capture's first diffs on the
 book its last diffs left (stale levels, a crossed book: neither realistic nor the same work), so each
 measurement is a fresh connection and a fresh book, repeated, and the median is quoted.
-- ours: `binance-live://usdm?...` (feeds/binance_live.py) run in-process, its batches consumed by a
-  loop that only counts: the socket reads, the numba websocket deframer (feeds/ws_client.py), the
-  numba scanner (JSON, book, ticks) and the tick batches handed out; NOT the ring publish
-  (feeds/process.py) or anything downstream. frames_per_s: the pass's frames over the time from the
-  connection's start to the batch holding the last frame's ticks (median of the sessions). frame_to_tick_p50/p99/p999_ns: per tick, a frame's
-  receive time (read in the websocket callback) to its batch being consumed (the source's own
-  histogram, src.lat "frame_to_tick", pooled over the sessions); flat out, that is mostly the
-  wait behind the megabytes already received, so it is a queueing figure.
+- ours: `binance-live://usdm?...` (feeds/binance_live.py) run in-process and publishing into a real
+  tick ring as the feed process does (feeds/process.py Put: from the socket's read callback, the
+  rest as batches; no consumer): the socket reads, the numba websocket deframer
+  (feeds/ws_client.py), the numba scanner (JSON, book, ticks) and the ring publish; nothing
+  downstream. frames_per_s: the pass's frames over the time from the connection's start to the
+  last frame's ticks in the ring (median of the sessions). frame_to_tick_p50/p99/p999_ns: per
+  tick, a frame's receive time (read in the websocket callback) to its ticks being in the ring
+  (the source's own histogram, src.lat "frame_to_tick", pooled over the sessions); flat out, that
+  is mostly the wait behind the megabytes already received, so it is a queueing figure.
   frame_to_tick_capture_pace_*_ns: the same histogram at the capture's own pace (FakeBinance speed
   1.0, no faults, `paced`), emptied when the first snapshot is placed (diffs held for it would count
   the REST round trip): the per-frame cost a live feed sees, with no queue in front.
@@ -95,6 +96,32 @@ class Blast:
 
 # -- ours -------------------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def into_ring(src):
+    """src publishing into a fresh tick ring as in a feed process (feeds/process.py Put, set as its
+    direct publisher); yields the Put, which the caller also gives what batches() yields."""
+    import os
+
+    from engine.tickring import TickRing
+    from feeds.crossed import CrossedWatch
+    from feeds.process import Put
+    ring = TickRing(f"bench-live-{os.getpid()}", 1 << 16, depth=src.depth)
+    try:
+        if src.instruments:
+            ring.publish_instruments(src.instruments, src.specs)
+        class Timed(Put):  # (+ when it last published: a read callback's publication is seen by the
+            last_ns = 0    # consuming loop only at its next batch, up to 50 ms later)
+
+            def done(self, ticks, i):
+                super().done(ticks, i)
+                self.last_ns = time.monotonic_ns()
+        put = Timed(ring, src, CrossedWatch(1.0), lambda: False)
+        src.direct = put
+        yield put
+    finally:
+        ring.unlink()
+
+
 def ours(blast, runs):
     """`runs` sessions of one pass each (a fresh source: a fresh book); frames/s per run, and the
     frame_to_tick histogram of all runs pooled."""
@@ -110,20 +137,20 @@ def ours(blast, runs):
         gc.collect()
         gc.freeze()  # (as feeds/process.py does once its source has started)
         want = blast.per_pass
-        t0 = f0 = t_end = None
-        ticks = 0
-        gen = src.batches()
-        for b in gen:
-            a = src.active
-            frames = src._done_frames + a.frames
-            if t0 is None:  # from the connection's start: a socket read takes many frames at once, so
-                t0, f0 = int(a.opened * 1e9), 0  # "the first frame seen" would skip most of them
-            if len(b):
-                ticks += len(b)
-                t_end = time.monotonic_ns()
-            elif frames >= want and not a.buf:
-                break  # everything received and scanned
-        gen.close()  # (closes the connection)
+        t0 = f0 = None
+        with into_ring(src) as put:
+            gen = src.batches()
+            for b in gen:
+                a = src.active
+                frames = src._done_frames + a.frames
+                if t0 is None:  # from the connection's start: a socket read takes many frames at once, so
+                    t0, f0 = int(a.opened * 1e9), 0  # "the first frame seen" would skip most of them
+                if len(b):
+                    put.batch(b)
+                elif frames >= want and not a.buf:
+                    break  # everything received and published
+            gen.close()  # (closes the connection)
+            ticks, t_end = put.produced, put.last_ns
         st = src.stats()
         if st["frames"] != want or st["stream_gaps"] or st["resyncs"]:
             raise SystemExit(f"ours: {st['frames']} frames of {want}, {st['stream_gaps']} gaps, {st['resyncs']} resyncs")
@@ -415,15 +442,18 @@ def paced(capture, seconds):
         src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms")
         C = src.scanner.state[2]
         synced_at = None
-        gen = src.batches()
-        for _ in gen:
-            if synced_at is None and int(C[I_SNAPS]):
-                synced_at = time.monotonic()
-                src.lat.counts["frame_to_tick"][:] = 0
-                gc.freeze()  # (as feeds/process.py does once its source has started)
-            elif synced_at is not None and time.monotonic() - synced_at > seconds:
-                break
-        gen.close()
+        with into_ring(src) as put:
+            gen = src.batches()
+            for b in gen:
+                if len(b):
+                    put.batch(b)
+                if synced_at is None and int(C[I_SNAPS]):
+                    synced_at = time.monotonic()
+                    src.lat.counts["frame_to_tick"][:] = 0
+                    gc.freeze()  # (as feeds/process.py does once its source has started)
+                elif synced_at is not None and time.monotonic() - synced_at > seconds:
+                    break
+            gen.close()
         return src.lat.percentiles_ns("frame_to_tick")
 
 

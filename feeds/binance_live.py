@@ -44,7 +44,11 @@ REST errors and bans, frames, feed latency (event time to receive) and frame-to-
 Everything here runs in the feed process (feeds/process.py), never on the strategy core: one
 asyncio loop (uvloop when installed) stepped between batches, the websocket taken apart in numba a
 socket read at a time (feeds/ws_client.py: a client library's per-frame Python call was the limit,
-bench/live.py), aiohttp for REST.
+bench/live.py), aiohttp for REST. In a feed process a read's lines are scanned and their ticks
+published from the read callback itself (`direct`, the process's publisher): stopping the loop
+per frame to hand a batch out cost ~100 us of frame-to-tick at a live pace (p50 ~310 -> ~200 us,
+bench/live.py); lines queued behind a snapshot or a gap line, a rotation's, and every line when
+nobody set `direct` (engine record, tests) go the batch way, in order.
 """
 import asyncio
 import json
@@ -81,9 +85,11 @@ def depth_weight(market, limit):
 
 class Conn:
     """One websocket connection: its frames, as capture lines, go into `buf` (feeds/ws_client.py
-    makes the lines, a socket read at a time)."""
+    makes the lines, a socket read at a time), unless `fast(conn, lines)` took them (published
+    them at once) first."""
 
-    def __init__(self):
+    def __init__(self, fast=None):
+        self.fast = fast
         self.buf = bytearray()
         self.transport = None
         self.opened = self.last = time.monotonic()
@@ -93,9 +99,11 @@ class Conn:
         self.reason = ""
 
     def lines(self, data, frames):
-        self.buf += data
         self.frames += frames
         self.last = time.monotonic()
+        if not self.buf and self.fast is not None and self.fast(self, data):
+            return  # (lines queued before these, a snapshot or a gap, go first: the slow way)
+        self.buf += data
         self._wake()
 
     def lost(self, reason):
@@ -164,6 +172,10 @@ class BinanceLive:
                                      "rest_errors", "rest_banned"), 0)
         self.stopped = False
         self.raw_sink = None
+        self.active = self.standby = None  # the connection read, and a rotation's next one
+        self.direct = None  # set by the feed process: direct(ticks, lat, offset) publishes a batch (feeds/process.py Put)
+        self._direct_out = np.zeros((OUT_ROWS, 8), np.int64)
+        self._error = None  # what the read callback raised, raised again by batches()
         self.asking = {}  # symbol -> its snapshot request (a task)
         self.refresh = False  # ask every symbol's snapshot again (a new raw piece)
         self.ban_until = 0.0  # no REST before this (monotonic s): a 429/418's Retry-After
@@ -262,6 +274,8 @@ class BinanceLive:
                 if self.scanner.n:
                     yield from self._emit(out[:self.scanner.n])
                 self._want_snapshots()
+            if self._error is not None:  # (the read callback's: it stopped us)
+                raise self._error
         finally:
             loop.run_until_complete(self._close())
             loop.close()
@@ -271,6 +285,29 @@ class BinanceLive:
         """Bytes after the last newline (lines are appended whole, so normally none)."""
         j = buf.rfind(b"\n")
         return len(buf) - j - 1
+
+    def _fast(self, conn, data):
+        """The read callback's lines of the active connection scanned and published right there
+        (self.direct), when nothing is queued before them; False: queue them (no direct
+        publisher, a standby's lines, or we are stopping)."""
+        put = self.direct
+        if put is None or conn is not self.active or self.standby is not None or self.stopped:
+            return False
+        try:
+            if self.raw_sink is not None:
+                self.raw_sink(data)
+            out, sc = self._direct_out, self.scanner
+            sc.n = 0
+            for batch in sc.scan(np.frombuffer(data, np.uint8), 0, False, out):
+                put(batch, self.lat, self.offset)
+            if sc.n:
+                put(out[:sc.n], self.lat, self.offset)
+            sc.n = 0
+            self._want_snapshots()
+        except Exception as e:  # noqa: BLE001 - an exception in a read callback only gets logged
+            self._error, self.stopped = e, True
+            conn._wake()
+        return True
 
     def _emit(self, ticks):
         """Feed latency (wall clock), then ts_recv back on CLOCK_MONOTONIC; after the publisher has
@@ -332,7 +369,7 @@ class BinanceLive:
         are stopped); the first one fails at once on a refused handshake (a bad URL or stream)."""
         attempt = 0
         while True:
-            conn = Conn()
+            conn = Conn(self._fast)
             try:
                 conn.transport = await ws_client.connect(self.ws_url, conn.lines, conn.lost, offset=self.offset,
                                                          max_frame=MAX_FRAME)

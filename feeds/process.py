@@ -22,12 +22,12 @@ import time
 
 import numpy as np
 
-from engine import defaults, feed_stats, shm
+from engine import defaults, feed_stats, latency, shm
 from engine.realtime import set_timer_slack
 from engine.tickring import TickRing
 
 from .crossed import CrossedWatch
-from .publisher import Waiter, publish_all, publish_due, publish_paced
+from .publisher import Waiter, publish_all, publish_due, publish_live, publish_paced
 from .sources import Synthetic, open_source
 
 STATS_EVERY_S = 0.05   # the feed's counters in the ring header are this fresh
@@ -42,6 +42,8 @@ def _compile():
         for stamp in (False, True):
             publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0, bp, stamp)
         publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4, bp)
+    lat = np.zeros((1, latency.COUNTS_LEN), np.int64)
+    publish_live(hdr, np.zeros(4 * 8, np.int64), 3, scratch, lat, lat, 0)
     CrossedWatch(1.0).watch(scratch)
 
 
@@ -69,6 +71,49 @@ def _publish_timed(ring, ticks, clock, speed, stopped, segment=0):
             waiter.moved()
         i = j
     return i
+
+
+class Put:
+    """What the batch loop below does around each batch's publication (the instrument table
+    first, the crossed-book watch and the count after), and, called, a live source's
+    publication itself: a source with a `direct` attribute is given it and publishes from its
+    socket's read callback, so a frame's ticks are in the ring before control leaves
+    the callback (binance-live: an event loop stopped and started again per frame cost ~200 us
+    of frame-to-tick at a live pace, bench/live.py); its batches are what is left."""
+
+    def __init__(self, ring, src, crossed, stopped):
+        self.ring, self.src, self.crossed, self.stopped = ring, src, crossed, stopped
+        self.stamp = not getattr(src, "stamps_recv", False)
+        self.named = len(src.instruments)
+        self.produced = 0
+
+    def name_instruments(self):
+        src = self.src
+        if len(src.instruments) != self.named:  # feeds find instruments as they read
+            self.named = len(src.instruments)
+            self.ring.publish_instruments(src.instruments, getattr(src, "specs", None))
+
+    def done(self, ticks, i):
+        self.crossed.watch(ticks[:i])
+        self.produced += i
+
+    def batch(self, ticks):
+        """A batch the source yielded (ts_recv on CLOCK_MONOTONIC), from a live source or a file
+        read flat out (which waits for back-pressure consumers; a market never does)."""
+        self.name_instruments()
+        i, _ = publish_all(self.ring, ticks, len(ticks), 0, 0, self.stopped, bp=not self.src.live, stamp=self.stamp)
+        self.done(ticks, i)
+        return i
+
+    def __call__(self, ticks, lat, offset):
+        """A live source's batch (ts_recv on the wall clock, minus offset for CLOCK_MONOTONIC):
+        published in one numba call that also records its feed latency and frame-to-tick time in
+        lat (feeds/feed_latency.py Latencies: feed_latency, frame_to_tick)."""
+        self.name_instruments()
+        r = self.ring
+        i = publish_live(r.hdr, r.data, r.mask, ticks, lat.counts["feed_latency"], lat.counts["frame_to_tick"], offset)
+        self.done(ticks, i)
+        return i
 
 
 def keep_freed_memory():
@@ -140,29 +185,28 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
             time.sleep(0.001)
         ring.set_state(shm.STATE_PRODUCING)
         deadline = time.monotonic() + duration if duration else None
-        produced = 0
         if isinstance(src, Synthetic):
             interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
             next_due = time.monotonic_ns()
         clock = [None]
         next_look = next_stats = 0.0
-        published = len(src.instruments)
+        put = Put(ring, src, crossed, stopped)
+        if src.live and count is None and hasattr(src, "direct"):
+            src.direct = put
         import itertools
         for ticks in itertools.chain([] if first is None else [first], batches):
-            if len(src.instruments) != published:  # feeds find instruments as they read
-                published = len(src.instruments)
-                ring.publish_instruments(src.instruments, getattr(src, "specs", None))
             if count is not None and not isinstance(src, Synthetic):
-                ticks = ticks[:max(0, count - produced)]
-            if isinstance(src, Synthetic):
-                i, next_due = publish_all(ring, ticks, len(ticks), next_due, interval, stopped)
-            elif src.live or speed == 0:  # a file waits for back-pressure consumers; a market never
-                i, _ = publish_all(ring, ticks, len(ticks), 0, 0, stopped, bp=not src.live,
-                                   stamp=not getattr(src, "stamps_recv", False))
+                ticks = ticks[:max(0, count - put.produced)]
+            if not isinstance(src, Synthetic) and (src.live or speed == 0):
+                put.batch(ticks)
             else:
-                i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
-            produced += i
-            crossed.watch(ticks[:i])
+                put.name_instruments()
+                if isinstance(src, Synthetic):
+                    i, next_due = publish_all(ring, ticks, len(ticks), next_due, interval, stopped)
+                else:
+                    i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
+                put.done(ticks, i)
+            produced = put.produced
             now = time.monotonic()
             if now >= next_look:  # (at most every ms: small batches must not pay for it each time)
                 next_look = now + 0.001
@@ -177,6 +221,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
         st = {**src.stats(), **crossed.counts()}
         counters.write(st)  # the last counts, before the ring says finished
         ring.set_state(shm.STATE_FINISHED)
+        produced = put.produced
         say(f"published {produced} ticks")
         if st and not isinstance(src, Synthetic):
             say(" ".join(f"{k}={v}" for k, v in st.items() if v))

@@ -4,6 +4,7 @@ of its own recording exactly and the capture's once synced; every fault (drop, c
 silence, half-open, missing and duplicated diffs, a stale snapshot, malformed and oversized frames,
 429/418, the 24-hour rotation) ends in a resynced book, each gap counted; bad symbols are one line."""
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -35,16 +36,29 @@ def _compiled():
     return {f.__name__: list(f.signatures) for f in fns}
 
 
-def run_live(u):
-    """Every tick of a live run in this process until it idles, its raw lines, and the source.
+def run_live(u, direct=True):
+    """Every tick of a live run in this process until it idles, its raw lines, and the source
+    (direct: published from the read callback, as in a feed process, else every batch yielded).
     Nothing is compiled once the source is open (it compiles before it connects: a compile of
     the scanner after is a minute with no frame read, on a cold cache)."""
     from feeds.sources import open_source
     src = open_source(u)
     before = _compiled()
-    raw = []
-    src.raw_sink = raw.append
-    parts = [b.copy() for b in src.batches()]
+    raw, parts = [], []
+    src.raw_sink = lambda data: raw.append(bytes(data))
+    src.direct_ticks = 0
+
+    def put(t, lat, offset):  # (what the feed process's publish_live does, into a list)
+        from feeds.feed_latency import record_feed, record_since
+        record_feed(lat.counts["feed_latency"], t, offset)
+        parts.append(t.copy())
+        record_since(lat.counts["frame_to_tick"], t, time.monotonic_ns())
+        src.direct_ticks += len(t)
+        return len(t)
+    if direct:  # as the feed process runs it: most frames published from the read callback
+        src.direct = put
+    for b in src.batches():
+        parts.append(b.copy())
     assert _compiled() == before
     ticks = np.concatenate(parts).view(TICK_DTYPE).reshape(-1) if parts else np.zeros(0, TICK_DTYPE)
     return ticks, b"".join(raw), src
@@ -93,14 +107,17 @@ def capture_prefix(tmp_path_factory):
     return out
 
 
-def test_live_run_is_its_recording_and_the_capture_once_synced(tmp_path):
+@pytest.mark.parametrize("direct", [True, False], ids=["from-the-read-callback", "batches"])
+def test_live_run_is_its_recording_and_the_capture_once_synced(direct, tmp_path):
     """At recorded pace x10 the snapshot asked at connect is the capture's own (the venue answers
     when its market reaches it, 27 ms after the first frame at this pace): after the first book,
-    the live ticks are the capture's."""
+    the live ticks are the capture's; the same whether they are published from the socket's read
+    callback (a feed process) or every batch is yielded (engine record)."""
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
-        got, raw, src = run_live(uri(fb))
+        got, raw, src = run_live(uri(fb), direct=direct)
     same_as_its_recording(got, raw, src, tmp_path)
+    assert (src.direct_ticks > len(got) // 2) if direct else src.direct_ticks == 0, (src.direct_ticks, len(got))
     st = src.stats()
     assert st["connects"] == 1 and st["reconnects"] == 0 and st["gaps"] == 0 and st["snapshots"] == 1
     assert st["frames"] == 3999  # every line but the capture's snapshot, which came by REST

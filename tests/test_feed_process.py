@@ -56,3 +56,38 @@ def test_file_pace_follows_recorded_receive_times(tmp_path, shm_name):
     # the schedule is anchored just before tick 0 goes out, so tick 0 may be late by up to the
     # first call's overhead (allowed: 1 ms); no tick is published before its scaled time
     assert (live >= rec - 1e6).all()
+
+
+def test_a_live_batch_is_published_in_one_call_with_its_latencies(shm_name):
+    """publish_live (a live source's read callback publishes through it, feeds/process.py Put):
+    every tick in the ring as given but for ts_recv moved from the wall clock to CLOCK_MONOTONIC,
+    the feed latency of the ticks with an event time, and one frame-to-tick time a tick."""
+    import time
+
+    from engine import latency, shm
+    from engine.tickring import POLL_TICK, TickConsumer, TickRing, poll
+    from feeds.publisher import publish_live
+    ring = TickRing(shm_name, 1 << 6)
+    c = TickConsumer(shm_name, start="oldest")
+    try:
+        offset = 1_000_000_000_000
+        now = time.monotonic_ns()
+        ticks = np.zeros((5, 8), np.int64)
+        ticks[:, 1] = [0, now + offset - 7_000, now + offset - 7_000, 0, now + offset - 7_000]  # ts_event (wall)
+        ticks[:, 2] = now + offset - 3_000  # ts_recv (wall)
+        ticks[:, 4] = np.arange(5) + 100
+        want = ticks.copy()
+        feed, f2t = (np.zeros((1, latency.COUNTS_LEN), np.int64) for _ in range(2))
+        assert publish_live(ring.hdr, ring.data, ring.mask, ticks, feed, f2t, offset) == 5
+        got = []
+        for _ in range(5):
+            assert poll(c.hdr, c.data, c.mask, c.slot_base, c.out) == POLL_TICK
+            got.append(c.out.copy())
+        got = np.array(got)
+        assert (got[:, 2] == now - 3_000).all() and (got[:, 4] == want[:, 4]).all() and (got[:, 1] == want[:, 1]).all()
+        assert feed.sum() == 3 and f2t.sum() == 5
+        assert latency.to_hdrh(feed[0]).get_value_at_percentile(50) in range(3_900, 4_100)  # ts_recv - ts_event
+        assert ring.hdr[shm.H_HEARTBEAT_NS] >= now
+    finally:
+        c.close()
+        ring.unlink()
