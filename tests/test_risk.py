@@ -1,0 +1,124 @@
+"""The risk gate (engine/risk.py) on hand-built decisions: every rule fires, clips or refuses as
+its mode says, is counted, and never keeps a position on (a reduction always passes)."""
+import numpy as np
+import pytest
+
+from engine import risk as R
+
+MID = 100 * 10**9  # 100.0 in price units
+S = 1_000_000_000
+
+
+def state(n=1, **limits):
+    rlim, rb, rg = R.new_state(n)
+    run = {k[4:]: v for k, v in limits.items() if k.startswith("run_")}
+    R.set_limits(rlim, 0, **{k: v for k, v in limits.items() if not k.startswith("run_")})
+    R.set_limits(rlim, n, **run)
+    return rlim, rb, rg
+
+
+def go(st, prev, want, t=0, inst=0, mid=MID, mode=R.MODE_CLIP):
+    rlim, rb, rg = st
+    out, rules = R.gate(rlim, rb, rg, inst, prev, want, mid, t, mode)
+    return int(out), {R.RULES[b] for b in range(len(R.RULES)) if rules & (1 << b)}
+
+
+def counts(st):
+    return {name: int(st[2][R.RG_RULES + b]) for b, name in enumerate(R.RULES) if st[2][R.RG_RULES + b]}
+
+
+def test_no_limits_and_off_pass_everything_and_count_nothing():
+    st = state()
+    assert go(st, 0, 7) == (7, set()) and go(st, 7, -1000) == (-1000, set())
+    tight = state(max_position=1)
+    assert go(tight, 0, 5, mode=R.MODE_OFF) == (5, set())
+    assert counts(st) == counts(tight) == {}
+
+
+@pytest.mark.parametrize("mode, want", [(R.MODE_CLIP, 3), (R.MODE_REFUSE, 0)])
+def test_position_limit_clips_or_refuses(mode, want):
+    st = state(max_position=3)
+    assert go(st, 0, 5, mode=mode) == (want, {"position"})
+    assert go(st, 0, -2, mode=mode) == (-2, set())
+    assert counts(st) == {"position": 1}
+
+
+def test_a_reduction_always_passes_killed_or_out_of_tokens():
+    st = state(max_position=1, max_rate=1)
+    st[2][R.RG_KILLED] = 1
+    assert go(st, 5, 2, t=0) == (2, set())  # over the limit, killed: towards flat goes
+    assert go(st, 2, 0, t=1) == (0, set())  # (the bucket's one token is spent: still goes)
+    assert go(st, 0, 1, t=2) == (0, {"killed"})
+    assert go(st, 3, 4, t=3) == (1, {"killed", "position"})  # more asked over a lowered limit: down to it
+    assert go(st, 3, -4, t=4) == (0, {"killed"})  # a reversal while killed: flat only
+
+
+def test_a_reversal_too_soon_after_the_last_goes_flat():
+    st = state(min_flip_ms=100)
+    assert go(st, 1, -1, t=0) == (-1, set())  # the first reversal
+    assert go(st, -1, 1, t=50_000_000) == (0, {"flip"})  # 50 ms later: flat instead
+    assert go(st, 0, 1, t=60_000_000) == (1, set())  # from flat is no reversal
+    assert go(st, 1, -1, t=100_000_001) == (-1, set())  # 100 ms after the last reversal
+    assert counts(st) == {"flip": 1}
+
+
+def test_notional_limits_use_the_multiplier_and_the_mid():
+    st = state(max_notional=250.0, multiplier=1.0)
+    assert go(st, 0, 5) == (2, {"notional"})  # 2 x 100.0 fits, 3 do not
+    st = state(max_notional=250.0, multiplier=0.5)
+    assert go(st, 0, -9) == (-5, {"notional"})
+    assert go(st, -5, -6, mid=0) == (-5, {"no_price"})  # a void book: no increase without a price
+    assert go(st, -5, -3, mid=0) == (-3, set())
+    assert go(state(max_notional=1e9), 0, 1) == (0, {"no_price"})  # no multiplier: fail closed
+
+
+def test_gross_notional_counts_every_instrument_held():
+    st = state(n=2, run_max_notional=300.0)
+    R.set_limits(st[0], 1, multiplier=1.0)
+    R.set_limits(st[0], 0, multiplier=1.0)
+    assert go(st, 0, 2, inst=0) == (2, set())  # 200 held
+    assert go(st, 0, -3, inst=1) == (-1, {"gross"})  # 100 left
+    assert go(st, 2, 0, inst=0) == (0, set())
+    assert go(st, -1, -3, inst=1) == (-3, set())  # room again
+
+
+def test_a_flood_of_decisions_is_cut_at_the_rate():
+    st = state(max_rate=10)  # 10 a second, a burst of 10
+    out, passed = 0, 0
+    for k in range(2000):  # one more unit every ms for 2 s: each adds exposure
+        new, rules = go(st, out, out + 1, t=k * 1_000_000)
+        passed += new != out
+        assert rules <= {"rate"}
+        out = new
+    assert 29 <= passed <= 31, passed  # the burst, then 10 a second
+    assert counts(st)["rate"] == 2000 - passed
+
+
+def test_the_run_rate_spans_instruments():
+    st = state(n=3, run_max_rate=5)
+    got = [go(st, 0, 1, inst=i % 3, t=i)[0] for i in range(9)]
+    assert sum(got) == 5 and counts(st) == {"rate": 4}
+
+
+def test_the_same_decisions_give_the_same_cuts():
+    rng = np.random.default_rng(7)
+    wants = rng.integers(-6, 7, 500)
+    ts = np.cumsum(rng.integers(0, 300_000_000, 500))
+
+    def run():
+        st = state(max_position=4, max_notional=350.0, multiplier=1.0, max_rate=3, min_flip_ms=500)
+        pos, outs = 0, []
+        for w, t in zip(wants, ts):
+            pos = go(st, pos, int(w), t=int(t))[0]
+            outs.append(pos)
+        return outs, counts(st)
+    a, b = run(), run()
+    assert a == b and len(a[1]) >= 3, a[1]
+
+
+def test_limits_are_checked():
+    rlim, _, _ = R.new_state(1)
+    with pytest.raises(ValueError, match=">= 0"):
+        R.set_limits(rlim, 0, max_position=-1)
+    R.set_limits(rlim, 0, max_rate=0.5)
+    assert rlim[0, R.RL_BURST] == 1.0 and rlim[0, R.RL_RATE] == 0.5
