@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from engine.signal_log import read_signals
+from engine.signal_log import SignalLogError, read_signals
 from engine.strategy_load import load
 from models import dataset
 from models.build import build_artifact, train
@@ -43,6 +43,20 @@ def _point(link, target):
     os.replace(tmp, link)  # atomic flip, as an operator deploys
 
 
+def _wait_gen(path, gen, timeout=30.0):
+    """Until the run's signal file (read as it is written) holds a signal scored by model
+    generation `gen`; False after timeout."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if (read_signals(path)["model_gen"] == gen).any():
+                return True
+        except (OSError, SignalLogError):  # (not there yet, or its header not written yet)
+            pass
+        time.sleep(0.05)
+    return False
+
+
 def test_sighup_swaps_models_under_load_without_losing_a_tick(default_model, second_model, shm_name, tmp_path):
     link = tmp_path / "current"
     _point(link, default_model)
@@ -58,13 +72,16 @@ def test_sighup_swaps_models_under_load_without_losing_a_tick(default_model, sec
                             cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_line(proc, "running:")
-        time.sleep(0.7)
-        for target, expect in ((second_model, "adopted by the loop"), (default_model, "adopted by the loop"),
-                               (bad, "reload refused")):
+        assert _wait_gen(sig_file, 1)
+        for target, expect, gen in ((second_model, "adopted by the loop", 2), (default_model, "adopted by the loop", 3),
+                                    (bad, "reload refused", None)):
             _point(link, target)
             proc.send_signal(signal.SIGHUP)
             _wait_line(proc, expect, timeout=60)
-            time.sleep(0.7)
+            if gen is not None:  # (a loaded machine may take a while to reach the model's first signal)
+                assert _wait_gen(sig_file, gen), f"no signal of model generation {gen} within 30 s"
+            else:
+                time.sleep(0.7)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
