@@ -85,6 +85,12 @@ def _reduces(prev, new):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _no_more(prev, new):
+    """new cut to no more exposure than prev: as it is if it reduces, prev on prev's side, else flat."""
+    return new if _reduces(prev, new) else (prev if _sign(new) == _sign(prev) else 0)
+
+
+@njit(nogil=True, inline="always", cache=True)
 def _refill(rlim, rb, row, t):
     """The bucket of `row` filled up to time t (ns); its tokens."""
     burst = rlim[row, RL_BURST]
@@ -124,7 +130,7 @@ def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
     if not _reduces(prev, want):
         if rg[RG_KILLED]:
             rules |= 1 << R_KILLED
-            out = prev if sp == _sign(want) else 0
+            out = _no_more(prev, out)
         if _sign(out) * sp < 0 and t - rb[inst, RB_FLIP_NS] < rlim[inst, RL_MIN_FLIP_NS]:
             rules |= 1 << R_FLIP
             out = 0
@@ -135,7 +141,7 @@ def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
         limited = rlim[inst, RL_MAX_NOTIONAL] < np.inf or rlim[n, RL_MAX_NOTIONAL] < np.inf
         if limited and out != 0 and not unit > 0:
             rules |= 1 << R_NO_PRICE
-            out = prev if _sign(out) == sp and abs(out) > abs(prev) else (0 if _sign(out) != sp else out)
+            out = _no_more(prev, out)
         if unit > 0:
             if abs(out) * unit > rlim[inst, RL_MAX_NOTIONAL]:
                 rules |= 1 << R_NOTIONAL

@@ -265,14 +265,9 @@ class BinanceLive:
                 if not buf:
                     yield out[:0]  # idle: the publisher keeps its heartbeat fresh
                     continue
-                self.scanner.n = 0
-                pos = 0
-                for batch in self.scanner.scan(np.frombuffer(buf, np.uint8), 0, False, out):
+                for batch in self._ticks(buf, out):
                     yield from self._emit(batch)
-                pos = len(buf) - self._unfinished(buf)
-                pending = buf[pos:]
-                if self.scanner.n:
-                    yield from self._emit(out[:self.scanner.n])
+                pending = buf[len(buf) - self._unfinished(buf):]
                 self._want_snapshots()
             if self._error is not None:  # (the read callback's: it stopped us)
                 raise self._error
@@ -286,6 +281,15 @@ class BinanceLive:
         j = buf.rfind(b"\n")
         return len(buf) - j - 1
 
+    def _ticks(self, lines, out):
+        """The ticks of whole lines, scanned: each full batch of out, then the rest."""
+        sc = self.scanner
+        sc.n = 0
+        yield from sc.scan(np.frombuffer(lines, np.uint8), 0, False, out)
+        if sc.n:
+            yield out[:sc.n]
+            sc.n = 0
+
     def _fast(self, conn, data):
         """The read callback's lines of the active connection scanned and published right there
         (self.direct), when nothing is queued before them; False: queue them (no direct
@@ -296,13 +300,8 @@ class BinanceLive:
         try:
             if self.raw_sink is not None:
                 self.raw_sink(data)
-            out, sc = self._direct_out, self.scanner
-            sc.n = 0
-            for batch in sc.scan(np.frombuffer(data, np.uint8), 0, False, out):
+            for batch in self._ticks(data, self._direct_out):
                 put(batch, self.lat, self.offset)
-            if sc.n:
-                put(out[:sc.n], self.lat, self.offset)
-            sc.n = 0
             self._want_snapshots()
         except Exception as e:  # noqa: BLE001 - an exception in a read callback only gets logged
             self._error, self.stopped = e, True

@@ -206,7 +206,6 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
                 else:
                     i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
                 put.done(ticks, i)
-            produced = put.produced
             now = time.monotonic()
             if now >= next_look:  # (at most every ms: small batches must not pay for it each time)
                 next_look = now + 0.001
@@ -216,16 +215,15 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
                 if now >= next_stats:
                     next_stats = now + STATS_EVERY_S
                     counters.write({**src.stats(), **crossed.counts()})
-            if stop["flag"] or (deadline and now >= deadline) or (count is not None and produced >= count):
+            if stop["flag"] or (deadline and now >= deadline) or (count is not None and put.produced >= count):
                 break
         st = {**src.stats(), **crossed.counts()}
         counters.write(st)  # the last counts, before the ring says finished
         ring.set_state(shm.STATE_FINISHED)
-        produced = put.produced
-        say(f"published {produced} ticks")
+        say(f"published {put.produced} ticks")
         if st and not isinstance(src, Synthetic):
             say(" ".join(f"{k}={v}" for k, v in st.items() if v))
-        return produced
+        return put.produced
     finally:
         if ring.hdr[shm.H_STATE] != shm.STATE_FINISHED:
             ring.set_state(shm.STATE_FINISHED)
