@@ -7,10 +7,11 @@ Several sources: one `[[feed]]` table per source instead of the `[feed]` table, 
 any of the tables, once (or with the same value), as in [feed]."""
 import tomllib
 
-from .run_options import keys
+from .run_options import keys, many_keys
 
 # "section.key" -> (argparse dest, type): generated from the RunConfig fields (app/run_options.py)
 KEYS = keys()
+MANY = many_keys()
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
@@ -68,6 +69,12 @@ def load(path):
         dest, typ = KEYS[key]
         if key == "feed.uri" and isinstance(v, list):  # ([[feed]] tables: checked in _feed_tables)
             out[dest] = v[0] if len(v) == 1 else v
+            continue
+        if key in MANY and isinstance(v, list):  # (a repeatable flag's values: each checked as one)
+            bad = [x for x in v if not isinstance(x, str)] if typ is str else []
+            if bad or not v:
+                raise ConfigError(f"{path}: {key} must be a list of strings, got {v!r}")
+            out[dest] = v
             continue
         ok = (isinstance(v, bool) if typ is bool else
               isinstance(v, int) and not isinstance(v, bool) if typ is int else

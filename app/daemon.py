@@ -34,12 +34,12 @@ from typing import Callable
 
 
 from engine import control as C
-from engine import dirs, feed_stats, latency, shm, sigring
+from engine import dirs, feed_stats, latency, risk, shm, sigring
 from engine.records import SIGNAL_FLAG_MARK, signal_flags, signal_instruments
 from engine.outputs import NotPrivate, open_own, write_whole
 
 from . import ctlauth, prom, run_summary, runtime_file
-from .run_options import RunConfig
+from .run_options import RunConfig, risk_limits
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled (/ready false, logged)
@@ -174,6 +174,7 @@ class PlaneInputs:
     lease_ns: int                   # the loop's lease, renewed every drain_period
     drain_period: float
     sources: list | None = None     # FeedSource per source of a run with several (or --record); None: one
+    risk_table: Callable | None = None  # the instruments' records as they come -> the risk gate's multipliers
 
     # (the run's options, read from its configuration: one owner)
     http = property(lambda self: self.cfg.http)                 # (host, port) or None
@@ -382,6 +383,7 @@ class ControlPlane:
         self.cfg = ctx.cfg
         self.ctl = ctx.ctl_blk.hdr
         self.paused = False
+        self.feed_down_since = None  # (--kill-feed-down: since when a feed is down)
         self.stall_logged = False
         self.stalled = False
         self.silent_ns, self._beat, self._watch_at = 0, None, time.monotonic_ns()
@@ -479,6 +481,8 @@ class ControlPlane:
             names, specs = rings.table(True)
             if names != self.instruments or specs != self.specs:
                 self.instruments, self.specs = names, specs
+                if self.x.risk_table is not None:
+                    self.x.risk_table(specs)
                 from .multi_rings import write_table
                 try:
                     write_table(shm.ring_path(f"{self.cfg.name}.instruments"), names, specs)
@@ -496,6 +500,8 @@ class ControlPlane:
         if m != self._inst_mtime:
             self._inst_mtime = m
             self.instruments, self.specs = c.instruments(), c.specs()  # (specs: engine/instruments.py)
+            if self.x.risk_table is not None:
+                self.x.risk_table(self.specs)
 
     def drain(self):
         buf = self.x.drain_buf
@@ -570,6 +576,7 @@ class ControlPlane:
                 "counters": counters, "signal_drops": int(self.x.sring.drops),
                 "losses": run_summary.losses(counters, feed, self.cfg.conflate_warn), "feed_counters": feed,
                 "published": self.published, "zmq": self.zmq_counters(), "paused": self.paused,
+                "risk": {"limits": risk_limits(self.cfg).describe(), **run_summary.risk_state(counters)},
                 "feed": self.feed_status(),
                 "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,
                 "sources": self.source_status(),
@@ -609,6 +616,14 @@ class ControlPlane:
                     lost.add_metric([kind], c[n])
                 yield gaps
                 yield lost
+                blocked = CounterMetricFamily("engine_risk_blocked", "decisions the risk gate cut, by the rule "
+                                              "that cut them (engine/risk.py; each cut counted, a refused one "
+                                              "recorded once per wanted target)", labels=["rule"])
+                for rule, n in c["risk_blocked"].items():
+                    blocked.add_metric([rule], n)
+                yield blocked
+                yield GaugeMetricFamily("engine_killed", "1 while the run is killed (no new exposure until `engine "
+                                        "ctl resume --after-kill`)", value=1 if c["killed"] else 0)
                 yield GaugeMetricFamily("engine_conflation_warn_ratio", "the share of scoreable ticks conflated "
                                         "(engine_conflated_total / (engine_conflated_total + engine_scored_total)) "
                                         "above which the run warns (--conflate-warn); ops/engine-alerts.yml "
@@ -742,12 +757,17 @@ class ControlPlane:
             elif cmd == "resume":
                 self.paused = False
                 self.ctl[C.CTL_CMD] = C.CMD_RUN
+            elif cmd == "kill":
+                self.kill(risk.KILL_REASONS.index("command"))
+            elif cmd == "resume-after-kill":
+                self.unkill()
             elif cmd == "reload":  # this call's own result (runner.reload_model), not the latest swap's
                 res = await off_loop(self.x.reload) or {}
                 return web.json_response({"ok": bool(res.get("ok")), **res}, status=200 if res.get("ok") else 409,
                                          dumps=lambda o: json.dumps(o, default=str))
             elif cmd != "status":
-                return web.json_response({"error": f"unknown command {cmd!r} (status, pause, resume, reload)"},
+                return web.json_response({"error": f"unknown command {cmd!r} (status, pause, resume, reload, kill, "
+                                                   "resume-after-kill)"},
                                          status=404)
             return web.json_response(self.status(), dumps=lambda o: json.dumps(o, default=str))
 
@@ -848,6 +868,7 @@ class ControlPlane:
                     self._refresh_instruments()
                     self._watchdog()
                     self._watch_feed()
+                    self._kill_triggers(t)
                     if self.paused and int(self.ctl[C.CTL_CMD]) == C.CMD_RUN:
                         self.ctl[C.CTL_CMD] = C.CMD_PAUSE  # (a re-attach resets the command)
                 if self.hlog is not None and t >= next_hlog:
@@ -860,6 +881,33 @@ class ControlPlane:
                 self.runtime.remove()
             if http is not None:
                 await http.cleanup()
+
+    def kill(self, code):
+        """Put the loop in the killed state (engine/control.py CTL_KILL) for reason `code`, once: the
+        first reason stands until resume-after-kill."""
+        if int(self.ctl[C.CTL_KILL]) == 0:
+            self.ctl[C.CTL_KILL] = code
+            log(f"KILLED ({risk.kill_reason(code)}): every instrument's target goes flat; no new exposure until "
+                f"`engine ctl resume --after-kill --name {self.cfg.name}`")
+
+    def unkill(self):
+        if int(self.ctl[C.CTL_KILL]) != 0:
+            log(f"kill switch reset (was: {risk.kill_reason(int(self.ctl[C.CTL_KILL]))}): entries allowed again")
+            self.ctl[C.CTL_KILL] = 0
+            self.feed_down_since = None  # (a feed still down kills again only after the full time)
+
+    def _kill_triggers(self, now):
+        """The kill switch's own triggers, every watch: --kill-file appeared, a feed down too long."""
+        cfg = self.cfg
+        if cfg.kill_file and os.path.lexists(cfg.kill_file):
+            self.kill(risk.KILL_REASONS.index("file"))
+        if cfg.kill_feed_down > 0:
+            if self.feed_status() in ("ok", "finished"):
+                self.feed_down_since = None
+            elif self.feed_down_since is None:
+                self.feed_down_since = now
+            elif now - self.feed_down_since >= cfg.kill_feed_down:
+                self.kill(risk.KILL_REASONS.index("feed"))
 
     def _publish_runtime_file(self):
         """Where this engine's control plane is (engine/runtime_file.py), once it serves."""

@@ -25,13 +25,13 @@ from models import artifact
 from models.artifact import uses_sigmoid
 
 from engine import control as C
-from engine import defaults, latency, realtime, ring_info, shm, sigring, waits, warmup
+from engine import defaults, latency, realtime, ring_info, risk, shm, sigring, waits, warmup
 from engine.loop_args import LiveArgs, SignalView, TickView, run_args, run_multi_args
 from engine.records import MAX_INSTRUMENTS, SIGNAL_WORDS  # feature state for every index a ring may carry
 from engine.signal_log import SignalLog
 from engine.tickring import TickConsumer
 
-from .run_options import RunConfig  # every `engine run` option, declared once (with its flag and TOML key)
+from .run_options import RunConfig, risk_limits  # every `engine run` option, declared once (with its flag and TOML key)
 
 ISOLATE_SWEEP_S = 2.0  # --isolate: tasks born since the last sweep are moved off the core this often
 LEASE_NS = defaults.LEASE_NS  # the loop stops by itself if the main thread goes quiet this long
@@ -619,6 +619,32 @@ class _Run:
         """--record: the tap ring's slots (the loop never waits for its recorder: a lap is a gap in the file)."""
         return max(self.cfg.ring_capacity, TAP_CAPACITY)
 
+    def start_table(self):
+        """(names, records) of the run's instruments known at start, in id order ([] with --ring or
+        for sources that find theirs as they read: the control plane fills in their multipliers as
+        they come, risk_table)."""
+        from engine.instruments import table
+        from engine.universe import run_name
+        if self.cfg.ring:
+            return [], []
+        names, recs = [], []
+        offsets = self.id_blocks[0] if self.id_blocks is not None else [0]
+        for k, src in enumerate(self.srcs):
+            while len(names) < offsets[k]:
+                names.append("")
+                recs.append(None)
+            for n, r in zip(src.instruments, table(src.instruments, getattr(src, "specs", None))):
+                names.append(run_name(n, r["venue"], self.labels[k]) if self.multi else n)
+                recs.append(r)
+        return names, recs
+
+    def risk_table(self, specs):
+        """The instruments' records as the control plane learns them: each multiplier the risk gate
+        did not have yet is set (a float64 word the loop reads per decision: one store)."""
+        hs = getattr(self, "hs", None)
+        if hs is not None and specs:
+            risk.set_multipliers(hs.rlim, specs)
+
     def bind(self):
         """A UNIVERSE strategy's members bound to the run's instruments, known at start (ids); else None.
         Sources that find their instruments as they read cannot be bound before the first tick:
@@ -651,6 +677,10 @@ class _Run:
     def load_model(self):
         """The strategy's feature state, and its verified model on the right scale."""
         self.hs = self.host.state(self.n_inst, self.levels, self.bind())  # DEPTH beyond the stream's fails here
+        self.limits = risk_limits(self.cfg)
+        names, specs = self.start_table()
+        risk.configure(self.hs.rlim, self.hs.rg, names, specs, self.limits)  # (an unknown --risk-instrument fails here)
+        log(self.limits.describe())
         self.pred, self.model_dir = load_model(self.cfg, self.strat)
         self.strat.check_scale(uses_sigmoid(self.pred))
         self.loaded = [self.pred]
@@ -833,7 +863,8 @@ class _Run:
                          respawn=(lambda: _spawn_feed(cfg, ring_name, feed_uri))
                          if not cfg.ring and not self.finite else None,
                          deadline=self.t_start + cfg.duration if cfg.duration else None,
-                         lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S, sources=self._sources())
+                         lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S, sources=self._sources(),
+                         risk_table=self.risk_table)
         self.plane = run_control_plane(px)
         self.proc = px.proc
         if px.sources:

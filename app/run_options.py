@@ -46,6 +46,12 @@ def option(default=None, flag=None, *, factory=None, **kw):
     return field(default=default, metadata=meta)
 
 
+def _limit(key):
+    """check= of a risk limit: none, or a finite number >= 0."""
+    return (lambda v: v is None or (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0),
+            f"{key} must be a finite number >= 0")
+
+
 def one_or_list(v):
     """A repeatable option's value: None, the one value given, or the list of them."""
     if v is None or isinstance(v, str):
@@ -213,6 +219,44 @@ class RunConfig:
              "(default %(default)g: never wait; --record keeps the order read either way)",
         check=(lambda v: math.isfinite(v) and v >= 0, "merge_window_us must be a finite number of microseconds >= 0"))
     conflate_max: int = option(defaults.CONFLATE_MAX)  # ticks folded before a conflation window is scored regardless (no flag)
+    # the risk gate between decide and the signal (engine/risk.py); `engine backtest` takes the same flags
+    risk_mode: str = option("clip", "--risk-mode", key="risk.mode", kind=str, choices=("clip", "refuse", "off"),
+                            help="what the risk gate does to a decision over a limit: clip it to what fits (default), "
+                                 "refuse it whole, or off (limits not applied; a kill still stops new exposure). "
+                                 "Either way it is counted per rule and recorded in the signal file (flags)")
+    risk_max_position: float | None = option(None, "--risk-max-position", key="risk.max_position", parse="nonneg_float",
+                                             kind=float, metavar="UNITS", check=_limit("risk.max_position"),
+                                             help="largest |target position| per instrument, in units (default: none)")
+    risk_max_notional: float | None = option(
+        None, "--risk-max-notional", key="risk.max_notional", parse="nonneg_float", kind=float, metavar="MONEY",
+        check=_limit("risk.max_notional"), help="largest |position| x multiplier x mid per instrument, in its quote currency; an "
+                            "instrument with no known multiplier or mid is refused new exposure (default: none)")
+    risk_max_gross: float | None = option(None, "--risk-max-gross", key="risk.max_gross", parse="nonneg_float",
+                                          kind=float, metavar="MONEY", check=_limit("risk.max_gross"),
+                                          help="largest notional of the whole run, every instrument's summed (default: none)")
+    risk_max_rate: float | None = option(None, "--risk-max-rate", key="risk.max_rate", parse="nonneg_float", kind=float,
+                                         metavar="PER_S", check=_limit("risk.max_rate"),
+                                         help="signals per second per instrument (a token bucket of a second's worth); "
+                                              "over it a new entry is refused, a reduction still goes (default: none)")
+    risk_max_rate_total: float | None = option(None, "--risk-max-rate-total", key="risk.max_rate_total",
+                                               parse="nonneg_float", kind=float, metavar="PER_S", check=_limit("risk.max_rate_total"),
+                                               help="signals per second of the whole run (default: none)")
+    risk_min_flip_ms: float | None = option(None, "--risk-min-flip-ms", key="risk.min_flip_ms", parse="nonneg_float",
+                                            kind=float, metavar="MS", check=_limit("risk.min_flip_ms"),
+                                            help="least time between two reversals (long to short or back) of an "
+                                                 "instrument; a quicker one is cut to flat (default: none)")
+    kill_file: str | None = option(None, "--kill-file", key="risk.kill_file", metavar="PATH",
+                                   help="kill the run when this file appears (checked every 50 ms): every "
+                                        "instrument's target goes flat, no new exposure until `engine ctl resume "
+                                        "--after-kill` (default: none)")
+    kill_feed_down: float = option(0.0, "--kill-feed-down", key="risk.kill_feed_down", parse="nonneg_float", kind=float,
+                                   metavar="SECONDS", check=_limit("risk.kill_feed_down"),
+                                   help="kill the run when a feed has been down (stalled, exited, not attached) "
+                                        "this long (default %(default)g: never)")
+    risk_instrument: object = option(None, "--risk-instrument", key="risk.instrument", many=True, kind=str,
+                                     parse="risk_instrument", metavar="SYMBOL:NAME=VALUE,...",
+                                     help="one instrument's own limits over the above (repeatable; the config: a list "
+                                          "of strings), NAME one of max_position, max_notional, max_rate, min_flip_ms")
 
     def resolved(self):
         """This configuration with what "default" and "none" mean filled in: http (host, port) or
@@ -234,9 +278,32 @@ class RunConfig:
 EXTRA_KEYS = {"model.verify_key": ("verify_key", str), "feed.max": ("max", bool)}
 
 
+RISK_FIELDS = ("risk_mode", "risk_max_position", "risk_max_notional", "risk_max_gross", "risk_max_rate",
+               "risk_max_rate_total", "risk_min_flip_ms", "risk_instrument")
+
+
+def risk_limits(obj):
+    """engine.risk.Limits from the risk_* values of a RunConfig or a parsed command line
+    (`engine backtest` adds the same flags); ValueError naming a bad --risk-instrument."""
+    from engine.risk import Limits, parse_instrument
+    v = {k: getattr(obj, k, None) for k in RISK_FIELDS}
+    items = v.pop("risk_instrument")
+    items = [] if items is None else [items] if isinstance(items, str) else list(items)
+    try:
+        inst = tuple(x if isinstance(x, tuple) else parse_instrument(x) for x in items)
+    except ValueError as e:
+        raise ValueError(f"--risk-instrument {e}") from None
+    return Limits(mode=v.pop("risk_mode") or "clip", instruments=inst, **{k[5:]: x for k, x in v.items()})
+
+
 def opts():
     """(field name, Opt) of every RunConfig field, in --help order."""
     return [(f.name, f.metadata["opt"]) for f in fields(RunConfig)]
+
+
+def many_keys():
+    """The config file's keys whose value may be a list (a repeatable flag's)."""
+    return {o.key for _, o in opts() if o.key and o.many}
 
 
 def keys():

@@ -48,7 +48,14 @@ def as_json(res):
         "abnormal": getattr(res, "abnormal", None), "unread": getattr(res, "unread", 0),
         # several sources (or --record): each one's feed and counters, by label; the recording
         "sources": getattr(res, "sources", None), "record": getattr(res, "record", None),
+        # the risk gate: what each rule cut, and why the run was killed ("": it was not)
+        "risk": risk_state(c),
     }
+
+
+def risk_state(c):
+    from engine.risk import kill_reason
+    return {"blocked": c["risk_blocked"], "killed": kill_reason(c["killed"])}
 
 
 def table(res):
@@ -71,6 +78,10 @@ def table(res):
     if rec is not None:
         lines.append(f"  recorded {rec['ticks']:,} ticks -> {rec['out']} (`engine backtest {rec['out']}` replays "
                      "them as the loop read them)")
+    blocked = {r: n for r, n in c["risk_blocked"].items() if n}
+    if blocked or c["killed"]:
+        lines.append("  risk: " + (f"KILLED ({risk_state(c)['killed']})   " if c["killed"] else "")
+                     + "cut " + (", ".join(f"{r} {n:,}" for r, n in blocked.items()) or "nothing"))
     lines.append(percentile_table(res.latency))
     for sw in res.swaps:
         lines.append(f"  model swap: generation {sw['generation']} ({sw['backend']}) adopted "

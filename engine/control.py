@@ -6,11 +6,14 @@ control plane (or `engine stats`) reads them without touching the hot thread.
 """
 import numpy as np
 
-from . import latency, shm
+from . import latency, risk, shm
 
 # control plane -> loop (own cache line)
 CTL_CMD, CTL_MODEL_ADDR, CTL_MODEL_GEN, CTL_LEASE_NS = 40, 41, 42, 43
 CMD_RUN, CMD_STOP, CMD_PAUSE, CMD_REATTACH = 0, 1, 2, 3  # pause: features stay warm, no scoring
+# control plane -> loop: the kill switch (0, or engine.risk.KILL_* reason): the loop flattens every
+# instrument at its next tick (or housekeeping step) and the gate refuses new exposure until it is 0 again
+CTL_KILL = 44
 # loop -> everyone (own cache line)
 L_STATE, L_TICKS, L_SIGNALS, L_GAPS, L_LOST, L_HEARTBEAT, L_SCORED, L_TID = 48, 49, 50, 51, 52, 53, 54, 55
 # loop -> everyone: the model generation in use and when the loop adopted it (CLOCK_MONOTONIC ns)
@@ -26,6 +29,9 @@ L_FEED_GAPS, L_FEED_LOST = 61, 62
 # expired lease says nothing of the control thread, which was stopped too; it gets LEASE_GRACE_NS to renew.
 # (An idle loop parking with the backoff wait beats every ~1.1 s: the gap must be longer than that.)
 L_RESUMED_NS = 63
+# loop -> everyone: the risk gate (engine/risk.py): killed (0, or the KILL_* reason), then how many
+# decisions each rule cut (risk.RULES order)
+L_KILLED, L_RISK_RULES = 64, 65
 LOOP_RESUMED_NS, LEASE_GRACE_NS = 2_000_000_000, 1_000_000_000
 LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED, LOOP_PAUSED, LOOP_REATTACH = 0, 1, 2, 3, 4, 5, 6
 LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired", 5: "paused",
@@ -48,4 +54,5 @@ class ControlBlock:
                 "lost": int(h[L_LOST]), "scored": int(h[L_SCORED]),
                 "conflated": int(h[L_CONFLATED]), "marks": int(h[L_MARKS]), "parks": int(h[L_PARKS]),
                 "feed_gaps": int(h[L_FEED_GAPS]), "feed_lost": int(h[L_FEED_LOST]),
-                "state": LOOP_STATE_NAMES.get(int(h[L_STATE]), "?")}
+                "state": LOOP_STATE_NAMES.get(int(h[L_STATE]), "?"), "killed": int(h[L_KILLED]),
+                "risk_blocked": risk.blocked(h[L_RISK_RULES - risk.RG_RULES:])}

@@ -28,10 +28,11 @@ from numba import njit
 
 from engine import control as C
 from engine import latency, levelbook, shm, sigring, tickring
+from engine.risk import RG_KILLED, RG_MODE, RG_RULES, RULES, flattened, gate, record_refused, signal_flags
 from engine.intrinsics import (borrow, borrow_all, call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed,
                                monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
-                            SIGNAL_FLAG_MARK, SIGNAL_WORDS, signal_word_folded, signal_word_ids,
+                            SIGNAL_FLAG_KILLED, SIGNAL_FLAG_MARK, SIGNAL_WORDS, signal_word_folded, signal_word_ids,
                             signal_word_scores, tick_instrument, tick_kind, tick_price, tick_side, tick_size,
                             tick_word7, w_lo32)
 from engine.strategy_api import (IST_ASK, IST_BID, IST_TRADE_PX, IST_TRADE_SZ, IST_TS_EVENT, IST_TS_RECV, Book,
@@ -153,23 +154,40 @@ def _sign(x):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, gen):
-    """Score -> target position (the strategy's decide); when it changes, fill the signal
-    record `sig` (all but the emit times, words 4 and 5) and return True."""
+def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, gen, folded, rlim, rb, rg):
+    """Score -> target position (the strategy's decide) -> the risk gate; when the decision makes a
+    record (a change, or one the gate refused: risk.record_refused), fill the signal record `sig`
+    (all but the emit times, words 4 and 5; folded: ticks folded into the score) and return True."""
     score = sigmoid32(margin) if use_sigmoid else margin
     prev = ist[inst, I_POS]
-    new = np.int64(decide(fstate[inst], score, prev, params))
-    if new == prev:
+    want = np.int64(decide(fstate[inst], score, prev, params))
+    if want == prev:
+        return False
+    new, rules = _gated(ist, inst, prev, want, tick, rlim, rb, rg)
+    if not record_refused(rb, inst, want, new, prev, rules):
         return False
     ist[inst, I_POS] = new
-    _fill_signal(sig, seq, seq, tick, ist, inst, new, prev, score, margin, gen)  # (decision: this signal alone)
+    _fill_signal(sig, seq, seq, tick, ist, inst, new, prev, score, margin, gen, want,  # (decision: this signal alone)
+                 signal_flags(rules, new, prev, rg[RG_KILLED]), folded)
     return True
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _fill_signal(sig, seq, decision, tick, ist, inst, new, prev, score, margin, gen):
+def _gated(ist, inst, prev, want, tick, rlim, rb, rg):
+    """engine/risk.py's gate on a decision, with the mid the signal records, on the deciding tick's
+    exchange time: the one clock a live run and a backtest of its ticks share (a replay's receive
+    times are its own, a flat-out one's a blur), so the rate and flip rules cut the same decisions
+    in both. Returns (target, rules that cut it)."""
+    bid = ist[inst, I_BID]
+    ask = ist[inst, I_ASK]
+    return gate(rlim, rb, rg, inst, prev, want, (bid + ask) // 2 if bid > 0 and ask > 0 else 0, tick[1], rg[RG_MODE])
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _fill_signal(sig, seq, decision, tick, ist, inst, new, prev, score, margin, gen, want, flags, folded):
     """A signal record (engine/records.py SIGNAL_DTYPE), all but the emit times (words 4, 5):
-    instrument `inst` moved from prev to new on `tick`, one tick folded, of decision `decision`."""
+    instrument `inst` moved from prev to new (the strategy wanted `want`; flags: the gate's) on
+    `tick`, `folded` ticks folded into its score, of decision `decision`."""
     bid = ist[inst, I_BID]
     ask = ist[inst, I_ASK]
     sig[0] = seq
@@ -181,19 +199,20 @@ def _fill_signal(sig, seq, decision, tick, ist, inst, new, prev, score, margin, 
     sig[8] = prev
     sig[9] = signal_word_scores(f32_bits(score), f32_bits(margin))
     sig[10] = signal_word_ids(gen, inst, _sign(new), _sign(prev))
-    sig[11] = 1  # folded: this tick alone
+    sig[11] = signal_word_folded(folded, flags)
     sig[12] = decision
-    for w in range(13, SIGNAL_WORDS):
+    sig[13] = want
+    for w in range(14, SIGNAL_WORDS):
         sig[w] = 0
 
 
 @njit(nogil=True, inline="always", cache=True)
-def host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, at, seq, gen, uids, umem, ubook,
-                        uist, shared, targets):
+def host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, at, seq, gen, folded, uids, umem,
+                        ubook, uist, shared, targets, rlim, rb, rg):
     """A UNIVERSE strategy's decide over its members' targets (DECIDE_TARGETS): it gets their
     current targets and changes those it moves; each change is a signal, in member order, into
     sigs[at:] (all but the emit times), numbered from seq, all of one decision (word 12: the seq of
-    its first). Returns how many."""
+    its first). Each leg passes the risk gate on its own (host_decide). Returns how many."""
     score = sigmoid32(margin) if use_sigmoid else margin
     for m in range(UNIVERSE_N):
         targets[m] = ist[uids[m], I_POS]
@@ -201,17 +220,47 @@ def host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, si
     k = 0
     for m in range(UNIVERSE_N):
         i = uids[m]
-        new, prev = targets[m], ist[i, I_POS]
-        if new == prev:
+        want, prev = targets[m], ist[i, I_POS]
+        if want == prev:
+            continue
+        new, rules = _gated(ist, i, prev, want, tick, rlim, rb, rg)
+        if not record_refused(rb, i, want, new, prev, rules):
             continue
         ist[i, I_POS] = new
-        _fill_signal(sigs[at + k], seq + k, seq, tick, ist, i, new, prev, score, margin, gen)
+        _fill_signal(sigs[at + k], seq + k, seq, tick, ist, i, new, prev, score, margin, gen, want,
+                     signal_flags(rules, new, prev, rg[RG_KILLED]), folded)
         k += 1
     return k
 
 
+@njit(nogil=True, cache=True)
+def _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate):
+    """The control plane moved the kill switch (CTL_KILL: a reason, or 0 to resume): adopt it; when
+    killed, every instrument with a target goes flat at once, one signal each (flags KILLED, on the
+    last tick read; no score: NaN), and the gate refuses new exposure from here. Returns the signal
+    count."""
+    code = load_relaxed(ctl, C.CTL_KILL)
+    rg[RG_KILLED] = code
+    store_relaxed(ctl, C.L_KILLED, code)
+    if code == 0:
+        return signals
+    for i in range(ist.shape[0]):
+        prev = ist[i, I_POS]
+        if prev == 0:
+            continue
+        ist[i, I_POS] = 0
+        flattened(rb, i)
+        _fill_signal(sig, signals, signals, tick, ist, i, 0, prev, np.float32(np.nan), np.float32(np.nan), gen, 0,
+                     SIGNAL_FLAG_KILLED, 0)
+        sig[4] = monotonic_ns()
+        sig[5] = realtime_ns()
+        sigring.push(shdr, sdata, smask, spstate, sig)
+        signals += 1
+    return signals
+
+
 @njit(nogil=True, inline="always", cache=True)
-def _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks):
+def _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg):
     store_relaxed(ctl, C.L_TICKS, ticks)
     store_relaxed(ctl, C.L_SIGNALS, signals)
     store_relaxed(ctl, C.L_GAPS, gaps)
@@ -220,6 +269,26 @@ def _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks):
     store_relaxed(ctl, C.L_CONFLATED, cst[CS_CONFLATED])
     store_relaxed(ctl, C.L_MARKS, cst[CS_MARKS])
     store_relaxed(ctl, C.L_PARKS, parks)
+    store_relaxed(ctl, C.L_KILLED, rg[RG_KILLED])
+    for r in range(len(RULES)):
+        store_relaxed(ctl, C.L_RISK_RULES + r, rg[RG_RULES + r])
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _counters_at_start(ctl):
+    """The counters a loop re-entered (a re-attach) goes on from: ticks, signals, gaps, lost,
+    scored, parks."""
+    return (load_relaxed(ctl, C.L_TICKS), load_relaxed(ctl, C.L_SIGNALS), load_relaxed(ctl, C.L_GAPS),
+            load_relaxed(ctl, C.L_LOST), load_relaxed(ctl, C.L_SCORED), load_relaxed(ctl, C.L_PARKS))
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _settings(cfg):
+    """The live loops' settings from cfg (Host.loop_cfg): exit_on_eof, warm_every, use_sigmoid, wait,
+    spin_ns, yield_ns, park_max, duty, conflate, conflate_max, conflate_ns."""
+    return (cfg[CFG_EXIT_ON_EOF] != 0.0, np.int64(cfg[CFG_WARM_EVERY]), cfg[CFG_SIGMOID] != 0.0, np.int64(cfg[CFG_WAIT]),
+            np.int64(cfg[CFG_SPIN_NS]), np.int64(cfg[CFG_YIELD_NS]), np.int64(cfg[CFG_PARK_MAX_NS]), cfg[CFG_DUTY],
+            cfg[CFG_CONFLATE] != 0.0, np.int64(cfg[CFG_CONFLATE_MAX]), np.int64(cfg[CFG_CONFLATE_NS]))
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -280,7 +349,7 @@ def _stash(ist, prow, ptick, plist, cst, inst, row, tick, idx):
 
 @njit(nogil=True, inline="always", cache=True)
 def _score_emit(model, row, out, fstate, ist, inst, tick, folded, use_sigmoid, params, sig, signals, gen,
-                shdr, sdata, smask, spstate, hist, t0, uids, umem, ubook, uist, shared, targets, dsig):
+                shdr, sdata, smask, spstate, hist, t0, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg):
     """The live loop's scoring of one row (a tick's, or a conflation window's latest): model,
     decide, the signal if the position changed (folded: scoreable ticks behind it; with
     DECIDE_TARGETS, a signal per member it moved, from dsig), and the model, emit and
@@ -288,16 +357,14 @@ def _score_emit(model, row, out, fstate, ist, inst, tick, folded, use_sigmoid, p
     call_predict(model, row, out)
     t_model = monotonic_ns()
     if DECIDE_TARGETS:
-        k = host_decide_targets(fstate, ist, inst, tick, out[0], use_sigmoid, params, dsig, 0, signals, gen, uids,
-                                umem, ubook, uist, shared, targets)
+        k = host_decide_targets(fstate, ist, inst, tick, out[0], use_sigmoid, params, dsig, 0, signals, gen, folded,
+                                uids, umem, ubook, uist, shared, targets, rlim, rb, rg)
         for j in range(k):
-            dsig[j, 11] = folded
             dsig[j, 4] = monotonic_ns()
             dsig[j, 5] = realtime_ns()
             sigring.push(shdr, sdata, smask, spstate, dsig[j])
         signals += k
-    elif host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, signals, gen):
-        sig[11] = folded
+    elif host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, signals, gen, folded, rlim, rb, rg):
         sig[4] = monotonic_ns()
         sig[5] = realtime_ns()
         sigring.push(shdr, sdata, smask, spstate, sig)
@@ -325,7 +392,7 @@ def _order_pending(plist, ptick, n):
 
 @njit(nogil=True, cache=True)
 def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sig, signals, gen,
-                shdr, sdata, smask, spstate, hist, last, uids, umem, ubook, uist, shared, targets, dsig):
+                shdr, sdata, smask, spstate, hist, last, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg):
     """Score every pending instrument once, on its latest row, in the order of their latest ticks.
     When the window spans more than its first tick, a mark goes first into the signal stream
     (word 1: the last tick folded before this flush, word 2: the window's first tick, word 11:
@@ -348,7 +415,7 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, p
         inst = plist[j]
         signals = _score_emit(model, prow[inst], out, fstate, ist, inst, ptick[inst], ist[inst, I_FOLD], use_sigmoid,
                               params, sig, signals, gen, shdr, sdata, smask, spstate, hist, monotonic_ns(), uids,
-                              umem, ubook, uist, shared, targets, dsig)
+                              umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
         ist[inst, I_PEND] = 0
     cst[CS_NPEND] = 0
     cst[CS_FOLDS] = 0
@@ -411,7 +478,8 @@ def _count_feed_gap(ctl, tick):
 
 @njit(nogil=True, cache=True)
 def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist,
-             prow, ptick, plist, cst, uids, umem, ubook, uist, shared, targets, dsig, row, out, tick, sig, pvals, cfg):
+             prow, ptick, plist, cst, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg, row, out, tick, sig,
+             pvals, cfg):
     """Run until CMD_STOP, an expired lease, or (cfg) the end of the stream; returns the exit state.
 
     Conflation (cfg CFG_CONFLATE): a scoreable tick is scored at once unless the next tick is
@@ -420,24 +488,10 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     row, when the ring runs dry, after CFG_CONFLATE_MAX ticks or CFG_CONFLATE_NS after the window
     began (so no scored tick is held long behind a burst). Off, every scoreable tick is scored. With nothing waiting the two are the same code path."""
     params = make_params(pvals)
-    ticks = load_relaxed(ctl, C.L_TICKS)
-    signals = load_relaxed(ctl, C.L_SIGNALS)
-    gaps = load_relaxed(ctl, C.L_GAPS)
-    lost = load_relaxed(ctl, C.L_LOST)
-    scored = load_relaxed(ctl, C.L_SCORED)
-    parks = load_relaxed(ctl, C.L_PARKS)
+    ticks, signals, gaps, lost, scored, parks = _counters_at_start(ctl)
     gen, model = _adopt_model(ctl, -1)
-    exit_on_eof = cfg[CFG_EXIT_ON_EOF] != 0.0
-    warm_every = np.int64(cfg[CFG_WARM_EVERY])
-    use_sigmoid = cfg[CFG_SIGMOID] != 0.0
-    wait = np.int64(cfg[CFG_WAIT])
-    spin_ns = np.int64(cfg[CFG_SPIN_NS])
-    yield_ns = np.int64(cfg[CFG_YIELD_NS])
-    park_max = np.int64(cfg[CFG_PARK_MAX_NS])
-    duty = cfg[CFG_DUTY]
-    conflate = cfg[CFG_CONFLATE] != 0.0
-    conflate_max = np.int64(cfg[CFG_CONFLATE_MAX])
-    conflate_ns = np.int64(cfg[CFG_CONFLATE_NS])
+    (exit_on_eof, warm_every, use_sigmoid, wait, spin_ns, yield_ns, park_max, duty, conflate, conflate_max,
+     conflate_ns) = _settings(cfg)
     idle, idle_t0 = 0, 0
     park = PARK_MIN_NS
     owed = 0.0          # duty: ns of sleep owed (duty x elapsed - slept)
@@ -450,10 +504,12 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         it += 1
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
-            _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
+            _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
             stop, state, paused = _commands(ctl, now, paused)
             if stop:
                 break
+            if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # (idle: a kill still flattens within a park)
+                signals = _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate)
             gen, addr = _adopt_model(ctl, gen)  # hot swap while idle
             if addr:
                 model = addr
@@ -461,7 +517,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
                 if load_relaxed(thdr, slot_base + shm.C_CURSOR) >= load_acquire(thdr, shm.H_WRITE):
                     if cst[CS_NPEND] > 0:
                         signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid,
-                                                 params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
+                                                 params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                         scored += n
                     state = C.LOOP_EOF
                     break
@@ -471,7 +527,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         if st == tickring.POLL_EMPTY:
             if cst[CS_NPEND] > 0:  # caught up: score what the backlog left pending
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
                 continue
             idle += 1
@@ -498,12 +554,14 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
         _count_feed_gap(ctl, tick)
         inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
+        if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # the kill switch: within one tick
+            signals = _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate)
         if conflate and cst[CS_NPEND] > 0:
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:  # paused: state stays current, nothing is scored or signalled
             if cst[CS_NPEND] > 0 and (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             continue
         gen, addr = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
@@ -519,15 +577,16 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             if (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns
                     or not tickring.waiting(thdr, tdata, tmask, slot_base)):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             continue
         t_feat = monotonic_ns()
         signals = _score_emit(model, row, out, fstate, ist, inst, tick, 1, use_sigmoid, params, sig, signals, gen,
-                              shdr, sdata, smask, spstate, hist, t_feat, uids, umem, ubook, uist, shared, targets, dsig)
+                              shdr, sdata, smask, spstate, hist, t_feat, uids, umem, ubook, uist, shared, targets, dsig, rlim,
+                              rb, rg)
         scored += 1
         latency.record(hist, latency.ST_FEATURES, t_feat - t_deq)
-    _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
+    _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
     store_relaxed(ctl, C.L_STATE, state)
     return state
 
@@ -632,31 +691,17 @@ def _rings_drained(thdrs, slot_bases, rst):
 @njit(nogil=True, cache=True)
 def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, taphdr, tapdata, tapmask,
                    shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, prow, ptick, plist, cst, uids, umem,
-                   ubook, uist, shared, targets, dsig, row, out, tick, sig, pvals, cfg):
+                   ubook, uist, shared, targets, dsig, rlim, rb, rg, row, out, tick, sig, pvals, cfg):
     """run_loop over several rings: each step takes the ready tick with the smallest receive time as the
     run sees it, within the merge window (_take_next; _next_tick; CFG_TAP: also into the tap ring, one 64-byte store drained off this core),
     then does run_loop's steps. A ring's lap is counted (its consumer line, gaps/lost) and voids every
     book, as in run_loop. Ends at CMD_STOP, an expired lease, or (cfg) once every ring is drained."""
     thdrs, tdatas, heads = borrow_all(thdrs), borrow_all(tdatas), borrow(heads)  # (no reference counts per tick)
     params = make_params(pvals)
-    ticks = load_relaxed(ctl, C.L_TICKS)
-    signals = load_relaxed(ctl, C.L_SIGNALS)
-    gaps = load_relaxed(ctl, C.L_GAPS)
-    lost = load_relaxed(ctl, C.L_LOST)
-    scored = load_relaxed(ctl, C.L_SCORED)
-    parks = load_relaxed(ctl, C.L_PARKS)
+    ticks, signals, gaps, lost, scored, parks = _counters_at_start(ctl)
     gen, model = _adopt_model(ctl, -1)
-    exit_on_eof = cfg[CFG_EXIT_ON_EOF] != 0.0
-    warm_every = np.int64(cfg[CFG_WARM_EVERY])
-    use_sigmoid = cfg[CFG_SIGMOID] != 0.0
-    wait = np.int64(cfg[CFG_WAIT])
-    spin_ns = np.int64(cfg[CFG_SPIN_NS])
-    yield_ns = np.int64(cfg[CFG_YIELD_NS])
-    park_max = np.int64(cfg[CFG_PARK_MAX_NS])
-    duty = cfg[CFG_DUTY]
-    conflate = cfg[CFG_CONFLATE] != 0.0
-    conflate_max = np.int64(cfg[CFG_CONFLATE_MAX])
-    conflate_ns = np.int64(cfg[CFG_CONFLATE_NS])
+    (exit_on_eof, warm_every, use_sigmoid, wait, spin_ns, yield_ns, park_max, duty, conflate, conflate_max,
+     conflate_ns) = _settings(cfg)
     tap, window = cfg[CFG_TAP] != 0.0, np.int64(cfg[CFG_MERGE_WINDOW_NS])  # (window: _take_next)
     idle, idle_t0, park = 0, 0, PARK_MIN_NS
     owed = 0.0
@@ -669,17 +714,19 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
         it += 1
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
-            _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
+            _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
             stop, state, paused = _commands(ctl, now, paused)
             if stop:
                 break
+            if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # (idle: a kill still flattens within a park)
+                signals = _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate)
             gen, addr = _adopt_model(ctl, gen)
             if addr:
                 model = addr
             if exit_on_eof and _rings_drained(thdrs, slot_bases, rst):
                 if cst[CS_NPEND] > 0:
                     signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid,
-                                             params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
+                                             params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                     scored += n
                 state = C.LOOP_EOF
                 break
@@ -692,7 +739,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
         if st == tickring.POLL_EMPTY:
             if cst[CS_NPEND] > 0:
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
                 continue
             idle += 1
@@ -719,12 +766,14 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
         _count_feed_gap(ctl, tick)
         inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
+        if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # the kill switch: within one tick
+            signals = _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate)
         if conflate and cst[CS_NPEND] > 0:
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:
             if cst[CS_NPEND] > 0 and (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             continue
         gen, addr = _adopt_model(ctl, gen)
@@ -739,15 +788,16 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             if (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns
                     or not _rings_waiting(thdrs, tdatas, tmasks, slot_bases, rst)):
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
-                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig)
+                                         sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             continue
         t_feat = monotonic_ns()
         signals = _score_emit(model, row, out, fstate, ist, inst, tick, 1, use_sigmoid, params, sig, signals, gen,
-                              shdr, sdata, smask, spstate, hist, t_feat, uids, umem, ubook, uist, shared, targets, dsig)
+                              shdr, sdata, smask, spstate, hist, t_feat, uids, umem, ubook, uist, shared, targets, dsig, rlim,
+                              rb, rg)
         scored += 1
         latency.record(hist, latency.ST_FEATURES, t_feat - t_deq)
-    _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks)
+    _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
     store_relaxed(ctl, C.L_STATE, state)
     return state
 
@@ -755,19 +805,17 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
 
 @njit(nogil=True, inline="always", cache=True)
 def _decide_bt(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, nsig, base, folded, uids, umem, ubook, uist,
-               shared, targets):
+               shared, targets, rlim, rb, rg):
     """The backtest's decision on one score: its signals into sigs[nsig:] acting at the tick's receive
     time (no live clock here); returns the new nsig."""
     if DECIDE_TARGETS:
-        k = host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, nsig, base + nsig, 1, uids,
-                                umem, ubook, uist, shared, targets)
+        k = host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, nsig, base + nsig, 1, folded,
+                                uids, umem, ubook, uist, shared, targets, rlim, rb, rg)
         for j in range(nsig, nsig + k):
-            sigs[j, 11] = folded
             sigs[j, 4] = tick[2]
         return nsig + k
     sig = sigs[nsig]
-    if host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, base + nsig, 1):
-        sig[11] = folded
+    if host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, base + nsig, 1, folded, rlim, rb, rg):
         sig[4] = tick[2]
         return nsig + 1
     return nsig
@@ -775,7 +823,7 @@ def _decide_bt(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, nsig,
 
 @njit(nogil=True, cache=True)
 def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig, base, margins, uids,
-              umem, ubook, uist, shared, targets):
+              umem, ubook, uist, shared, targets, rlim, rb, rg):
     """The backtest's flush: the same scoring and decisions as _flush_live, signals to sigs."""
     n = cst[CS_NPEND]
     _order_pending(plist, ptick, n)
@@ -784,7 +832,7 @@ def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, par
         call_predict(model, prow[inst], out)
         margins[ist[inst, I_PIDX]] = out[0]
         nsig = _decide_bt(fstate, ist, inst, ptick[inst], out[0], use_sigmoid, params, sigs, nsig, base, ist[inst, I_FOLD],
-                          uids, umem, ubook, uist, shared, targets)
+                          uids, umem, ubook, uist, shared, targets, rlim, rb, rg)
         ist[inst, I_PEND] = 0
     cst[CS_NPEND] = 0
     return nsig, n
@@ -792,7 +840,7 @@ def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, par
 
 @njit(nogil=True, cache=True)
 def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, uids, umem, ubook, uist, shared, targets,
-                  dsig, row, out, model, pvals, cfg, sigs, nsig, base, margins, hist, marks):
+                  dsig, rlim, rb, rg, row, out, model, pvals, cfg, sigs, nsig, base, margins, hist, marks):
     """Run ticks words[start:]; signals go to sigs[nsig:], numbered from base + nsig; the margin of every scored tick to
     margins[i] (NaN elsewhere). Returns (next tick, nsig, scored): stops early when sigs has no
     room for a flush. Deterministic: the clock is read only to measure compute time (hist),
@@ -827,11 +875,11 @@ def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, uids
                 scored += 1
                 margins[i] = out[0]
                 nsig = _decide_bt(fstate, ist, inst, tick, out[0], use_sigmoid, params, sigs, nsig, base, 1, uids, umem,
-                                  ubook, uist, shared, targets)
+                                  ubook, uist, shared, targets, rlim, rb, rg)
             latency.record(hist, latency.ST_TOTAL, monotonic_ns() - t0)
         if inside and marks[k, 1] == tick[0]:
             nsig, m = _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig,
-                                base, margins, uids, umem, ubook, uist, shared, targets)
+                                base, margins, uids, umem, ubook, uist, shared, targets, rlim, rb, rg)
             scored += m
             cst[CS_MARK] = k + 1
         i += 1
@@ -862,15 +910,15 @@ def featurize_loop(words, fstate, book, ist, uids, umem, ubook, uist, shared, ta
 
 
 @njit(nogil=True, cache=True)
-def probe(fstate, book, ist, uids, umem, ubook, uist, shared, targets, dsig, tick, row, pvals, out, sig):
+def probe(fstate, book, ist, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg, tick, row, pvals, out, sig):
     """Compile on_tick and decide with the exact types the loops use (an early, clear error)."""
     params = make_params(pvals)
     inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
     if inst >= 0:
         if DECIDE_TARGETS:
-            return host_decide_targets(fstate, ist, inst, tick, out[0], True, params, dsig, 0, 0, 1, uids, umem, ubook,
-                                       uist, shared, targets) > 0
-        return host_decide(fstate, ist, inst, tick, out[0], True, params, sig, 0, 1)
+            return host_decide_targets(fstate, ist, inst, tick, out[0], True, params, dsig, 0, 0, 1, 1, uids, umem,
+                                       ubook, uist, shared, targets, rlim, rb, rg) > 0
+        return host_decide(fstate, ist, inst, tick, out[0], True, params, sig, 0, 1, 1, rlim, rb, rg)
     return False
 
 

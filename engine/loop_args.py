@@ -64,7 +64,7 @@ class SignalView(NamedTuple):
 class HostArrays(NamedTuple):
     """Both loops: the per-instrument state (engine.strategy_build.HostState.loop_arrays), and a
     UNIVERSE's binding (uids, umem), views (ubook, uist), shared state and a targets decide's scratch
-    (targets, dsig)."""
+    (targets, dsig); the risk gate's limits and state (engine/risk.py new_state: rlim, rb, rg)."""
     fstate: np.ndarray
     book: np.ndarray
     ist: np.ndarray
@@ -79,6 +79,9 @@ class HostArrays(NamedTuple):
     shared: np.ndarray
     targets: np.ndarray
     dsig: np.ndarray
+    rlim: np.ndarray
+    rb: np.ndarray
+    rg: np.ndarray
 
 
 class LiveArgs(NamedTuple):

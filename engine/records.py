@@ -83,12 +83,14 @@ SIGNAL_DTYPE = np.dtype([
     ("side", "i1"),         # sign of position: SIGNAL_LONG / SIGNAL_SHORT / SIGNAL_FLAT
     ("prev_side", "i1"),    # sign of prev_position
     ("folded", "<u4"),      # scoreable ticks of this instrument folded into this score (1 = none conflated)
-    ("flags", "<u4"),       # 0 for a signal; SIGNAL_FLAG_MARK: a conflation mark (below)
+    ("flags", "<u4"),       # 0 for a signal as decided; SIGNAL_FLAG_* (below): a conflation mark, or
+                            # what the risk gate did to it, its rules' bits from SIGNAL_RULES_SHIFT
     ("decision", "<u8"),    # the decision it belongs to: the seq of that decision's first signal. A
                             # decision moves one instrument (decision == seq) or, from a UNIVERSE
                             # strategy's decide, several at once (a pair's legs: consecutive seqs,
                             # one decision), which a consumer acts on together
-    ("reserved", "<i8", (3,)),
+    ("wanted", "<i8"),      # the target the strategy decided, before the risk gate (engine/risk.py)
+    ("reserved", "<i8", (2,)),
 ])
 
 # A conflation mark (flags & SIGNAL_FLAG_MARK) travels with the signals of a live run that conflated
@@ -97,6 +99,13 @@ SIGNAL_DTYPE = np.dtype([
 # folded in the window. The signal file keeps marks so `engine backtest --conflate-as-recorded` can
 # replay the same flush points; readers of signals (signal_log.read_signals, zmq) leave them out.
 SIGNAL_FLAG_MARK = 1
+# The risk gate (engine/risk.py) between decide and the signal: CLIPPED, the target went out cut
+# down (position < wanted in size); REFUSED, nothing went out (position == prev_position: a record
+# of the decision the gate stopped, once per wanted target); KILLED, the run was killed (a kill
+# switch's flattening signal, or a decision cut because of it). Bits SIGNAL_RULES_SHIFT.. hold the
+# mask of the rules that cut it (1 << engine.risk.R_*). Flags 0: a signal as the strategy decided it.
+SIGNAL_FLAG_CLIPPED, SIGNAL_FLAG_REFUSED, SIGNAL_FLAG_KILLED = 2, 4, 8
+SIGNAL_RULES_SHIFT = 8
 
 assert TICK_DTYPE.itemsize == 64, TICK_DTYPE.itemsize
 assert SIGNAL_DTYPE.itemsize == 128, SIGNAL_DTYPE.itemsize
@@ -140,7 +149,7 @@ RECORD_WORDS = 8  # a tick as int64 words: how rings copy a record
 SIGNAL_WORDS = 16  # a signal as int64 words
 # word offsets of signal fields (numba writes signals as int64 words)
 (SW_SEQ, SW_TICK_SEQ, SW_TS_EVENT, SW_TS_RECV, SW_TS_SIGNAL, SW_TS_WALL, SW_MID, SW_POS, SW_PREV_POS,
- SW_SCORE_MARGIN, SW_GEN_INST_SIDES, SW_FOLDED_FLAGS, SW_DECISION) = range(13)
+ SW_SCORE_MARGIN, SW_GEN_INST_SIDES, SW_FOLDED_FLAGS, SW_DECISION, SW_WANTED) = range(14)
 
 # --- the fields inside the int64 words: this module is the only place that shifts or masks a word ---
 # (tests/test_records_owner.py checks that no other module does.) Each position below is read off

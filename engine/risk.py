@@ -1,9 +1,12 @@
-"""The risk gate between a strategy's decision and its signal (issue 31's first piece: the gate
-and its state; the loops, the signal file and the flags call it next).
+"""The risk gate between a strategy's decision and its signal.
 
 One function, `gate`, decides what a target position change may become, for the live loop and
-the backtest alike (same inputs, same arrays, same float operations: the same result bit for
-bit), with no allocation: its state lives in three arrays made once per run (`new_state`).
+the backtest alike (engine/host_template.py host_decide: same inputs, same arrays, same float
+operations: the same result bit for bit), with no allocation: its state lives in three arrays
+made once per run (`new_state`), the mode in rg[RG_MODE]. What it did goes into the signal's
+flags (`signal_flags`; engine/records.py SIGNAL_FLAG_*) and its `wanted` word; a decision cut to
+nothing is recorded too (REFUSED), once per wanted target (`record_refused`), so a strategy that
+asks again every tick does not flood the signal file.
 
 Rules, checked in this order on a decision that adds exposure (one that only reduces it, towards
 flat on the same side, always passes: a gate must never keep a position on; a limit below the
@@ -24,8 +27,12 @@ In mode MODE_CLIP a cut decision goes out as clipped (unless nothing is left of 
 MODE_REFUSE any cut refuses it whole. Either way every rule that cut it is counted
 (rg[RG_RULES + bit]). Notional is price units (1e-9, engine/records.py) x multiplier x 1e-9.
 """
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit
+
+from .records import SIGNAL_FLAG_CLIPPED, SIGNAL_FLAG_KILLED, SIGNAL_FLAG_REFUSED, SIGNAL_RULES_SHIFT
 
 # rules (bit numbers; a decision's cut rules are a mask of 1 << bit)
 R_KILLED, R_FLIP, R_POSITION, R_NO_PRICE, R_NOTIONAL, R_GROSS, R_RATE = range(7)
@@ -37,14 +44,38 @@ MODE_OFF, MODE_CLIP, MODE_REFUSE = 0, 1, 2
 RL_MAX_POS, RL_MAX_NOTIONAL, RL_MULT, RL_RATE, RL_BURST, RL_MIN_FLIP_NS = range(6)
 RL_WIDTH = 6
 # rb float64 [n + 1, RB_WIDTH]: token buckets (row n the run's), last reversal, notional held
-RB_TOKENS, RB_REFILL_NS, RB_FLIP_NS, RB_NOTIONAL = range(4)
-RB_WIDTH = 4
-# rg int64 [RG_WIDTH]: killed, then the count of every rule
+# and the last wanted target recorded as refused (NaN: none since the last signal)
+RB_TOKENS, RB_REFILL_NS, RB_FLIP_NS, RB_NOTIONAL, RB_REFUSED = range(5)
+RB_WIDTH = 5
+# rg int64 [RG_WIDTH]: killed (0, or the KILL_* reason), then the count of every rule, the mode
 RG_KILLED, RG_RULES = 0, 1
-RG_WIDTH = RG_RULES + len(RULES)
+RG_MODE = RG_RULES + len(RULES)
+RG_WIDTH = RG_MODE + 1
+MODES = {"off": MODE_OFF, "clip": MODE_CLIP, "refuse": MODE_REFUSE}
+# why a run was killed (rg[RG_KILLED]; 0: it is not): `engine ctl kill`, --kill-file, a paper loss or
+# drawdown limit, a feed stalled or down
+KILL_REASONS = ("", "command", "file", "loss", "drawdown", "feed")
 
 
-def new_state(n):
+@njit(nogil=True, inline="always", cache=True)
+def flattened(rb, inst):
+    """Instrument inst went flat outside the gate (the kill switch): its notional leaves the run's."""
+    n = rb.shape[0] - 1
+    rb[n, RB_NOTIONAL] -= rb[inst, RB_NOTIONAL]
+    rb[inst, RB_NOTIONAL] = 0.0
+    rb[inst, RB_REFUSED] = np.nan
+
+
+def blocked(rg):
+    """{rule: decisions it cut} of a gate's state."""
+    return {r: int(rg[RG_RULES + k]) for k, r in enumerate(RULES)}
+
+
+def kill_reason(code):
+    return KILL_REASONS[code] if 0 <= code < len(KILL_REASONS) else f"reason {code}"
+
+
+def new_state(n, mode=MODE_CLIP):
     """(rlim, rb, rg) for n instruments: no limits, full buckets, nothing counted."""
     rlim = np.full((n + 1, RL_WIDTH), np.inf)
     rlim[:, RL_MULT] = 0.0
@@ -52,7 +83,10 @@ def new_state(n):
     rb = np.zeros((n + 1, RB_WIDTH))
     rb[:, RB_REFILL_NS] = -1.0  # (never refilled: the first decision finds a full bucket)
     rb[:, RB_FLIP_NS] = -np.inf
-    return rlim, rb, np.zeros(RG_WIDTH, np.int64)
+    rb[:, RB_REFUSED] = np.nan
+    rg = np.zeros(RG_WIDTH, np.int64)
+    rg[RG_MODE] = mode
+    return rlim, rb, rg
 
 
 def set_limits(rlim, row, *, max_position=None, max_notional=None, multiplier=None, max_rate=None, burst=None,
@@ -71,6 +105,97 @@ def set_limits(rlim, row, *, max_position=None, max_notional=None, multiplier=No
         rlim[row, RL_BURST] = burst
     if min_flip_ms is not None:
         rlim[row, RL_MIN_FLIP_NS] = min_flip_ms * 1e6
+
+
+# --- the limits of a run: `engine run` / `engine backtest` --risk-* flags, [risk] in the config ---
+
+PER_INSTRUMENT = ("max_position", "max_notional", "max_rate", "min_flip_ms")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A run's limits (None: none). max_position (units), max_notional (quote currency: |position|
+    x multiplier x mid), max_rate (signals per second) and min_flip_ms hold for every instrument,
+    unless `instruments` ((symbol, {name: value}), ...) says otherwise for one; max_gross (the
+    run's notional) and max_rate_total (the run's signals per second) for the run. mode: clip,
+    refuse or off (off: limits not applied; a kill still stops entries)."""
+    mode: str = "clip"
+    max_position: float | None = None
+    max_notional: float | None = None
+    max_gross: float | None = None
+    max_rate: float | None = None
+    max_rate_total: float | None = None
+    min_flip_ms: float | None = None
+    instruments: tuple = ()
+
+    def any(self):
+        return any(v is not None for v in (self.max_position, self.max_notional, self.max_gross, self.max_rate,
+                                           self.max_rate_total, self.min_flip_ms)) or bool(self.instruments)
+
+    def describe(self):
+        """One line for the log: what is limited, or that nothing is."""
+        if not self.any():
+            return "risk: no limits (kill switch only)"
+        parts = [f"{k.replace('_', ' ')} {v:g}" for k, v in (
+            ("max_position", self.max_position), ("max_notional", self.max_notional), ("max_gross", self.max_gross),
+            ("max_rate", self.max_rate), ("max_rate_total", self.max_rate_total), ("min_flip_ms", self.min_flip_ms))
+            if v is not None]
+        parts += [f"{sym}: " + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in d.items()) for sym, d in self.instruments]
+        return f"risk ({self.mode}): " + "; ".join(parts)
+
+
+def parse_instrument(text):
+    """--risk-instrument SYMBOL:NAME=VALUE[,NAME=VALUE...] -> (symbol, {name: value}); ValueError
+    saying what is wrong."""
+    sym, sep, rest = str(text).rpartition(":")
+    if not sep or not sym.strip() or not rest.strip():
+        raise ValueError(f"{text!r}: expected SYMBOL:NAME=VALUE[,NAME=VALUE], NAME one of {', '.join(PER_INSTRUMENT)}")
+    out = {}
+    for item in rest.split(","):
+        k, eq, v = item.partition("=")
+        k = k.strip().replace("-", "_")
+        if not eq or k not in PER_INSTRUMENT:
+            raise ValueError(f"{text!r}: {item.strip()!r} is not NAME=VALUE with NAME one of {', '.join(PER_INSTRUMENT)}")
+        try:
+            x = float(v)
+        except ValueError:
+            raise ValueError(f"{text!r}: {k} must be a number, got {v.strip()!r}") from None
+        if not x >= 0 or x == float("inf"):
+            raise ValueError(f"{text!r}: {k} must be a finite number >= 0, got {v.strip()!r}")
+        out[k] = x
+    return sym.strip(), out
+
+
+def configure(rlim, rg, names, specs, limits):
+    """Fill a run's limits (new_state's rlim and rg) for its instruments: names, index order, and
+    their records (engine/instruments.py; the multiplier prices a position, unknown instruments have
+    none: a notional limit refuses them, fail closed). ValueError naming an override's symbol that
+    is no instrument of the run."""
+    n = rlim.shape[0] - 1
+    names = list(names or [])
+    rg[RG_MODE] = MODES[limits.mode]
+    for i in range(n):
+        spec = specs[i] if specs is not None and i < len(specs) else None
+        mult = float(spec["multiplier"]) if spec is not None and spec.get("known", True) else 0.0
+        set_limits(rlim, i, max_position=limits.max_position, max_notional=limits.max_notional, multiplier=mult,
+                   max_rate=limits.max_rate, min_flip_ms=limits.min_flip_ms)
+    set_limits(rlim, n, max_notional=limits.max_gross, max_rate=limits.max_rate_total)
+    for sym, d in limits.instruments:
+        hits = [i for i, nm in enumerate(names[:n]) if nm == sym or nm.rpartition(":")[2] == sym]
+        if not hits:
+            known = ", ".join(nm for nm in names[:n] if nm) or "none named yet"
+            raise ValueError(f"--risk-instrument {sym}: no instrument of that name in this run (it has: {known})")
+        for i in hits:
+            set_limits(rlim, i, **d)
+
+
+def set_multipliers(rlim, specs):
+    """Each instrument's multiplier from its record (engine/instruments.py) where rlim has none yet
+    (an instrument a live source named after the run started); unknown instruments stay at none."""
+    n = rlim.shape[0] - 1
+    for i, spec in enumerate(specs[:n]):
+        if spec is not None and spec.get("known", True) and rlim[i, RL_MULT] == 0.0:
+            rlim[i, RL_MULT] = float(spec["multiplier"])
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -118,10 +243,10 @@ def _cap(out, limit):
 @njit(nogil=True, inline="always", cache=True)
 def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
     """What instrument inst's decision from prev to want may become at time t (ns, the deciding
-    tick's receive time), its mid in price units (0: unknown): (target, rules cut). target ==
+    tick's exchange time: engine/host_template.py _gated says why), its mid in price units (0: unknown): (target, rules cut). target ==
     prev: nothing goes out (refused, or nothing left). A target that goes out is committed (its
     tokens spent, its reversal time and notional kept)."""
-    if mode == MODE_OFF or want == prev:
+    if want == prev or (mode == MODE_OFF and rg[RG_KILLED] == 0):  # (off: only a kill stops entries)
         return want, 0
     n = rlim.shape[0] - 1
     out = want
@@ -165,7 +290,7 @@ def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
             rb[inst, RB_TOKENS] = max(a - 1.0, 0.0)
             rb[n, RB_TOKENS] = max(b - 1.0, 0.0)
     if rules:
-        for r in range(RG_WIDTH - RG_RULES):
+        for r in range(len(RULES)):
             if rules & (1 << r):
                 rg[RG_RULES + r] += 1
     if out != prev:
@@ -175,3 +300,29 @@ def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
         rb[n, RB_NOTIONAL] += notional - rb[inst, RB_NOTIONAL]
         rb[inst, RB_NOTIONAL] = notional
     return out, rules
+
+
+@njit(nogil=True, inline="always", cache=True)
+def record_refused(rb, inst, want, out, prev, rules):
+    """After gate: does a decision that changes nothing (out == prev) still make a record? Only
+    one the gate cut (rules), and only the first time since the last signal that the strategy
+    wants this target. Any signal that goes out forgets the refused target."""
+    if out != prev:
+        rb[inst, RB_REFUSED] = np.nan
+        return True
+    if rules == 0 or rb[inst, RB_REFUSED] == want:
+        return False
+    rb[inst, RB_REFUSED] = want
+    return True
+
+
+@njit(nogil=True, inline="always", cache=True)
+def signal_flags(rules, out, prev, killed):
+    """A decision's signal flags (engine/records.py SIGNAL_FLAG_*): REFUSED when nothing went
+    out, CLIPPED when a cut target did, KILLED while the run is killed; the rules' mask above."""
+    f = 0
+    if rules:
+        f = SIGNAL_FLAG_REFUSED if out == prev else SIGNAL_FLAG_CLIPPED
+    if killed:
+        f |= SIGNAL_FLAG_KILLED
+    return f | (rules << SIGNAL_RULES_SHIFT)

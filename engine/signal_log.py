@@ -23,7 +23,7 @@ import numpy as np
 from .records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, SIGNAL_WORDS
 
 RECORD = SIGNAL_DTYPE.itemsize
-VERSION = 4  # 1: 64-byte records, before positions in units; 2: no completion flags; 3: no decision
+VERSION = 5  # 1: 64-byte records, before positions in units; 2: no completion flags; 3: no decision; 4: no wanted
 F_COMPLETE, F_STOPPED, F_ABNORMAL = 1, 2, 4
 REASON_BYTES = 24
 
@@ -213,11 +213,15 @@ def read_records(path):
     if h["version"] < 4:  # (the word was reserved, zero: each signal was its own decision)
         recs = recs.copy()
         recs["decision"] = recs["seq"]
+    if h["version"] < 5:  # (reserved, zero: no risk gate, each signal went out as decided)
+        recs = recs.copy()
+        recs["wanted"] = recs["position"]
     return recs
 
 
 SIGNAL_COLUMNS = ("seq", "tick_seq", "instrument", "ts_event", "ts_recv", "ts_signal", "ts_wall", "mid_px", "score",
-                  "margin", "position", "prev_position", "side", "prev_side", "folded", "model_gen", "decision")
+                  "margin", "position", "prev_position", "side", "prev_side", "folded", "model_gen", "decision", "wanted",
+                  "flags")
 
 
 def signals_table(sigs, extra=None):

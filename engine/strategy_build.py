@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import defaults
+from . import defaults, risk
 from .loop_args import HostArrays, LiveArgs, SignalView, TickView, run_args
 from .records import SIGNAL_WORDS
 from .render import render
@@ -229,6 +229,7 @@ class HostState:
         # a targets decide's scratch: the members' targets, and its signals before they are pushed (live)
         self.targets = np.zeros(max(1, len(s.universe)), np.int64)
         self.dsig = np.zeros((max(1, len(s.universe)), SIGNAL_WORDS), np.int64)
+        self.rlim, self.rb, self.rg = risk.new_state(n)  # (no limits until the run sets them: risk.configure)
 
     def arrays(self):
         """What data-set building takes."""
@@ -238,7 +239,8 @@ class HostState:
     def loop_arrays(self):
         """What the live and backtest loops take (engine/loop_args.py passes them one by one)."""
         return HostArrays(self.fstate, self.book, self.ist, self.prow, self.ptick, self.plist, self.cst, self.uids,
-                          self.umem, self.ubook, self.uist, self.shared, self.targets, self.dsig)
+                          self.umem, self.ubook, self.uist, self.shared, self.targets, self.dsig, self.rlim, self.rb,
+                          self.rg)
 
     @property
     def positions(self):
@@ -377,7 +379,8 @@ def build(s, check=None):
     mapped.flags.writeable = False  # backtests read ticks straight from the read-only mapped file
     for tick in (np.zeros(8, np.int64), mapped):
         try:
-            mod.probe(*hs, tick, host.new_row(), host.params(), np.zeros(1, np.float32), np.zeros(16, np.int64))
+            mod.probe(*hs, *risk.new_state(1), tick, host.new_row(), host.params(), np.zeros(1, np.float32),
+                      np.zeros(16, np.int64))
         except (errors.NumbaError, errors.UnsupportedBytecodeError) as e:  # (the latter is no NumbaError)
             if s.universe and tick.flags.writeable and "readonly" in str(e).lower():
                 raise StrategyError(f"{s.path}: on_tick writes to what `u` shows of the members (their books and "

@@ -29,6 +29,7 @@ class FileResult:
     margins: np.ndarray            # float32 per tick, NaN where not scored
     hist: np.ndarray               # HDR counts (engine/latency.py); tick_to_signal = per-tick compute time
     notes: list = field(default_factory=list)
+    risk: dict = field(default_factory=dict)  # decisions each risk rule cut ({rule: count}), as a live run counts them
 
 
 def instrument_count(tf):
@@ -52,11 +53,12 @@ def file_depth(tf):
 PROGRESS_CHUNK = 1 << 20  # ticks per loop call when a progress bar is shown
 
 
-def run_file(src, pred, host, cfg, marks=None, progress=False):
+def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None):
     """Backtest one tick file (a path, or a TickFile already open) with a loaded model
     (models.artifact.load) and a compiled strategy host; returns FileResult. marks: a live run's
     conflation marks (engine.signal_log.read_marks) to replay its conflation exactly. progress:
-    a bar on stderr (ticks/s, ETA) when it is a terminal."""
+    a bar on stderr (ticks/s, ETA) when it is a terminal. risk: the gate's limits (engine/risk.py
+    Limits; None: none), applied as the live loop applies them."""
     if isinstance(src, TickFile):
         tf, path = src, src.path
     else:
@@ -67,6 +69,9 @@ def run_file(src, pred, host, cfg, marks=None, progress=False):
             raise ValueError(str(e)) from None
     words = tf.words
     hs = host.state(instrument_count(tf), file_depth(tf), bind(host, tf))
+    if risk is not None:
+        from engine.risk import configure
+        configure(hs.rlim, hs.rg, tf.instruments, tf.specs, risk)
     row = host.new_row()
     out = np.zeros(1, np.float32)
     pvals = host.params()
@@ -97,7 +102,8 @@ def run_file(src, pred, host, cfg, marks=None, progress=False):
         bar.close()
     signals = np.concatenate(chunks).view(SIGNAL_DTYPE).reshape(-1)
     notes = list(tf.warnings)  # an incomplete file: how many records no checksum covers
-    return FileResult(str(path), tf.instruments, len(words), scored, signals, margins, hist, notes)
+    from engine.risk import blocked
+    return FileResult(str(path), tf.instruments, len(words), scored, signals, margins, hist, notes, blocked(hs.rg))
 
 
 def _bar(path, n, progress):

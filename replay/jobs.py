@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.risk import RULES as RISK_RULES
 from .evaluate import DEFAULT_HORIZONS_MS
 
 
@@ -23,6 +24,7 @@ class Params:
     fee_bps: float | None = None      # taker fee, bp of notional (None: --instruments', else the venue's standard)
     extra: dict = field(default_factory=dict)
     marks: object = None              # int64 [m, 2]: a live run's conflation marks (--conflate-as-recorded)
+    risk: object = None               # engine.risk.Limits: the gate's limits (--risk-*), None: none
     # execution (replay/execsim.py, replay/l3.py)
     orders: str = "strategy"          # taker | maker | strategy (its `maker` param; taker without one)
     latency: object = None            # None, "lognormal:MEDIAN_US,SIGMA", "uniform:LO_US,HI_US", or int64 ns values
@@ -136,7 +138,7 @@ def backtest_one(path, p, k=0, progress=False, looped=None):
         check = ex.submit(tf.verify)
         mids = ex.submit(MidIndex, tf.words)
         t0 = time.perf_counter()
-        res = run_file(tf, pred, host, cfg, p.marks, progress=progress)
+        res = run_file(tf, pred, host, cfg, p.marks, progress=progress, risk=p.risk)
         loop_s = time.perf_counter() - t0
         try:
             check.result()
@@ -156,7 +158,7 @@ def backtest_one(path, p, k=0, progress=False, looped=None):
                                mi=mi)
     return {"path": str(path), "instruments": res.instruments, "signals": res.signals, "cols": cols, "part": part,
             "hist": res.hist, "notes": res.notes, "loop_seconds": loop_s, "eval_seconds": time.perf_counter() - t1,
-            "backend": pred.backend, "model_id": pred.model_id, "specs": specs,
+            "backend": pred.backend, "model_id": pred.model_id, "specs": specs, "risk": res.risk,
             "scores": scores}
 
 
@@ -374,6 +376,7 @@ def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_d
                         "strategy": host.strategy.identity(), "workers": workers,
                         "wall_seconds": round(time.monotonic() - t0, 3),
                         "inputs": [r["path"] for r in results], "notes": notes,
+                        "risk": {"blocked": {k: sum(r["risk"].get(k, 0) for r in results) for k in RISK_RULES}},
                         # what the printed summary warns of: incomplete inputs, their unchecked records
                         "warnings": summary["money_warnings"] + warned + notes}, **shown)
         series["thresholds"] = thresholds

@@ -53,6 +53,9 @@ FILE_VALUES = {
     "feed.crossed_after": 2.0, "strategy.name": "touch_imbalance", "strategy.warm_every": 7,
     "control.http": "127.0.0.1:1", "control.pub": "none", "control.token_file": "/t.token",
     "logs.signals_out": "/s.sig", "logs.hlog": "none", "logs.hlog_interval": 5.0, "logs.keep_rings": True,
+    "risk.mode": "refuse", "risk.max_position": 3.0, "risk.max_notional": 1000.0, "risk.max_gross": 5000.0,
+    "risk.max_rate": 10.0, "risk.max_rate_total": 40.0, "risk.min_flip_ms": 5.0, "risk.kill_file": "/kill",
+    "risk.kill_feed_down": 2.0, "risk.instrument": ["SYN0000:max_position=1", "SYN0001:max_rate=2"],
 }
 
 

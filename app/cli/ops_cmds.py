@@ -224,9 +224,21 @@ def status_line(body):
     return line
 
 
+def risk_lines(body):
+    """`engine ctl risk`: the limits, what each rule cut, the kill switch."""
+    r = body["risk"]
+    cut = ", ".join(f"{k} {v:,}" for k, v in r["blocked"].items() if v) or "nothing"
+    return "\n".join([f"engine {body['name']}: {r['limits']}", f"  cut: {cut}",
+                      f"  killed: {r['killed']} (resume: engine ctl resume --after-kill)" if r["killed"]
+                      else "  killed: no"])
+
+
 def cmd_ctl(a):
-    code, body = _control(a, "GET" if a.command == "status" else "POST",
-                          "/control/status" if a.command == "status" else f"/control/{a.command}")
+    if a.after_kill and a.command != "resume":
+        raise ValueError("--after-kill goes with resume (engine ctl resume --after-kill)")
+    read = a.command in ("status", "risk")
+    path = "/control/status" if read else "/control/resume-after-kill" if a.after_kill else f"/control/{a.command}"
+    code, body = _control(a, "GET" if read else "POST", path)
     if code != 200 and a.command != "reload":
         print(f"engine: error: ctl {a.command}: engine said {code}: {body.get('error', body)}", file=sys.stderr)
         return 1
@@ -240,6 +252,8 @@ def cmd_ctl(a):
         else:
             print(f"engine: error: reload refused, the running model stays: {body.get('error', body)}",
                   file=sys.stderr)
+    elif a.command in ("risk", "kill") or a.after_kill:
+        print(_shaped(risk_lines, body, f"ctl {a.command}"))
     else:
         print(_shaped(status_line, body, f"ctl {a.command}"))
     return 0 if code == 200 else 1
@@ -419,15 +433,19 @@ def _add_signals(sub):
 
 
 def _add_ctl(sub):
-    """`engine ctl status|pause|resume|reload`."""
-    ct = sub.add_parser("ctl", help="control a running engine: status, pause, resume, reload",
+    """`engine ctl status|pause|resume|reload|kill|risk`."""
+    ct = sub.add_parser("ctl", help="control a running engine: status, pause, resume, reload, kill, risk",
                         description="pause: the loop keeps reading ticks and features stay current, but nothing is "
-                                    "scored or signalled; resume; reload: verify and swap the model (as SIGHUP). "
+                                    "scored or signalled; resume; reload: verify and swap the model (as SIGHUP); "
+                                    "kill: every instrument's target goes flat at the loop's next tick and the risk "
+                                    "gate refuses new exposure until `resume --after-kill`; risk: the limits, what "
+                                    "each rule cut, the kill switch. "
                                     "status, pause and resume print the engine's status line after the command "
                                     "(--json: the same JSON object each time). Authenticated: by --name over the engine's "
                                     "unix socket (this user's uid), else over TCP by a challenge-response in which "
                                     "the engine first proves it knows the token; the token is never sent.")
-    ct.add_argument("command", choices=("status", "pause", "resume", "reload"))
+    ct.add_argument("command", choices=("status", "pause", "resume", "reload", "kill", "risk"))
+    ct.add_argument("--after-kill", action=Flag, help="with resume: reset the kill switch (entries allowed again)")
     _where_args(ct)
     ct.add_argument("--json", action=Flag, help="one JSON object on one line")
     ct.set_defaults(fn=cmd_ctl)

@@ -11,6 +11,7 @@ import numpy as np
 
 from models.artifact import BACKEND_CHOICES
 
+from app.run_options import RISK_FIELDS, risk_limits
 from .common import (Flag, existing_file, nonneg_float, nonneg_int, overrides, positive_int, print_warnings, universe,
                      merge_arg, publisher_args, strategy_args, verify_key_arg)
 
@@ -109,7 +110,8 @@ def _backtest_params(a, hz, marks=None):
                latency_ns=0 if isinstance(a.latency_us, str) else int(a.latency_us * 1000), latency=lat,
                fee_bps=a.fee_bps, maker_bps=a.maker_bps, per_lot=a.per_lot, marks=marks, orders=a.orders,
                response_ns=int(a.response_us * 1000), feed_ns=int(a.feed_latency_us * 1000),
-               queue_power=a.queue_power, instruments=table, l3=a.l3, seed=a.seed)
+               queue_power=a.queue_power, instruments=table, l3=a.l3, seed=a.seed,
+               risk=risk_limits(a) if hasattr(a, "risk_mode") else None)
 
 
 def _unmerge(merged):
@@ -281,7 +283,8 @@ def _add_backtest(sub):
     bt.add_argument("--quiet", action=Flag, help="no progress lines")
     bt.add_argument("--json", action=Flag, help="print the summary as one JSON object")
     verify_key_arg(bt)
-    from .run_cmds import check_arg
+    from .run_cmds import add_arguments, check_arg
+    add_arguments(bt, only=RISK_FIELDS)  # (the risk gate's flags, as `engine run` has them)
     check_arg(bt)
     bt.set_defaults(fn=cmd_backtest)
 

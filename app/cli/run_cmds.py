@@ -116,9 +116,12 @@ def _named(name):
                                     pub_endpoint, strategy_args, universe, verify_key_arg)}.get(name) or globals()[name]
 
 
-def add_arguments(p):
-    """The options of `engine run`, each from its RunConfig field (app/run_options.py), in order."""
+def add_arguments(p, only=None):
+    """The options of `engine run`, each from its RunConfig field (app/run_options.py), in order;
+    only: just those fields (another command sharing them: `engine backtest` the risk_* ones)."""
     for name, o in run_options.opts():
+        if only is not None and name not in only:
+            continue
         if o.flag:
             kw = {"default": getattr(run_options.RunConfig, name), "help": o.help}
             if o.kind is bool:
@@ -167,6 +170,15 @@ def from_args(a):
         elif hasattr(a, o.dest or name):
             kw[name] = getattr(a, o.dest or name)
     return run_options.RunConfig(**kw)
+
+
+def risk_instrument(v):
+    """--risk-instrument SYMBOL:NAME=VALUE,... (engine/risk.py parse_instrument)."""
+    from engine.risk import parse_instrument
+    try:
+        return parse_instrument(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 # the flags that follow a field's own (its `cli`): aliases and options of the command line only

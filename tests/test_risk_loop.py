@@ -1,0 +1,148 @@
+"""The risk gate in the loops: a live run and a backtest of the same file with the same limits cut
+the same decisions the same way (every rule that can fire on the file fires; flags, wanted
+targets and positions identical), the live run counts each rule in its summary, and bad limits
+are one-line errors."""
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from engine.risk import RULES
+from tests.conftest import strategy_core
+from tests.helpers.feedutil import cli, one_line_error
+from tests.test_replay import _parity, ticks_file
+
+# on this synthetic day (4 instruments at ~125.00, a signal per instrument every ~0.5 ms, positions
+# of one unit) each of these binds: 100 signals/s with a burst of 100, reversals 1 ms apart, one
+# instrument held at zero, and room in the gross limit for one instrument's unit only
+LIMITS = ("--risk-max-rate", "100", "--risk-min-flip-ms", "1", "--risk-instrument", "SYN0001:max_position=0",
+          "--risk-max-gross", "150")
+
+
+def _rules(flags):
+    return {r: int(((flags >> 8) & (1 << k) != 0).sum()) for k, r in enumerate(RULES)}
+
+
+def test_live_and_backtest_gate_the_same_decisions(tmp_path, default_model):
+    src = ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12")
+    _, live = _parity(tmp_path, src, strategy_core(), *LIMITS)
+    bt = pq.read_table(tmp_path / "bt" / "signals.parquet")
+    for col in ("wanted", "flags", "position", "prev_position"):
+        assert live.column(col).to_pylist() == bt.column(col).to_pylist(), col
+    flags = bt.column("flags").to_numpy()
+    rules = _rules(flags)
+    for r in ("flip", "position", "gross", "rate"):
+        assert rules[r] > 0, (r, rules)
+    pos = bt.column("position").to_numpy()
+    prev = bt.column("prev_position").to_numpy()
+    want = bt.column("wanted").to_numpy()
+    inst = bt.column("instrument").to_numpy()
+    refused = (flags & 4) != 0
+    assert np.array_equal(refused, (pos == prev) & (flags != 0))  # a refused record moves nothing
+    assert (want[refused] != prev[refused]).all()
+    assert (pos[inst == 1] == 0).all() and (want[inst == 1] != 0).any()  # held at zero, though it wanted more
+    clean = flags == 0
+    assert np.array_equal(pos[clean], want[clean])
+    held = np.zeros(4, np.int64)  # the gross limit: never two instruments held at once (125 x 2 > 150)
+    for i, p in zip(inst, pos):
+        held[i] = p
+        assert np.count_nonzero(held) <= 1
+
+
+def test_the_live_summary_counts_what_the_backtest_counts(tmp_path, default_model):
+    src = ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12")
+    out = tmp_path / "s.sig"
+    args = ("--risk-mode", "refuse", *LIMITS)
+    r = cli("run", "--no-rt", "--core", str(strategy_core()), "--feed", f"tickfile:{src}", "--max", "--signals-out",
+            str(out), "--name", f"risk{id(tmp_path) % 10**6}", "--json", *args, timeout=600)
+    assert r.returncode == 0, r.stderr
+    run = json.loads(r.stdout)
+    assert "risk (refuse)" in r.stderr
+    b = cli("backtest", str(src), "--out", str(tmp_path / "bt"), "--quiet", "--json", *args, timeout=600)
+    assert b.returncode == 0, b.stderr
+    # every decision cut is counted (a strategy asking again every tick: each time), once recorded
+    assert run["risk"]["blocked"] == json.loads(b.stdout)["risk"]["blocked"] and run["risk"]["killed"] == ""
+    from engine.signal_log import read_signals
+    sigs = read_signals(out)
+    recorded = _rules(sigs["flags"].astype(np.int64))
+    for rule, n in run["risk"]["blocked"].items():
+        assert n >= recorded[rule] and (n > 0) == (recorded[rule] > 0), (rule, n, recorded[rule])
+    assert sum(recorded.values()) > 0
+    assert (sigs["flags"] & 2 == 0).all()  # refuse mode: nothing goes out clipped
+
+
+def test_bad_limits_are_one_line_errors(tmp_path):
+    src = ticks_file(tmp_path, "synthetic://?instruments=2&count=2000&seed=3")
+    for args, says in ((("--risk-max-position", "-1"), "--risk-max-position"),
+                       (("--risk-instrument", "SYN0000:max_leverage=3"), "max_leverage"),
+                       (("--risk-instrument", "NOPE:max_position=1"), "NOPE")):
+        r = cli("backtest", str(src), "--out", str(tmp_path / "bt"), "--quiet", *args, timeout=300)
+        line = one_line_error(r, ("engine: error: ", "engine backtest: error: "))
+        assert says in line, line
+        assert not (tmp_path / "bt" / "signals.parquet").exists()
+
+
+def _segments(recs):
+    """[(first, end)] index ranges of consecutive KILLED records."""
+    killed = (recs["flags"] & 8) != 0
+    out, k = [], 0
+    while k < len(recs):
+        if killed[k]:
+            j = k
+            while j < len(recs) and killed[j]:
+                j += 1
+            out.append((k, j))
+            k = j
+        else:
+            k += 1
+    return out
+
+
+def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path, default_model):
+    """A command, then a file: each flattens every instrument held (one signal each, at once), no entry
+    goes out while killed, and only `ctl resume --after-kill` lets them go again."""
+    import os
+    import time
+
+    from engine.signal_log import read_signals
+    from tests.helpers.daemon import Daemon, wait_until
+    name = f"enginetest-kill-{os.getpid()}"
+    kill_file = tmp_path / "KILL"
+    d = Daemon(tmp_path, name, "--feed", "synthetic://?instruments=4&seed=3&rate=20000", "--kill-file", str(kill_file),
+               core=strategy_core())
+    try:
+        d.wait_for("endpoints in ")
+        wait_until(lambda: d.status()["counters"]["signals"] > 50, "signals")
+        r = cli("ctl", "kill", "--name", name)
+        assert r.returncode == 0 and "killed: command" in r.stdout, (r.stdout, r.stderr)
+        wait_until(lambda: d.status()["risk"]["killed"] == "command", "the loop killed")
+        time.sleep(0.3)  # (decisions keep coming: each one refused)
+        r = cli("ctl", "risk", "--name", name)
+        assert r.returncode == 0 and "killed: command" in r.stdout and "killed " in r.stdout.split("cut:")[1], r.stdout
+        r = cli("ctl", "resume", "--after-kill", "--name", name)
+        assert r.returncode == 0 and "killed: no" in r.stdout, r.stdout
+        n = d.status()["counters"]["signals"]
+        wait_until(lambda: d.status()["counters"]["signals"] > n + 50, "signals after the resume")
+        kill_file.touch()
+        wait_until(lambda: d.status()["risk"]["killed"] == "file", "the kill file seen")
+        time.sleep(0.3)
+    finally:
+        d.stop()
+    assert "KILLED (command)" in d.log() and "KILLED (file)" in d.log()
+    recs = read_signals(d.sig_path)
+    segs = _segments(recs)
+    assert len(segs) == 2, segs
+    for k, (a, b) in enumerate(segs):
+        held = {}
+        for r in recs[:a]:
+            held[int(r["instrument"])] = int(r["position"])
+        flat = [i for i, p in held.items() if p != 0]
+        first = recs[a:a + len(flat)]  # the flattening: one signal per instrument held, first, nothing else
+        assert sorted(first["instrument"].tolist()) == sorted(flat) and (first["position"] == 0).all()
+        assert (first["wanted"] == 0).all() and np.isnan(first["score"]).all()
+        rest = recs[a + len(flat):b]
+        assert len(rest) > 0 and (rest["position"] == 0).all() and (rest["prev_position"] == 0).all()
+        assert ((rest["flags"] & 4) != 0).all() and ((rest["flags"] >> 8) & 1 != 0).all()  # refused: killed
+        if k == 0:
+            after = recs[b:segs[1][0]]
+            assert (after["position"] != 0).any() and (after["flags"] & 8 == 0).all()  # entries again
