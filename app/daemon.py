@@ -152,6 +152,48 @@ class HttpLog(logging.Logger):
             self._line("error", "http: " + text)
 
 
+def kill_switch(ctl, code, name):
+    """Put the loop in the killed state (engine/control.py CTL_KILL) for reason `code`, once: the
+    first reason stands until resume-after-kill. From the control plane (command, file, feed down)
+    and the paper trader's thread (loss, drawdown): one word, written once."""
+    if int(ctl[C.CTL_KILL]) == 0:
+        ctl[C.CTL_KILL] = code
+        log(f"KILLED ({risk.kill_reason(code)}): every instrument's target goes flat; no new exposure until "
+            f"`engine ctl resume --after-kill --name {name}`")
+
+
+def paper_status(paper, names):
+    """--paper's figures now, for /status and `engine stats` (None without --paper)."""
+    if paper is None:
+        return None
+    p = paper.pnl()
+    name = (lambda i: names[i] if i < len(names) else str(i))
+    return {"pnl_net": round(p["total_net"], 6), "pnl_gross": round(p["total_gross"], 6),
+            "fees": round(float(p["fees"].sum()), 6), "drawdown": round(p["drawdown"], 6), "fills": p["fills"],
+            "positions": {name(i): int(v) for i, v in enumerate(p["position"]) if v}}
+
+
+def paper_families(paper):
+    """engine_paper_*: --paper's PnL (net, gross), drawdown, fills and positions (none without it)."""
+    if paper is None:
+        return
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    p = paper.pnl()
+    pnl = GaugeMetricFamily("engine_paper_pnl", "paper trading PnL of the run, marked to the last mid, in the "
+                            "instruments' quote currency: kind=net (after fees) or gross", labels=["kind"])
+    pnl.add_metric(["net"], p["total_net"])
+    pnl.add_metric(["gross"], p["total_gross"])
+    yield pnl
+    yield GaugeMetricFamily("engine_paper_drawdown", "paper PnL below its peak", value=p["drawdown"])
+    yield CounterMetricFamily("engine_paper_fills", "fills of the paper trader's orders", value=p["fills"])
+    pos = GaugeMetricFamily("engine_paper_position", "lots held by the paper trader, per instrument id",
+                            labels=["instrument"])
+    for i, v in enumerate(p["position"]):
+        if v:
+            pos.add_metric([str(i)], float(v))
+    yield pos
+
+
 @dataclass
 class PlaneInputs:
     """What a run hands its control plane (built in one place: app/live.py _Run.serve)."""
@@ -175,6 +217,7 @@ class PlaneInputs:
     drain_period: float
     sources: list | None = None     # FeedSource per source of a run with several (or --record); None: one
     risk_table: Callable | None = None  # the instruments' records as they come -> the risk gate's multipliers
+    paper: object = None            # app.paper.PaperTrader (--paper): given every drained signal
 
     # (the run's options, read from its configuration: one owner)
     http = property(lambda self: self.cfg.http)                 # (host, port) or None
@@ -506,12 +549,18 @@ class ControlPlane:
     def drain(self):
         buf = self.x.drain_buf
         total = 0
+        paper = self.x.paper
+        taken = paper.tap_written() if paper is not None else 0  # (before: every decision on these is drained below)
         while True:
             n = sigring.drain(self.x.sring.hdr, self.x.sring.data, self.x.sring.mask, buf)
             if not n:
+                if paper is not None:
+                    paper.decided(taken)
                 return total
             self.ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + self.x.lease_ns  # (alive: a long drain is progress)
             self.x.slog.write(buf[:n])  # signals and conflation marks (the file keeps both)
+            if self.x.paper is not None:
+                self.x.paper.signals(buf[:n])
             if self.pub is not None:
                 recs = buf[:n][(signal_flags(buf[:n]) & SIGNAL_FLAG_MARK) == 0]  # decisions only
                 if len(recs) and int(signal_instruments(recs).max()) >= len(self.instruments):
@@ -577,6 +626,7 @@ class ControlPlane:
                 "losses": run_summary.losses(counters, feed, self.cfg.conflate_warn), "feed_counters": feed,
                 "published": self.published, "zmq": self.zmq_counters(), "paused": self.paused,
                 "risk": {"limits": risk_limits(self.cfg).describe(), **run_summary.risk_state(counters)},
+                "paper": paper_status(self.x.paper, self.instruments),
                 "feed": self.feed_status(),
                 "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,
                 "sources": self.source_status(),
@@ -616,6 +666,7 @@ class ControlPlane:
                     lost.add_metric([kind], c[n])
                 yield gaps
                 yield lost
+                yield from paper_families(plane.x.paper)
                 blocked = CounterMetricFamily("engine_risk_blocked", "decisions the risk gate cut, by the rule "
                                               "that cut them (engine/risk.py; each cut counted, a refused one "
                                               "recorded once per wanted target)", labels=["rule"])
@@ -883,12 +934,7 @@ class ControlPlane:
                 await http.cleanup()
 
     def kill(self, code):
-        """Put the loop in the killed state (engine/control.py CTL_KILL) for reason `code`, once: the
-        first reason stands until resume-after-kill."""
-        if int(self.ctl[C.CTL_KILL]) == 0:
-            self.ctl[C.CTL_KILL] = code
-            log(f"KILLED ({risk.kill_reason(code)}): every instrument's target goes flat; no new exposure until "
-                f"`engine ctl resume --after-kill --name {self.cfg.name}`")
+        kill_switch(self.ctl, code, self.cfg.name)
 
     def unkill(self):
         if int(self.ctl[C.CTL_KILL]) != 0:

@@ -87,6 +87,7 @@ class RunResult:
     unread: int = 0                 # ticks in the ring the loop never read (its write cursor - our read cursor)
     sources: dict | None = None     # several sources (or --record): each one's feed and counters, by label
     record: dict | None = None      # --record: {out, ticks, gaps, lost, error}
+    paper: dict | None = None       # --paper: the paper trader's figures (app/paper.py finish), {out, ...}
 
 
 class StrategyThread(threading.Thread):
@@ -237,7 +238,7 @@ class MultiStrategyThread(StrategyThread):
         self.consumer = self.rings.consumers[0]
         mod = self.host.mod
         mod.host_reset(live.state.fstate, live.state.book, live.state.ist, live.state.shared)
-        if self.cfg.record:  # a gap tick into the recording too: its backtest voids the books at this point
+        if self.cfg.record or self.cfg.paper:  # a gap tick into the recording too: its backtest voids the books here
             from engine.tickring import publish_gap
             tap, cst = self.rings.tap, live.state.cst
             publish_gap(tap.hdr, tap.data, tap.mask, cst[mod.CS_READ])
@@ -471,7 +472,7 @@ class _Run:
         self.swaps, self.notes, self.created, self.cleanup_errors = [], [], [], []
         self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = self.isolation = None
         self.isolation_text = None
-        self.procs, self.rings, self.recorder, self.tap = [], None, None, None
+        self.procs, self.rings, self.recorder, self.tap, self.paper = [], None, None, None, None
         self.running = False
         self.abnormal, self.unread = None, 0  # (short reason, words): why the run ended early; ticks never read
         self.t_start = self.t_stop = time.monotonic()
@@ -583,7 +584,7 @@ class _Run:
         self.conflate = cfg.conflate == "on" or (cfg.conflate == "auto" and not self.file_feed)
         # several rings, or a recording of what the loop read: run_loop_multi (one ring, no recording: run_loop)
         self.multi = len(self.ring_names) > 1
-        self.multi_loop = self.multi or bool(cfg.record)
+        self.multi_loop = self.multi or bool(cfg.record) or bool(cfg.paper)  # (--record, --paper: the tap)
 
     def check_machine(self):
         """engine doctor for the strategy core: warnings logged; with --strict a fail stops the run."""
@@ -605,13 +606,13 @@ class _Run:
         """No live engine owns our rings' names, and the control plane's ports are free."""
         cfg = self.cfg
         own = [f"{cfg.name}.{x}" for x in ("ctl", "signals")] + ([] if cfg.ring else self.ring_names)
-        if cfg.record:
+        if cfg.record or cfg.paper:
             own.append(f"{cfg.name}.tap")
         for name in own:  # refuse a live owner (engine first) before creating anything
             shm.check_owner(shm.ring_path(name))
         if not cfg.ring:  # the feed processes make the tick rings: what memory cannot hold is refused now
             need = len(self.ring_names) * shm.ring_bytes(64, cfg.ring_capacity)
-            need += shm.ring_bytes(64, self.tap_capacity()) if cfg.record else 0
+            need += shm.ring_bytes(64, self.tap_capacity()) if cfg.record or cfg.paper else 0
             shm.check_room(shm.ring_path(self.ring_name), need, "--ring-capacity (feed.ring_capacity)")
         check_ports(cfg)
 
@@ -696,7 +697,7 @@ class _Run:
         t1 = time.monotonic()
         if self.multi_loop:
             from .multi_rings import compile_multi
-            self.cfg_arr[host.mod.CFG_TAP] = 1.0 if cfg.record else 0.0
+            self.cfg_arr[host.mod.CFG_TAP] = 1.0 if cfg.record or cfg.paper else 0.0
             self.cfg_arr[host.mod.CFG_MERGE_WINDOW_NS] = round(cfg.merge_window_us * 1000)
             if cfg.merge_window_us and len(self.ring_names) > 1:
                 log(f"merge window {cfg.merge_window_us:g} us: the oldest ready tick waits that long for a quiet source")
@@ -748,7 +749,7 @@ class _Run:
         if self.multi:  # the run's instrument table (global ids), beside its rings
             self.table_path = shm.ring_path(f"{cfg.name}.instruments")
             self.created.append(self.table_path)
-        if cfg.record:  # what the loop reads, published for the recorder (app/run_record.py)
+        if cfg.record or cfg.paper:  # what the loop reads, published for the recorder and the paper trader
             from engine.tickring import TickRing
             self.tap = TickRing(f"{cfg.name}.tap", self.tap_capacity(), depth=self.levels)
             self.created.append(self.tap.path)
@@ -826,6 +827,14 @@ class _Run:
                                                               zip(self.feed_uris, self.ring_names)),
                                             depth=self.levels)
                 self.recorder.start()  # its consumer line first: the loop's first tick is recorded
+            if cfg.paper:
+                from .daemon import kill_switch
+                from .paper import PaperTrader
+                self.paper = PaperTrader(self.tap, self.n_inst, lambda: self.rings.table(self.multi)[1], self.levels,
+                                         maker=bool(self.strat.values.get("maker", 0.0)),
+                                         kill=lambda code: kill_switch(self.ctl_blk.hdr, code, cfg.name),
+                                         loss=cfg.kill_loss, drawdown=cfg.kill_drawdown)
+                self.paper.start()
             thread = self.thread = MultiStrategyThread(cfg, self.ring_name, start, self.loop_args, self.pred, self.host,
                                                        choice, backpressure=True, rings=self.rings)
         else:
@@ -864,7 +873,7 @@ class _Run:
                          if not cfg.ring and not self.finite else None,
                          deadline=self.t_start + cfg.duration if cfg.duration else None,
                          lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S, sources=self._sources(),
-                         risk_table=self.risk_table)
+                         risk_table=self.risk_table, paper=self.paper)
         self.plane = run_control_plane(px)
         self.proc = px.proc
         if px.sources:
@@ -918,6 +927,8 @@ class _Run:
             step(self.plane.finish)  # the last signals (file and zmq) and the last latency interval
         elif slog is not None:
             step(self._drain_rest)
+        if self.paper is not None:
+            step(self._finish_paper)  # (after the last signals reached it)
         self.abnormal = self._abnormal_end()
         if slog is not None:
             step(slog.close, self.abnormal[0] if self.abnormal else None)
@@ -1009,7 +1020,22 @@ class _Run:
                          feed_counters=self.plane.feed_counters() if self.plane is not None else {},
                          conflate_warn=self.cfg.conflate_warn, crossed_after=self.cfg.crossed_after,
                          abnormal=self.abnormal[1] if self.abnormal else None, unread=self.unread,
-                         sources=sources, record=record)
+                         sources=sources, record=record, paper=getattr(self, "paper_result", None))
+
+    def _finish_paper(self):
+        """--paper: the last ticks and signals simulated, the figures written to --paper-out (default
+        beside the signal file: SIGNALS.paper.json), whole or not at all."""
+        import json
+
+        from engine.outputs import atomic_file
+        names = self.rings.table(self.multi)[0] if self.rings is not None else []
+        res = self.paper.finish(names)
+        out = self.cfg.paper_out or (self.sig_path.rsplit(".", 1)[0] + ".paper.json")
+        res["out"] = out
+        with atomic_file(out, "the paper trading figures") as tmp:
+            with open(tmp, "w") as f:
+                json.dump(res, f, indent=1)
+        self.paper_result = res
 
     def _write_table(self, sig_path, error, warnings):
         """--signals-out X.parquet: the table from the signal file, whole or not at all; returns

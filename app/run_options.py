@@ -253,6 +253,22 @@ class RunConfig:
                                    metavar="SECONDS", check=_limit("risk.kill_feed_down"),
                                    help="kill the run when a feed has been down (stalled, exited, not attached) "
                                         "this long (default %(default)g: never)")
+    kill_loss: float | None = option(None, "--kill-loss", key="risk.kill_loss", parse="nonneg_float", kind=float,
+                                     metavar="MONEY", check=_limit("risk.kill_loss"),
+                                     help="with --paper: kill the run when its paper PnL (net, marked to the mid) "
+                                          "falls below -MONEY (default: none)")
+    kill_drawdown: float | None = option(None, "--kill-drawdown", key="risk.kill_drawdown", parse="nonneg_float",
+                                         kind=float, metavar="MONEY", check=_limit("risk.kill_drawdown"),
+                                         help="with --paper: kill the run when its paper PnL falls MONEY below its "
+                                              "peak (default: none)")
+    paper: bool = option(False, "--paper", key="paper.on", kind=bool,
+                         help="paper trading: the backtest's execution simulator runs online on the ticks the loop "
+                              "reads and the signals it emits (off the strategy core; the backtest's default orders "
+                              "and fees): positions, fills, PnL and drawdown live (engine_paper_*, engine stats), and "
+                              "at the end the figures a backtest of the run's recording gives (--paper-out)")
+    paper_out: str | None = option(None, "--paper-out", key="paper.out", metavar="FILE.json",
+                                   help="where --paper writes its figures at the end (default: beside the signal "
+                                        "file, SIGNALS.paper.json)")
     risk_instrument: object = option(None, "--risk-instrument", key="risk.instrument", many=True, kind=str,
                                      parse="risk_instrument", metavar="SYMBOL:NAME=VALUE,...",
                                      help="one instrument's own limits over the above (repeatable; the config: a list "

@@ -50,6 +50,7 @@ def as_json(res):
         "sources": getattr(res, "sources", None), "record": getattr(res, "record", None),
         # the risk gate: what each rule cut, and why the run was killed ("": it was not)
         "risk": risk_state(c),
+        "paper": getattr(res, "paper", None),  # --paper: its figures (app/paper.py), None without
     }
 
 
@@ -82,6 +83,10 @@ def table(res):
     if blocked or c["killed"]:
         lines.append("  risk: " + (f"KILLED ({risk_state(c)['killed']})   " if c["killed"] else "")
                      + "cut " + (", ".join(f"{r} {n:,}" for r, n in blocked.items()) or "nothing"))
+    pp = getattr(res, "paper", None)
+    if pp is not None:
+        lines.append(f"  paper: pnl net {pp['pnl']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "
+                     f"{pp['fills']:,} fills -> {pp['out']}")
     lines.append(percentile_table(res.latency))
     for sw in res.swaps:
         lines.append(f"  model swap: generation {sw['generation']} ({sw['backend']}) adopted "

@@ -13,7 +13,11 @@ interleaved so the machine's noise hits them alike.
   4. across instruments: a UNIVERSE strategy of 2 and of 8 members (strategies/lead_lag.py's shape:
      every member's touch and the lead's DEPTH levels read through `u` on every tick of a member)
      over an 8-instrument, 10-level stream, against the same work on the tick's own book alone
-     (no UNIVERSE), ns per tick of the data-set loop.
+     (no UNIVERSE), ns per tick of the data-set loop;
+  5. the risk gate in the backtest loop (2. with every rule of engine/risk.py armed: position,
+     notional, gross, rate per instrument and for the run, flip; clip mode) against the same loop
+     with the gate off, ns per tick, and the difference per decision that went through the gate
+     (bench/risk_gate.py times the gate alone, where the difference is not lost in the loop's noise).
 No peer outside the engine does this (hftbacktest runs a Python/numba strategy per event, not
 compiled into a pinned loop); the peer here is the engine's own v1 loop.
 """
@@ -142,6 +146,24 @@ def compare(reps, n):
     t = best({"v1_feat": v1_feat, "host_feat": host_feat, "v1_bt": v1_bt, "host_bt": host_bt}, reps)
     per = {key: t[key] / len(words) * 1e9 for key in t}
 
+    # 5: the risk gate, armed vs off, in the same backtest loop
+    from engine import risk as R
+    nd = int(b2[1])  # (decisions that reached the gate: every changed target is one)
+
+    def gated_bt(mode):
+        hs = host.state(k, levels)
+        for i in range(k):
+            R.set_limits(hs.rlim, i, max_position=1, max_notional=1e12, multiplier=1.0, max_rate=1e6, min_flip_ms=0.001)
+        R.set_limits(hs.rlim, k, max_notional=1e15, max_rate=1e9)
+        hs.rg[R.RG_MODE] = mode
+        return host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
+            words=words, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), model=pred.addr,
+            pvals=host.params(), cfg=cfg, sigs=sigs16, margins=margins, hist=latency.new_counts())))
+    assert gated_bt(R.MODE_CLIP)[1:] == gated_bt(R.MODE_OFF)[1:] == b2[1:], "limits armed but not binding: same signals"
+    tg = best({"off": lambda: gated_bt(R.MODE_OFF), "armed": lambda: gated_bt(R.MODE_CLIP)}, reps)
+    gate_tick = {key: tg[key] / len(words) * 1e9 for key in tg}
+    gate_ns_decision = (tg["armed"] - tg["off"]) / max(nd, 1) * 1e9
+
     # 3: the 10-level book
     tmp = Path(tempfile.mkdtemp(prefix="bench-host-"))
     hosts = {}
@@ -164,7 +186,10 @@ def compare(reps, n):
                "book_stream_ticks": len(dwords), "book_level_ticks": level_ticks,
                "book10_ns_per_level_tick": round(book_ns_level, 2), "book10_ns_per_tick": round(book_ns_tick, 2),
                "depth_imbalance_featurize_ns_per_tick": round(tb["depth_imbalance"] / len(dwords) * 1e9, 1),
-               "trivial_depth0_ns_per_tick": round(tb["book0"] / len(dwords) * 1e9, 1)}
+               "trivial_depth0_ns_per_tick": round(tb["book0"] / len(dwords) * 1e9, 1),
+               "risk_gate_off_ns_per_tick": round(gate_tick["off"], 1),
+               "risk_gate_armed_ns_per_tick": round(gate_tick["armed"], 1), "risk_gate_decisions": nd,
+               "risk_gate_ns_per_decision": round(gate_ns_decision, 1)}
     peers = {"v1_loop": {"featurize_ns_per_tick": round(per["v1_feat"], 1),
                          "backtest_ns_per_tick": round(per["v1_bt"], 1)}}
     ratios = {"host_vs_v1_featurize_ns_per_tick": _common.ratio(per["host_feat"], per["v1_feat"], False),
@@ -192,6 +217,10 @@ def compare(reps, n):
                   [("own book only (no UNIVERSE)", {"ns/tick": tc[0] / len(cwords) * 1e9}),
                    ("UNIVERSE of 2", {"ns/tick": tc[2] / len(cwords) * 1e9}),
                    ("UNIVERSE of 8", {"ns/tick": tc[8] / len(cwords) * 1e9})])
+    print(f"\nrisk gate in the backtest loop ({nd:,} decisions over {len(words):,} ticks, every rule armed, none "
+          f"binding): off {gate_tick['off']:.1f} ns/tick, armed {gate_tick['armed']:.1f} ns/tick: "
+          f"{gate_ns_decision:.1f} ns per decision (target <= 20; within the loop's noise: bench/risk_gate.py "
+          "times the gate alone)")
     print(f"\n10-level book in the loop, over {len(dwords):,} ticks of which {level_ticks:,} level ticks:")
     print(f"  {book_ns_level:.2f} ns per level tick applied, {book_ns_tick:.2f} ns per tick of the stream "
           f"(DEPTH=10 vs DEPTH=0, both trivial); depth_imbalance data-set loop "

@@ -66,6 +66,17 @@ def flattened(rb, inst):
     rb[inst, RB_REFUSED] = np.nan
 
 
+def describe(flags):
+    """A signal's risk state from its flags, for people and JSON: ("normal" | "clipped" | "refused",
+    then "killed" when the run was, and the rules that cut it), e.g. "clipped: position, gross"."""
+    flags = int(flags)
+    state = "refused" if flags & SIGNAL_FLAG_REFUSED else "clipped" if flags & SIGNAL_FLAG_CLIPPED else "normal"
+    if flags & SIGNAL_FLAG_KILLED:
+        state = "killed" if state == "normal" else f"killed, {state}"
+    rules = [r for k, r in enumerate(RULES) if (flags >> SIGNAL_RULES_SHIFT) & (1 << k)]
+    return state + (": " + ", ".join(rules) if rules else "")
+
+
 def blocked(rg):
     """{rule: decisions it cut} of a gate's state."""
     return {r: int(rg[RG_RULES + k]) for k, r in enumerate(RULES)}
@@ -181,7 +192,10 @@ def configure(rlim, rg, names, specs, limits):
                    max_rate=limits.max_rate, min_flip_ms=limits.min_flip_ms)
     set_limits(rlim, n, max_notional=limits.max_gross, max_rate=limits.max_rate_total)
     for sym, d in limits.instruments:
-        hits = [i for i, nm in enumerate(names[:n]) if nm == sym or nm.rpartition(":")[2] == sym]
+        # (VENUE:SYMBOL as a run with several sources names it, or SYMBOL alone; a venue given to a
+        # run whose names carry none matches the symbol)
+        hits = [i for i, nm in enumerate(names[:n]) if nm and (nm == sym or nm.rpartition(":")[2] == sym
+                                                              or (":" not in nm and sym.rpartition(":")[2] == nm))]
         if not hits:
             known = ", ".join(nm for nm in names[:n] if nm) or "none named yet"
             raise ValueError(f"--risk-instrument {sym}: no instrument of that name in this run (it has: {known})")

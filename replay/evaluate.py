@@ -106,6 +106,16 @@ def execution(words, signals, n_inst, depth, xp=None, spec=None, l3_records=None
     if spec is None:
         spec = np.zeros((max(n_inst, 1), 4))
         spec[:, execsim.SP_MULT] = 1.0
+    # a record that moves no target (a decision the risk gate refused: position == prev_position)
+    # sends no order: the simulators see the target changes only, and their fills name the records
+    keep = np.flatnonzero(signals["position"] != signals["prev_position"]) if len(signals) else np.zeros(0, np.int64)
+    if len(keep) < len(signals):
+        if np.ndim(xp.maker) and np.size(xp.maker) == len(signals):
+            import dataclasses
+            xp = dataclasses.replace(xp, maker=np.asarray(xp.maker)[keep])
+        fills, info = execution(words, signals[keep], n_inst, depth, xp, spec, l3_records)
+        fills["signal"] = keep[fills["signal"]] if len(fills) else fills["signal"]
+        return fills, info
     if l3_records is not None:
         from . import l3
         return l3.run(l3_records, words, signals, n_inst, spec, xp)
@@ -331,7 +341,8 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
     sig = res.signals
     sig_inst = sig["instrument"].astype(np.int64)
     fwd = forward_returns(words, sig_inst, sig["ts_event"], horizons_ms, mi)
-    entering = sig["side"] != 0
+    acts = sig["position"] != sig["prev_position"]  # (else a decision the risk gate refused: no order)
+    entering = (sig["side"] != 0) & acts
     part = {"ticks": res.ticks, "scored": res.scored, "signals": len(sig), "hits": {}, "decided": {}, "flat": {}}
     for h in horizons_ms:
         r = fwd[h][entering]
@@ -379,7 +390,7 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
         if len(fills) else 0.0
     part["clocks_comparable"] = info["clocks_comparable"]
     part["rt"] = _rt_columns(fills, mult, list(res.instruments or []))
-    _, part["dec_legs"], part["dec_pnl"] = decision_pnl(sig, fills, mi, mult, int(words[:, 1].max()) if len(words) else 0)
+    _, part["dec_legs"], part["dec_pnl"] = decision_pnl(sig[acts], fills, mi, mult, int(words[:, 1].max()) if len(words) else 0)
     part["fills_table"] = fills
     cols = {f"fwd_bps_{h}ms": fwd[h].astype(np.float32) for h in horizons_ms}
     # per signal: lots filled, their average price, the first fill's exchange time

@@ -233,9 +233,13 @@ def _crossed(O, inst, px):
 
 
 @njit(nogil=True, cache=True)
-def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, book, bn, fills, fees, unfilled):
+def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, book, bn, fills, fees, unfilled,
+             final=True):
     """From tick j and signal k on: returns (j, k, fills written). Stops early when `fills` is
     nearly full (the caller grows it and calls again: every piece of state is in the arrays).
+    final: words is the whole file, so orders still to arrive after its last tick are counted
+    unfilled; not final (paper trading, app/paper.py): more ticks and signals come, the call
+    resumes where this one stopped.
     sig: int64[m, 4] (instrument, target position, maker 0/1, tick index); arrival: exchange ns per signal.
     book, bn: the book from the level ticks (engine/levelbook.py), borrowed (the caller holds them):
     levelbook's inlined steps would otherwise count their references on every level tick."""
@@ -318,7 +322,7 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, boo
                 if O[inst, O_ACTIVE] != 0 and kind != KIND_TRADE:  # an event ends: net its trades
                     _flush(O, F, inst, power)
         j += 1
-    while k < m:  # orders arriving after the last tick meet no book
+    while final and k < m:  # orders arriving after the last tick meet no book
         unfilled[U_TAKER if sig[k, 2] == 0 else U_UNPLACED] += abs(sig[k, 1] - pos[sig[k, 0]])
         unfilled[U_ORDERED] += abs(sig[k, 1] - pos[sig[k, 0]])
         k += 1

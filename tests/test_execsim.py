@@ -307,3 +307,28 @@ def test_ms_horizon_labels_get_an_embargo_in_time():
     assert time_embargo(ts, 1000, 1) == 0
     bursty = np.repeat(np.arange(100, dtype=np.int64) * 1_000_000, 10)  # 10 rows per ms
     assert time_embargo(bursty, 1000, 5_000_000) == 40
+
+
+def test_a_refused_decision_sends_no_order_and_keeps_the_queue():
+    """A risk-refused record (position == prev_position) between two orders: the maker order keeps
+    its place in the queue (a re-sent order would go to the back and not fill), and the fills name
+    the records they came from."""
+    from replay.evaluate import execution
+    t = Tape()
+    q = two_sided(t)
+    t.quote(99 * P, 10, 100 * P, 5)
+    r = t.level(SIDE_BUY, 99 * P, 6)
+    t.trade(SIDE_SELL, 99 * P, 4, 99 * P, 6, 100 * P, 5)
+    t.quote(99 * P, 6, 100 * P, 5)
+    t.level(SIDE_BUY, 99 * P, 5)
+    t.trade(SIDE_SELL, 99 * P, 8, 99 * P, 5, 100 * P, 5)
+    t.quote(99 * P, 5, 100 * P, 5)
+    plain = signals((q, 3))
+    gated = signals((q, 3), (r, 3))
+    gated[1]["prev_position"] = 3  # (refused: it moves nothing)
+    p = execsim.ExecParams(maker=True)
+    a, _ = execution(t.words(), plain, 1, 10, p, spec())
+    b, _ = execution(t.words(), gated, 1, 10, p, spec())
+    assert len(a) == 1 and list(b["qty"]) == list(a["qty"]) and list(b["signal"]) == [0]
+    c, _ = execution(t.words(), gated, 1, 10, execsim.ExecParams(maker=np.array([True, True])), spec())
+    assert list(c["qty"]) == list(a["qty"])

@@ -56,6 +56,7 @@ FILE_VALUES = {
     "risk.mode": "refuse", "risk.max_position": 3.0, "risk.max_notional": 1000.0, "risk.max_gross": 5000.0,
     "risk.max_rate": 10.0, "risk.max_rate_total": 40.0, "risk.min_flip_ms": 5.0, "risk.kill_file": "/kill",
     "risk.kill_feed_down": 2.0, "risk.instrument": ["SYN0000:max_position=1", "SYN0001:max_rate=2"],
+    "risk.kill_loss": 100.0, "risk.kill_drawdown": 50.0, "paper.on": True, "paper.out": "/p.json",
 }
 
 

@@ -122,3 +122,54 @@ def test_limits_are_checked():
         R.set_limits(rlim, 0, max_position=-1)
     R.set_limits(rlim, 0, max_rate=0.5)
     assert rlim[0, R.RL_BURST] == 1.0 and rlim[0, R.RL_RATE] == 0.5
+
+
+def test_off_still_stops_entries_when_killed():
+    st = state(max_position=1)
+    st[2][R.RG_KILLED] = R.KILL_REASONS.index("command")
+    assert go(st, 0, 5, mode=R.MODE_OFF) == (0, {"killed"})  # (no limit applied, but no new exposure)
+    assert go(st, 4, 2, mode=R.MODE_OFF) == (2, set())
+
+
+def test_a_refused_target_is_recorded_once_until_a_signal_goes_out():
+    rlim, rb, rg = R.new_state(1)
+    assert R.record_refused(rb, 0, 5, 0, 0, 1 << R.R_RATE)       # first refusal of 5: recorded
+    assert not R.record_refused(rb, 0, 5, 0, 0, 1 << R.R_RATE)   # asked again: counted by the gate, not recorded
+    assert R.record_refused(rb, 0, -5, 0, 0, 1 << R.R_RATE)      # another target: recorded
+    assert R.record_refused(rb, 0, 5, 3, 0, 1 << R.R_POSITION)   # a clipped one goes out (always a record)
+    assert R.record_refused(rb, 0, 5, 3, 3, 1 << R.R_RATE)       # and forgets: 5 refused again is new
+    assert not R.record_refused(rb, 0, 5, 3, 3, 0)               # (nothing cut, nothing moved: no record)
+
+
+def test_flags_say_what_the_gate_did():
+    pos = 1 << R.R_POSITION
+    assert R.signal_flags(0, 5, 0, 0) == 0 and R.describe(0) == "normal"
+    f = R.signal_flags(pos | (1 << R.R_GROSS), 3, 0, 0)
+    assert R.describe(f) == "clipped: position, gross"
+    assert R.describe(R.signal_flags(1 << R.R_RATE, 0, 0, 0)) == "refused: rate"
+    assert R.describe(R.signal_flags(1 << R.R_KILLED, 0, 0, 1)) == "killed, refused: killed"
+    from engine.records import SIGNAL_FLAG_KILLED
+    assert R.describe(SIGNAL_FLAG_KILLED) == "killed"
+
+
+def test_configure_prices_known_instruments_and_names_bad_overrides():
+    from engine.instruments import make, unknown
+    rlim, rb, rg = R.new_state(3)
+    lim = R.Limits(mode="refuse", max_position=4, max_notional=1000.0, max_gross=1500.0, max_rate=2.0,
+                   instruments=(R.parse_instrument("BINANCE-F:ETHUSDT:max_position=1,min_flip_ms=250"),))
+    R.configure(rlim, rg, ["BTCUSDT", "ETHUSDT", "X"], [make("BTCUSDT", multiplier=1e-5), make("ETHUSDT"), unknown("X")],
+                lim)
+    assert rg[R.RG_MODE] == R.MODE_REFUSE
+    assert rlim[0, R.RL_MULT] == 1e-5 and rlim[1, R.RL_MULT] == 1.0 and rlim[2, R.RL_MULT] == 0.0  # unknown: none
+    assert rlim[1, R.RL_MAX_POS] == 1 and rlim[1, R.RL_MIN_FLIP_NS] == 250e6 and rlim[0, R.RL_MAX_POS] == 4
+    assert rlim[3, R.RL_MAX_NOTIONAL] == 1500.0 and rlim[0, R.RL_RATE] == 2.0 and rlim[0, R.RL_BURST] == 2.0
+    out, rules = R.gate(rlim, rb, rg, 2, 0, 1, MID, 0, R.MODE_CLIP)  # unknown instrument, a notional limit set
+    assert out == 0 and rules == 1 << R.R_NO_PRICE
+    R.set_multipliers(rlim, [None, None, make("X", multiplier=2.0)])  # named later: priced from then on
+    assert rlim[2, R.RL_MULT] == 2.0
+    with pytest.raises(ValueError, match="NOPE.*BTCUSDT, ETHUSDT, X"):
+        R.configure(rlim, rg, ["BTCUSDT", "ETHUSDT", "X"], None, R.Limits(instruments=(("NOPE", {"max_position": 1}),)))
+    for bad in ("BTCUSDT", "BTCUSDT:", ":max_position=1", "BTCUSDT:max_position", "BTCUSDT:leverage=2",
+                "BTCUSDT:max_position=-1", "BTCUSDT:max_rate=inf", "BTCUSDT:max_rate=x"):
+        with pytest.raises(ValueError):
+            R.parse_instrument(bad)

@@ -102,6 +102,7 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
     """A command, then a file: each flattens every instrument held (one signal each, at once), no entry
     goes out while killed, and only `ctl resume --after-kill` lets them go again."""
     import os
+    import signal
     import time
 
     from engine.signal_log import read_signals
@@ -109,14 +110,17 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
     name = f"enginetest-kill-{os.getpid()}"
     kill_file = tmp_path / "KILL"
     d = Daemon(tmp_path, name, "--feed", "synthetic://?instruments=4&seed=3&rate=20000", "--kill-file", str(kill_file),
-               core=strategy_core())
+               "--kill-feed-down", "0.3", core=strategy_core())
     try:
         d.wait_for("endpoints in ")
         wait_until(lambda: d.status()["counters"]["signals"] > 50, "signals")
         r = cli("ctl", "kill", "--name", name)
         assert r.returncode == 0 and "killed: command" in r.stdout, (r.stdout, r.stderr)
         wait_until(lambda: d.status()["risk"]["killed"] == "command", "the loop killed")
+        r = cli("ctl", "reload", "--name", name)  # a new model generation: still killed
+        assert r.returncode == 0, r.stderr
         time.sleep(0.3)  # (decisions keep coming: each one refused)
+        assert d.status()["risk"]["killed"] == "command" and d.status()["model"]["generation"] > 0
         r = cli("ctl", "risk", "--name", name)
         assert r.returncode == 0 and "killed: command" in r.stdout and "killed " in r.stdout.split("cut:")[1], r.stdout
         r = cli("ctl", "resume", "--after-kill", "--name", name)
@@ -126,12 +130,24 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
         kill_file.touch()
         wait_until(lambda: d.status()["risk"]["killed"] == "file", "the kill file seen")
         time.sleep(0.3)
+        kill_file.unlink()
+        r = cli("ctl", "resume", "--after-kill", "--name", name)
+        assert r.returncode == 0, r.stderr
+        n = d.status()["counters"]["signals"]
+        wait_until(lambda: d.status()["counters"]["signals"] > n + 50, "signals after the second resume")
+        feed = d.feed_pid()
+        os.kill(feed, signal.SIGSTOP)  # the feed stalls: no heartbeat, then down past --kill-feed-down
+        try:
+            wait_until(lambda: d.status()["risk"]["killed"] == "feed", "killed by the stalled feed", timeout=10)
+        finally:
+            os.kill(feed, signal.SIGCONT)
+        time.sleep(0.2)
     finally:
         d.stop()
-    assert "KILLED (command)" in d.log() and "KILLED (file)" in d.log()
+    assert "KILLED (command)" in d.log() and "KILLED (file)" in d.log() and "KILLED (feed)" in d.log()
     recs = read_signals(d.sig_path)
     segs = _segments(recs)
-    assert len(segs) == 2, segs
+    assert len(segs) == 3, segs
     for k, (a, b) in enumerate(segs):
         held = {}
         for r in recs[:a]:

@@ -279,6 +279,15 @@ def _print_stats(body):
                                              if body["losses"]["crossed_books"] else ""))
     if any(feed.values()):
         out.append("  " + feed_line(feed))
+    risk = body.get("risk")
+    if risk and (risk["killed"] or any(risk["blocked"].values())):
+        out.append("  risk: " + (f"KILLED ({risk['killed']})   " if risk["killed"] else "") + "cut "
+                   + (", ".join(f"{k} {v:,}" for k, v in risk["blocked"].items() if v) or "nothing"))
+    pp = body.get("paper")
+    if pp:
+        out.append(f"  paper: pnl net {pp['pnl_net']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "
+                   f"drawdown {pp['drawdown']:,.2f}, {pp['fills']:,} fills; positions "
+                   + (", ".join(f"{k} {v:+,}" for k, v in pp["positions"].items()) or "flat"))
     out.append(percentile_table(body["latency_ns"]))
     pre = body["loop"].get("preempted")
     if pre is not None:
@@ -303,6 +312,7 @@ def cmd_signals_follow(a):
     from app.runtime_file import RuntimeFileError, find
     from app.zpub import Subscriber
     from engine.records import SIGNAL_DTYPE, signal_dict
+    from engine.risk import describe
     w = resolve(a, "pub")
     endpoint, (key, key_from, name) = w.value, w.pub_key
 
@@ -334,6 +344,7 @@ def cmd_signals_follow(a):
             r = np.frombuffer(payload, SIGNAL_DTYPE)[0]
             d = signal_dict(r)
             d["topic"] = topic.decode(errors="replace")
+            d["risk"] = describe(d["flags"])  # (normal, clipped, refused, killed: the gate's flags in words)
             if len(seq) == 8:
                 d["pub_seq"] = pub_seq = int.from_bytes(seq, "little")
                 if topic in last and pub_seq > last[topic] + 1:
@@ -349,20 +360,23 @@ def cmd_signals_follow(a):
 
 def cmd_signals_show(a):
     from engine.records import PRICE_SCALE, signal_dict
+    from engine.risk import describe
     from engine.signal_log import read_signals, status
     s = read_signals(a.file)
     note = status(a.file)["note"]  # "incomplete: the writer stopped at record N (reason)"
     if a.json:
         for r in s[: a.limit] if a.limit else s:
-            print(json.dumps(signal_dict(r)))
+            print(json.dumps({**signal_dict(r), "risk": describe(r["flags"])}))
         if note:
             print(f"engine: warning: {a.file}: {note}", file=sys.stderr)
         return 0
     print(f"{len(s)} signals in {a.file}" + (f"\n  {note}" if note else ""))
-    print(f"{'seq':>8} {'tick_seq':>10} {'inst':>5} {'position':>9} {'prev':>9} {'score':>9} {'mid':>12} {'tick->signal ns':>16}")
+    print(f"{'seq':>8} {'tick_seq':>10} {'inst':>5} {'position':>9} {'prev':>9} {'score':>9} {'mid':>12} "
+          f"{'tick->signal ns':>16}  risk")
     for r in s[: a.limit] if a.limit else s:
         print(f"{r['seq']:>8} {r['tick_seq']:>10} {r['instrument']:>5} {r['position']:>9} {r['prev_position']:>9} "
-              f"{r['score']:>9.5f} {r['mid_px'] / PRICE_SCALE:>12.4f} {int(r['ts_signal'] - r['ts_recv']):>16,}")
+              f"{r['score']:>9.5f} {r['mid_px'] / PRICE_SCALE:>12.4f} {int(r['ts_signal'] - r['ts_recv']):>16,}  "
+              + (describe(r["flags"]) if r["flags"] else ""))
     return 0
 
 
