@@ -149,17 +149,20 @@ def compare(reps, n):
     # 5: the risk gate, armed vs off, in the same backtest loop
     from engine import risk as R
     nd = int(b2[1])  # (decisions that reached the gate: every changed target is one)
+    cut = {}
 
     def gated_bt(mode):
         hs = host.state(k, levels)
         for i in range(k):
-            R.set_limits(hs.rlim, i, max_position=1, max_notional=1e12, multiplier=1.0, max_rate=1e6, min_flip_ms=0.001)
+            R.set_limits(hs.rlim, i, max_position=1, max_notional=1e12, multiplier=1.0, max_rate=1e6, min_flip_ms=0)
         R.set_limits(hs.rlim, k, max_notional=1e15, max_rate=1e9)
         hs.rg[R.RG_MODE] = mode
-        return host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
+        r = host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
             words=words, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), model=pred.addr,
             pvals=host.params(), cfg=cfg, sigs=sigs16, margins=margins, hist=latency.new_counts())))
-    assert gated_bt(R.MODE_CLIP)[1:] == gated_bt(R.MODE_OFF)[1:] == b2[1:], "limits armed but not binding: same signals"
+        cut.update({r_: n_ for r_, n_ in R.blocked(hs.rg).items() if n_})
+        return r
+    assert gated_bt(R.MODE_OFF)[1:] == b2[1:], "the gate off changes nothing"
     tg = best({"off": lambda: gated_bt(R.MODE_OFF), "armed": lambda: gated_bt(R.MODE_CLIP)}, reps)
     gate_tick = {key: tg[key] / len(words) * 1e9 for key in tg}
     gate_ns_decision = (tg["armed"] - tg["off"]) / max(nd, 1) * 1e9
@@ -217,8 +220,9 @@ def compare(reps, n):
                   [("own book only (no UNIVERSE)", {"ns/tick": tc[0] / len(cwords) * 1e9}),
                    ("UNIVERSE of 2", {"ns/tick": tc[2] / len(cwords) * 1e9}),
                    ("UNIVERSE of 8", {"ns/tick": tc[8] / len(cwords) * 1e9})])
-    print(f"\nrisk gate in the backtest loop ({nd:,} decisions over {len(words):,} ticks, every rule armed, none "
-          f"binding): off {gate_tick['off']:.1f} ns/tick, armed {gate_tick['armed']:.1f} ns/tick: "
+    print(f"\nrisk gate in the backtest loop ({nd:,} decisions over {len(words):,} ticks, every rule armed; cut: "
+          f"{', '.join(f'{r_} {n_:,}' for r_, n_ in cut.items()) or 'none'}, the no_price ones where the book had no "
+          f"mid): off {gate_tick['off']:.1f} ns/tick, armed {gate_tick['armed']:.1f} ns/tick: "
           f"{gate_ns_decision:.1f} ns per decision (target <= 20; within the loop's noise: bench/risk_gate.py "
           "times the gate alone)")
     print(f"\n10-level book in the loop, over {len(dwords):,} ticks of which {level_ticks:,} level ticks:")
