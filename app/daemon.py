@@ -158,6 +158,7 @@ def kill_switch(ctl, code, name):
     and the paper trader's thread (loss, drawdown): one word, written once."""
     if int(ctl[C.CTL_KILL]) == 0:
         ctl[C.CTL_KILL] = code
+        ctl[C.L_KILLS + code] += 1
         log(f"KILLED ({risk.kill_reason(code)}): every instrument's target goes flat; no new exposure until "
             f"`engine ctl resume --after-kill --name {name}`")
 
@@ -171,6 +172,10 @@ def paper_status(paper, names):
     return {"pnl_net": round(p["total_net"], 6), "pnl_gross": round(p["total_gross"], 6),
             "fees": round(float(p["fees"].sum()), 6), "drawdown": round(p["drawdown"], 6), "fills": p["fills"],
             "positions": {name(i): int(v) for i, v in enumerate(p["position"]) if v}}
+
+
+# exported only by a run with --paper (tests/test_paper.py scrapes them; the ops files may use them)
+PAPER_METRICS = ("engine_paper_pnl", "engine_paper_drawdown", "engine_paper_fills_total", "engine_paper_position")
 
 
 def paper_families(paper):
@@ -189,7 +194,7 @@ def paper_families(paper):
     pos = GaugeMetricFamily("engine_paper_position", "lots held by the paper trader, per instrument id",
                             labels=["instrument"])
     for i, v in enumerate(p["position"]):
-        if v:
+        if v or p["gross"][i]:  # (every instrument traded, flat or not)
             pos.add_metric([str(i)], float(v))
     yield pos
 
@@ -675,6 +680,11 @@ class ControlPlane:
                 yield blocked
                 yield GaugeMetricFamily("engine_killed", "1 while the run is killed (no new exposure until `engine "
                                         "ctl resume --after-kill`)", value=1 if c["killed"] else 0)
+                kills = CounterMetricFamily("engine_kills", "times the run was killed, by reason (command, file, "
+                                            "loss, drawdown, feed)", labels=["reason"])
+                for reason, n in c["kills"].items():
+                    kills.add_metric([reason], n)
+                yield kills
                 yield GaugeMetricFamily("engine_conflation_warn_ratio", "the share of scoreable ticks conflated "
                                         "(engine_conflated_total / (engine_conflated_total + engine_scored_total)) "
                                         "above which the run warns (--conflate-warn); ops/engine-alerts.yml "

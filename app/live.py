@@ -1008,6 +1008,14 @@ class _Run:
                 warnings.append(f"recording {record['out']}: the recorder fell a tap ring behind the loop and lost "
                                 f"{record['lost']:,} ticks in {record['gaps']:,} gaps (marked in the file): its "
                                 "backtest is not this run's")
+        pp = getattr(self, "paper_result", None)
+        if pp is not None and (pp["gaps"] or pp["error"] or pp["online"]["late_orders"]):
+            warnings.append(f"paper trading: " + (f"stopped: {pp['error']}; " if pp["error"] else "")
+                            + (f"it fell a tap ring behind the loop {pp['gaps']:,} times (ticks lost): its figures are "
+                               "not the run's; " if pp["gaps"] else "")
+                            + (f"{pp['online']['late_orders']:,} orders came after their tick was simulated "
+                               "(conflation held their decisions): the live figures differed from the end's"
+                               if pp["online"]["late_orders"] else "").rstrip("; "))
         c = self.choice
         return RunResult(counters=self.ctl_blk.counters(), drops=self.sring.drops, core=thread.core,
                          policy=thread.policy, wait=c.wait.name, choice=c.reason, conflate=self.conflate,

@@ -31,6 +31,7 @@ from .recorder import drain
 
 BATCH = 4096
 IDLE_S = 0.002
+SPEC_EVERY_S = 0.2
 
 
 class PaperTrader(threading.Thread):
@@ -73,7 +74,7 @@ class PaperTrader(threading.Thread):
         self.fees_paid = np.zeros(k)
         self.mid = np.zeros(k)      # last two-sided mid, price units
         self.peak = 0.0
-        self.spec = None
+        self.spec, self.spec_at = None, 0.0
         self.stop_flag = threading.Event()
         self.error = None
 
@@ -148,9 +149,31 @@ class PaperTrader(threading.Thread):
         recs += [unknown(str(i)) for i in range(len(recs), len(self.pos))]
         return costs.spec_array(costs.resolve(recs[:len(self.pos)]))
 
+    def _refresh_spec(self, force=False):
+        """The instruments' money facts, looked at every SPEC_EVERY_S: a feed names instruments as it
+        reads, so fills may come before their record; then every fill so far is priced again."""
+        now = time.monotonic()
+        if not force and self.spec is not None and now - self.spec_at < SPEC_EVERY_S:
+            return
+        self.spec_at = now
+        spec = self._specs()
+        if self.spec is None or not np.array_equal(spec, self.spec):
+            self.spec = spec
+            self.cash[:] = 0.0
+            self.fees_paid[:] = 0.0
+            for rows, _ in self.fills:
+                self._book(rows)
+
+    def _book(self, rows):
+        """A batch of fills into the cash and fees per instrument, at the current spec."""
+        inst = rows[:, 4]
+        np.add.at(self.cash, inst, -rows[:, 5] * (rows[:, 6] / PRICE_SCALE) * self.spec[inst, self.x.SP_MULT])
+        fee = np.zeros(len(rows))
+        self.x.fees_of(rows, self.spec, fee)
+        np.add.at(self.fees_paid, inst, fee)
+
     def _step(self, upto, final=False):
-        if self.spec is None or final:
-            self.spec = self._specs()
+        self._refresh_spec(force=final)
         j, k, nf = self.x.simulate(self.words[:upto], self.j, self.k, self.sig, self.arrival, self.resp, self.spec,
                                    float(self.xp.queue_power), self.depth, self.O, self.F, self.pos, self.book, self.bn, self.fbuf, self.fee,
                                    self.unfilled, final)
@@ -158,10 +181,7 @@ class PaperTrader(threading.Thread):
         if nf:
             rows, fees = self.fbuf[:nf].copy(), self.fee[:nf].copy()
             self.fills.append((rows, fees))
-            inst = rows[:, 4]
-            mult = self.spec[inst, self.x.SP_MULT]
-            np.add.at(self.cash, inst, -rows[:, 5] * (rows[:, 6] / PRICE_SCALE) * mult)
-            np.add.at(self.fees_paid, inst, fees)
+            self._book(rows)
         return nf
 
     def run(self):

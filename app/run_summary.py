@@ -56,7 +56,8 @@ def as_json(res):
 
 def risk_state(c):
     from engine.risk import kill_reason
-    return {"blocked": c["risk_blocked"], "killed": kill_reason(c["killed"])}
+    return {"blocked": c["risk_blocked"], "killed": kill_reason(c["killed"]),
+            "kills": {r: n for r, n in c.get("kills", {}).items() if n}}
 
 
 def table(res):

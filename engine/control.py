@@ -32,6 +32,8 @@ L_RESUMED_NS = 63
 # loop -> everyone: the risk gate (engine/risk.py): killed (0, or the KILL_* reason), then how many
 # decisions each rule cut (risk.RULES order)
 L_KILLED, L_RISK_RULES = 64, 65
+# control plane -> everyone: how many times the run was killed, by reason (engine.risk.KILL_REASONS order)
+L_KILLS = 72
 LOOP_RESUMED_NS, LEASE_GRACE_NS = 2_000_000_000, 1_000_000_000
 LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED, LOOP_PAUSED, LOOP_REATTACH = 0, 1, 2, 3, 4, 5, 6
 LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired", 5: "paused",
@@ -55,4 +57,5 @@ class ControlBlock:
                 "conflated": int(h[L_CONFLATED]), "marks": int(h[L_MARKS]), "parks": int(h[L_PARKS]),
                 "feed_gaps": int(h[L_FEED_GAPS]), "feed_lost": int(h[L_FEED_LOST]),
                 "state": LOOP_STATE_NAMES.get(int(h[L_STATE]), "?"), "killed": int(h[L_KILLED]),
-                "risk_blocked": risk.blocked(h[L_RISK_RULES - risk.RG_RULES:])}
+                "risk_blocked": risk.blocked(h[L_RISK_RULES - risk.RG_RULES:]),
+                "kills": {r: int(h[L_KILLS + k]) for k, r in enumerate(risk.KILL_REASONS) if r}}

@@ -129,12 +129,25 @@ def _set_touch(book, bn, inst, side, px, sz):
         bn[inst, side] = 0
 
 
+@njit(nogil=True, inline="always", cache=True)
+def fee_of(spec, inst, qty, px, maker):
+    """What a fill of qty lots at px (price units) costs: bps of its notional and a fee per lot."""
+    notional = abs(qty) * (px / 1e9) * spec[inst, SP_MULT]
+    bps = spec[inst, SP_MAKER_BPS] if maker else spec[inst, SP_TAKER_BPS]
+    return notional * bps / 1e4 + abs(qty) * spec[inst, SP_PER_LOT]
+
+
+@njit(nogil=True, cache=True)
+def fees_of(rows, spec, out):
+    """fee_of for fill rows (FILL_WORDS columns) into out: the fees at another spec (app/paper.py
+    prices fills again when an instrument's record arrives after them)."""
+    for n in range(rows.shape[0]):
+        out[n] = fee_of(spec, rows[n, 4], rows[n, 5], rows[n, 6], rows[n, 7] != 0)
+
+
 @njit(nogil=True, cache=True)
 def _emit(fills, fees, nf, k, j, ts, resp, inst, qty, px, spec, maker):
-    mult = spec[inst, SP_MULT]
-    notional = abs(qty) * (px / 1e9) * mult
-    bps = spec[inst, SP_MAKER_BPS] if maker else spec[inst, SP_TAKER_BPS]
-    fees[nf] = notional * bps / 1e4 + abs(qty) * spec[inst, SP_PER_LOT]
+    fees[nf] = fee_of(spec, inst, qty, px, maker)
     r = fills[nf]
     r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] = k, j, ts, ts + resp, inst, qty, px, 1 if maker else 0
     return nf + 1

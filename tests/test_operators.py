@@ -266,7 +266,8 @@ def test_alerts_and_dashboard_use_only_exported_metrics(eng):
     panels = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     assert any("histogram_quantile" in e and "engine_tick_to_signal_seconds_bucket" in e for e in panels)
     assert any("histogram_quantile" in e and "engine_tick_to_signal_seconds_bucket" in e for e in exprs)
-    exported = set(scrape(eng))
+    from app.daemon import PAPER_METRICS
+    exported = set(scrape(eng)) | set(PAPER_METRICS)  # (a --paper run's: tests/test_paper.py scrapes them)
     job = yaml.safe_load((OPS / "prometheus.yml").read_text())["scrape_configs"][0]["job_name"]
     for e in exprs + panels:
         for n in _names(e):

@@ -5,15 +5,21 @@ the last digit), the online simulation reaches the same fills, and a paper drawd
 import json
 import os
 
+import pytest
+
 from engine.signal_log import read_signals
 from tests.conftest import strategy_core
 from tests.helpers.daemon import Daemon, wait_until
 from tests.helpers.feedutil import cli
-from tests.test_replay import ticks_file
+from tests.test_replay import REAL, ticks_file
 
 
-def test_paper_figures_equal_the_backtest_of_the_recording(tmp_path, default_model):
-    src = ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12")
+@pytest.mark.parametrize("feed", ["synthetic", "binance"])
+def test_paper_figures_equal_the_backtest_of_the_recording(tmp_path, default_model, feed):
+    if feed == "binance" and not REAL["binance"].exists():
+        pytest.skip("../shared/data is not here (a user's clone); CI has it")
+    src = ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12" if feed == "synthetic" else
+                     f"binance:{REAL['binance']}")
     rec, out, sig = tmp_path / "rec.ticks", tmp_path / "paper.json", tmp_path / "s.sig"
     r = cli("run", "--no-rt", "--core", str(strategy_core()), "--feed", f"tickfile:{src}", "--max", "--signals-out",
             str(sig), "--record", str(rec), "--paper", "--paper-out", str(out), "--json",
@@ -21,11 +27,13 @@ def test_paper_figures_equal_the_backtest_of_the_recording(tmp_path, default_mod
     assert r.returncode == 0, r.stderr
     p = json.loads(r.stdout)["paper"]
     assert json.loads(out.read_text()) == p and p["out"] == str(out)
-    assert p["signals"] == len(read_signals(sig)) and p["ticks"] == 40000 and p["gaps"] == 0 and p["error"] is None
+    assert p["signals"] == len(read_signals(sig)) and p["gaps"] == 0 and p["error"] is None
+    from engine.tickfile import TickFile
+    assert p["ticks"] == len(TickFile(src))
     b = cli("backtest", str(rec), "--out", str(tmp_path / "bt"), "--quiet", "--json", timeout=600)
     assert b.returncode == 0, b.stderr
     bt = json.loads(b.stdout)
-    assert bt["fills"] == p["fills"] > 100 and bt["fees"] == p["fees"] and bt["pnl"] == p["pnl"], (bt, p)
+    assert bt["fills"] == p["fills"] > 20 and bt["fees"] == p["fees"] and bt["pnl"] == p["pnl"], (bt, p)
     assert bt["pnl_gross"] == p["pnl_gross"] and bt["signals"] == p["signals"]
     # the simulation as it ran met the same fills, and marks the same PnL to the cent
     assert p["online"]["fills"] == p["fills"] and p["online"]["late_orders"] == 0
@@ -50,6 +58,8 @@ def test_a_paper_drawdown_past_the_limit_kills_the_run(tmp_path, default_model):
         m = scrape(d)[0]
         assert m["engine_killed"][()] == 1 and m["engine_paper_fills_total"][()] > 0
         assert set(m["engine_paper_pnl"]) == {(("kind", "net"),), (("kind", "gross"),)}
+        from app.daemon import PAPER_METRICS
+        assert set(PAPER_METRICS) <= set(m), set(PAPER_METRICS) - set(m)
     finally:
         d.stop()
     assert "KILLED (drawdown)" in d.log()

@@ -142,6 +142,7 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
         finally:
             os.kill(feed, signal.SIGCONT)
         time.sleep(0.2)
+        assert d.status()["risk"]["kills"] == {"command": 1, "file": 1, "feed": 1}
     finally:
         d.stop()
     assert "KILLED (command)" in d.log() and "KILLED (file)" in d.log() and "KILLED (feed)" in d.log()
