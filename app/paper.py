@@ -52,7 +52,7 @@ class PaperTrader(threading.Thread):
         self.decided_upto = 0       # every signal of the ticks before this one is in (decided())
         self.late = 0               # orders whose tick was simulated before they came (conflation held them)
         self.sigs = []              # SIGNAL_DTYPE records handed over, not yet simulated
-        self.done = np.zeros(0, SIGNAL_DTYPE)
+        self.done = []              # the records simulated (chunks)
         self.lock = threading.Lock()
         self.specs_fn, self.kill, self.loss, self.drawdown = specs, kill, loss, drawdown
         self.depth = int(depth)
@@ -66,8 +66,9 @@ class PaperTrader(threading.Thread):
         self.unfilled = np.zeros(4, np.int64)
         self.fbuf = np.zeros((4096, execsim.FILL_WORDS), np.int64)
         self.fee = np.zeros(4096, np.float64)
-        self.sig = np.zeros((0, 4), np.int64)
-        self.arrival = self.resp = np.zeros(0, np.int64)
+        self.sig = np.zeros((1024, 4), np.int64)  # the orders so far: sig[:m], arrival[:m], resp[:m]
+        self.arrival, self.resp = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
+        self.m = 0
         self.j = self.k = 0
         self.fills = []             # (rows, fees) chunks
         self.cash = np.zeros(k)     # per instrument, quote currency, before fees
@@ -123,12 +124,13 @@ class PaperTrader(threading.Thread):
             if not self.sigs:
                 return
             s = np.concatenate(self.sigs)
-            ready = int(np.searchsorted(s["tick_seq"] >= self.n, True))  # (tick_seq rises with seq)
+            later = s["tick_seq"] >= self.n  # (the prefix whose ticks we hold: emission order kept)
+            ready = int(np.argmax(later)) if later.any() else len(s)
             take, rest = s[:ready], s[ready:]
             self.sigs = [rest] if len(rest) else []
         if not len(take):
             return
-        self.done = np.concatenate([self.done, take])
+        self.done.append(take)
         act = take[take["position"] != take["prev_position"]]  # (a refused decision sends no order)
         if not len(act):
             return
@@ -136,9 +138,13 @@ class PaperTrader(threading.Thread):
         # comparable with the exchange's, so each order's arrival is fixed by its own tick alone)
         sig, arrival, resp, _, _ = self.x.order_inputs(self.words[:self.n], act, self.xp)
         self.late += int((sig[:, 3] < self.j).sum())  # (simulated past already: they meet the book from here)
-        self.sig = np.concatenate([self.sig, sig])
-        self.arrival = np.concatenate([self.arrival, arrival])
-        self.resp = np.concatenate([self.resp, resp])
+        m = self.m + len(sig)
+        if m > len(self.sig):  # (grown by doubling: a long run's orders are not copied per batch)
+            cap = max(2 * len(self.sig), m)
+            self.sig = np.resize(self.sig, (cap, 4))
+            self.arrival, self.resp = np.resize(self.arrival, cap), np.resize(self.resp, cap)
+        self.sig[self.m:m], self.arrival[self.m:m], self.resp[self.m:m] = sig, arrival, resp
+        self.m = m
 
     # -- the simulator -------------------------------------------------------------------------
 
@@ -174,7 +180,8 @@ class PaperTrader(threading.Thread):
 
     def _step(self, upto, final=False):
         self._refresh_spec(force=final)
-        j, k, nf = self.x.simulate(self.words[:upto], self.j, self.k, self.sig, self.arrival, self.resp, self.spec,
+        j, k, nf = self.x.simulate(self.words[:upto], self.j, self.k, self.sig[:self.m], self.arrival[:self.m],
+                                   self.resp[:self.m], self.spec,
                                    float(self.xp.queue_power), self.depth, self.O, self.F, self.pos, self.book, self.bn, self.fbuf, self.fee,
                                    self.unfilled, final)
         self.j, self.k = j, k
@@ -238,13 +245,14 @@ class PaperTrader(threading.Thread):
         from replay.backtest import FileResult
         from replay.evaluate import evaluate_file, summarize
         words = self.words[:self.n]
-        res = FileResult("paper", list(names or []), len(words), 0, self.done,
+        done = np.concatenate(self.done) if self.done else np.zeros(0, SIGNAL_DTYPE)
+        res = FileResult("paper", list(names or []), len(words), 0, done,
                          np.full(len(words), np.nan, np.float32), None)
         part, _ = evaluate_file(words, res, depth=self.depth, spec=self._specs(), xp=self.xp)
         out = summarize([part], (100, 1_000, 10_000))[0]
         online = self.pnl()
         return {"pnl": out["pnl"], "pnl_gross": out["pnl_gross"], "fees": out["fees"], "fills": out["fills"],
-                "signals": len(self.done), "ticks": len(words), "max_drawdown": out.get("max_drawdown"),
+                "signals": len(done), "ticks": len(words), "max_drawdown": out.get("max_drawdown"),
                 "online": {"fills": online["fills"], "late_orders": self.late, "net": round(online["total_net"], 6),
                            "drawdown": round(online["drawdown"], 6)},
                 "positions": {str(i): int(p) for i, p in enumerate(online["position"]) if p},
