@@ -238,7 +238,7 @@ class MultiStrategyThread(StrategyThread):
         self.consumer = self.rings.consumers[0]
         mod = self.host.mod
         mod.host_reset(live.state.fstate, live.state.book, live.state.ist, live.state.shared)
-        if self.cfg.record or self.cfg.paper:  # a gap tick into the recording too: its backtest voids the books here
+        if self.cfg.tapped:  # a gap tick into the recording too: its backtest voids the books here
             from engine.tickring import publish_gap
             tap, cst = self.rings.tap, live.state.cst
             publish_gap(tap.hdr, tap.data, tap.mask, cst[mod.CS_READ])
@@ -584,7 +584,7 @@ class _Run:
         self.conflate = cfg.conflate == "on" or (cfg.conflate == "auto" and not self.file_feed)
         # several rings, or a recording of what the loop read: run_loop_multi (one ring, no recording: run_loop)
         self.multi = len(self.ring_names) > 1
-        self.multi_loop = self.multi or bool(cfg.record) or bool(cfg.paper)  # (--record, --paper: the tap)
+        self.multi_loop = self.multi or cfg.tapped
 
     def check_machine(self):
         """engine doctor for the strategy core: warnings logged; with --strict a fail stops the run."""
@@ -606,13 +606,13 @@ class _Run:
         """No live engine owns our rings' names, and the control plane's ports are free."""
         cfg = self.cfg
         own = [f"{cfg.name}.{x}" for x in ("ctl", "signals")] + ([] if cfg.ring else self.ring_names)
-        if cfg.record or cfg.paper:
+        if cfg.tapped:
             own.append(f"{cfg.name}.tap")
         for name in own:  # refuse a live owner (engine first) before creating anything
             shm.check_owner(shm.ring_path(name))
         if not cfg.ring:  # the feed processes make the tick rings: what memory cannot hold is refused now
             need = len(self.ring_names) * shm.ring_bytes(64, cfg.ring_capacity)
-            need += shm.ring_bytes(64, self.tap_capacity()) if cfg.record or cfg.paper else 0
+            need += shm.ring_bytes(64, self.tap_capacity()) if cfg.tapped else 0
             shm.check_room(shm.ring_path(self.ring_name), need, "--ring-capacity (feed.ring_capacity)")
         check_ports(cfg)
 
@@ -697,7 +697,7 @@ class _Run:
         t1 = time.monotonic()
         if self.multi_loop:
             from .multi_rings import compile_multi
-            self.cfg_arr[host.mod.CFG_TAP] = 1.0 if cfg.record or cfg.paper else 0.0
+            self.cfg_arr[host.mod.CFG_TAP] = 1.0 if cfg.tapped else 0.0
             self.cfg_arr[host.mod.CFG_MERGE_WINDOW_NS] = round(cfg.merge_window_us * 1000)
             if cfg.merge_window_us and len(self.ring_names) > 1:
                 log(f"merge window {cfg.merge_window_us:g} us: the oldest ready tick waits that long for a quiet source")
@@ -749,7 +749,7 @@ class _Run:
         if self.multi:  # the run's instrument table (global ids), beside its rings
             self.table_path = shm.ring_path(f"{cfg.name}.instruments")
             self.created.append(self.table_path)
-        if cfg.record or cfg.paper:  # what the loop reads, published for the recorder and the paper trader
+        if cfg.tapped:  # what the loop reads, published for the recorder and the paper trader
             from engine.tickring import TickRing
             self.tap = TickRing(f"{cfg.name}.tap", self.tap_capacity(), depth=self.levels)
             self.created.append(self.tap.path)

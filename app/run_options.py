@@ -274,6 +274,11 @@ class RunConfig:
                                      help="one instrument's own limits over the above (repeatable; the config: a list "
                                           "of strings), NAME one of max_position, max_notional, max_rate, min_flip_ms")
 
+    @property
+    def tapped(self):
+        """--record or --paper: the loop publishes every tick it takes into the tap ring (their reader)."""
+        return bool(self.record or self.paper)
+
     def resolved(self):
         """This configuration with what "default" and "none" mean filled in: http (host, port) or
         None, pub None when off, hlog the default path or None when off, the token file's path (run()
