@@ -810,6 +810,13 @@ class ControlPlane:
         async def status(request):
             return web.json_response(self.status(), dumps=lambda o: json.dumps(o, default=str))
 
+        async def adopted(done, within=0.5):
+            """Until the loop adopted the kill switch's move (it says so in the control block), or
+            `within` seconds (a loop that has stopped): the reply then shows the state it is in."""
+            until = time.monotonic() + within
+            while not done() and time.monotonic() < until:
+                await asyncio.sleep(0.002)
+
         async def control(request):
             cmd = request.match_info["cmd"]
             if cmd == "pause":
@@ -820,8 +827,10 @@ class ControlPlane:
                 self.ctl[C.CTL_CMD] = C.CMD_RUN
             elif cmd == "kill":
                 self.kill(risk.KILL_REASONS.index("command"))
+                await adopted(lambda: int(self.ctl[C.L_KILLED]) != 0)
             elif cmd == "resume-after-kill":
                 self.unkill()
+                await adopted(lambda: int(self.ctl[C.L_KILLED]) == 0)
             elif cmd == "reload":  # this call's own result (runner.reload_model), not the latest swap's
                 res = await off_loop(self.x.reload) or {}
                 return web.json_response({"ok": bool(res.get("ok")), **res}, status=200 if res.get("ok") else 409,

@@ -621,21 +621,27 @@ class _Run:
         return max(self.cfg.ring_capacity, TAP_CAPACITY)
 
     def start_table(self):
-        """(names, records) of the run's instruments known at start, in id order ([] with --ring or
-        for sources that find theirs as they read: the control plane fills in their multipliers as
-        they come, risk_table)."""
+        """(names, records) of the run's instruments known at start, in id order, named as the run's
+        instrument table names them (app/multi_rings.py: venue-qualified with several sources, a
+        name two sources share qualified by its source's label) ([] with --ring or for sources
+        that find theirs as they read: the control plane fills in their multipliers as they come,
+        risk_table)."""
         from engine.instruments import table
         from engine.universe import run_name
         if self.cfg.ring:
             return [], []
-        names, recs = [], []
+        names, recs, seen = [], [], set()
         offsets = self.id_blocks[0] if self.id_blocks is not None else [0]
         for k, src in enumerate(self.srcs):
             while len(names) < offsets[k]:
                 names.append("")
                 recs.append(None)
             for n, r in zip(src.instruments, table(src.instruments, getattr(src, "specs", None))):
-                names.append(run_name(n, r["venue"], self.labels[k]) if self.multi else n)
+                g = run_name(n, r["venue"], self.labels[k]) if self.multi else n
+                if self.multi and g in seen:
+                    g = f"{g}@{self.labels[k]}"
+                seen.add(g)
+                names.append(g)
                 recs.append(r)
         return names, recs
 
@@ -652,27 +658,13 @@ class _Run:
         refused, naming the source."""
         if not self.strat.universe:
             return None
-        from engine.instruments import table
-        from engine.universe import run_name
         if self.cfg.ring or any(fixed is None for fixed in self.fixed):
             what = "--ring" if self.cfg.ring else self.feed_uris[self.fixed.index(None)]
             raise ValueError(f"{what}: names its instruments only as it reads them, and strategy {self.strat.path} "
                              "binds its UNIVERSE before the run starts: record it (engine record / --record) and run "
                              "the recording (--feed tickfile:FILE)")
-        names, venues, seen = [], [], set()
-        offsets = self.id_blocks[0] if self.id_blocks is not None else [0]
-        for k, src in enumerate(self.srcs):  # (named as the run's instrument table names them: multi_rings)
-            recs = table(src.instruments, getattr(src, "specs", None))
-            while len(names) < offsets[k]:
-                names.append("")
-                venues.append("")
-            for n, r in zip(src.instruments, recs):
-                g = run_name(n, r["venue"], self.labels[k]) if self.multi else n
-                if self.multi and g in seen:
-                    g = f"{g}@{self.labels[k]}"
-                seen.add(g)
-                names.append(g)
-                venues.append(r["venue"])
+        names, recs = self.start_table()
+        venues = [r["venue"] if r is not None else "" for r in recs]
         return self.strat.bind_universe(names, venues, "the run's sources")
 
     def load_model(self):
@@ -828,10 +820,11 @@ class _Run:
                                             depth=self.levels)
                 self.recorder.start()  # its consumer line first: the loop's first tick is recorded
             if cfg.paper:
+                from .cli.exec_options import paper_exec
                 from .daemon import kill_switch
                 from .paper import PaperTrader
                 self.paper = PaperTrader(self.tap, self.n_inst, lambda: self.rings.table(self.multi)[1], self.levels,
-                                         maker=bool(self.strat.values.get("maker", 0.0)),
+                                         paper_exec(cfg.paper_exec), self.strat.values,
                                          kill=lambda code: kill_switch(self.ctl_blk.hdr, code, cfg.name),
                                          loss=cfg.kill_loss, drawdown=cfg.kill_drawdown)
                 self.paper.start()
@@ -1010,7 +1003,7 @@ class _Run:
                                 "backtest is not this run's")
         pp = getattr(self, "paper_result", None)
         if pp is not None and (pp["gaps"] or pp["error"] or pp["online"]["late_orders"]):
-            warnings.append(f"paper trading: " + (f"stopped: {pp['error']}; " if pp["error"] else "")
+            warnings.append("paper trading: " + (f"stopped: {pp['error']}; " if pp["error"] else "")
                             + (f"it fell a tap ring behind the loop {pp['gaps']:,} times (ticks lost): its figures are "
                                "not the run's; " if pp["gaps"] else "")
                             + (f"{pp['online']['late_orders']:,} orders came after their tick was simulated "
@@ -1031,19 +1024,30 @@ class _Run:
                          sources=sources, record=record, paper=getattr(self, "paper_result", None))
 
     def _finish_paper(self):
-        """--paper: the last ticks and signals simulated, the figures written to --paper-out (default
-        beside the signal file: SIGNALS.paper.json), whole or not at all."""
-        import json
+        """--paper: the last ticks and signals simulated, and the report `engine backtest` writes for
+        the run's recording (replay/jobs.write_report: report.md, report.json, plots, signals.parquet)
+        in --paper-out DIR (default beside the signal file: SIGNALS.paper/), whole or not at all."""
+        from engine.outputs import atomic_dir
+        from models.artifact import uses_sigmoid
+        from replay import jobs, report
 
-        from engine.outputs import atomic_file
+        from .cli.exec_options import paper_exec
+        t0 = time.monotonic()
         names = self.rings.table(self.multi)[0] if self.rings is not None else []
-        res = self.paper.finish(names)
-        out = self.cfg.paper_out or (self.sig_path.rsplit(".", 1)[0] + ".paper.json")
-        res["out"] = out
-        with atomic_file(out, "the paper trading figures") as tmp:
-            with open(tmp, "w") as f:
-                json.dump(res, f, indent=1)
-        self.paper_result = res
+        r = self.paper.finish(names, self.ctl_blk.hist.copy(), self.ctl_blk.counters()["risk_blocked"])
+        out = self.cfg.paper_out or (self.sig_path.rsplit(".", 1)[0] + ".paper")
+        paper = r.pop("paper")
+        head = {"title": "Paper trading", "model": self.model_dir, "model_id": self.pred.model_id,
+                "backend": self.pred.backend, "strategy": self.strat.identity(), "workers": 1, "paper": paper}
+        thresholds = {k: v for k, v in self.strat.values.items() if k in report.THRESHOLD_PARAMS}
+        meta = {"engine.model_id": self.pred.model_id, "engine.inputs": "paper: " + " + ".join(
+            u or f"ring:{n}" for u, n in zip(self.feed_uris, self.ring_names)), "engine.strategy": self.strat.describe()}
+        with atomic_dir(out, "the paper trading report") as tmp:
+            s = jobs.write_report(tmp, [r], paper_exec(self.cfg.paper_exec), head, [],
+                                  {"probability": uses_sigmoid(self.pred)}, thresholds, t0, meta)
+        self.paper_result = {"out": out, "pnl": s["pnl"], "pnl_gross": s["pnl_gross"], "fees": s["fees"],
+                             "fills": s["fills"], "signals": s["signals"], "ticks": s["ticks"],
+                             "max_drawdown": s.get("max_drawdown"), **paper}
 
     def _write_table(self, sig_path, error, warnings):
         """--signals-out X.parquet: the table from the signal file, whole or not at all; returns

@@ -10,13 +10,15 @@ plane's drain (app/daemon.py) as it moves them to the signal file. The simulator
 (replay/execsim.simulate) keeps all its state in arrays and resumes where it stopped (final=False
 until the run ends); a tick is simulated once every signal decided on it has been handed over (the
 plane reads the tap's write cursor before each drain: decided()), so orders meet the book they would
-have in the backtest. Orders use
-the backtest's defaults (taker orders, no entry latency, the venue's published fees).
+have in the backtest. Orders are simulated as `engine backtest` simulates them with the same
+execution options (--paper-exec takes the backtest's flags: replay/jobs.Params), entry latencies
+handed out in order as a backtest draws them (replay/jobs.EntryLatencies).
 
 Kept in memory: every tick of the run (64 bytes each, the recording's size) for the end's
 evaluation. The loop never waits for us: a paper trader that falls a whole tap ring behind loses
 ticks, which is counted (`gaps`) and said in the summary (its figures are then not the run's).
 """
+import dataclasses
 import threading
 import time
 
@@ -38,12 +40,14 @@ class PaperTrader(threading.Thread):
     """tap: the tap ring (engine.tickring.TickRing); n_inst: the run's instrument ids; specs():
     the run's instrument records (engine/instruments.py), as the run knows them; kill(code): the
     control plane's kill switch, called when the net PnL falls below -loss or the drawdown passes
-    `drawdown` (None: no such limit)."""
+    `drawdown` (None: no such limit); p: replay.jobs.Params (the execution options), values: the
+    strategy's parameters (its `maker`)."""
 
-    def __init__(self, tap, n_inst, specs, depth, maker=False, kill=None, loss=None, drawdown=None):
+    def __init__(self, tap, n_inst, specs, depth, p, values, kill=None, loss=None, drawdown=None):
         super().__init__(name="engine-paper", daemon=True)
-        from replay import execsim
-        self.x = execsim
+        from replay import execsim, jobs
+        self.x, self.p = execsim, p
+        self.lat = jobs.EntryLatencies(p)
         self.c = TickConsumer(tap.path.rsplit("/", 1)[-1])
         self.c.claim("oldest")  # no back-pressure: the loop never waits for us
         self.buf = np.zeros((BATCH, 8), np.int64)
@@ -56,7 +60,8 @@ class PaperTrader(threading.Thread):
         self.lock = threading.Lock()
         self.specs_fn, self.kill, self.loss, self.drawdown = specs, kill, loss, drawdown
         self.depth = int(depth)
-        self.xp = execsim.ExecParams(maker=bool(maker))  # (the backtest's defaults: --orders strategy)
+        self.xp = execsim.ExecParams(response_ns=p.response_ns, feed_ns=p.feed_ns, queue_power=p.queue_power,
+                                     maker=jobs.maker_orders(p, values))
         k = max(1, int(n_inst))
         self.O = np.zeros((k, 6), np.int64)
         self.F = np.zeros((k, 4), np.float64)
@@ -136,7 +141,8 @@ class PaperTrader(threading.Thread):
             return
         # (arrival: exchange time + latency; a live run's receive stamps are CLOCK_MONOTONIC, never
         # comparable with the exchange's, so each order's arrival is fixed by its own tick alone)
-        sig, arrival, resp, _, _ = self.x.order_inputs(self.words[:self.n], act, self.xp)
+        xp = dataclasses.replace(self.xp, entry_ns=self.lat.take(len(act)))
+        sig, arrival, resp, _, _ = self.x.order_inputs(self.words[:self.n], act, xp)
         self.late += int((sig[:, 3] < self.j).sum())  # (simulated past already: they meet the book from here)
         m = self.m + len(sig)
         if m > len(self.sig):  # (grown by doubling: a long run's orders are not copied per batch)
@@ -148,12 +154,15 @@ class PaperTrader(threading.Thread):
 
     # -- the simulator -------------------------------------------------------------------------
 
-    def _specs(self):
-        from replay import costs
+    def _specs(self, dicts=False):
+        """The instruments' money facts as the backtest resolves them (records, --instruments, fees
+        given): float64[n, 4], or the per-instrument dicts."""
+        from replay import costs, jobs
         from engine.instruments import unknown
         recs = list(self.specs_fn() or [])
         recs += [unknown(str(i)) for i in range(len(recs), len(self.pos))]
-        return costs.spec_array(costs.resolve(recs[:len(self.pos)]))
+        specs = costs.resolve(recs[:len(self.pos)], self.p.instruments, jobs.fee_overrides(self.p))
+        return specs if dicts else costs.spec_array(specs)
 
     def _refresh_spec(self, force=False):
         """The instruments' money facts, looked at every SPEC_EVERY_S: a feed names instruments as it
@@ -230,9 +239,11 @@ class PaperTrader(threading.Thread):
         elif self.drawdown is not None and p["drawdown"] > self.drawdown:
             self.kill(KILL_REASONS.index("drawdown"))
 
-    def finish(self, names):
-        """After the loop stopped: the last ticks and signals simulated, and the figures a backtest
-        of the recording gives (replay/evaluate.py on these ticks and signals): a dict."""
+    def finish(self, names, hist, risk):
+        """After the loop stopped: the last ticks and signals simulated, and a backtest's result for
+        them (replay/jobs.backtest_one's dict: replay/jobs.write_report makes the report of it, as a
+        backtest of the recording does) with its figures under "paper". hist: the run's latency
+        counts (engine/latency.py); risk: what its gate cut ({rule: count})."""
         self.stop_flag.set()
         if self.is_alive():
             self.join()
@@ -241,20 +252,28 @@ class PaperTrader(threading.Thread):
         self._new_orders()
         while self._step(self.n, final=True) >= len(self.fbuf) - 2 * self.x.MAXLV - 8:
             pass
+        gaps = int(self.c.hdr[self.c.slot_base + shm.C_GAPS])
         self.c.close()
         from replay.backtest import FileResult
-        from replay.evaluate import evaluate_file, summarize
+        from replay.evaluate import evaluate_file
         words = self.words[:self.n]
         done = np.concatenate(self.done) if self.done else np.zeros(0, SIGNAL_DTYPE)
         res = FileResult("paper", list(names or []), len(words), 0, done,
                          np.full(len(words), np.nan, np.float32), None)
-        part, _ = evaluate_file(words, res, depth=self.depth, spec=self._specs(), xp=self.xp)
-        out = summarize([part], (100, 1_000, 10_000))[0]
+        from replay.jobs import entry_latencies
+        xp = dataclasses.replace(self.xp, entry_ns=entry_latencies(self.p, len(done), 0))
+        top = int(done["instrument"].max()) + 1 if len(done) else 1  # (the instruments a backtest reports)
+        specs = self._specs(dicts=True)[:top]
+        from replay import costs
+        part, cols = evaluate_file(words, res, self.p.horizons_ms, depth=self.depth, spec=costs.spec_array(specs),
+                                   xp=xp)
         online = self.pnl()
-        return {"pnl": out["pnl"], "pnl_gross": out["pnl_gross"], "fees": out["fees"], "fills": out["fills"],
-                "signals": len(done), "ticks": len(words), "max_drawdown": out.get("max_drawdown"),
-                "online": {"fills": online["fills"], "late_orders": self.late, "net": round(online["total_net"], 6),
-                           "drawdown": round(online["drawdown"], 6)},
-                "positions": {str(i): int(p) for i, p in enumerate(online["position"]) if p},
-                "gaps": int(self.c.hdr[self.c.slot_base + shm.C_GAPS]),
-                "error": str(self.error) if self.error else None}
+        scores = done["score"][np.isfinite(done["score"])].astype(np.float32)
+        return {"path": "paper", "instruments": res.instruments, "signals": done, "cols": cols, "part": part,
+                "hist": hist, "notes": [], "loop_seconds": 0.0, "eval_seconds": 0.0, "specs": specs, "risk": dict(risk),
+                "scores": scores,
+                "paper": {"online": {"fills": online["fills"], "late_orders": self.late,
+                                     "net": round(online["total_net"], 6), "drawdown": round(online["drawdown"], 6)},
+                          "positions": {str(i): int(p) for i, p in enumerate(online["position"]) if p},
+                          "gaps": gaps,
+                          "error": str(self.error) if self.error else None}}

@@ -263,12 +263,19 @@ class RunConfig:
                                               "peak (default: none)")
     paper: bool = option(False, "--paper", key="paper.on", kind=bool,
                          help="paper trading: the backtest's execution simulator runs online on the ticks the loop "
-                              "reads and the signals it emits (off the strategy core; the backtest's default orders "
-                              "and fees): positions, fills, PnL and drawdown live (engine_paper_*, engine stats), and "
-                              "at the end the figures a backtest of the run's recording gives (--paper-out)")
-    paper_out: str | None = option(None, "--paper-out", key="paper.out", metavar="FILE.json",
-                                   help="where --paper writes its figures at the end (default: beside the signal "
-                                        "file, SIGNALS.paper.json)")
+                              "reads and the signals it emits (off the strategy core): positions, fills, PnL and "
+                              "drawdown live (engine_paper_*, engine stats), and at the end the report a backtest of "
+                              "the run's recording writes (--paper-out)")
+    paper_exec: str = option("", "--paper-exec", key="paper.exec", kind=str, parse="paper_exec_arg", check="parse",
+                             metavar="'FLAGS'",
+                             help="with --paper: how the paper orders execute, in the execution flags of engine "
+                                  "backtest as one string, e.g. '--latency-us 200 --orders maker --fee-bps 4'; "
+                                  "give the backtest of the recording the same flags for the same fills (default: "
+                                  "the backtest's defaults)")
+    paper_out: str | None = option(None, "--paper-out", key="paper.out", metavar="DIR",
+                                   help="where --paper writes its report at the end: what `engine backtest --out DIR` "
+                                        "writes (report.md, report.json, plots, signals.parquet) (default: beside the "
+                                        "signal file, SIGNALS.paper/)")
     risk_instrument: object = option(None, "--risk-instrument", key="risk.instrument", many=True, kind=str,
                                      parse="risk_instrument", metavar="SYMBOL:NAME=VALUE,...",
                                      help="one instrument's own limits over the above (repeatable; the config: a list "

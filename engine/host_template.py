@@ -32,9 +32,9 @@ from engine.risk import RG_KILLED, RG_MODE, RG_RULES, RULES, flattened, gate, re
 from engine.intrinsics import (borrow, borrow_all, call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed,
                                monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
-                            SIGNAL_FLAG_KILLED, SIGNAL_FLAG_MARK, SIGNAL_WORDS, signal_word_folded, signal_word_ids,
-                            signal_word_scores, tick_instrument, tick_kind, tick_price, tick_side, tick_size,
-                            tick_word7, w_lo32)
+                            SIGNAL_FLAG_KILLED, SIGNAL_FLAG_MARK, SIGNAL_FLAGS_KILL_MARK, SIGNAL_WORDS,
+                            signal_word_folded, signal_word_ids, signal_word_scores, tick_instrument, tick_kind,
+                            tick_price, tick_side, tick_size, tick_word7, w_lo32)
 from engine.strategy_api import (IST_ASK, IST_BID, IST_TRADE_PX, IST_TRADE_SZ, IST_TS_EVENT, IST_TS_RECV, Book,
                                  sigmoid32)
 
@@ -234,29 +234,64 @@ def host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, si
 
 
 @njit(nogil=True, cache=True)
-def _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate):
-    """The control plane moved the kill switch (CTL_KILL: a reason, or 0 to resume): adopt it; when
-    killed, every instrument with a target goes flat at once, one signal each (flags KILLED, on the
-    last tick read; no score: NaN), and the gate refuses new exposure from here. Returns the signal
-    count."""
+def _kill_switch(ctl, ist, rb, rg, tick, after, sig, signals, gen, shdr, sdata, smask, spstate):
+    """The control plane moved the kill switch (CTL_KILL: a reason, or 0 to resume): adopt it, and
+    say so in the signal stream (a kill mark, engine/records.py: `after` is the seq of the first
+    tick the loop takes from here) so a backtest replays it at the same place; when killed, every
+    instrument with a target goes flat at once (kill_flatten, signals on `tick`). Returns the
+    signal count."""
     code = load_relaxed(ctl, C.CTL_KILL)
     rg[RG_KILLED] = code
     store_relaxed(ctl, C.L_KILLED, code)
+    for w in range(SIGNAL_WORDS):
+        sig[w] = 0
+    sig[0] = signals
+    sig[1] = tick[0]
+    sig[2] = after
+    sig[4] = monotonic_ns()
+    sig[5] = realtime_ns()
+    sig[7] = code
+    sig[11] = signal_word_folded(0, SIGNAL_FLAGS_KILL_MARK)
+    sigring.push(shdr, sdata, smask, spstate, sig)
     if code == 0:
         return signals
     for i in range(ist.shape[0]):
-        prev = ist[i, I_POS]
-        if prev == 0:
-            continue
-        ist[i, I_POS] = 0
-        flattened(rb, i)
-        _fill_signal(sig, signals, signals, tick, ist, i, 0, prev, np.float32(np.nan), np.float32(np.nan), gen, 0,
-                     SIGNAL_FLAG_KILLED, 0)
-        sig[4] = monotonic_ns()
-        sig[5] = realtime_ns()
-        sigring.push(shdr, sdata, smask, spstate, sig)
-        signals += 1
+        if kill_flatten(ist, rb, i, tick, sig, signals, gen):
+            sig[4] = monotonic_ns()
+            sig[5] = realtime_ns()
+            sigring.push(shdr, sdata, smask, spstate, sig)
+            signals += 1
     return signals
+
+
+@njit(nogil=True, inline="always", cache=True)
+def kill_flatten(ist, rb, i, tick, sig, seq, gen):
+    """A kill flattens instrument i if it holds a target: its signal into sig (seq; flags KILLED, no
+    score: NaN; all but the emit times), True; else False."""
+    prev = ist[i, I_POS]
+    if prev == 0:
+        return False
+    ist[i, I_POS] = 0
+    flattened(rb, i)
+    _fill_signal(sig, seq, seq, tick, ist, i, 0, prev, np.float32(np.nan), np.float32(np.nan), gen, 0,
+                 SIGNAL_FLAG_KILLED, 0)
+    return True
+
+
+@njit(nogil=True, cache=True)
+def kill_bt(ist, rb, rg, tick, code, sigs, nsig, base):
+    """A live run's kill switch move replayed in a backtest (a kill mark: replay/backtest.py
+    run_file), as _kill_switch made it: the reason adopted, and when killed every held target
+    flattened on `tick` (signals into sigs[nsig:], numbered from base + nsig, acting at the tick's
+    receive time as the backtest's decisions do). Returns the new nsig."""
+    rg[RG_KILLED] = code
+    if code == 0:
+        return nsig
+    for i in range(ist.shape[0]):
+        if kill_flatten(ist, rb, i, tick, sigs[nsig], base + nsig, 1):
+            sigs[nsig, 4] = tick[2]
+            nsig += 1
+    return nsig
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -509,7 +544,8 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             if stop:
                 break
             if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # (idle: a kill still flattens within a park)
-                signals = _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate)
+                signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0] + 1 if ticks > 0 else 0, sig, signals, gen,
+                                       shdr, sdata, smask, spstate)
             gen, addr = _adopt_model(ctl, gen)  # hot swap while idle
             if addr:
                 model = addr
@@ -553,9 +589,9 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         ticks += 1
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
         _count_feed_gap(ctl, tick)
+        if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # the kill switch: before this tick moves anything
+            signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0], sig, signals, gen, shdr, sdata, smask, spstate)
         inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
-        if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # the kill switch: within one tick
-            signals = _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate)
         if conflate and cst[CS_NPEND] > 0:
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:  # paused: state stays current, nothing is scored or signalled
@@ -719,7 +755,8 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             if stop:
                 break
             if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # (idle: a kill still flattens within a park)
-                signals = _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate)
+                signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0] + 1 if ticks > 0 else 0, sig, signals, gen,
+                                       shdr, sdata, smask, spstate)
             gen, addr = _adopt_model(ctl, gen)
             if addr:
                 model = addr
@@ -765,9 +802,9 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
         ticks += 1
         latency.record(hist, latency.ST_RING, t_deq - tick[2])
         _count_feed_gap(ctl, tick)
+        if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # the kill switch: before this tick moves anything
+            signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0], sig, signals, gen, shdr, sdata, smask, spstate)
         inst = host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, shared)
-        if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # the kill switch: within one tick
-            signals = _kill_switch(ctl, ist, rb, rg, tick, sig, signals, gen, shdr, sdata, smask, spstate)
         if conflate and cst[CS_NPEND] > 0:
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:

@@ -106,6 +106,13 @@ SIGNAL_FLAG_MARK = 1
 # mask of the rules that cut it (1 << engine.risk.R_*). Flags 0: a signal as the strategy decided it.
 SIGNAL_FLAG_CLIPPED, SIGNAL_FLAG_REFUSED, SIGNAL_FLAG_KILLED = 2, 4, 8
 SIGNAL_RULES_SHIFT = 8
+# A kill mark (flags MARK | KILLED) travels with the signals when the kill switch moves (a kill, or a
+# resume): position = the reason (engine.risk.KILL_REASONS index; 0: resumed), tick_seq = the tick
+# the kill's flattening signals name, ts_event = the seq of the first tick the loop took after it
+# (a seq here, as a conflation mark's). It goes before the flattening signals; `engine backtest
+# --conflate-as-recorded` replays the kill at the same place (signal_log.read_kills); readers of
+# signals leave it out as every mark.
+SIGNAL_FLAGS_KILL_MARK = SIGNAL_FLAG_MARK | SIGNAL_FLAG_KILLED
 
 assert TICK_DTYPE.itemsize == 64, TICK_DTYPE.itemsize
 assert SIGNAL_DTYPE.itemsize == 128, SIGNAL_DTYPE.itemsize

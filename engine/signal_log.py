@@ -3,7 +3,7 @@
 Written by the drainer as signals arrive, straight to the file on every drain, so a crash loses
 at most the signals still in the ring; a partial trailing record is ignored on read.
 
-Header (version 4; 3 had no `decision`: read as each signal its own, decision = seq): magic "ENGSIG01", u32 version, u32 record size, i64 created (ns), u32 flags,
+Header (version 6; 5 had no kill marks, 3 no `decision`: read as each signal its own, decision = seq): magic "ENGSIG01", u32 version, u32 record size, i64 created (ns), u32 flags,
 u32 0, u64 records, 24 bytes reason (ASCII). Flags: 1 complete (the writer closed it: `records`
 is how many it wrote), 2 stopped (a write failed, e.g. a full disk: the file holds the first
 `records` records, whole; `reason` says why, and the writer wrote nothing more), 4 ended
@@ -20,10 +20,11 @@ import time
 
 import numpy as np
 
-from .records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, SIGNAL_WORDS
+from .records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, SIGNAL_FLAGS_KILL_MARK
 
 RECORD = SIGNAL_DTYPE.itemsize
-VERSION = 5  # 1: 64-byte records, before positions in units; 2: no completion flags; 3: no decision; 4: no wanted
+VERSION = 6  # 1: 64-byte records, before positions in units; 2: no completion flags; 3: no decision; 4: no wanted;
+#             5: no kill marks
 F_COMPLETE, F_STOPPED, F_ABNORMAL = 1, 2, 4
 REASON_BYTES = 24
 
@@ -192,9 +193,18 @@ def read_signals(path):
 def read_marks(path):
     """A live run's conflation marks: int64 [m, 2] (first tick seq of a window, flush tick seq)."""
     recs = read_records(path)
-    m = recs[(recs["flags"] & SIGNAL_FLAG_MARK) != 0]
+    m = recs[(recs["flags"] & SIGNAL_FLAGS_KILL_MARK) == SIGNAL_FLAG_MARK]
     return np.stack([m["ts_event"].astype(np.int64), m["tick_seq"].astype(np.int64)], axis=1) if len(m) else \
         np.zeros((0, 2), np.int64)
+
+
+def read_kills(path):
+    """A live run's kill switch moves (kill marks, engine/records.py): int64 [k, 3] (the seq of the
+    first tick after it, the seq of the tick its flattening signals name, the reason: 0 resumed)."""
+    recs = read_records(path)
+    m = recs[(recs["flags"] & SIGNAL_FLAGS_KILL_MARK) == SIGNAL_FLAGS_KILL_MARK]
+    return np.stack([m["ts_event"], m["tick_seq"].astype(np.int64), m["position"]], axis=1).astype(np.int64) \
+        if len(m) else np.zeros((0, 3), np.int64)
 
 
 def read_records(path):

@@ -53,10 +53,11 @@ def file_depth(tf):
 PROGRESS_CHUNK = 1 << 20  # ticks per loop call when a progress bar is shown
 
 
-def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None):
+def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None, kills=None):
     """Backtest one tick file (a path, or a TickFile already open) with a loaded model
     (models.artifact.load) and a compiled strategy host; returns FileResult. marks: a live run's
-    conflation marks (engine.signal_log.read_marks) to replay its conflation exactly. progress:
+    conflation marks (engine.signal_log.read_marks) to replay its conflation exactly; kills: its
+    kill switch moves (engine.signal_log.read_kills), replayed where the loop made them. progress:
     a bar on stderr (ticks/s, ETA) when it is a terminal. risk: the gate's limits (engine/risk.py
     Limits; None: none), applied as the live loop applies them."""
     if isinstance(src, TickFile):
@@ -86,9 +87,22 @@ def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None):
     step = PROGRESS_CHUNK if bar is not None else len(words)
     parts = BacktestArgs(words=words, state=hs.loop_arrays(), row=row, out=out, model=pred.addr, pvals=pvals, cfg=cfg,
                          sigs=sigs, margins=margins, hist=hist, marks=marks)
+    kills, at = _kill_places(words, kills)
+    k = 0
     while True:
+        if k < len(kills) and at[k] <= i:  # the kill switch moved before this tick: as the loop did
+            ref = words[min(np.searchsorted(words[:, 0], kills[k, 1]), len(words) - 1)] if len(words) else \
+                np.zeros(8, np.int64)
+            nsig = host.mod.kill_bt(hs.ist, hs.rb, hs.rg, ref, kills[k, 2], sigs, 0, total)
+            chunks.append(sigs[:nsig].copy())
+            total += nsig
+            k += 1
+            continue
+        if i >= len(words):
+            break
+        stop = min(i + step, at[k] if k < len(kills) else len(words))
         # (a slice of the mapped file: the loop stops at its end, the bar moves, nothing is copied)
-        j, nsig, sc = host.mod.backtest_loop(*backtest_args(host.mod, parts._replace(words=words[:i + step], start=i,
+        j, nsig, sc = host.mod.backtest_loop(*backtest_args(host.mod, parts._replace(words=words[:stop], start=i,
                                                                                      base=total)))
         if bar is not None:
             bar.update(j - i)
@@ -96,14 +110,25 @@ def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None):
         scored += sc
         chunks.append(sigs[:nsig].copy())
         total += nsig
-        if i >= len(words):
-            break
     if bar is not None:
         bar.close()
     signals = np.concatenate(chunks).view(SIGNAL_DTYPE).reshape(-1)
     notes = list(tf.warnings)  # an incomplete file: how many records no checksum covers
     from engine.risk import blocked
     return FileResult(str(path), tf.instruments, len(words), scored, signals, margins, hist, notes, blocked(hs.rg))
+
+
+def _kill_places(words, kills):
+    """(kills int64 [k, 3], the index of the tick each came before) for run_file; the file's ticks
+    must be in seq order (a recording, a converted file) for a seq to say where."""
+    kills = np.zeros((0, 3), np.int64) if kills is None else np.asarray(kills, np.int64).reshape(-1, 3)
+    if not len(kills):
+        return kills, np.zeros(0, np.int64)
+    seqs = words[:, 0]
+    if len(seqs) > 1 and (np.diff(seqs) < 0).any():
+        raise ValueError("the run's kill switch moves name ticks by seq, and this file's ticks are not in seq order: "
+                         "backtest the run's recording (--record)")
+    return kills, np.searchsorted(seqs, kills[:, 0])
 
 
 def _bar(path, n, progress):

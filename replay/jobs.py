@@ -24,6 +24,7 @@ class Params:
     fee_bps: float | None = None      # taker fee, bp of notional (None: --instruments', else the venue's standard)
     extra: dict = field(default_factory=dict)
     marks: object = None              # int64 [m, 2]: a live run's conflation marks (--conflate-as-recorded)
+    kills: object = None              # int64 [k, 3]: its kill switch moves (engine.signal_log.read_kills)
     risk: object = None               # engine.risk.Limits: the gate's limits (--risk-*), None: none
     # execution (replay/execsim.py, replay/l3.py)
     orders: str = "strategy"          # taker | maker | strategy (its `maker` param; taker without one)
@@ -82,20 +83,50 @@ def bound_model(p, path):
     return _model(p)
 
 
+class EntryLatencies:
+    """Order-entry latencies (ns) handed out in order as orders come: order i of file number k gets
+    what entry_latencies gives it (a paper run's orders, a few at a time, meet the latencies a
+    backtest of its recording draws at once: the seeded draws are the same sequence either way)."""
+
+    def __init__(self, p, k=0):
+        self.spec, self.const, self.i = p.latency, np.int64(p.latency_ns), 0
+        if isinstance(self.spec, str):
+            self.kind, _, args = self.spec.partition(":")
+            self.a, self.b = (float(x) for x in args.split(","))
+            self.rng = np.random.default_rng([p.seed, k])
+
+    def take(self, m):
+        """int64 ns for the next m orders."""
+        if self.spec is None:
+            return np.full(m, self.const, np.int64)
+        if not isinstance(self.spec, str):  # recorded values, used in order, cycled
+            a = np.asarray(self.spec, np.int64)
+            out = a[(self.i + np.arange(m)) % len(a)]
+            self.i += m
+            return out
+        if self.kind == "lognormal":
+            return (self.rng.lognormal(np.log(self.a), self.b, m) * 1000).astype(np.int64)
+        return (self.rng.uniform(self.a, self.b, m) * 1000).astype(np.int64)
+
+
 def entry_latencies(p, m, k):
     """Per-order entry latencies (ns) for m orders of file number k: a constant, recorded values
     (used in order, cycled), or draws from a distribution seeded by (seed, file)."""
-    spec = p.latency
-    if spec is None:
+    if p.latency is None:
         return np.int64(p.latency_ns)
-    if not isinstance(spec, str):
-        return np.asarray(spec, np.int64)
-    kind, _, args = spec.partition(":")
-    a, b = (float(x) for x in args.split(","))
-    rng = np.random.default_rng([p.seed, k])
-    if kind == "lognormal":
-        return (rng.lognormal(np.log(a), b, m) * 1000).astype(np.int64)
-    return (rng.uniform(a, b, m) * 1000).astype(np.int64)
+    if not isinstance(p.latency, str):
+        return np.asarray(p.latency, np.int64)
+    return EntryLatencies(p, k).take(m)
+
+
+def fee_overrides(p):
+    """The run-wide fees given on the command line (costs.resolve's overrides)."""
+    return {"taker_bps": p.fee_bps, "maker_bps": p.maker_bps, "per_lot": p.per_lot}
+
+
+def maker_orders(p, values):
+    """Are the orders maker orders: --orders, or the strategy's `maker` param (values)."""
+    return p.orders == "maker" or (p.orders == "strategy" and bool(values.get("maker", 0.0)))
 
 
 def exec_setup(p, host, tf, res, k):
@@ -105,11 +136,10 @@ def exec_setup(p, host, tf, res, k):
     from . import costs, execsim
     top = int(res.signals["instrument"].max()) + 1 if len(res.signals) else 1
     names = list(symbols(res.instruments or tf.instruments, top))
-    specs = costs.resolve(costs.file_specs(tf, names), p.instruments,
-                                {"taker_bps": p.fee_bps, "maker_bps": p.maker_bps, "per_lot": p.per_lot})
-    maker = p.orders == "maker" or (p.orders == "strategy" and bool(host.strategy.values.get("maker", 0.0)))
+    specs = costs.resolve(costs.file_specs(tf, names), p.instruments, fee_overrides(p))
     xp = execsim.ExecParams(entry_ns=entry_latencies(p, len(res.signals), k), response_ns=p.response_ns,
-                            feed_ns=p.feed_ns, maker=maker, queue_power=p.queue_power)
+                            feed_ns=p.feed_ns, maker=maker_orders(p, host.strategy.values),
+                            queue_power=p.queue_power)
     return xp, costs.spec_array(specs), specs
 
 
@@ -138,7 +168,7 @@ def backtest_one(path, p, k=0, progress=False, looped=None):
         check = ex.submit(tf.verify)
         mids = ex.submit(MidIndex, tf.words)
         t0 = time.perf_counter()
-        res = run_file(tf, pred, host, cfg, p.marks, progress=progress, risk=p.risk)
+        res = run_file(tf, pred, host, cfg, p.marks, progress=progress, risk=p.risk, kills=p.kills)
         loop_s = time.perf_counter() - t0
         try:
             check.result()
@@ -346,7 +376,6 @@ def backtest(files, out_dir, p, workers=1, scheduler=None, progress=True):
 
 def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_dir):
     from models.artifact import uses_sigmoid
-    from engine.signal_log import write_signals_parquet
 
     from . import report
     host = _host(p)  # a broken strategy or a model trained for another one: a clear error now
@@ -363,33 +392,48 @@ def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_d
             plotter.draw(report.LOOP_PLOTS, tmp, {"hist": sum(hists, new_counts()), "scores": np.concatenate(scores),
                                                   "thresholds": thresholds}, shown)
         results = run_tasks(files, p, workers, scheduler, progress, looped)
-        sigs, extra, summary, series = merge(results, p)
-        notes = [n for r in results for n in r["notes"]]
-        warned = model_warnings(pred.manifest, files)
-        summary.update({"model": p.model, "model_id": pred.model_id,
-                        "backend": results[0]["backend"] if results else None,
-                        "execution": {"orders": "maker" if results and results[0]["part"].get("maker_orders") else "taker",
-                                      "entry_ns": p.latency if p.latency is not None and isinstance(p.latency, str)
-                                      else p.latency_ns, "response_ns": p.response_ns, "queue_power": p.queue_power,
-                                      "exact_fifo": p.l3},
-                        "horizons_ms": list(p.horizons_ms),
-                        "strategy": host.strategy.identity(), "workers": workers,
-                        "wall_seconds": round(time.monotonic() - t0, 3),
-                        "inputs": [r["path"] for r in results], "notes": notes,
-                        "risk": {"blocked": {k: sum(r["risk"].get(k, 0) for r in results) for k in RISK_RULES}},
-                        # what the printed summary warns of: incomplete inputs, their unchecked records
-                        "warnings": summary["money_warnings"] + warned + notes}, **shown)
-        series["thresholds"] = thresholds
+        head = {"model": p.model, "model_id": pred.model_id, "backend": results[0]["backend"] if results else None,
+                "strategy": host.strategy.identity(), "workers": workers}
+        meta = {"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
+                "engine.strategy": host.strategy.describe()}
+        summary = write_report(tmp, results, p, head, model_warnings(pred.manifest, files), shown, thresholds, t0,
+                               meta, plotter, drawn=report.LOOP_PLOTS)
+    return summary
+
+
+def execution_info(p, results):
+    """The report's `execution`: how orders were simulated."""
+    return {"orders": "maker" if results and results[0]["part"].get("maker_orders") else "taker",
+            "entry_ns": p.latency if isinstance(p.latency, str) else p.latency_ns, "response_ns": p.response_ns,
+            "queue_power": p.queue_power, "exact_fifo": p.l3}
+
+
+def write_report(tmp, results, p, head, warned, shown, thresholds, t0, meta, plotter=None, drawn=()):
+    """signals.parquet, report.json, report.md and the plots of `results` (backtest_one's dicts, in
+    file order) into the directory tmp: a backtest's, or a paper run's (app/paper.py). head: the
+    summary's model, model_id, backend, strategy, workers; warned: warnings about the model; meta:
+    the table's metadata; plotter: draws beside this process (the plots in `drawn` asked of it
+    already), None: drawn here. Returns the summary."""
+    from engine.signal_log import write_signals_parquet
+
+    from . import report
+    sigs, extra, summary, series = merge(results, p)
+    notes = [n for r in results for n in r["notes"]]
+    summary.update(head, execution=execution_info(p, results), horizons_ms=list(p.horizons_ms),
+                   wall_seconds=round(time.monotonic() - t0, 3), inputs=[r["path"] for r in results], notes=notes,
+                   risk={"blocked": {k: sum(r["risk"].get(k, 0) for r in results) for k in RISK_RULES}},
+                   # what the printed summary warns of: incomplete inputs, their unchecked records
+                   warnings=summary["money_warnings"] + list(warned) + notes, **shown)
+    series["thresholds"] = thresholds
+    if plotter is not None:
         market = ("pnl", "drawdown")  # drawn beside this process while it writes the rest
         plotter.draw(market, tmp, series, summary)
-        # the table is written on a thread (Arrow releases the GIL) while the report is drawn
-        import concurrent.futures
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="signals-parquet") as ex:
-            table = ex.submit(write_signals_parquet, os.path.join(tmp, "signals.parquet"), sigs, extra,
-                              metadata={"engine.model_id": pred.model_id, "engine.inputs": ",".join(files),
-                                        "engine.strategy": host.strategy.describe()},
-                              tables=[list(_names(r)) for r in results])
-            report.write(tmp, summary, series, plotter, drawn=report.LOOP_PLOTS + market)
-            table.result()
+        drawn = tuple(drawn) + market
+    # the table is written on a thread (Arrow releases the GIL) while the report is drawn
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="signals-parquet") as ex:
+        table = ex.submit(write_signals_parquet, os.path.join(tmp, "signals.parquet"), sigs, extra, metadata=meta,
+                          tables=[list(_names(r)) for r in results])
+        report.write(tmp, summary, series, plotter, drawn=drawn)
+        table.result()
     return summary
-# y

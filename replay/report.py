@@ -221,7 +221,9 @@ def write(out_dir, summary, series, plotter=None, drawn=()):
     sharpe_note = f" (no Sharpe: {summary['sharpe_reason']})" if summary.get("sharpe") is None and \
         summary.get("sharpe_reason") else ""
     headline = "\n".join(f"- {x}" for x in money_lines(summary))
-    md = f"""# Backtest
+    loop = "live loop's per-tick time (tick to signal)" if summary.get("paper") else \
+        "backtest loop's per-tick compute time (features + model + decision)"
+    md = f"""# {summary.get('title', 'Backtest')}
 
 Model `{summary.get('model')}` ({summary.get('backend')}); strategy {summary.get('strategy', {}).get('name', '')};
 {summary.get('files')} file(s): {', '.join(summary.get('inputs', []))}.
@@ -259,7 +261,7 @@ Per trade in bp: net PnL over the notional it was opened with.
 {notes}
 ## Engine
 
-The backtest loop's per-tick compute time (features + model + decision), not a market figure:
+The {loop}, not a market figure:
 {_fmt(summary.get('loop_ticks_per_s'))} ticks/s through the loop, {_fmt(summary.get('wall_seconds'))} s for the
 whole command.
 

@@ -56,7 +56,8 @@ FILE_VALUES = {
     "risk.mode": "refuse", "risk.max_position": 3.0, "risk.max_notional": 1000.0, "risk.max_gross": 5000.0,
     "risk.max_rate": 10.0, "risk.max_rate_total": 40.0, "risk.min_flip_ms": 5.0, "risk.kill_file": "/kill",
     "risk.kill_feed_down": 2.0, "risk.instrument": ["SYN0000:max_position=1", "SYN0001:max_rate=2"],
-    "risk.kill_loss": 100.0, "risk.kill_drawdown": 50.0, "paper.on": True, "paper.out": "/p.json",
+    "risk.kill_loss": 100.0, "risk.kill_drawdown": 50.0, "paper.on": True, "paper.out": "/p",
+    "paper.exec": "--latency-us 20 --orders maker",
 }
 
 
@@ -65,13 +66,32 @@ def _toml(key, v):
     return (f"[{section}]\n" if section else "") + f"{k} = {json.dumps(v)}\n"
 
 
+NEEDS_PAPER = ("risk.kill_loss", "risk.kill_drawdown", "paper.exec", "paper.out")  # (about the paper PnL)
+
+
+@pytest.mark.parametrize("key", NEEDS_PAPER)
+def test_options_about_the_paper_pnl_need_paper(tmp_path, key):
+    with pytest.raises(ValueError, match=r"needs --paper"):
+        _cfg([], _toml(key, FILE_VALUES[key]), tmp_path)
+
+
+def test_paper_exec_takes_the_backtests_flags_and_names_a_bad_one(tmp_path):
+    from app.cli.exec_options import paper_exec
+    p = paper_exec("--latency-us lognormal:50,0.3 --fee-bps 4 --orders maker --seed 7")
+    assert (p.latency, p.fee_bps, p.orders, p.seed) == ("lognormal:50,0.3", 4.0, "maker", 7)
+    for bad, said in (("--latency-us -3", "--latency-us"), ("--bogus 1", "--bogus"), ("--l3 " + __file__, "--l3"),
+                      ("'open", "No closing quotation")):
+        with pytest.raises(ValueError, match=said):
+            _cfg(["--paper"], _toml("paper.exec", bad), tmp_path)
+
+
 def test_every_key_of_the_file_reaches_the_run(tmp_path):
     assert set(FILE_VALUES) == set(config.KEYS)
     dests = {name: name for name, _ in run_options.opts()} | {"realtime": "realtime"}
     for key, v in FILE_VALUES.items():
         if v is None:  # model.verify_key: a key file, checked when read (tests/test_signing.py)
             continue
-        cfg = _cfg([], _toml(key, v), tmp_path)
+        cfg = _cfg(["--paper"] if key in NEEDS_PAPER else [], _toml(key, v), tmp_path)
         dest = config.KEYS[key][0]
         if dest == "max":
             assert cfg.speed == 0.0, key

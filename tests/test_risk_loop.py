@@ -109,8 +109,9 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
     from tests.helpers.daemon import Daemon, wait_until
     name = f"enginetest-kill-{os.getpid()}"
     kill_file = tmp_path / "KILL"
+    rec = tmp_path / "run.ticks"
     d = Daemon(tmp_path, name, "--feed", "synthetic://?instruments=4&seed=3&rate=20000", "--kill-file", str(kill_file),
-               "--kill-feed-down", "0.3", core=strategy_core())
+               "--kill-feed-down", "0.3", "--record", str(rec), core=strategy_core())
     try:
         d.wait_for("endpoints in ")
         wait_until(lambda: d.status()["counters"]["signals"] > 50, "signals")
@@ -163,3 +164,16 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
         if k == 0:
             after = recs[b:segs[1][0]]
             assert (after["position"] != 0).any() and (after["flags"] & 8 == 0).all()  # entries again
+    # the signal file says where the switch moved (kill marks), and a backtest of the run's recording
+    # replays each kill and resume before the same tick: the same signals, killed ones included
+    from engine.signal_log import read_kills
+    kills = read_kills(d.sig_path)
+    assert kills[:, 2].tolist() == [1, 0, 2, 0, 5], kills  # command, resumed, file, resumed, feed
+    b = cli("backtest", str(rec), "--out", str(tmp_path / "bt"), "--quiet", "--conflate-as-recorded",
+            str(d.sig_path), timeout=600)
+    assert b.returncode == 0 and "5 kill switch moves" in b.stderr, b.stderr
+    bt = pq.read_table(tmp_path / "bt" / "signals.parquet")
+    assert bt.num_rows == len(recs)
+    for col in ("seq", "tick_seq", "instrument", "position", "prev_position", "wanted", "flags", "decision", "margin"):
+        x = bt[col].to_numpy()
+        assert np.array_equal(x, recs[col], equal_nan=x.dtype.kind == "f"), col

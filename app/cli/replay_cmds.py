@@ -12,8 +12,9 @@ import numpy as np
 from models.artifact import BACKEND_CHOICES
 
 from app.run_options import RISK_FIELDS, risk_limits
-from .common import (Flag, existing_file, nonneg_float, nonneg_int, overrides, positive_int, print_warnings, universe,
+from .common import (Flag, existing_file, overrides, positive_int, print_warnings, universe,
                      merge_arg, publisher_args, strategy_args, verify_key_arg)
+from .exec_options import exec_args, exec_params
 
 
 def _horizons_ms(s):
@@ -26,92 +27,14 @@ def _horizons_ms(s):
     return s
 
 
-def _latency(s):
-    """Order-entry latency: microseconds, or a distribution lognormal:MEDIAN_US,SIGMA or
-    uniform:LO_US,HI_US (drawn per order, seeded)."""
-    try:
-        return nonneg_float(s)
-    except (ValueError, argparse.ArgumentTypeError):
-        pass
-    kind, _, args = s.partition(":")
-    try:
-        a, b = (float(x) for x in args.split(","))
-    except ValueError:
-        a = b = -1.0
-    if kind == "lognormal" and a > 0 and b >= 0:
-        return s
-    if kind == "uniform" and 0 <= a <= b:
-        return s
-    raise argparse.ArgumentTypeError(f"expected microseconds, lognormal:MEDIAN_US,SIGMA or uniform:LO_US,HI_US, "
-                                     f"got {s!r}")
-
-
-def _read_latencies(path):
-    """Recorded order-entry latencies, ns: a .npy array or text, one number a line."""
-    import numpy as np
-    try:
-        v = np.load(path) if path.endswith(".npy") else np.loadtxt(path, ndmin=1)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--latency-file {path}: not a list of nanoseconds ({e})") from None
-    v = np.asarray(v).reshape(-1)
-    if not len(v) or not np.all(np.isfinite(v)) or (v < 0).any():
-        raise ValueError(f"--latency-file {path}: needs one or more non-negative nanosecond values")
-    return v.astype(np.int64)
-
-
-def exec_args(bt):
-    """The execution simulator's options (backtest, sweep)."""
-    bt.add_argument("--orders", choices=("strategy", "taker", "maker"), default="strategy",
-                    help="taker orders cross the spread and walk the book; maker orders join their touch and wait "
-                         "in its queue; strategy (default): the strategy's `maker` param (1 = maker), taker without one")
-    bt.add_argument("--latency-us", type=_latency, default=0.0,
-                    help="order-entry latency: microseconds (default 0), or a distribution drawn per order: "
-                         "lognormal:MEDIAN_US,SIGMA or uniform:LO_US,HI_US")
-    bt.add_argument("--latency-file", default=None, type=existing_file,
-                    help="recorded order-entry latencies in ns (.npy, or text one a line), used in order, cycled")
-    bt.add_argument("--response-us", type=nonneg_float, default=0.0,
-                    help="order response latency: when a fill is known to the trader (default 0)")
-    bt.add_argument("--feed-latency-us", type=nonneg_float, default=0.0,
-                    help="feed latency for files whose receive stamps are not on the exchange's clock (live "
-                         "recordings stamp CLOCK_MONOTONIC); captures use their own ts_recv - ts_event")
-    bt.add_argument("--queue-power", type=nonneg_float, default=3.0,
-                    help="maker queue model on L2 data: a cancel comes from ahead of us with probability "
-                         "ahead^n / (ahead^n + behind^n) (default 3)")
-    bt.add_argument("--l3", default=None, metavar="FILE.dbn.zst", type=existing_file,
-                    help="exact FIFO queue positions from this DBN MBO file (the one the tick file was converted from)")
-    bt.add_argument("--fee-bps", type=float, default=None,
-                    help="taker fee, basis points of notional (default: --instruments, else the venue's published standard "
-                         "tier, e.g. 5 for Binance USD-M; 0 where none is known, said in the summary)")
-    bt.add_argument("--maker-bps", type=float, default=None,
-                    help="maker fee, bp of notional, negative for a rebate (default: --instruments, else the venue's standard "
-                         "tier, e.g. 2 for Binance USD-M)")
-    bt.add_argument("--per-lot", type=float, default=None,
-                    help="fee per lot per fill in the instrument's currency (default: --instruments, else the venue's: CME "
-                         "exchange + NFA fees, e.g. 1.40 USD for ES)")
-    bt.add_argument("--instruments", default=None, metavar="FILE.toml", type=existing_file,
-                    help="per-instrument multiplier, fees, currency, calendar (replay/costs.py says how)")
-    bt.add_argument("--seed", type=nonneg_int, default=0, help="seed for drawn latencies (default 0)")
-
-
 def _backtest_params(a, hz, marks=None):
-    """runner.Params from backtest/sweep options."""
+    """replay.jobs.Params from backtest/sweep options."""
     from replay.jobs import Params
-    table = {}
-    if a.instruments:
-        from replay.costs import load_file
-        table = load_file(a.instruments)
     if a.l3 and len(a.files) != 1:
         raise ValueError("--l3 gives the order-by-order data of one tick file: give that one file")
-    lat = a.latency_us if isinstance(a.latency_us, str) else None
-    if a.latency_file:
-        lat = _read_latencies(a.latency_file)
     return Params(model=a.model, backend=a.backend, strategy=a.strategy, params=overrides(a), universe=universe(a),
-                  horizons_ms=hz,
-               latency_ns=0 if isinstance(a.latency_us, str) else int(a.latency_us * 1000), latency=lat,
-               fee_bps=a.fee_bps, maker_bps=a.maker_bps, per_lot=a.per_lot, marks=marks, orders=a.orders,
-               response_ns=int(a.response_us * 1000), feed_ns=int(a.feed_latency_us * 1000),
-               queue_power=a.queue_power, instruments=table, l3=a.l3, seed=a.seed,
-               risk=risk_limits(a) if hasattr(a, "risk_mode") else None)
+                  horizons_ms=hz, marks=marks, risk=risk_limits(a) if hasattr(a, "risk_mode") else None,
+                  **exec_params(a))
 
 
 def _unmerge(merged):
@@ -132,23 +55,24 @@ def cmd_backtest(a):
         raise ValueError(f"--horizons-ms needs positive milliseconds, got {a.horizons_ms!r}")
     if a.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {a.workers}")
-    marks = None
+    marks = kills = None
     if a.conflate_as_recorded:
-        from engine.signal_log import SignalLogError, read_marks
+        from engine.signal_log import SignalLogError, read_kills, read_marks
         if len(a.files) != 1:
             raise ValueError("--conflate-as-recorded replays one live run: give the one tick file it read")
         try:
-            marks = read_marks(a.conflate_as_recorded)
+            marks, kills = read_marks(a.conflate_as_recorded), read_kills(a.conflate_as_recorded)
         except (OSError, SignalLogError) as e:
             raise ValueError(f"--conflate-as-recorded {a.conflate_as_recorded}: {getattr(e, 'strerror', None) or e}") \
                 from None
-        print(f"[backtest] replaying {len(marks):,} conflation windows from {a.conflate_as_recorded}",
-              file=sys.stderr, flush=True)
+        print(f"[backtest] replaying {len(marks):,} conflation windows and {len(kills):,} kill switch moves from "
+              f"{a.conflate_as_recorded}", file=sys.stderr, flush=True)
         from engine.signal_log import status
         note = status(a.conflate_as_recorded)["note"]  # a run cut short: its marks stop there too
         if note:
             print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
     p = _backtest_params(a, hz, marks)
+    p.kills = kills
     from .run_cmds import check_mode
     check_mode(a)
     merged = None
@@ -277,9 +201,10 @@ def _add_backtest(sub):
     strategy_args(bt)
     merge_arg(bt)
     bt.add_argument("--conflate-as-recorded", default=None, metavar="SIGNALS.sig",
-                    help="replay the conflation of a live run over this file (`engine run --feed tickfile:F "
-                         "--conflate on --signals-out S.sig`): the same ticks folded unscored and the same flush "
-                         "points, from the marks in its signal file, so the signals are identical")
+                    help="replay a live run over this file (`engine run --feed tickfile:F --signals-out S.sig`, "
+                         "or the recording of `engine run --record F`) as it ran, from the marks in its signal file: its "
+                         "conflation (the same ticks folded unscored, the same flush points) and its kill switch "
+                         "(killed and resumed before the same ticks), so the signals are identical")
     bt.add_argument("--quiet", action=Flag, help="no progress lines")
     bt.add_argument("--json", action=Flag, help="print the summary as one JSON object")
     verify_key_arg(bt)

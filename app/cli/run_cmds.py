@@ -154,6 +154,11 @@ def check_args(a):
                 raise ValueError(f"{o.flag}: {e}") from None
         elif not o.check[0](v):
             raise ValueError(f"{o.check[1]}, got {v!r}")
+    if not a.paper:  # (a limit on a PnL nobody computes would protect nothing, silently)
+        given = [f for f, v in (("--kill-loss", a.kill_loss), ("--kill-drawdown", a.kill_drawdown),
+                                ("--paper-exec", a.paper_exec), ("--paper-out", a.paper_out)) if v not in (None, "")]
+        if given:
+            raise ValueError(f"{given[0]} needs --paper (paper.on in the config): it is about the paper PnL")
     if a.backend not in run_options.backends():
         raise ValueError(f"backend must be one of {', '.join(run_options.backends())}, got {a.backend!r}")
 
@@ -170,6 +175,16 @@ def from_args(a):
         elif hasattr(a, o.dest or name):
             kw[name] = getattr(a, o.dest or name)
     return run_options.RunConfig(**kw)
+
+
+def paper_exec_arg(v):
+    """--paper-exec 'FLAGS': engine backtest's execution flags (app/cli/exec_options.py)."""
+    from .exec_options import paper_exec
+    try:
+        paper_exec(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return v
 
 
 def risk_instrument(v):
