@@ -18,6 +18,13 @@ interleaved so the machine's noise hits them alike.
      notional, gross, rate per instrument and for the run, flip; clip mode) against the same loop
      with the gate off, ns per tick, and the difference per decision that went through the gate
      (bench/risk_gate.py times the gate alone, where the difference is not lost in the loop's noise).
+  6. paper trading on and off: the whole command a user types, `engine run --rate 20000 --duration D`
+     with and without --paper (the execution simulator on a thread of the control plane's cores,
+     reading the tap ring), bare and with --isolate, the four interleaved in rounds; tick_to_signal
+     p50/p99/p99.9 and the strategy thread's wait for its core (/proc) of each run, and the median
+     of each over the rounds. Paper trading never runs on the strategy core; on a machine whose
+     other cores it loads (2 cores here) the kernel puts other tasks on the strategy core unless
+     --isolate moves them off, which the core wait shows.
 No peer outside the engine does this (hftbacktest runs a Python/numba strategy per event, not
 compiled into a pinned loop); the peer here is the engine's own v1 loop.
 """
@@ -101,7 +108,48 @@ def best(fns, reps):
 def main():
     a = _common.args(__doc__, lambda p: p.add_argument("--reps", type=int, default=None))
     r = compare(a.reps or (5 if a.quick else 15), 300_000 if a.quick else 1_000_000)
+    paper = paper_on_off(2 if a.quick else 3, 6 if a.quick else 12)
+    r["metrics"].update(paper["metrics"])
+    r["ratios"].update(paper["ratios"])
     _common.save("strategy_host", r["metrics"], r["peers"], r["ratios"])
+
+
+PAPER_VARIANTS = {"off": [], "paper": ["--paper"], "off+isolate": ["--isolate"], "paper+isolate": ["--isolate", "--paper"]}
+
+
+def paper_on_off(rounds, duration, rate=20_000):
+    """6: tick_to_signal of `engine run` with --paper and without, bare and with --isolate, the
+    variants interleaved in rounds."""
+    import os
+    import shutil
+    core = max(os.sched_getaffinity(0))
+    out_dir = f"/tmp/bench-paper-{os.getpid()}"
+    keys = ("tick_to_signal_p50_ns", "tick_to_signal_p99_ns", "tick_to_signal_p999_ns", "preempted_ms")
+    runs = {v: [] for v in PAPER_VARIANTS}
+    for i in range(rounds):
+        for variant, extra in PAPER_VARIANTS.items():
+            d = _common.engine_run(core, rate, duration, extra + (["--paper-out", out_dir] if "--paper" in extra else []))
+            t = _common.tail(d)
+            runs[variant].append({k: t[k] for k in keys} | {"scored": d["scored"],
+                                  "paper_fills": (d.get("paper") or {}).get("fills")})
+            print(f"  round {i + 1}/{rounds} {variant:<14} " + "  ".join(f"{k[15:-3]} {t[k]:,.0f}" for k in keys[:3])
+                  + f" ns, waited for the core {t['preempted_ms'] or 0:.1f} ms  ({d['scored']:,} scored"
+                  + (f", {d['paper']['fills']:,} paper fills)" if d.get("paper") else ")"), file=sys.stderr, flush=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    med = {v: {k: float(np.median([r[k] or 0 for r in runs[v]])) for k in keys} for v in runs}
+    _common.table(f"paper trading on and off: `engine run --rate {rate:,} --duration {duration}`, tick_to_signal ns "
+                  f"(median of {rounds} interleaved runs each)", ["p50", "p99", "p99.9", "core wait ms"],
+                  [(v, {"p50": med[v][keys[0]], "p99": med[v][keys[1]], "p99.9": med[v][keys[2]],
+                        "core wait ms": med[v][keys[3]]}) for v in runs])
+    print("  p99 range over the runs: " + ", ".join(f"{v} {min(r[keys[1]] for r in runs[v]):,.0f}-"
+                                                   f"{max(r[keys[1]] for r in runs[v]):,.0f}" for v in runs) + " ns")
+    print("  (the paper thread runs off the strategy core; without --isolate the load it adds to the other cores "
+          "makes the kernel put other tasks on the strategy core: 'core wait' is the strategy thread's wait for it)")
+    metrics = {f"paper_{v.replace('+', '_')}_{k}": round(med[v][k], 1) for v in runs for k in keys}
+    metrics["paper_runs"] = runs
+    ratios = {f"{p}_vs_{o}_tick_to_signal_p99".replace("+", "_"): _common.ratio(med[p][keys[1]], med[o][keys[1]], False)
+              for p, o in (("paper", "off"), ("paper+isolate", "off+isolate"))}
+    return {"metrics": metrics, "ratios": ratios}
 
 
 def compare(reps, n):
