@@ -443,6 +443,9 @@ class ControlPlane:
         self.token = ensure_token(ctx.token_file) if ctx.http else None
         self.instruments, self.specs = [], None
         self._inst_mtime = None
+        # --model a symlink (registry:NAME's live link, or an operator's): where it pointed last
+        self.model_link = ctx.model_dir if os.path.islink(ctx.model_dir) else None
+        self.model_target = ctx.loaded[-1].path if ctx.loaded else None
         self.started = time.monotonic()
         self.warnings = []          # for the run's summary: a feed process that failed
         self.drainer, self.drain_stop = None, threading.Event()
@@ -939,6 +942,7 @@ class ControlPlane:
                     self._watchdog()
                     self._watch_feed()
                     self._kill_triggers(t)
+                    self._watch_model()
                     if self.paused and int(self.ctl[C.CTL_CMD]) == C.CMD_RUN:
                         self.ctl[C.CTL_CMD] = C.CMD_PAUSE  # (a re-attach resets the command)
                 if self.hlog is not None and t >= next_hlog:
@@ -960,6 +964,20 @@ class ControlPlane:
             log(f"kill switch reset (was: {risk.kill_reason(int(self.ctl[C.CTL_KILL]))}): entries allowed again")
             self.ctl[C.CTL_KILL] = 0
             self.feed_down_since = None  # (a feed still down kills again only after the full time)
+
+    def _watch_model(self):
+        """The model's symlink moved (`engine model promote` / `rollback`, or an operator's flip):
+        reload it, once per move (a refused artifact is not tried again until the link moves)."""
+        if self.model_link is None:
+            return
+        try:
+            now = os.path.realpath(self.model_link)
+        except OSError:
+            return
+        if now != self.model_target:
+            self.model_target = now
+            log(f"{self.model_link} now points at {now}: reloading the model")
+            self.x.reload_event.set()
 
     def _kill_triggers(self, now):
         """The kill switch's own triggers, every watch: --kill-file appeared, a feed down too long."""

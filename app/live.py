@@ -290,7 +290,8 @@ def load_model(cfg, strategy):
     """The verified model for this strategy: --model, or the strategy's default model (trained
     on the synthetic market and cached on first use)."""
     if cfg.model:
-        model_dir = cfg.model
+        from models.registry import resolve_model
+        model_dir = resolve_model(cfg.model)  # (registry:NAME: the live link of NAME; a move reloads it)
     else:
         from models.default import default_model_dir
         model_dir = str(default_model_dir(strategy))

@@ -114,8 +114,10 @@ class RunConfig:
                                     help="seconds to run (default: until stopped)",
                                     check=(_finite_pos, "duration must be a finite number of seconds > 0"))
     model: str | None = option(None, "--model", key="model.dir",
-                               help="model artifact directory, trained for --strategy (default: the strategy's "
-                                    "default model, trained on the synthetic market and cached on first use)")
+                               help="model artifact directory, trained for --strategy, or registry:NAME (the "
+                                    "registry's live version of NAME: a promotion or rollback reloads it while the "
+                                    "engine runs; registry:NAME@VERSION pins one) (default: the strategy's default "
+                                    "model, trained on the synthetic market and cached on first use)")
     backend: str = option(
         "auto", "--backend", key="model.backend", choices=backends,
         help="model back end: auto = the fastest one that is bit-exact on this machine (default); "

@@ -1,8 +1,9 @@
 """Model commands: `engine train`, `engine compile`, `engine predict`, `engine model
-default|inspect|keygen|sign`."""
+default|inspect|keygen|sign` and the registry's `engine model register|list|show|promote|rollback`."""
 import argparse
 import json
 import sys
+import time
 
 from models.artifact import BACKEND_CHOICES
 
@@ -110,7 +111,7 @@ def add_parsers(sub):
 
 
 def _add_model(sub):
-    """`engine model default|inspect|keygen|sign`."""
+    """`engine model default|inspect|keygen|sign|register|list|show|promote|rollback`."""
     m = sub.add_parser("model", help="model tools")
     ms = m.add_subparsers(dest="model_cmd", required=True, metavar="SUBCOMMAND")
     md = ms.add_parser("default", help="build (if needed) the default model and print its directory")
@@ -138,6 +139,113 @@ def _add_model(sub):
     msg.add_argument("dir", help="model artifact directory, or an FPGA directory")
     msg.add_argument("--key", required=True, metavar="PRIVATE_KEY", help="ed25519 private key or HMAC secret (0600)")
     msg.set_defaults(fn=cmd_model_sign)
+    _add_registry(ms)
+
+
+def _registry(a, create=False):
+    from models.registry import Registry
+    return Registry(a.registry, create=create)
+
+
+def _version_line(name, rec, live=None):
+    m = rec.get("metrics") or {}
+    return (f"{name}@{rec['version']}{'  (live)' if live == rec['version'] else ''}  {rec['id'][:12]}  model "
+            f"{rec.get('model_id')}  {rec.get('num_trees')} trees  {rec.get('objective')}  "
+            + (f"test auc {m['test_auc']:.4f}  " if isinstance(m.get("test_auc"), float) else "")
+            + time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(rec["registered_unix"])) + " UTC")
+
+
+def cmd_model_register(a):
+    reg = _registry(a, create=True)
+    rec, new = reg.register(a.dir, a.name, note=a.note)
+    print(("registered " if new else "already registered as ") + _version_line(a.name, rec))
+    if a.promote:
+        cmd_model_promote(argparse.Namespace(ref=f"{a.name}@{rec['version']}", registry=a.registry))
+    return 0
+
+
+def cmd_model_list(a):
+    from models.registry import promoted
+    reg = _registry(a)
+    names = [a.name] if a.name else reg.names()
+    if a.json:
+        print(json.dumps({n: reg.entry(n) for n in names}, indent=1))
+        return 0
+    if not names:
+        print(f"no models registered in {reg.root}")
+    for n in names:
+        e = reg.entry(n)
+        live = (promoted(e) or [None])[-1]
+        if a.name:
+            for rec in e["versions"]:
+                print(_version_line(n, rec, live))
+        else:
+            print(f"{n}: {len(e['versions'])} version(s), live: {live or 'none'}")
+    return 0
+
+
+def cmd_model_show(a):
+    from models.registry import promoted
+    reg = _registry(a)
+    name, rec = reg.version(a.ref)
+    e = reg.entry(name)
+    out = dict(rec, name=name, path=str(reg.object_dir(rec["id"])), live=(promoted(e) or [None])[-1] == rec["version"],
+               promotions=[p for p in e.get("promotions", []) if p["version"] == rec["version"]])
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+def cmd_model_promote(a):
+    reg = _registry(a)
+    name, rec = reg.promote(a.ref)
+    print(f"promoted {_version_line(name, rec)}: {reg.live(name)} -> it (an engine run with --model "
+          f"registry:{name} reloads it between two ticks)")
+    return 0
+
+
+def cmd_model_rollback(a):
+    reg = _registry(a)
+    name, rec = reg.rollback(a.name)
+    print(f"rolled back: {_version_line(name, rec)} is live again")
+    return 0
+
+
+def _add_registry(ms):
+    """`engine model register|list|show|promote|rollback` (models/registry.py)."""
+    def where(p):
+        p.add_argument("--registry", metavar="DIR", default=None,
+                       help="the registry (default: ENGINE_REGISTRY, else the state directory's registry)")
+    r = ms.add_parser("register", help="copy a verified artifact into the registry as NAME's next version",
+                      description="Verify DIR (hashes, signature with a verify key, bit-exactness with XGBoost), then "
+                                  "copy it read-only into the registry, content-addressed (the sha256 of its manifest, "
+                                  "which lists every file's sha256), as NAME's next version, with its training data "
+                                  "and test metrics from the manifest. The same bytes again are the version they are.")
+    r.add_argument("dir", help="model artifact directory (engine train --out)")
+    r.add_argument("--name", required=True, help="the model's name in the registry")
+    r.add_argument("--note", default=None, help="a line kept with the version (why it was trained)")
+    r.add_argument("--promote", action=Flag, help="and make it the live version")
+    where(r)
+    r.set_defaults(fn=cmd_model_register)
+    ls = ms.add_parser("list", help="the registry's models, or one model's versions")
+    ls.add_argument("name", nargs="?", default=None)
+    ls.add_argument("--json", action=Flag, help="the registry entries as JSON")
+    where(ls)
+    ls.set_defaults(fn=cmd_model_list)
+    sh = ms.add_parser("show", help="one version's record: NAME (the live one) or NAME@VERSION")
+    sh.add_argument("ref", metavar="NAME[@VERSION]")
+    where(sh)
+    sh.set_defaults(fn=cmd_model_show)
+    pr = ms.add_parser("promote", help="make NAME@VERSION live: what engine run --model registry:NAME loads",
+                       description="Flip NAME's live link to VERSION atomically and record the promotion. An engine "
+                                   "running --model registry:NAME sees the link move and reloads: the verified hot "
+                                   "swap, adopted between two ticks.")
+    pr.add_argument("ref", metavar="NAME@VERSION")
+    where(pr)
+    pr.set_defaults(fn=cmd_model_promote)
+    rb = ms.add_parser("rollback", help="make live again the version live before the last promotion")
+    rb.add_argument("name")
+    where(rb)
+    rb.set_defaults(fn=cmd_model_rollback)
 
 
 def _add_train(sub):

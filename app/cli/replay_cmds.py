@@ -32,7 +32,8 @@ def _backtest_params(a, hz, marks=None):
     from replay.jobs import Params
     if a.l3 and len(a.files) != 1:
         raise ValueError("--l3 gives the order-by-order data of one tick file: give that one file")
-    return Params(model=a.model, backend=a.backend, strategy=a.strategy, params=overrides(a), universe=universe(a),
+    from models.registry import resolve_model
+    return Params(model=resolve_model(a.model), backend=a.backend, strategy=a.strategy, params=overrides(a), universe=universe(a),
                   horizons_ms=hz, marks=marks, risk=risk_limits(a) if hasattr(a, "risk_mode") else None,
                   **exec_params(a))
 
@@ -189,7 +190,8 @@ def _add_backtest(sub):
                                     "and OUT/report.{md,json} with its plots. Several files run in parallel on Dask "
                                     "with --workers.")
     bt.add_argument("files", nargs="+", metavar="FILE.ticks", type=existing_file)
-    bt.add_argument("--model", default=None, help="model artifact directory (default: the strategy's default model)")
+    bt.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (engine model list; default: the strategy's "
+                         "default model)")
     bt.add_argument("--out", required=True, help="output directory")
     bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end (all are bit-exact)")
     bt.add_argument("--workers", type=positive_int, default=1,
@@ -224,7 +226,8 @@ def _add_sweep(sub):
     sw.add_argument("files", nargs="+", metavar="FILE.ticks", type=existing_file)
     sw.add_argument("--grid", required=True, metavar="NAME=LO:HI:STEP|V1|V2,...",
                     help="e.g. 'enter_long=0.6:0.8:0.05,latency_us=0|100|500' (the cross product)")
-    sw.add_argument("--model", default=None, help="model artifact directory (default: the strategy's default model)")
+    sw.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (engine model list; default: the strategy's "
+                         "default model)")
     sw.add_argument("--out", required=True, help="output directory (its cells/ cache makes reruns resume)")
     sw.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end")
     sw.add_argument("--workers", type=positive_int, default=1, help="cells in parallel on a Dask LocalCluster")

@@ -1,0 +1,118 @@
+"""The model registry (models/registry.py, `engine model register|list|show|promote|rollback`):
+verified artifacts copied in read-only under the sha256 of their manifest, versions per name,
+promotion and rollback flipping the live link, and an engine run with --model registry:NAME
+adopting each move between two ticks with nothing lost."""
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from engine.signal_log import read_signals
+from tests.conftest import strategy_core
+from tests.helpers.daemon import Daemon, wait_until
+from tests.helpers.feedutil import cli, one_line_error
+from tests.test_hot_swap import second_model  # noqa: F401  (a module fixture: another real model)
+
+
+def _files(d):
+    """{relative path: sha256} of every file under d (what a version's bytes are)."""
+    d = Path(d).resolve()
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*"))
+            if p.is_file()}
+
+
+def _listed(d):
+    """The artifact's own files: those its manifest lists, and the manifest."""
+    m = json.loads((Path(d) / "manifest.json").read_text())
+    return set(m["files"]) | {"manifest.json"}
+
+
+def test_register_promote_rollback(tmp_path, default_model, second_model):  # noqa: F811
+    reg = tmp_path / "reg"
+    r = cli("model", "register", str(default_model), "--name", "micro", "--registry", str(reg), "--promote")
+    assert r.returncode == 0 and "registered micro@1" in r.stdout and "promoted micro@1" in r.stdout, r.stderr
+    r = cli("model", "register", str(default_model), "--name", "micro", "--registry", str(reg))
+    assert r.returncode == 0 and "already registered as micro@1" in r.stdout, r.stdout  # (the same bytes)
+    r = cli("model", "register", str(second_model), "--name", "micro", "--registry", str(reg), "--note", "smaller")
+    assert r.returncode == 0 and "registered micro@2" in r.stdout, r.stderr
+    # content-addressed, read-only copies of exactly the artifact's files
+    e = json.loads((reg / "names" / "micro.json").read_text())
+    v1, v2 = e["versions"]
+    for v, src in ((v1, default_model), (v2, second_model)):
+        obj = reg / "objects" / v["id"]
+        assert v["id"] == hashlib.sha256((Path(src) / "manifest.json").read_bytes()).hexdigest()
+        assert {k: h for k, h in _files(src).items() if k in _listed(src)} == _files(obj)
+        assert all(not (p.stat().st_mode & 0o222) for p in obj.rglob("*"))
+    assert v2["note"] == "smaller" and v1["training"]["source"].startswith("synthetic://")
+    assert isinstance(v1["metrics"]["test_auc"], float) and v1["strategy"]["name"] == "microstructure"
+    live = reg / "live" / "micro"
+    assert os.readlink(live) == f"../objects/{v1['id']}"
+
+    r = cli("model", "list", "--registry", str(reg))
+    assert r.stdout.strip() == "micro: 2 version(s), live: 1", r.stdout
+    r = cli("model", "promote", "micro@2", "--registry", str(reg))
+    assert r.returncode == 0 and os.readlink(live) == f"../objects/{v2['id']}", r.stderr
+    r = cli("model", "list", "micro", "--registry", str(reg))
+    assert "micro@2  (live)" in r.stdout and "micro@1  " in r.stdout, r.stdout
+    r = cli("model", "show", "micro", "--registry", str(reg))
+    assert json.loads(r.stdout)["version"] == 2 and json.loads(r.stdout)["live"] is True
+    # rollback: the previous version's exact bytes are live again; once more: nothing before it
+    r = cli("model", "rollback", "micro", "--registry", str(reg))
+    assert r.returncode == 0 and "micro@1" in r.stdout, r.stderr
+    assert {k: h for k, h in _files(default_model).items() if k in _listed(default_model)} == _files(live)
+    assert "nothing to roll back to" in one_line_error(cli("model", "rollback", "micro", "--registry", str(reg)))
+    r = cli("model", "inspect", "--verify", str(live))  # (what an engine loads from it: verified, bit-exact)
+    assert r.returncode == 0 and json.loads(r.stdout)["verified"] is True, r.stderr
+
+
+@pytest.mark.parametrize("args,said", [
+    (["model", "promote", "micro@9"], "micro has no version 9"),
+    (["model", "promote", "micro@x"], "the version after @ is a number"),
+    (["model", "show", "nothere"], "no model named 'nothere'"),
+    (["model", "register", "/etc", "--name", "m"], "not a model artifact"),
+    (["model", "register", "DEFAULT", "--name", "../up"], "model name '../up'"),
+])
+def test_bad_registry_input_is_one_line(tmp_path, default_model, args, said):
+    reg = tmp_path / "reg"
+    assert cli("model", "register", str(default_model), "--name", "micro", "--registry", str(reg)).returncode == 0
+    args = [str(default_model) if a == "DEFAULT" else a for a in args]
+    assert said in one_line_error(cli(*args, "--registry", str(reg)))
+
+
+def test_a_registry_others_can_write_is_refused(tmp_path, default_model):
+    reg = tmp_path / "reg"
+    assert cli("model", "register", str(default_model), "--name", "micro", "--registry", str(reg)).returncode == 0
+    os.chmod(reg, stat.S_IRWXU | stat.S_IWGRP | stat.S_IXGRP | stat.S_IRGRP)
+    assert "only it can write" in one_line_error(cli("model", "list", "--registry", str(reg)))
+
+
+def test_a_running_engine_follows_promotion_and_rollback(tmp_path, default_model, second_model,  # noqa: F811
+                                                        monkeypatch):
+    reg = tmp_path / "reg"
+    monkeypatch.setenv("ENGINE_REGISTRY", str(reg))
+    for d in (default_model, second_model):
+        assert cli("model", "register", str(d), "--name", "micro").returncode == 0
+    assert cli("model", "promote", "micro@1").returncode == 0
+    ids = [json.loads(cli("model", "show", f"micro@{v}").stdout)["model_id"] for v in (1, 2)]
+    name = f"enginetest-registry-{os.getpid()}"
+    d = Daemon(tmp_path, name, "--feed", "synthetic://?instruments=4&seed=3&rate=20000", "--model", "registry:micro",
+               core=strategy_core())
+    try:
+        d.wait_for("endpoints in ")
+        assert d.status()["model"]["id"] == ids[0]
+        wait_until(lambda: d.status()["counters"]["signals"] > 20, "signals")
+        assert cli("model", "promote", "micro@2").returncode == 0
+        wait_until(lambda: d.status()["model"]["id"] == ids[1], "the promoted version loaded")
+        wait_until(lambda: (read_signals(d.sig_path)["model_gen"] == 2).any(), "signals scored by it")
+        assert cli("model", "rollback", "micro").returncode == 0
+        wait_until(lambda: d.status()["model"]["id"] == ids[0], "the previous version loaded again")
+        c = d.status()["counters"]
+        assert c["lost"] == 0 and c["gaps"] == 0, c
+    finally:
+        d.stop()
+    assert "micro now points at" in d.log()
+    gens = set(read_signals(d.sig_path)["model_gen"].tolist())
+    assert {1, 2} <= gens, gens
