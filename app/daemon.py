@@ -37,6 +37,7 @@ from engine import control as C
 from engine import dirs, feed_stats, latency, risk, shm, sigring
 from engine.records import SIGNAL_FLAG_MARK, signal_flags, signal_instruments
 from engine.outputs import NotPrivate, open_own, write_whole
+from models import registry
 
 from . import ctlauth, prom, run_summary, runtime_file
 from .run_options import RunConfig, risk_limits
@@ -443,8 +444,10 @@ class ControlPlane:
         self.token = ensure_token(ctx.token_file) if ctx.http else None
         self.instruments, self.specs = [], None
         self._inst_mtime = None
-        # --model a symlink (registry:NAME's live link, or an operator's): where it pointed last
-        self.model_link = ctx.model_dir if os.path.islink(ctx.model_dir) else None
+        # --model registry:NAME: its live link, and where it pointed last (an operator's own symlink
+        # is reloaded by SIGHUP or `engine ctl reload`, when they say, as before)
+        self.model_link = ctx.model_dir if (ctx.cfg.model or "").startswith(registry.PREFIX) and \
+            os.path.islink(ctx.model_dir) else None
         self.model_target = ctx.loaded[-1].path if ctx.loaded else None
         self.started = time.monotonic()
         self.warnings = []          # for the run's summary: a feed process that failed
@@ -966,8 +969,8 @@ class ControlPlane:
             self.feed_down_since = None  # (a feed still down kills again only after the full time)
 
     def _watch_model(self):
-        """The model's symlink moved (`engine model promote` / `rollback`, or an operator's flip):
-        reload it, once per move (a refused artifact is not tried again until the link moves)."""
+        """registry:NAME's live link moved (`engine model promote` / `rollback`): reload it, once per
+        move (a refused artifact is not tried again until the link moves)."""
         if self.model_link is None:
             return
         try:

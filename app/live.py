@@ -1003,6 +1003,9 @@ class _Run:
                                 f"{record['lost']:,} ticks in {record['gaps']:,} gaps (marked in the file): its "
                                 "backtest is not this run's")
         pp = getattr(self, "paper_result", None)
+        if pp is not None and pp.get("unmatched_signals"):
+            warnings.append(f"paper trading: {pp['unmatched_signals']:,} signals name ticks it never read (it read "
+                            f"{pp['ticks_read']:,}): they are not in its figures")
         if pp is not None and (pp["gaps"] or pp["error"] or pp["online"]["late_orders"]):
             warnings.append("paper trading: " + (f"stopped: {pp['error']}; " if pp["error"] else "")
                             + (f"it fell a tap ring behind the loop {pp['gaps']:,} times (ticks lost): its figures are "

@@ -254,6 +254,8 @@ class PaperTrader(threading.Thread):
             pass
         gaps = int(self.c.hdr[self.c.slot_base + shm.C_GAPS])
         self.c.close()
+        with self.lock:  # signals whose tick never came (said, never dropped silently)
+            unmatched = sum(len(x) for x in self.sigs)
         from replay.backtest import FileResult
         from replay.evaluate import evaluate_file
         words = self.words[:self.n]
@@ -275,5 +277,5 @@ class PaperTrader(threading.Thread):
                 "paper": {"online": {"fills": online["fills"], "late_orders": self.late,
                                      "net": round(online["total_net"], 6), "drawdown": round(online["drawdown"], 6)},
                           "positions": {str(i): int(p) for i, p in enumerate(online["position"]) if p},
-                          "gaps": gaps,
+                          "gaps": gaps, "ticks_read": int(self.n), "unmatched_signals": int(unmatched),
                           "error": str(self.error) if self.error else None}}

@@ -32,7 +32,9 @@ def test_paper_report_equals_the_backtest_of_the_recording(tmp_path, default_mod
             "--name", f"paper{id(tmp_path) % 10**6}", timeout=600)
     assert r.returncode == 0, r.stderr
     p = json.loads(r.stdout)["paper"]
-    assert p["out"] == str(out) and p["signals"] == len(read_signals(sig)) and p["gaps"] == 0 and p["error"] is None
+    why = (p, r.stderr[-3000:])  # (what it read and said, should this fail)
+    assert p["out"] == str(out) and p["error"] is None and p["gaps"] == 0 and p["unmatched_signals"] == 0, why
+    assert p["signals"] == len(read_signals(sig)), why
     from engine.tickfile import TickFile
     assert p["ticks"] == len(TickFile(src))
     b = cli("backtest", str(rec), "--out", str(tmp_path / "bt"), "--quiet", "--json", *exec_flags.split(),
