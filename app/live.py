@@ -1034,8 +1034,6 @@ class _Run:
         from engine.outputs import atomic_dir
         from models.artifact import uses_sigmoid
         from replay import jobs, report
-
-        from .cli.exec_options import paper_exec
         t0 = time.monotonic()
         names = self.rings.table(self.multi)[0] if self.rings is not None else []
         r = self.paper.finish(names, self.ctl_blk.hist.copy(), self.ctl_blk.counters()["risk_blocked"])
@@ -1047,7 +1045,7 @@ class _Run:
         meta = {"engine.model_id": self.pred.model_id, "engine.inputs": "paper: " + " + ".join(
             u or f"ring:{n}" for u, n in zip(self.feed_uris, self.ring_names)), "engine.strategy": self.strat.describe()}
         with atomic_dir(out, "the paper trading report") as tmp:
-            s = jobs.write_report(tmp, [r], paper_exec(self.cfg.paper_exec), head, [],
+            s = jobs.write_report(tmp, [r], self.paper.p, head, [],
                                   {"probability": uses_sigmoid(self.pred)}, thresholds, t0, meta)
         self.paper_result = {"out": out, "pnl": s["pnl"], "pnl_gross": s["pnl_gross"], "fees": s["fees"],
                              "fills": s["fills"], "signals": s["signals"], "ticks": s["ticks"],
