@@ -40,12 +40,16 @@ RULES = ("killed", "flip", "position", "no_price", "notional", "gross", "rate")
 MODE_OFF, MODE_CLIP, MODE_REFUSE = 0, 1, 2
 
 # rlim float64 [n + 1, RL_WIDTH]: row i an instrument's limits, row n the run's (RL_MAX_NOTIONAL:
-# gross notional; RL_RATE/RL_BURST: signals of the whole run). np.inf: no limit.
-RL_MAX_POS, RL_MAX_NOTIONAL, RL_MULT, RL_RATE, RL_BURST, RL_MIN_FLIP_NS = range(6)
-RL_WIDTH = 6
-# rb float64 [n + 1, RB_WIDTH]: token buckets (row n the run's), last reversal, notional held
-# and the last wanted target recorded as refused (NaN: none since the last signal)
-RB_TOKENS, RB_REFILL_NS, RB_FLIP_NS, RB_NOTIONAL, RB_REFUSED = range(5)
+# gross notional; RL_RATE/RL_BURST: signals of the whole run). np.inf: no limit. The last three
+# are the rate as the gate uses it (set_limits keeps them): ns per signal (0: no limit), the
+# burst's slack (burst - 1 signals' worth) and a full bucket's worth, in ns.
+RL_MAX_POS, RL_MAX_NOTIONAL, RL_MULT, RL_RATE, RL_BURST, RL_MIN_FLIP_NS, RL_INTERVAL_NS, RL_TAU_NS, RL_EMPTY_NS \
+    = range(9)
+RL_WIDTH = 9
+# rb float64 [n + 1, RB_WIDTH]: the rate's bucket as the time it is full again and the latest
+# decision time it saw (row n the run's), last reversal, notional held and the last wanted target
+# recorded as refused (NaN: none since the last signal)
+RB_TAT, RB_CLOCK, RB_FLIP_NS, RB_NOTIONAL, RB_REFUSED = range(5)
 RB_WIDTH = 5
 # rg int64 [RG_WIDTH]: killed (0, or the KILL_* reason), then the count of every rule, the mode
 RG_KILLED, RG_RULES = 0, 1
@@ -91,8 +95,11 @@ def new_state(n, mode=MODE_CLIP):
     rlim = np.full((n + 1, RL_WIDTH), np.inf)
     rlim[:, RL_MULT] = 0.0
     rlim[:, RL_MIN_FLIP_NS] = 0.0
+    rlim[:, RL_INTERVAL_NS] = 0.0
+    rlim[:, RL_EMPTY_NS] = np.inf
     rb = np.zeros((n + 1, RB_WIDTH))
-    rb[:, RB_REFILL_NS] = -1.0  # (never refilled: the first decision finds a full bucket)
+    rb[:, RB_TAT] = -np.inf  # (full since ever)
+    rb[:, RB_CLOCK] = -np.inf
     rb[:, RB_FLIP_NS] = -np.inf
     rb[:, RB_REFUSED] = np.nan
     rg = np.zeros(RG_WIDTH, np.int64)
@@ -116,6 +123,14 @@ def set_limits(rlim, row, *, max_position=None, max_notional=None, multiplier=No
         rlim[row, RL_BURST] = burst
     if min_flip_ms is not None:
         rlim[row, RL_MIN_FLIP_NS] = min_flip_ms * 1e6
+    rate, burst = rlim[row, RL_RATE], rlim[row, RL_BURST]
+    if rate == np.inf:
+        rlim[row, RL_INTERVAL_NS], rlim[row, RL_TAU_NS], rlim[row, RL_EMPTY_NS] = 0.0, np.inf, np.inf
+    else:  # (rate 0: the bucket never refills; a burst of 1 gives one signal, as a bucket of one would)
+        interval = 1e9 / rate if rate > 0 else np.inf
+        rlim[row, RL_INTERVAL_NS] = interval
+        rlim[row, RL_TAU_NS] = (burst - 1.0) * interval if burst > 1.0 and rate > 0 else 0.0
+        rlim[row, RL_EMPTY_NS] = burst * interval
 
 
 # --- the limits of a run: `engine run` / `engine backtest` --risk-* flags, [risk] in the config ---
@@ -230,89 +245,85 @@ def _no_more(prev, new):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _refill(rlim, rb, row, t):
-    """The bucket of `row` filled up to time t (ns); its tokens."""
-    burst = rlim[row, RL_BURST]
-    if rlim[row, RL_RATE] == np.inf:  # (no limit: inf x 0 would be nan)
-        return burst
-    if rb[row, RB_REFILL_NS] < 0:
-        rb[row, RB_TOKENS] = burst
-    elif t > rb[row, RB_REFILL_NS]:
-        rb[row, RB_TOKENS] = min(burst, rb[row, RB_TOKENS] + (t - rb[row, RB_REFILL_NS]) * 1e-9 * rlim[row, RL_RATE])
-    rb[row, RB_REFILL_NS] = max(rb[row, RB_REFILL_NS], float(t))
-    return rb[row, RB_TOKENS]
-
-
-@njit(nogil=True, inline="always", cache=True)
 def _cap(out, limit):
     """out clipped to |out| <= limit (limit >= 0, floored to whole units)."""
-    lim = np.int64(limit) if limit < 9.2e18 else np.int64(9_000_000_000_000_000_000)
-    if out > lim:
-        return lim
-    if out < -lim:
-        return -lim
-    return out
+    lim = np.int64(min(limit, 9.0e18))
+    return max(-lim, min(lim, out))
 
 
 @njit(nogil=True, inline="always", cache=True)
 def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
     """What instrument inst's decision from prev to want may become at time t (ns, the deciding
-    tick's exchange time: engine/host_template.py _gated says why), its mid in price units (0: unknown): (target, rules cut). target ==
-    prev: nothing goes out (refused, or nothing left). A target that goes out is committed (its
-    tokens spent, its reversal time and notional kept)."""
+    tick's exchange time: engine/host_template.py _gated says why), its mid in price units (0:
+    unknown): (target, rules cut). target == prev: nothing goes out (refused, or nothing left). A
+    target that goes out is committed (its rate spent, its reversal time and notional kept).
+
+    Mostly selects, not branches (a rule computed, kept where it applies): decisions can go any
+    way from one to the next, and a mispredicted branch costs more than the arithmetic
+    (bench/risk_gate.py's `random` stream: about half the cost of the same rules as branches)."""
     if want == prev or (mode == MODE_OFF and rg[RG_KILLED] == 0):  # (off: only a kill stops entries)
         return want, 0
     n = rlim.shape[0] - 1
-    out = want
-    rules = 0
     sp = _sign(prev)
-    if not _reduces(prev, want):
-        if rg[RG_KILLED]:
-            rules |= 1 << R_KILLED
-            out = _no_more(prev, out)
-        if _sign(out) * sp < 0 and t - rb[inst, RB_FLIP_NS] < rlim[inst, RL_MIN_FLIP_NS]:
-            rules |= 1 << R_FLIP
-            out = 0
-        if abs(out) > rlim[inst, RL_MAX_POS]:
-            rules |= 1 << R_POSITION
-            out = _cap(out, rlim[inst, RL_MAX_POS])
-        unit = rlim[inst, RL_MULT] * mid * 1e-9  # notional of one unit
-        limited = rlim[inst, RL_MAX_NOTIONAL] < np.inf or rlim[n, RL_MAX_NOTIONAL] < np.inf
-        if limited and out != 0 and not unit > 0:
-            rules |= 1 << R_NO_PRICE
-            out = _no_more(prev, out)
-        if unit > 0:
-            if abs(out) * unit > rlim[inst, RL_MAX_NOTIONAL]:
-                rules |= 1 << R_NOTIONAL
-                out = _cap(out, rlim[inst, RL_MAX_NOTIONAL] / unit)
-            room = rlim[n, RL_MAX_NOTIONAL] - (rb[n, RB_NOTIONAL] - rb[inst, RB_NOTIONAL])
-            if abs(out) * unit > room:
-                rules |= 1 << R_GROSS
-                out = _cap(out, max(room, 0.0) / unit)
-    if mode == MODE_REFUSE and rules:
-        out = prev
-    if out != prev and (rlim[inst, RL_RATE] < np.inf or rlim[n, RL_RATE] < np.inf):
-        a = _refill(rlim, rb, inst, t)
-        b = _refill(rlim, rb, n, t)
-        if a >= 1.0 and b >= 1.0:  # (an unlimited row's inf stays inf)
-            rb[inst, RB_TOKENS] = a - 1.0
-            rb[n, RB_TOKENS] = b - 1.0
-        elif not _reduces(prev, out):
-            rules |= 1 << R_RATE
-            out = prev
-        else:  # a reduction goes anyway, spending what is there
-            rb[inst, RB_TOKENS] = max(a - 1.0, 0.0)
-            rb[n, RB_TOKENS] = max(b - 1.0, 0.0)
-    if rules:
-        for r in range(len(RULES)):
-            if rules & (1 << r):
-                rg[RG_RULES + r] += 1
-    if out != prev:
-        if _sign(out) * sp < 0:
-            rb[inst, RB_FLIP_NS] = float(t)
-        notional = abs(out) * rlim[inst, RL_MULT] * mid * 1e-9 if mid > 0 else (0.0 if out == 0 else rb[inst, RB_NOTIONAL])
-        rb[n, RB_NOTIONAL] += notional - rb[inst, RB_NOTIONAL]
-        rb[inst, RB_NOTIONAL] = notional
+    add = not _reduces(prev, want)  # (a reduction passes every rule but rate)
+    k = add & (rg[RG_KILLED] != 0)
+    cut = prev if _sign(want) == sp else 0
+    out = cut if k else want
+    rules = np.int64(k) << R_KILLED
+    f = add & (_sign(out) * sp < 0) & (t - rb[inst, RB_FLIP_NS] < rlim[inst, RL_MIN_FLIP_NS])
+    out = 0 if f else out
+    rules |= np.int64(f) << R_FLIP
+    p = add & (abs(out) > rlim[inst, RL_MAX_POS])
+    cut = _cap(out, rlim[inst, RL_MAX_POS])
+    out = cut if p else out
+    rules |= np.int64(p) << R_POSITION
+    unit = rlim[inst, RL_MULT] * mid * 1e-9  # notional of one unit
+    priced = unit > 0
+    limited = (rlim[inst, RL_MAX_NOTIONAL] < np.inf) | (rlim[n, RL_MAX_NOTIONAL] < np.inf)
+    q = add & limited & (out != 0) & (not priced)
+    cut = _no_more(prev, out)
+    out = cut if q else out
+    rules |= np.int64(q) << R_NO_PRICE
+    per = unit if priced else 1.0  # (no division by zero: unpriced, the two rules below do not apply)
+    # (branches, not selects: a select would put the division on every decision's path, and the
+    # run's notional carries it from one decision to the next)
+    if add & priced & (abs(out) * unit > rlim[inst, RL_MAX_NOTIONAL]):
+        out = _cap(out, rlim[inst, RL_MAX_NOTIONAL] / per)
+        rules |= 1 << R_NOTIONAL
+    room = rlim[n, RL_MAX_NOTIONAL] - (rb[n, RB_NOTIONAL] - rb[inst, RB_NOTIONAL])
+    if add & priced & (abs(out) * unit > room):
+        out = _cap(out, max(room, 0.0) / per)
+        rules |= 1 << R_GROSS
+    out = prev if (mode == MODE_REFUSE) & (rules != 0) else out
+    if rlim[inst, RL_INTERVAL_NS] > 0 or rlim[n, RL_INTERVAL_NS] > 0:
+        # the rate as a GCRA: a token bucket kept as the time it is full again (one compare and
+        # one add; exact in ns, where refilling tokens by elapsed time x rate drifts with rounding)
+        tf = float(t)
+        ci = max(tf, rb[inst, RB_CLOCK])
+        cn = max(tf, rb[n, RB_CLOCK])
+        ti = rb[inst, RB_TAT]
+        tn = rb[n, RB_TAT]
+        ok = (ti - ci <= rlim[inst, RL_TAU_NS]) & (tn - cn <= rlim[n, RL_TAU_NS])
+        r = (out != prev) & (not ok) & (not _reduces(prev, out))  # (a reduction goes anyway)
+        out = prev if r else out
+        rules |= np.int64(r) << R_RATE
+        spend = out != prev  # (a signal's worth, down to an empty bucket at most)
+        rb[inst, RB_CLOCK] = ci
+        rb[n, RB_CLOCK] = cn
+        x = min(max(ti, ci) + rlim[inst, RL_INTERVAL_NS], ci + rlim[inst, RL_EMPTY_NS])
+        rb[inst, RB_TAT] = x if spend else ti
+        x = min(max(tn, cn) + rlim[n, RL_INTERVAL_NS], cn + rlim[n, RL_EMPTY_NS])
+        rb[n, RB_TAT] = x if spend else tn
+    for b in range(len(RULES)):
+        rg[RG_RULES + b] += (rules >> b) & 1
+    spend = out != prev
+    flip = spend & (_sign(out) * sp < 0)
+    rb[inst, RB_FLIP_NS] = float(t) if flip else rb[inst, RB_FLIP_NS]
+    held = rb[inst, RB_NOTIONAL]
+    notional = abs(out) * rlim[inst, RL_MULT] * mid * 1e-9 if mid > 0 else (0.0 if out == 0 else held)
+    notional = notional if spend else held
+    rb[n, RB_NOTIONAL] += notional - held
+    rb[inst, RB_NOTIONAL] = notional
     return out, rules
 
 

@@ -90,8 +90,20 @@ def test_a_flood_of_decisions_is_cut_at_the_rate():
         passed += new != out
         assert rules <= {"rate"}
         out = new
-    assert 29 <= passed <= 31, passed  # the burst, then 10 a second
+    assert passed == 10 + 19, passed  # the burst, then one every 100 ms (at 100, 200, ... 1900 ms)
     assert counts(st)["rate"] == 2000 - passed
+
+
+def test_the_rate_is_exact_to_the_ns_and_a_reduction_empties_the_bucket():
+    st = state(max_rate=10, burst=1)  # one signal per 100 ms, no burst
+    assert go(st, 0, 1, t=0) == (1, set())
+    assert go(st, 1, 2, t=100 * 10**6 - 1) == (1, {"rate"})  # a ns early
+    assert go(st, 1, 2, t=100 * 10**6) == (2, set())  # on the dot (a refill by elapsed x rate rounds)
+    assert go(st, 2, 0, t=150 * 10**6) == (0, set())  # no token left: a reduction goes anyway...
+    assert go(st, 0, 1, t=200 * 10**6) == (0, {"rate"})  # ...and leaves the bucket empty, not in debt
+    assert go(st, 0, 1, t=250 * 10**6) == (1, set())
+    assert go(st, 1, 2, t=10 * S) == (2, set()) and go(st, 2, 3, t=10 * S) == (2, {"rate"})  # idle: one, no more
+    assert go(st, 2, 3, t=10 * S - 1) == (2, {"rate"})  # a decision stamped earlier than the last: no refill
 
 
 def test_the_run_rate_spans_instruments():
