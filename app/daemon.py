@@ -224,6 +224,7 @@ class PlaneInputs:
     sources: list | None = None     # FeedSource per source of a run with several (or --record); None: one
     risk_table: Callable | None = None  # the instruments' records as they come -> the risk gate's multipliers
     paper: object = None            # app.paper.PaperTrader (--paper): given every drained signal
+    shadows: object = None          # app.live._Run's shadows (--shadow, ctl shadow): .status(), .add(m), .remove(n)
 
     # (the run's options, read from its configuration: one owner)
     http = property(lambda self: self.cfg.http)                 # (host, port) or None
@@ -638,6 +639,7 @@ class ControlPlane:
                 "published": self.published, "zmq": self.zmq_counters(), "paused": self.paused,
                 "risk": {"limits": risk_limits(self.cfg).describe(), **run_summary.risk_state(counters)},
                 "paper": paper_status(self.x.paper, self.instruments),
+                "shadows": self.x.shadows.status() if self.x.shadows is not None else [],
                 "feed": self.feed_status(),
                 "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,
                 "sources": self.source_status(),
@@ -837,13 +839,26 @@ class ControlPlane:
             elif cmd == "resume-after-kill":
                 self.unkill()
                 await adopted(lambda: int(self.ctl[C.L_KILLED]) == 0)
+            elif cmd in ("shadow-add", "shadow-remove"):  # (loading a model is slow: off the event loop)
+                arg = request.query.get("model" if cmd == "shadow-add" else "name", "")
+                if self.x.shadows is None:
+                    return web.json_response({"ok": False, "error": "this run reads no tap ring, where shadows read "
+                                              "the loop's ticks: start it with --shadow, --record or --paper (and a "
+                                              "signal file: --signals-out FILE)"}, status=409)
+                if not arg:
+                    return web.json_response({"ok": False, "error": "give ?model=DIR (add) or ?name=NAME (remove)"},
+                                             status=400)
+                fn = self.x.shadows.add if cmd == "shadow-add" else self.x.shadows.remove
+                res = await off_loop(lambda: fn(arg)) or {}
+                return web.json_response(res, status=200 if res.get("ok") else 409,
+                                         dumps=lambda o: json.dumps(o, default=str))
             elif cmd == "reload":  # this call's own result (runner.reload_model), not the latest swap's
                 res = await off_loop(self.x.reload) or {}
                 return web.json_response({"ok": bool(res.get("ok")), **res}, status=200 if res.get("ok") else 409,
                                          dumps=lambda o: json.dumps(o, default=str))
             elif cmd != "status":
                 return web.json_response({"error": f"unknown command {cmd!r} (status, pause, resume, reload, kill, "
-                                                   "resume-after-kill)"},
+                                                   "resume-after-kill, shadow-add, shadow-remove)"},
                                          status=404)
             return web.json_response(self.status(), dumps=lambda o: json.dumps(o, default=str))
 
@@ -1045,7 +1060,7 @@ class ControlPlane:
         self._refresh_instruments()  # (the run's signal table names them: every one the feed found)
         if self.hlog is not None:
             self.hlog.close(self.x.ctl_blk.hist)
-        if self.pub is not None:
+        if self.pub is not None and not self.drain_stuck:  # (a zmq socket is one thread's: never closed under it)
             self.pub.close()
 
 

@@ -88,6 +88,7 @@ class RunResult:
     sources: dict | None = None     # several sources (or --record): each one's feed and counters, by label
     record: dict | None = None      # --record: {out, ticks, gaps, lost, error}
     paper: dict | None = None       # --paper: the paper trader's figures (app/paper.py finish), {out, ...}
+    shadows: list | None = None     # --shadow: each shadow's figures (app/shadow.py finish)
 
 
 class StrategyThread(threading.Thread):
@@ -286,6 +287,26 @@ def default_signals_path(name):
     return dirs.state_path("signals", f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.sig")
 
 
+def load_shadow(cfg, strategy, spec):
+    """A shadow's model (a directory or registry:NAME[@VERSION]), verified as the live model is:
+    (directory, predictor); ValueError naming it."""
+    from models.registry import resolve_model
+    try:
+        model_dir = resolve_model(spec)
+        pred = artifact.load(model_dir, backend=cfg.backend, strategy=strategy)
+        strategy.check_scale(uses_sigmoid(pred))
+    except (ValueError, OSError, artifact.ArtifactError) as e:  # (ArtifactError: missing, changed, unsigned)
+        raise ValueError(f"--shadow {spec}: {e}") from None
+    return model_dir, pred
+
+
+def load_shadows(cfg, strategy):
+    """--shadow's candidates: [(name, directory, predictor)]; ValueError naming the one that
+    fails (the run does not start)."""
+    from .shadow import shadow_names
+    return [(name, *load_shadow(cfg, strategy, spec)) for name, spec in zip(shadow_names(cfg.shadows), cfg.shadows)]
+
+
 def load_model(cfg, strategy):
     """The verified model for this strategy: --model, or the strategy's default model (trained
     on the synthetic market and cached on first use)."""
@@ -474,6 +495,7 @@ class _Run:
         self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = self.isolation = None
         self.isolation_text = None
         self.procs, self.rings, self.recorder, self.tap, self.paper = [], None, None, None, None
+        self.shadows, self.shadow_models, self.shadow_results = None, [], None
         self.running = False
         self.abnormal, self.unread = None, 0  # (short reason, words): why the run ended early; ticks never read
         self.t_start = self.t_stop = time.monotonic()
@@ -652,6 +674,8 @@ class _Run:
         hs = getattr(self, "hs", None)
         if hs is not None and specs:
             risk.set_multipliers(hs.rlim, specs)
+            if self.shadows is not None:
+                self.shadows.multipliers_from(specs)
 
     def bind(self):
         """A UNIVERSE strategy's members bound to the run's instruments, known at start (ids); else None.
@@ -670,7 +694,8 @@ class _Run:
 
     def load_model(self):
         """The strategy's feature state, and its verified model on the right scale."""
-        self.hs = self.host.state(self.n_inst, self.levels, self.bind())  # DEPTH beyond the stream's fails here
+        self.bound = self.bind()
+        self.hs = self.host.state(self.n_inst, self.levels, self.bound)  # DEPTH beyond the stream's fails here
         self.limits = risk_limits(self.cfg)
         names, specs = self.start_table()
         risk.configure(self.hs.rlim, self.hs.rg, names, specs, self.limits)  # (an unknown --risk-instrument fails here)
@@ -678,6 +703,7 @@ class _Run:
         self.pred, self.model_dir = load_model(self.cfg, self.strat)
         self.strat.check_scale(uses_sigmoid(self.pred))
         self.loaded = [self.pred]
+        self.shadow_models = load_shadows(self.cfg, self.strat)
 
     def compile(self):
         """The loop's configuration words, and the strategy compiled into the live loop."""
@@ -829,6 +855,7 @@ class _Run:
                                          kill=lambda code: kill_switch(self.ctl_blk.hdr, code, cfg.name),
                                          loss=cfg.kill_loss, drawdown=cfg.kill_drawdown)
                 self.paper.start()
+            self.start_shadows()
             thread = self.thread = MultiStrategyThread(cfg, self.ring_name, start, self.loop_args, self.pred, self.host,
                                                        choice, backpressure=True, rings=self.rings)
         else:
@@ -851,6 +878,27 @@ class _Run:
                 log(f"warning: {note}")
                 self.notes.append(note)
 
+    def start_shadows(self):
+        """--shadow: each candidate's thread on the tap, its signal file beside the live one; and
+        the run's Shadows, which `engine ctl shadow add|remove` change while it runs."""
+        from .shadow import Shadows
+        if self.shadow_models and not self.slog.regular:
+            raise ValueError(f"--shadow writes its signals beside the run's signal file, and {self.sig_path} is not "
+                             "a regular file: give --signals-out FILE")
+        if self.slog.regular:
+            self.shadows = Shadows(self._new_shadow, lambda spec: load_shadow(self.cfg, self.strat, spec))
+            for name, model_dir, pred in self.shadow_models:
+                self.shadows.start(name, model_dir, pred)
+
+    def _new_shadow(self, name, model_dir, pred, start):
+        from .shadow import Shadow, shadow_path
+        names, specs = self.start_table() if start == "oldest" else self.rings.table(self.multi)
+        sh = Shadow(self.tap, name, model_dir, pred, self.host, self.n_inst, self.levels, self.bound, names, specs,
+                    self.limits, shadow_path(self.sig_path, name), start)
+        log(f"shadow {name}: model {pred.model_id} from {model_dir} -> {sh.path}"
+            + (" (from the next tick on)" if start == "now" else ""))
+        return sh
+
     def serve(self):
         """The control plane (app/daemon.py) until the run ends: drains signals, serves HTTP
         and zmq, renews the loop's lease, restarts a live feed that died."""
@@ -867,7 +915,7 @@ class _Run:
                          if not cfg.ring and not self.finite else None,
                          deadline=self.t_start + cfg.duration if cfg.duration else None,
                          lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S, sources=self._sources(),
-                         risk_table=self.risk_table, paper=self.paper)
+                         risk_table=self.risk_table, paper=self.paper, shadows=self.shadows)
         self.plane = run_control_plane(px)
         self.proc = px.proc
         if px.sources:
@@ -923,6 +971,8 @@ class _Run:
             step(self._drain_rest)
         if self.paper is not None:
             step(self._finish_paper)  # (after the last signals reached it)
+        if self.shadows is not None:
+            step(lambda: setattr(self, "shadow_results", self.shadows.finish() or None))
         self.abnormal = self._abnormal_end()
         if slog is not None:
             step(slog.close, self.abnormal[0] if self.abnormal else None)
@@ -1013,6 +1063,11 @@ class _Run:
                             + (f"{pp['online']['late_orders']:,} orders came after their tick was simulated "
                                "(conflation held their decisions): the live figures differed from the end's"
                                if pp["online"]["late_orders"] else "").rstrip("; "))
+        for sh in self.shadow_results or []:
+            if sh["error"] or sh["gaps"]:
+                warnings.append(f"shadow {sh['name']}: " + (f"stopped: {sh['error']}" if sh["error"] else
+                                f"it fell a tap ring behind the loop {sh['gaps']:,} times (ticks lost): its signals "
+                                "are not the recording's backtest"))
         c = self.choice
         return RunResult(counters=self.ctl_blk.counters(), drops=self.sring.drops, core=thread.core,
                          policy=thread.policy, wait=c.wait.name, choice=c.reason, conflate=self.conflate,
@@ -1025,7 +1080,8 @@ class _Run:
                          feed_counters=self.plane.feed_counters() if self.plane is not None else {},
                          conflate_warn=self.cfg.conflate_warn, crossed_after=self.cfg.crossed_after,
                          abnormal=self.abnormal[1] if self.abnormal else None, unread=self.unread,
-                         sources=sources, record=record, paper=getattr(self, "paper_result", None))
+                         sources=sources, record=record, paper=getattr(self, "paper_result", None),
+                         shadows=self.shadow_results)
 
     def _finish_paper(self):
         """--paper: the last ticks and signals simulated, and the report `engine backtest` writes for

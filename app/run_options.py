@@ -283,10 +283,24 @@ class RunConfig:
                                      help="one instrument's own limits over the above (repeatable; the config: a list "
                                           "of strings), NAME one of max_position, max_notional, max_rate, min_flip_ms")
 
+    shadow: object = option(None, "--shadow", key="shadow.models", many=True, kind=str, metavar="MODEL",
+                            help="a candidate model scored beside the live one on the same ticks, off the strategy "
+                                 "core, never published (repeatable; a directory or registry:NAME[@VERSION]): its "
+                                 "decisions go to SIGNALS.shadow-NAME.sig beside the signal file, what engine "
+                                 "backtest of the run's recording gives with that model; engine shadow report "
+                                 "compares them with the live model's")
+
     @property
     def tapped(self):
-        """--record or --paper: the loop publishes every tick it takes into the tap ring (their reader)."""
-        return bool(self.record or self.paper)
+        """--record, --paper or --shadow: the loop publishes every tick it takes into the tap ring
+        (their reader)."""
+        return bool(self.record or self.paper or self.shadows)
+
+    @property
+    def shadows(self):
+        """--shadow's models, a list."""
+        v = self.shadow
+        return [] if v is None else [v] if isinstance(v, str) else list(v)
 
     def resolved(self):
         """This configuration with what "default" and "none" mean filled in: http (host, port) or

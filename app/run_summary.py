@@ -50,7 +50,8 @@ def as_json(res):
         "sources": getattr(res, "sources", None), "record": getattr(res, "record", None),
         # the risk gate: what each rule cut, and why the run was killed ("": it was not)
         "risk": risk_state(c),
-        "paper": getattr(res, "paper", None),  # --paper: its figures (app/paper.py), None without
+        "paper": getattr(res, "paper", None),
+        "shadows": getattr(res, "shadows", None),  # --shadow: each one's figures (app/shadow.py), None without  # --paper: its figures (app/paper.py), None without
     }
 
 
@@ -88,6 +89,9 @@ def table(res):
     if pp is not None:
         lines.append(f"  paper: pnl net {pp['pnl']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "
                      f"{pp['fills']:,} fills -> {pp['out']}")
+    for sh in getattr(res, "shadows", None) or []:
+        lines.append(f"  shadow {sh['name']}: {sh['signals']:,} signals on {sh['ticks']:,} ticks (model "
+                     f"{sh['model_id']}) -> {sh['signals_out']}")
     lines.append(percentile_table(res.latency))
     for sw in res.swaps:
         lines.append(f"  model swap: generation {sw['generation']} ({sw['backend']}) adopted "

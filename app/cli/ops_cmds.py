@@ -233,7 +233,43 @@ def risk_lines(body):
                       else "  killed: no"])
 
 
+def _shadow_ctl(a):
+    """`engine ctl shadow [list] | add MODEL | remove NAME`."""
+    from urllib.parse import quote
+    words = a.args or ["list"]
+    what = words[0]
+    if {"list": 1, "add": 2, "remove": 2}.get(what) != len(words):
+        raise ValueError("ctl shadow: expected `shadow list`, `shadow add MODEL` or `shadow remove NAME`")
+    if what == "list":
+        code, body = _control(a, "GET", "/control/status")
+        rows = body.get("shadows", []) if code == 200 else None
+    else:
+        arg = words[1]
+        if what == "add" and not arg.startswith("registry:"):
+            arg = os.path.abspath(arg)  # (the engine's working directory is not ours)
+        key = "model" if what == "add" else "name"
+        code, body = _control(a, "POST", f"/control/shadow-{what}?{key}={quote(arg, safe='')}")
+        rows = [body] if code == 200 else None
+    if rows is None:
+        print(f"engine: error: ctl shadow {what}: engine said {code}: {body.get('error', body)}", file=sys.stderr)
+        return 1
+    if a.json:
+        print(json.dumps(body if what != "list" else rows, default=str))
+        return 0
+    verb = {"add": "added", "remove": "removed", "list": "running"}[what]
+    for r in rows:
+        print(f"shadow {r['name']} {verb}: model {r['model_id']} ({r['model']}), {r['signals']:,} signals on "
+              f"{r['ticks']:,} ticks -> {r['signals_out']}" + (f"; error: {r['error']}" if r.get("error") else ""))
+    if not rows:
+        print("no shadows running")
+    return 0
+
+
 def cmd_ctl(a):
+    if a.command == "shadow":
+        return _shadow_ctl(a)
+    if a.args:
+        raise ValueError(f"ctl {a.command} takes no arguments (got {' '.join(a.args)})")
     if a.after_kill and a.command != "resume":
         raise ValueError("--after-kill goes with resume (engine ctl resume --after-kill)")
     read = a.command in ("status", "risk")
@@ -447,18 +483,22 @@ def _add_signals(sub):
 
 
 def _add_ctl(sub):
-    """`engine ctl status|pause|resume|reload|kill|risk`."""
-    ct = sub.add_parser("ctl", help="control a running engine: status, pause, resume, reload, kill, risk",
+    """`engine ctl status|pause|resume|reload|kill|risk|shadow`."""
+    ct = sub.add_parser("ctl", help="control a running engine: status, pause, resume, reload, kill, risk, shadow",
                         description="pause: the loop keeps reading ticks and features stay current, but nothing is "
                                     "scored or signalled; resume; reload: verify and swap the model (as SIGHUP); "
                                     "kill: every instrument's target goes flat at the loop's next tick and the risk "
                                     "gate refuses new exposure until `resume --after-kill`; risk: the limits, what "
-                                    "each rule cut, the kill switch. "
+                                    "each rule cut, the kill switch; shadow list | add MODEL | remove NAME: the "
+                                    "candidate models scored beside the live one (engine run --shadow), a new one "
+                                    "from the next tick on (verified first: one that fails changes nothing), a "
+                                    "removed one's signal file closed. "
                                     "status, pause and resume print the engine's status line after the command "
                                     "(--json: the same JSON object each time). Authenticated: by --name over the engine's "
                                     "unix socket (this user's uid), else over TCP by a challenge-response in which "
                                     "the engine first proves it knows the token; the token is never sent.")
-    ct.add_argument("command", choices=("status", "pause", "resume", "reload", "kill", "risk"))
+    ct.add_argument("command", choices=("status", "pause", "resume", "reload", "kill", "risk", "shadow"))
+    ct.add_argument("args", nargs="*", metavar="ARG", help="shadow: list (default), add MODEL, remove NAME")
     ct.add_argument("--after-kill", action=Flag, help="with resume: reset the kill switch (entries allowed again)")
     _where_args(ct)
     ct.add_argument("--json", action=Flag, help="one JSON object on one line")

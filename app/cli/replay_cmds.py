@@ -1,5 +1,5 @@
-"""Replay commands: `engine backtest`, `engine sweep` (replay/) and `engine replay` (tick files
-played into a ring)."""
+"""Replay commands: `engine backtest`, `engine sweep` (replay/), `engine replay` (tick files
+played into a ring) and `engine shadow report` (a run's shadow models against its live one)."""
 import argparse
 import contextlib
 import json
@@ -167,6 +167,41 @@ def add_parsers(sub):
     _add_replay(sub)
     _add_backtest(sub)
     _add_sweep(sub)
+    _add_shadow(sub)
+
+
+def cmd_shadow_report(a):
+    from replay.jobs import Params
+    from app.shadow_report import lines, report
+    from engine.strategy_load import load
+    values = load(a.strategy, overrides(a), universe(a)).values
+    hz = tuple(int(x) for x in a.horizons_ms.split(","))
+    rep = report(a.signals, a.ticks, Params(horizons_ms=hz, **exec_params(a)), values)
+    if a.json:
+        print(json.dumps(rep))
+    else:
+        print("\n".join(lines(rep)))
+    return 0
+
+
+def _add_shadow(sub):
+    """`engine shadow report RUN.sig`."""
+    sh = sub.add_parser("shadow", help="shadow models: a run's candidates against its live model")
+    ss = sh.add_subparsers(dest="shadow_cmd", required=True, metavar="SUBCOMMAND")
+    r = ss.add_parser("report", help="compare a run's shadows (engine run --shadow) with its live model",
+                      description="Each shadow's signal file beside RUN.sig (RUN.shadow-NAME.sig) against the live "
+                                  "one, on the same ticks: signals, agreement (the share of decision points where "
+                                  "both hold the same target), score correlation on the ticks both decided, and with "
+                                  "--ticks (the run's recording, engine run --record) each model's PnL through "
+                                  "engine backtest's execution simulator with the execution flags below.")
+    r.add_argument("signals", metavar="RUN.sig", type=existing_file, help="the live run's signal file")
+    r.add_argument("--ticks", type=existing_file, default=None, metavar="REC.ticks",
+                   help="the run's recording (--record): each model's PnL on it")
+    r.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000", help="hit-rate horizons, ms")
+    exec_args(r)
+    strategy_args(r)
+    r.add_argument("--json", action=Flag, help="print the report as one JSON object")
+    r.set_defaults(fn=cmd_shadow_report)
 
 
 def _add_replay(sub):
