@@ -25,6 +25,10 @@ interleaved so the machine's noise hits them alike.
      of each over the rounds. Paper trading never runs on the strategy core; on a machine whose
      other cores it loads (2 cores here) the kernel puts other tasks on the strategy core unless
      --isolate moves them off, which the core wait shows.
+  7. shadow models: the same command with two shadows (--shadow, twice the default model: the live
+     model's size) and without, bare and with --isolate, interleaved in rounds; tick_to_signal and
+     the core wait as in 6 (target: p99 with two shadows within 10% of none: the shadows run off
+     the strategy core, on the tap's copy of the ticks).
 No peer outside the engine does this (hftbacktest runs a Python/numba strategy per event, not
 compiled into a pinned loop); the peer here is the engine's own v1 loop.
 """
@@ -108,48 +112,86 @@ def best(fns, reps):
 def main():
     a = _common.args(__doc__, lambda p: p.add_argument("--reps", type=int, default=None))
     r = compare(a.reps or (5 if a.quick else 15), 300_000 if a.quick else 1_000_000)
-    paper = paper_on_off(2 if a.quick else 3, 6 if a.quick else 12)
-    r["metrics"].update(paper["metrics"])
-    r["ratios"].update(paper["ratios"])
+    for section in (paper_on_off, shadows_on_off):
+        got = section(2 if a.quick else 3, 6 if a.quick else 12)
+        r["metrics"].update(got["metrics"])
+        r["ratios"].update(got["ratios"])
     _common.save("strategy_host", r["metrics"], r["peers"], r["ratios"])
 
 
 PAPER_VARIANTS = {"off": [], "paper": ["--paper"], "off+isolate": ["--isolate"], "paper+isolate": ["--isolate", "--paper"]}
+TAIL_KEYS = ("tick_to_signal_p50_ns", "tick_to_signal_p99_ns", "tick_to_signal_p999_ns", "preempted_ms")
 
 
 def paper_on_off(rounds, duration, rate=20_000):
     """6: tick_to_signal of `engine run` with --paper and without, bare and with --isolate, the
     variants interleaved in rounds."""
     import os
-    import shutil
-    core = max(os.sched_getaffinity(0))
     out_dir = f"/tmp/bench-paper-{os.getpid()}"
-    keys = ("tick_to_signal_p50_ns", "tick_to_signal_p99_ns", "tick_to_signal_p999_ns", "preempted_ms")
-    runs = {v: [] for v in PAPER_VARIANTS}
-    for i in range(rounds):
-        for variant, extra in PAPER_VARIANTS.items():
-            d = _common.engine_run(core, rate, duration, extra + (["--paper-out", out_dir] if "--paper" in extra else []))
-            t = _common.tail(d)
-            runs[variant].append({k: t[k] for k in keys} | {"scored": d["scored"],
-                                  "paper_fills": (d.get("paper") or {}).get("fills")})
-            print(f"  round {i + 1}/{rounds} {variant:<14} " + "  ".join(f"{k[15:-3]} {t[k]:,.0f}" for k in keys[:3])
-                  + f" ns, waited for the core {t['preempted_ms'] or 0:.1f} ms  ({d['scored']:,} scored"
-                  + (f", {d['paper']['fills']:,} paper fills)" if d.get("paper") else ")"), file=sys.stderr, flush=True)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    med = {v: {k: float(np.median([r[k] or 0 for r in runs[v]])) for k in keys} for v in runs}
-    _common.table(f"paper trading on and off: `engine run --rate {rate:,} --duration {duration}`, tick_to_signal ns "
-                  f"(median of {rounds} interleaved runs each)", ["p50", "p99", "p99.9", "core wait ms"],
-                  [(v, {"p50": med[v][keys[0]], "p99": med[v][keys[1]], "p99.9": med[v][keys[2]],
-                        "core wait ms": med[v][keys[3]]}) for v in runs])
-    print("  p99 range over the runs: " + ", ".join(f"{v} {min(r[keys[1]] for r in runs[v]):,.0f}-"
-                                                   f"{max(r[keys[1]] for r in runs[v]):,.0f}" for v in runs) + " ns")
+    variants = {v: x + (["--paper-out", out_dir] if "--paper" in x else []) for v, x in PAPER_VARIANTS.items()}
+    runs, med = on_off(variants, rounds, duration, rate, f"paper trading on and off: `engine run --rate {rate:,} "
+                       f"--duration {duration}`", lambda d: f", {d['paper']['fills']:,} paper fills" if d.get("paper")
+                       else "", cleanup=[out_dir])
     print("  (the paper thread runs off the strategy core; without --isolate the load it adds to the other cores "
           "makes the kernel put other tasks on the strategy core: 'core wait' is the strategy thread's wait for it)")
-    metrics = {f"paper_{v.replace('+', '_')}_{k}": round(med[v][k], 1) for v in runs for k in keys}
+    metrics = {f"paper_{v.replace('+', '_')}_{k}": round(med[v][k], 1) for v in runs for k in TAIL_KEYS}
     metrics["paper_runs"] = runs
-    ratios = {f"{p}_vs_{o}_tick_to_signal_p99".replace("+", "_"): _common.ratio(med[p][keys[1]], med[o][keys[1]], False)
+    ratios = {f"{p}_vs_{o}_tick_to_signal_p99".replace("+", "_"): _common.ratio(med[p][TAIL_KEYS[1]],
+                                                                               med[o][TAIL_KEYS[1]], False)
               for p, o in (("paper", "off"), ("paper+isolate", "off+isolate"))}
     return {"metrics": metrics, "ratios": ratios}
+
+
+def shadows_on_off(rounds, duration, rate=20_000):
+    """7: tick_to_signal of `engine run` with two shadow models (--shadow, the default model's size)
+    and without, bare and with --isolate, interleaved in rounds (target: p99 within 10% of none)."""
+    from models.default import default_model_dir
+    m = str(default_model_dir())
+    two = ["--shadow", m, "--shadow", m]
+    variants = {"none": [], "2 shadows": two, "none+isolate": ["--isolate"], "2 shadows+isolate": ["--isolate", *two]}
+    runs, med = on_off(variants, rounds, duration, rate, f"two shadow models and none: `engine run --rate {rate:,} "
+                       f"--duration {duration}`", lambda d: ", shadows " + ", ".join(
+                           f"{x['signals']:,} signals/{x['gaps']} gaps" for x in d["shadows"]) if d.get("shadows")
+                       else "")
+    key = TAIL_KEYS[1]
+    for a, b in (("2 shadows", "none"), ("2 shadows+isolate", "none+isolate")):
+        print(f"  {a} vs {b}: tick_to_signal p99 {med[a][key] / med[b][key] - 1:+.1%} (target within 10%)")
+    metrics = {f"shadows_{v.replace('+', '_').replace(' ', '_')}_{k}": round(med[v][k], 1) for v in runs
+               for k in TAIL_KEYS}
+    metrics["shadows_runs"] = runs
+    ratios = {f"{a}_vs_{b}_tick_to_signal_p99".replace("+", "_").replace(" ", "_"): _common.ratio(
+        med[a][key], med[b][key], False) for a, b in (("2 shadows", "none"), ("2 shadows+isolate", "none+isolate"))}
+    return {"metrics": metrics, "ratios": ratios}
+
+
+def on_off(variants, rounds, duration, rate, title, said, cleanup=()):
+    """`engine run --rate RATE --duration D` with each variant's flags, interleaved in rounds:
+    ({variant: [per run tail figures]}, {variant: median of each}); a table printed."""
+    import glob
+    import os
+    import shutil
+    core = max(os.sched_getaffinity(0))
+    runs = {v: [] for v in variants}
+    for i in range(rounds):
+        for variant, extra in variants.items():
+            d = _common.engine_run(core, rate, duration, extra)
+            t = _common.tail(d)
+            runs[variant].append({k: t[k] for k in TAIL_KEYS} | {"scored": d["scored"],
+                                  "paper_fills": (d.get("paper") or {}).get("fills"),
+                                  "shadow_signals": [x["signals"] for x in d.get("shadows") or []]})
+            print(f"  round {i + 1}/{rounds} {variant:<18} " + "  ".join(f"{k[15:-3]} {t[k]:,.0f}" for k in TAIL_KEYS[:3])
+                  + f" ns, waited for the core {t['preempted_ms'] or 0:.1f} ms  ({d['scored']:,} scored{said(d)})",
+                  file=sys.stderr, flush=True)
+    for x in list(cleanup) + glob.glob(f"/tmp/bench-engine-run-{os.getpid()}.shadow-*.sig"):
+        shutil.rmtree(x, ignore_errors=True) if os.path.isdir(x) else os.unlink(x)
+    med = {v: {k: float(np.median([r[k] or 0 for r in runs[v]])) for k in TAIL_KEYS} for v in runs}
+    _common.table(f"{title}, tick_to_signal ns (median of {rounds} interleaved runs each)",
+                  ["p50", "p99", "p99.9", "core wait ms"],
+                  [(v, {"p50": med[v][TAIL_KEYS[0]], "p99": med[v][TAIL_KEYS[1]], "p99.9": med[v][TAIL_KEYS[2]],
+                        "core wait ms": med[v][TAIL_KEYS[3]]}) for v in runs])
+    print("  p99 range over the runs: " + ", ".join(f"{v} {min(r[TAIL_KEYS[1]] for r in runs[v]):,.0f}-"
+                                                   f"{max(r[TAIL_KEYS[1]] for r in runs[v]):,.0f}" for v in runs) + " ns")
+    return runs, med
 
 
 def compare(reps, n):
