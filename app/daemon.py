@@ -40,6 +40,7 @@ from engine.outputs import NotPrivate, open_own, write_whole
 from models import registry
 
 from . import ctlauth, prom, run_summary, runtime_file
+from .drift_monitor import drift_families
 from .run_options import RunConfig, risk_limits
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
@@ -225,6 +226,7 @@ class PlaneInputs:
     risk_table: Callable | None = None  # the instruments' records as they come -> the risk gate's multipliers
     paper: object = None            # app.paper.PaperTrader (--paper): given every drained signal
     shadows: object = None          # app.live._Run's shadows (--shadow, ctl shadow): .status(), .add(m), .remove(n)
+    drift: object = None            # app.drift_monitor.DriftMonitor (--drift): .figures()
 
     # (the run's options, read from its configuration: one owner)
     http = property(lambda self: self.cfg.http)                 # (host, port) or None
@@ -640,6 +642,7 @@ class ControlPlane:
                 "risk": {"limits": risk_limits(self.cfg).describe(), **run_summary.risk_state(counters)},
                 "paper": paper_status(self.x.paper, self.instruments),
                 "shadows": self.x.shadows.status() if self.x.shadows is not None else [],
+                "drift": self.x.drift.figures() if self.x.drift is not None else None,
                 "feed": self.feed_status(),
                 "feed_restarts": self.respawns, "reattached": self.x.thread.reattached,
                 "sources": self.source_status(),
@@ -680,6 +683,7 @@ class ControlPlane:
                 yield gaps
                 yield lost
                 yield from paper_families(plane.x.paper)
+                yield from drift_families(plane.x.drift)
                 blocked = CounterMetricFamily("engine_risk_blocked", "decisions the risk gate cut, by the rule "
                                               "that cut them (engine/risk.py; each cut counted, a refused one "
                                               "recorded once per wanted target)", labels=["rule"])

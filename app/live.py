@@ -89,6 +89,7 @@ class RunResult:
     record: dict | None = None      # --record: {out, ticks, gaps, lost, error}
     paper: dict | None = None       # --paper: the paper trader's figures (app/paper.py finish), {out, ...}
     shadows: list | None = None     # --shadow: each shadow's figures (app/shadow.py finish)
+    drift: dict | None = None       # --drift: the last drift figures (app/drift_monitor.py)
 
 
 class StrategyThread(threading.Thread):
@@ -496,6 +497,7 @@ class _Run:
         self.isolation_text = None
         self.procs, self.rings, self.recorder, self.tap, self.paper = [], None, None, None, None
         self.shadows, self.shadow_models, self.shadow_results = None, [], None
+        self.drift, self.drift_result = None, None
         self.running = False
         self.abnormal, self.unread = None, 0  # (short reason, words): why the run ended early; ticks never read
         self.t_start = self.t_stop = time.monotonic()
@@ -856,6 +858,11 @@ class _Run:
                                          loss=cfg.kill_loss, drawdown=cfg.kill_drawdown)
                 self.paper.start()
             self.start_shadows()
+            if cfg.drift:
+                from .drift_monitor import DriftMonitor
+                self.drift = DriftMonitor(self.tap, self.host, self.n_inst, self.levels, self.bound,
+                                          lambda: self.loaded[-1], cfg.drift_half_life)
+                self.drift.start()
             thread = self.thread = MultiStrategyThread(cfg, self.ring_name, start, self.loop_args, self.pred, self.host,
                                                        choice, backpressure=True, rings=self.rings)
         else:
@@ -915,7 +922,7 @@ class _Run:
                          if not cfg.ring and not self.finite else None,
                          deadline=self.t_start + cfg.duration if cfg.duration else None,
                          lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S, sources=self._sources(),
-                         risk_table=self.risk_table, paper=self.paper, shadows=self.shadows)
+                         risk_table=self.risk_table, paper=self.paper, shadows=self.shadows, drift=self.drift)
         self.plane = run_control_plane(px)
         self.proc = px.proc
         if px.sources:
@@ -973,6 +980,8 @@ class _Run:
             step(self._finish_paper)  # (after the last signals reached it)
         if self.shadows is not None:
             step(lambda: setattr(self, "shadow_results", self.shadows.finish() or None))
+        if self.drift is not None:
+            step(lambda: setattr(self, "drift_result", self.drift.finish()))
         self.abnormal = self._abnormal_end()
         if slog is not None:
             step(slog.close, self.abnormal[0] if self.abnormal else None)
@@ -1081,7 +1090,7 @@ class _Run:
                          conflate_warn=self.cfg.conflate_warn, crossed_after=self.cfg.crossed_after,
                          abnormal=self.abnormal[1] if self.abnormal else None, unread=self.unread,
                          sources=sources, record=record, paper=getattr(self, "paper_result", None),
-                         shadows=self.shadow_results)
+                         shadows=self.shadow_results, drift=self.drift_result)
 
     def _finish_paper(self):
         """--paper: the last ticks and signals simulated, and the report `engine backtest` writes for

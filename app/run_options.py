@@ -290,11 +290,19 @@ class RunConfig:
                                  "backtest of the run's recording gives with that model; engine shadow report "
                                  "compares them with the live model's")
 
+    drift: bool = option(False, "--drift", key="drift.on", kind=bool,
+                         help="keep the live model's drift: each feature's and the score's population stability "
+                              "against the model's training rows (engine_feature_psi, engine_score_psi, engine "
+                              "stats), computed off the strategy core from the ticks the loop read")
+    drift_half_life: int = option(100_000, "--drift-half-life", key="drift.half_life", parse="positive_int", kind=int,
+                                  metavar="ROWS", help="with --drift: the live distributions forget at this pace (rows "
+                                                       "a count takes to halve; default %(default)s)")
+
     @property
     def tapped(self):
-        """--record, --paper or --shadow: the loop publishes every tick it takes into the tap ring
-        (their reader)."""
-        return bool(self.record or self.paper or self.shadows)
+        """--record, --paper, --shadow or --drift: the loop publishes every tick it takes into the
+        tap ring (their reader)."""
+        return bool(self.record or self.paper or self.shadows or self.drift)
 
     @property
     def shadows(self):

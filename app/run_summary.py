@@ -51,7 +51,8 @@ def as_json(res):
         # the risk gate: what each rule cut, and why the run was killed ("": it was not)
         "risk": risk_state(c),
         "paper": getattr(res, "paper", None),
-        "shadows": getattr(res, "shadows", None),  # --shadow: each one's figures (app/shadow.py), None without  # --paper: its figures (app/paper.py), None without
+        "shadows": getattr(res, "shadows", None),  # --shadow: each one's figures (app/shadow.py), None without
+        "drift": getattr(res, "drift", None),  # --drift: PSI per feature and of the score (app/drift_monitor.py)  # --paper: its figures (app/paper.py), None without
     }
 
 
@@ -89,6 +90,9 @@ def table(res):
     if pp is not None:
         lines.append(f"  paper: pnl net {pp['pnl']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "
                      f"{pp['fills']:,} fills -> {pp['out']}")
+    dr = getattr(res, "drift", None)
+    if dr is not None:
+        lines.append("  " + drift_line(dr))
     for sh in getattr(res, "shadows", None) or []:
         lines.append(f"  shadow {sh['name']}: {sh['signals']:,} signals on {sh['ticks']:,} ticks (model "
                      f"{sh['model_id']}) -> {sh['signals_out']}")
@@ -141,6 +145,16 @@ def preemption_line(res):
                  f"`engine doctor --core {res.core}` lists them)" if res.isolation is None else
                  ": tasks --isolate cannot move (per-CPU kernel work) or interrupts")
     return line
+
+
+def drift_line(d):
+    """--drift's figures in one line: the score's PSI and the features' worst."""
+    if not d["features"]:
+        return f"drift: none measured ({d['error'] or 'no rows yet'})"
+    worst = max(d["features"], key=lambda k: d["features"][k])
+    state = lambda v: "shifted" if v > 0.25 else "moved" if v > 0.1 else "stable"  # noqa: E731
+    return (f"drift over {d['rows']:,} rows (PSI; > 0.25 shifted): score {d['score']:.4f} ({state(d['score'])}), "
+            f"worst feature {worst} {d['features'][worst]:.4f} ({state(d['features'][worst])})")
 
 
 def warnings(res):

@@ -72,10 +72,11 @@ def validation_rows(booster, X_holdout, rng, n=2000):
 
 
 def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False, info=None, seed=0,
-                   backends=("treelite", "flat"), strategy=None):
+                   backends=("treelite", "flat"), strategy=None, reference=None):
     """Compile, check bit-exactness against XGBoost, write the artifact atomically. `strategy`:
     the identity of the strategy whose features it was trained on (Strategy.identity()); the
-    engine refuses to run the model with any other strategy."""
+    engine refuses to run the model with any other strategy. reference: the training rows, whose
+    feature and score distributions the manifest keeps for drift (models/drift.py)."""
     if strategy is None and not generic:
         raise ValueError("a model artifact names the strategy it was trained for (or is generic)")
     if len(X_holdout) < artifact.MIN_VALIDATION_ROWS:  # every load refuses fewer stored rows (manifest.py says why)
@@ -128,6 +129,11 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
                            "nan_rows": int(np.isnan(X).any(axis=1).sum())},
             "training": info or {},
         }
+        if reference is not None and len(reference):
+            from .drift import sketch
+            ref = np.ascontiguousarray(reference, np.float32)
+            margins = booster.predict(xgb.DMatrix(ref, feature_names=booster.feature_names), output_margin=True)
+            fields["drift"] = sketch(ref, margins, feature_names)
         cpu = artifact.cpu_flag_set()
         runnable = [n for n, b in backends.items() if set(b["requires"]) <= cpu]
         fields["validation"]["checked_backends"] = runnable

@@ -87,7 +87,7 @@ def build_default(out_dir, s):
     info = {"source": DEFAULT["source"], "ticks": DEFAULT["ticks"], "horizon": DEFAULT["horizon"],
             "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))},
             "test_auc": auc, "test_accuracy": acc}
-    build_artifact(out_dir, b, X[te], feature_names=names, info=info, strategy=s.identity())
+    build_artifact(out_dir, b, X[te], feature_names=names, info=info, strategy=s.identity(), reference=X[tr])
     log(f"default model ready in {time.time() - t0:.1f} s")
 
 

@@ -141,7 +141,7 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
             "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))}, "embargo_rows": embargo,
             "test_metrics": m}
     return build_artifact(Path(out), b, X[te], feature_names=names, info=info, backends=backends,
-                          strategy=s.identity())
+                          strategy=s.identity(), reference=X[tr])
 
 
 def run_compile(model_json, out, *, host=None, generic=False, backends=("treelite", "flat")):

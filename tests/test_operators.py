@@ -267,7 +267,9 @@ def test_alerts_and_dashboard_use_only_exported_metrics(eng):
     assert any("histogram_quantile" in e and "engine_tick_to_signal_seconds_bucket" in e for e in panels)
     assert any("histogram_quantile" in e and "engine_tick_to_signal_seconds_bucket" in e for e in exprs)
     from app.daemon import PAPER_METRICS
-    exported = set(scrape(eng)) | set(PAPER_METRICS)  # (a --paper run's: tests/test_paper.py scrapes them)
+    from app.drift_monitor import DRIFT_METRICS
+    # (a --paper run's and a --drift run's: tests/test_paper.py and tests/test_drift.py scrape them)
+    exported = set(scrape(eng)) | set(PAPER_METRICS) | set(DRIFT_METRICS)
     job = yaml.safe_load((OPS / "prometheus.yml").read_text())["scrape_configs"][0]["job_name"]
     for e in exprs + panels:
         for n in _names(e):

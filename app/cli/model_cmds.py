@@ -65,6 +65,54 @@ def cmd_model_inspect(a):
     return 0
 
 
+def cmd_model_drift(a):
+    """The drift of a tick source (or a run's signal file: the score only) from a model's training rows."""
+    import numpy as np
+
+    from models import artifact, drift
+    from models.registry import resolve_model
+    from app.run_summary import drift_line
+    if a.model:
+        model_dir = resolve_model(a.model)
+    else:
+        from models.default import default_model_dir
+        from engine.strategy_load import load
+        model_dir = str(default_model_dir(load(a.strategy, {}, {})))
+    man = artifact.read_manifest(model_dir)
+    sk = drift.check(man, str(model_dir))
+    names = man["feature_names"]
+    t = drift.Tracker(sk, names)
+    if a.source.endswith(".sig"):  # (a signal file: the margins of the decisions it records, no features)
+        from engine.signal_log import read_signals
+        from engine.records import SIGNAL_FLAG_MARK
+        recs = read_signals(a.source)
+        recs = recs[(recs["flags"] & SIGNAL_FLAG_MARK) == 0]
+        t.add(np.full((len(recs), len(names)), np.nan, np.float32), recs["margin"].astype(np.float64))
+        what = "the margins of its signals (a signal file holds no features: give the run's recording for them)"
+    else:
+        from models import dataset
+        from models.training import source_ticks
+        host = strategy_host(a)
+        words, k, levels, _ = source_ticks(a.source, a.ticks, host.strategy)
+        X = dataset.featurize(host, words, k, levels, where=a.source)[0]
+        pred = artifact.load(model_dir, backend=a.backend, strategy=host.strategy)
+        t.add(X, pred.predict_margin(X))
+        what = f"{len(X):,} rows the strategy scores"
+    feats, score = t.psi()
+    if a.source.endswith(".sig"):
+        feats = {}
+    out = {"source": a.source, "model": str(model_dir), "model_id": man["files"].get("model.json", "")[:12],
+           "rows": t.rows, "features": feats, "score": score, "reference_rows": sk["rows"]}
+    if a.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{a.source} against the training rows of {model_dir} ({sk['rows']:,} rows): {what}")
+    print(drift_line({**out, "error": None}) if feats else f"drift over {t.rows:,} signals: score PSI {score:.4f}")
+    for name, v in sorted(feats.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<28} {v:8.4f}  {'shifted' if v > 0.25 else 'moved' if v > 0.1 else 'stable'}")
+    return 0
+
+
 def _backends(s):
     names = tuple(x.strip() for x in s.split(",") if x.strip())
     if not names or not set(names) <= {"treelite", "flat"}:
@@ -122,6 +170,22 @@ def _add_model(sub):
                     "hashes and bit-exactness")
     verify_key_arg(mi)
     mi.set_defaults(fn=cmd_model_inspect)
+    dr = ms.add_parser("drift", help="how far a tick source's features and scores are from a model's training rows",
+                       description="Population stability (PSI; below 0.1 stable, 0.1-0.25 moved, above 0.25 shifted) of "
+                                   "each feature and of the model's score (margin) over SOURCE against the training "
+                                   "rows' deciles kept in the model's manifest: SOURCE a tick file or feed URI (as "
+                                   "engine train reads), or a run's signal file (RUN.sig: the score only). The "
+                                   "training data gives 0. engine run --drift keeps the same figures live.")
+    dr.add_argument("source", metavar="SOURCE", help="a tick file, a source URI, or a run's signal file (.sig)")
+    dr.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (default: "
+                                                  "the strategy's default model)")
+    dr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end")
+    dr.add_argument("--ticks", type=positive_int, default=400_000, help="ticks from a synthetic source (default "
+                                                                       "%(default)s)")
+    strategy_args(dr)
+    dr.add_argument("--json", action=Flag, help="one JSON object")
+    verify_key_arg(dr)
+    dr.set_defaults(fn=cmd_model_drift)
     mk = ms.add_parser("keygen", help="make a signing key: ed25519 NAME.key (0600) + NAME.pub, or --hmac",
                        description="Write a new ed25519 key pair into DIR: NAME.key (private, mode 0600; signs on "
                                    "the build host) and NAME.pub (public; engine hosts verify with it). --hmac: one "

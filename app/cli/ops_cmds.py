@@ -319,6 +319,9 @@ def _print_stats(body):
     if risk and (risk["killed"] or any(risk["blocked"].values())):
         out.append("  risk: " + (f"KILLED ({risk['killed']})   " if risk["killed"] else "") + "cut "
                    + (", ".join(f"{k} {v:,}" for k, v in risk["blocked"].items() if v) or "nothing"))
+    if body.get("drift"):
+        from app.run_summary import drift_line
+        out.append("  " + drift_line(body["drift"]))
     pp = body.get("paper")
     if pp:
         out.append(f"  paper: pnl net {pp['pnl_net']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "

@@ -1,0 +1,124 @@
+"""`engine run --drift`: the live model's feature and score drift (models/drift.py), kept live.
+
+A thread off the strategy core reads the ticks the loop read (a consumer of the tap ring, as the
+recorder, the paper trader and the shadows), computes the strategy's feature rows with the data-set
+loop (host_template featurize_loop: the rows the live loop scores, its state carried from batch to
+batch), scores them with the live model, and bins them against the training distribution in the
+model's manifest, in fixed memory (counts that halve every --drift-half-life rows). A reload to a
+model with another sketch starts the counts again. Exported as engine_feature_psi{feature} and
+engine_score_psi, in /status (`drift`) and `engine stats`; ops/engine-alerts.yml fires when a
+feature's passes 0.25 for 10 minutes.
+"""
+import threading
+import time
+
+import numpy as np
+
+from engine import shm
+from engine.tickring import TickConsumer
+from models import drift
+
+from .recorder import drain
+
+BATCH = 4096
+IDLE_S = 0.01
+# exported only by a run with --drift (tests/test_drift.py scrapes them; the ops files use them)
+DRIFT_METRICS = ("engine_feature_psi", "engine_score_psi", "engine_drift_rows_total")
+
+
+class DriftMonitor(threading.Thread):
+    """tap: the run's tap ring; host: its strategy host; n_inst/depth/bound: its instruments, book
+    depth and UNIVERSE binding; live(): the model now live (models.artifact predictor)."""
+
+    def __init__(self, tap, host, n_inst, depth, bound, live, half_life):
+        super().__init__(name="engine-drift", daemon=True)
+        self.host, self.live, self.half_life = host, live, half_life
+        self.hs = host.state(n_inst, depth, bound)
+        self.c = TickConsumer(tap.path.rsplit("/", 1)[-1])
+        self.c.claim("oldest")  # no back-pressure: the loop never waits for us
+        self.buf = np.zeros((BATCH, 8), np.int64)
+        self.X = np.empty((BATCH, host.nfeat), np.float32)
+        self.inst, self.mid, self.idx = np.empty(BATCH, np.int64), np.empty(BATCH, np.float64), np.empty(BATCH, np.int64)
+        self.row, self.pvals = host.new_row(), host.params()
+        self.model_id, self.tracker, self.why = None, None, None
+        self.lock = threading.Lock()
+        self.stop_flag = threading.Event()
+        self.error = None
+        self._follow()
+        host.mod.featurize_loop(self.buf[:0], *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid, self.idx,
+                                self.row)  # (no ticks: compiled or loaded now, not later under the run's GIL)
+
+    def _follow(self):
+        """The live model's sketch: a new tracker when the model changed."""
+        pred = self.live()
+        if pred.model_id == self.model_id:
+            return pred
+        try:
+            sk = drift.check(pred.manifest, f"model {pred.model_id}")
+            t, why = drift.Tracker(sk, pred.manifest["feature_names"], self.half_life), None
+        except ValueError as e:
+            t, why = None, str(e)
+        with self.lock:
+            self.model_id, self.tracker, self.why = pred.model_id, t, why
+        return pred
+
+    def _step(self):
+        n = drain(self.c.hdr, self.c.data, self.c.mask, self.c.slot_base, self.buf)
+        if not n:
+            return 0
+        m = self.host.mod.featurize_loop(self.buf[:n], *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid,
+                                         self.idx, self.row)
+        pred = self._follow()
+        if m and self.tracker is not None:
+            X = self.X[:m]
+            margins = pred.predict_margin(X)
+            with self.lock:
+                self.tracker.add(X, margins)
+        return n
+
+    def run(self):
+        try:
+            while not self.stop_flag.is_set():
+                if not self._step():
+                    time.sleep(IDLE_S)
+        except Exception as e:  # noqa: BLE001 - said in /status and the summary; the run goes on
+            self.error = e
+
+    def figures(self):
+        """{"model_id", "rows", "features": {name: PSI}, "score": PSI, "gaps", "error"}; features empty
+        (and `error` saying why) for a model without a training sketch."""
+        with self.lock:
+            t = self.tracker
+            feats, score = t.psi() if t is not None and t.rows else ({}, None)
+            rows = t.rows if t is not None else 0
+        err = str(self.error) if self.error else self.why
+        return {"model_id": self.model_id, "rows": rows, "half_life_rows": self.half_life,
+                "features": {k: round(v, 6) for k, v in feats.items()},
+                "score": None if score is None else round(score, 6),
+                "gaps": int(self.c.hdr[self.c.slot_base + shm.C_GAPS]), "error": err}
+
+    def finish(self):
+        self.stop_flag.set()
+        if self.is_alive():
+            self.join()
+        out = self.figures()
+        self.c.close()
+        return out
+
+
+def drift_families(mon):
+    """engine_feature_psi{feature}, engine_score_psi, engine_drift_rows (none without --drift)."""
+    if mon is None:
+        return
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    f = mon.figures()
+    g = GaugeMetricFamily("engine_feature_psi", "population stability of each feature of the live rows against the "
+                          "model's training rows (0 the same; > 0.25 shifted)", labels=["feature"])
+    for k, v in f["features"].items():
+        if np.isfinite(v):
+            g.add_metric([k], v)
+    yield g
+    if f["score"] is not None and np.isfinite(f["score"]):
+        yield GaugeMetricFamily("engine_score_psi", "population stability of the live model's score (margin) against "
+                                "its training rows", value=f["score"])
+    yield CounterMetricFamily("engine_drift_rows", "rows the drift monitor binned", value=f["rows"])
