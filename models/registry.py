@@ -128,9 +128,10 @@ class Registry:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def register(self, art_dir, name, verify=True, note=None):
+    def register(self, art_dir, name, verify=True, note=None, gate=None):
         """Copy a verified artifact in as NAME's next version (the same bytes again: the version it
-        has). Returns (record, new)."""
+        has). gate: the validation gate it passed (models/retrain.py), kept in its record. Returns
+        (record, new)."""
         from . import artifact
         check_name(name)
         art = Path(art_dir)
@@ -153,9 +154,10 @@ class Registry:
             rec = {"version": len(e["versions"]) + 1, "id": oid, "registered_unix": round(time.time(), 3),
                    "source": str(art.resolve()), "model_id": m["files"].get("model.json", "")[:12],
                    "num_trees": m.get("num_trees"), "objective": m.get("objective"), "strategy": m.get("strategy"),
-                   "training": {k: tr[k] for k in tr if k in ("source", "sources", "ticks", "rows", "horizon")},
+                   "training": {k: tr[k] for k in tr if k in ("source", "sources", "ticks", "rows", "horizon",
+                                                              "recordings", "days", "data")},
                    "metrics": {k: tr[k] for k in tr if k.startswith(("test_", "valid_"))},
-                   "signature": artifact.signature_status(art), "note": note}
+                   "signature": artifact.signature_status(art), "note": note, "gate": gate}
             e["versions"].append(rec)
             self._write_entry(name, e)
         return rec, True

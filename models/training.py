@@ -104,9 +104,9 @@ def metrics(objective, y, pred):
 
 def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, unit="ticks", labels="binary",
               dead_band_bps=0.5, objective=None, early_stopping=20, ticks=400_000, backends=("treelite", "flat"),
-              seed=0, merge=False):
+              seed=0, merge=False, info_extra=None):
     """Train a model for the strategy compiled in `host` (engine/strategy_build.py); merge: the
-    sources as one stream (input_streams)."""
+    sources as one stream (input_streams); info_extra: more for the manifest's `training`."""
     import xgboost as xgb
     s = host.strategy
     objective = objective or ("binary:logistic" if labels == "binary" else "reg:squarederror")
@@ -139,7 +139,7 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
     info = {"sources": list(sources), "horizon": horizon, "horizon_unit": unit, "labels": labels,
             "dead_band_bps": dead_band_bps if labels == "ternary" else None, "trees_kept": used,
             "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))}, "embargo_rows": embargo,
-            "test_metrics": m}
+            "test_metrics": m, **(info_extra or {})}
     return build_artifact(Path(out), b, X[te], feature_names=names, info=info, backends=backends,
                           strategy=s.identity(), reference=X[tr])
 

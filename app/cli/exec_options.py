@@ -96,20 +96,21 @@ class _Refuse(argparse.ArgumentParser):
         raise ValueError(message)
 
 
-def paper_exec(s):
-    """--paper-exec 'FLAGS' (e.g. '--latency-us 200 --fee-bps 4'): replay.jobs.Params with the
-    execution of `engine backtest ... FLAGS`; a ValueError says what is wrong."""
+def paper_exec(s, flag="--paper-exec"):
+    """--paper-exec 'FLAGS' (e.g. '--latency-us 200 --fee-bps 4'; also train's --gate-exec: flag):
+    replay.jobs.Params with the execution of `engine backtest ... FLAGS`; a ValueError says what is
+    wrong."""
     from replay.jobs import Params
-    p = _Refuse(prog="--paper-exec", add_help=False)
+    p = _Refuse(prog=flag, add_help=False)
     exec_args(p)
     try:
         words = shlex.split(s or "")
     except ValueError as e:
-        raise ValueError(f"--paper-exec {s!r}: {e}") from None
+        raise ValueError(f"{flag} {s!r}: {e}") from None
     try:
         a = p.parse_args(words)
     except ValueError as e:
-        raise ValueError(f"--paper-exec {s!r}: {e}") from None
-    if a.l3:
-        raise ValueError("--paper-exec: --l3 replays one file's order-by-order data; a live run has none")
+        raise ValueError(f"{flag} {s!r}: {e}") from None
+    if a.l3:  # (one file's order-by-order data: a live run has none, a gate several days)
+        raise ValueError(f"{flag}: --l3 replays one file's order-by-order data; not here")
     return Params(**exec_params(a))

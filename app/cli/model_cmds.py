@@ -2,6 +2,7 @@
 default|inspect|keygen|sign` and the registry's `engine model register|list|show|promote|rollback`."""
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -127,10 +128,72 @@ def cmd_train(a):
                         ("--ticks", a.ticks, a.ticks >= 1), ("--early-stopping", a.early_stopping, a.early_stopping >= 1)):
         if not ok:
             raise ValueError(f"{flag} {v}: must be {'1..16' if flag == '--depth' else '> 0'}")
-    m = run_train(a.sources, a.out, host=strategy_host(a), trees=a.trees, depth=a.depth, eta=a.eta, horizon=a.horizon, unit=a.horizon_unit,
-                  labels=a.labels, dead_band_bps=a.dead_band, objective=a.objective, early_stopping=a.early_stopping,
-                  ticks=a.ticks, backends=a.backends, seed=a.seed, merge=a.merge)
+    if a.recordings:
+        return _retrain(a)
+    for flag in ("since", "register", "promote", "incumbent"):
+        if getattr(a, flag):
+            raise ValueError(f"--{flag} goes with --recordings DIR (retraining on the recorder's daily files)")
+    if not a.sources:
+        raise ValueError("give SOURCE(s) to train on, or --recordings DIR --since 7d")
+    m = run_train(a.sources, a.out, host=strategy_host(a), **_train_kw(a))
     print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], **m["training"]["test_metrics"]}))
+    return 0
+
+
+def _train_kw(a):
+    return dict(trees=a.trees, depth=a.depth, eta=a.eta, horizon=a.horizon, unit=a.horizon_unit, labels=a.labels,
+                dead_band_bps=a.dead_band, objective=a.objective, early_stopping=a.early_stopping, ticks=a.ticks,
+                backends=a.backends, seed=a.seed, merge=a.merge)
+
+
+def _retrain(a):
+    """engine train --recordings DIR --since 7d [--register NAME [--promote]]: models/retrain.py."""
+    import dataclasses
+
+    from models import retrain
+    from models.training import run_train
+    from .common import overrides, universe
+    from .exec_options import paper_exec
+    if a.sources:
+        raise ValueError("give SOURCE(s) or --recordings DIR, not both")
+    days = retrain.day_files(a.recordings, retrain.parse_since(a.since or "7d"))
+    train_days, held = retrain.split_days(list(days), a.holdout_days)
+    train_files = [f for d in train_days for f in days[d]]
+    held_files = [f for d in held for f in days[d]]
+    reg = incumbent = None
+    if a.register:
+        from models.registry import Registry, RegistryError, check_name
+        check_name(a.register)
+        reg = Registry(a.registry, create=True)
+        try:
+            incumbent = str(reg.object_dir(reg.version(a.register)[1]["id"]))  # (the promoted one, else the latest)
+        except RegistryError:
+            incumbent = None  # (a new name: its first version)
+    if a.incumbent:
+        from models.registry import resolve_model
+        incumbent = resolve_model(a.incumbent)
+    print(f"[train] {len(train_files)} file(s) of {len(train_days)} day(s) to train on ({train_days[0]} .. "
+          f"{train_days[-1]}), {len(held_files)} of {len(held)} held out for the gate ({', '.join(held)})",
+          file=sys.stderr, flush=True)
+    host = strategy_host(a)
+    m = run_train([f"tickfile:{f}" for f in train_files], a.out, host=host, **_train_kw(a),
+                  info_extra={"recordings": os.path.abspath(a.recordings), "days": train_days, "held_out_days": held,
+                              "data": retrain.identity(train_files)})
+    p = dataclasses.replace(paper_exec(a.gate_exec, "--gate-exec"), strategy=a.strategy, params=overrides(a), universe=universe(a))
+    g = retrain.gate(a.out, incumbent, held_files, p, a.gate_metric, a.gate_margin)
+    print(f"[train] gate: {g['why']}", file=sys.stderr, flush=True)
+    out = {"artifact": str(a.out), "trees": m["num_trees"], **m["training"]["test_metrics"], "gate": g,
+           "registered": None, "promoted": False}
+    if g["passed"] and reg is not None:
+        rec, _ = reg.register(a.out, a.register, note=f"retrained on {train_days[0]}..{train_days[-1]}", gate=g)
+        out["registered"] = f"{a.register}@{rec['version']}"
+        if a.promote:
+            reg.promote(out["registered"])
+            out["promoted"] = True
+    print(json.dumps(out))
+    if not g["passed"]:
+        print(f"engine: gate refused the candidate ({g['why']}): not registered; it stays in {a.out}", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -320,7 +383,8 @@ def _add_train(sub):
                                    "test with an embargo), train XGBoost with early stopping, print test metrics, and "
                                    "write a verified artifact that records the strategy it was trained for. "
                                    + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("sources", nargs="+", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7")
+    t.add_argument("sources", nargs="*", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7 (or "
+                                                                "--recordings)")
     strategy_args(t)
     merge_arg(t)
     t.add_argument("--out", required=True, help="artifact directory to write")
@@ -343,6 +407,30 @@ def _add_train(sub):
     t.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build (default treelite,flat)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP)
+    r = t.add_argument_group("retraining on recordings (engine record's daily files; README \"Retraining\")")
+    r.add_argument("--recordings", default=None, metavar="DIR",
+                   help="train on the daily tick files under DIR (DIR/<label>/DAY.ticks) instead of SOURCEs")
+    r.add_argument("--since", default=None, metavar="AGE", help="the days within AGE of today (UTC): 7d, 36h, 2w "
+                                                              "(default 7d)")
+    r.add_argument("--holdout-days", type=positive_int, default=1,
+                   help="the last N days are held out for the gate (default 1)")
+    r.add_argument("--register", default=None, metavar="NAME",
+                   help="register the candidate as NAME's next version if it passes the gate; NAME's live version "
+                        "(else its latest) is the incumbent it must beat")
+    r.add_argument("--registry", default=None, help="the registry (default $ENGINE_REGISTRY, else the state "
+                                                    "directory's)")
+    r.add_argument("--promote", action=Flag, help="with --register: promote it too (a running engine on "
+                                                  "registry:NAME swaps to it)")
+    r.add_argument("--incumbent", default=None, metavar="MODEL", help="the model to beat (default: NAME's in the "
+                                                                     "registry; none: the gate passes)")
+    r.add_argument("--gate-metric", default="pnl", choices=("pnl", "pnl_gross", "sharpe"),
+                   help="what the candidate must beat the incumbent on, in the backtest of the held-out days "
+                        "(default pnl: net)")
+    r.add_argument("--gate-margin", type=float, default=0.0, metavar="X",
+                   help="by more than this (the metric's unit; default 0)")
+    r.add_argument("--gate-exec", default="", metavar="'FLAGS'",
+                   help="the gate's backtest execution, in engine backtest's flags (e.g. '--latency-us 200 --fee-bps "
+                        "4'; default its defaults)")
     t.set_defaults(fn=cmd_train)
 
 
