@@ -107,7 +107,6 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
               seed=0, merge=False, info_extra=None):
     """Train a model for the strategy compiled in `host` (engine/strategy_build.py); merge: the
     sources as one stream (input_streams); info_extra: more for the manifest's `training`."""
-    import xgboost as xgb
     s = host.strategy
     objective = objective or ("binary:logistic" if labels == "binary" else "reg:squarederror")
     if labels == "ternary" and objective == "binary:logistic":
@@ -131,17 +130,25 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
         f"{early_stopping} rounds without improvement")
     b = train(X[tr], y[tr], X[va], y[va], trees=trees, depth=depth, eta=eta, objective=objective,
               feature_names=names, seed=seed, early_stopping=early_stopping)
+    info = {"sources": list(sources), "horizon": horizon, "horizon_unit": unit, "labels": labels,
+            "dead_band_bps": dead_band_bps if labels == "ternary" else None,
+            "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))}, "embargo_rows": embargo,
+            **(info_extra or {})}
+    return finish(out, b, X[te], y[te], X[tr], objective, s, info, backends)
+
+
+def finish(out, b, X_test, y_test, X_ref, objective, s, info, backends):
+    """A trained booster's test metrics, then its verified artifact (manifest `training`: info)."""
+    import xgboost as xgb
+    names = list(s.features)
     used = b.num_boosted_rounds()
-    pred = b.predict(xgb.DMatrix(X[te], feature_names=names))
-    m = metrics(objective, y[te].astype(np.float64), pred)
+    pred = b.predict(xgb.DMatrix(X_test, feature_names=names))
+    m = metrics(objective, y_test.astype(np.float64), pred)
     log("  test split: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()) + f" ({used} trees kept)")
     log("[4/4] compiling and verifying")
-    info = {"sources": list(sources), "horizon": horizon, "horizon_unit": unit, "labels": labels,
-            "dead_band_bps": dead_band_bps if labels == "ternary" else None, "trees_kept": used,
-            "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))}, "embargo_rows": embargo,
-            "test_metrics": m, **(info_extra or {})}
-    return build_artifact(Path(out), b, X[te], feature_names=names, info=info, backends=backends,
-                          strategy=s.identity(), reference=X[tr])
+    info = {**info, "trees_kept": used, "test_metrics": m}
+    return build_artifact(Path(out), b, X_test, feature_names=names, info=info, backends=backends,
+                          strategy=s.identity(), reference=X_ref)
 
 
 def run_compile(model_json, out, *, host=None, generic=False, backends=("treelite", "flat")):

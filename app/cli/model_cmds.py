@@ -122,7 +122,6 @@ def _backends(s):
 
 
 def cmd_train(a):
-    from models.training import run_train
     for flag, v, ok in (("--trees", a.trees, a.trees >= 1), ("--depth", a.depth, 1 <= a.depth <= 16),
                         ("--eta", a.eta, a.eta > 0), ("--horizon", a.horizon, a.horizon > 0),
                         ("--ticks", a.ticks, a.ticks >= 1), ("--early-stopping", a.early_stopping, a.early_stopping >= 1)):
@@ -135,9 +134,25 @@ def cmd_train(a):
             raise ValueError(f"--{flag} goes with --recordings DIR (retraining on the recorder's daily files)")
     if not a.sources:
         raise ValueError("give SOURCE(s) to train on, or --recordings DIR --since 7d")
-    m = run_train(a.sources, a.out, host=strategy_host(a), **_train_kw(a))
+    m = _trainer(a)(a.sources, a.out, host=strategy_host(a), **_train_kw(a))
     print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], **m["training"]["test_metrics"]}))
     return 0
+
+
+def _trainer(a):
+    """run_train, or with --workers N / --scheduler ADDR its Dask twin (models/dask_train.py)."""
+    if a.workers == 1 and not a.scheduler:
+        from models.training import run_train
+        return run_train
+    if a.merge:
+        raise ValueError("--merge reads the sources as one stream, which one process builds: not on a Dask cluster")
+    from models.dask_train import run_train_dask
+    from .common import overrides, universe
+
+    def run(sources, out, merge=False, **kw):
+        return run_train_dask(sources, out, strategy=a.strategy, params=overrides(a), universe=universe(a),
+                              workers=a.workers, scheduler=a.scheduler, **kw)
+    return run
 
 
 def _train_kw(a):
@@ -151,7 +166,6 @@ def _retrain(a):
     import dataclasses
 
     from models import retrain
-    from models.training import run_train
     from .common import overrides, universe
     from .exec_options import paper_exec
     if a.sources:
@@ -176,7 +190,7 @@ def _retrain(a):
           f"{train_days[-1]}), {len(held_files)} of {len(held)} held out for the gate ({', '.join(held)})",
           file=sys.stderr, flush=True)
     host = strategy_host(a)
-    m = run_train([f"tickfile:{f}" for f in train_files], a.out, host=host, **_train_kw(a),
+    m = _trainer(a)([f"tickfile:{f}" for f in train_files], a.out, host=host, **_train_kw(a),
                   info_extra={"recordings": os.path.abspath(a.recordings), "days": train_days, "held_out_days": held,
                               "data": retrain.identity(train_files)})
     p = dataclasses.replace(paper_exec(a.gate_exec, "--gate-exec"), strategy=a.strategy, params=overrides(a), universe=universe(a))
@@ -407,6 +421,11 @@ def _add_train(sub):
     t.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build (default treelite,flat)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP)
+    t.add_argument("--workers", type=positive_int, default=1,
+                   help="build the data set (a source per task) and train on a Dask LocalCluster of N processes "
+                        "(XGBoost's Dask interface; default 1: this process)")
+    t.add_argument("--scheduler", default=None, metavar="ADDR",
+                   help="the same on an existing Dask cluster (tcp://HOST:PORT): its workers need this engine installed")
     r = t.add_argument_group("retraining on recordings (engine record's daily files; README \"Retraining\")")
     r.add_argument("--recordings", default=None, metavar="DIR",
                    help="train on the daily tick files under DIR (DIR/<label>/DAY.ticks) instead of SOURCEs")
