@@ -83,6 +83,10 @@ class PaperTrader(threading.Thread):
         self.spec, self.spec_at = None, 0.0
         self.stop_flag = threading.Event()
         self.error = None
+        # compiled (or loaded) now for these exact types, no tick: a first compile in the thread would
+        # hold the GIL for seconds while the run goes (the control thread's lease lapses)
+        self._step(0)
+        execsim.fees_of(self.fbuf[:0], self.spec, self.fee[:0])
 
     # -- inputs --------------------------------------------------------------------------------
 

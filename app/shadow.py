@@ -33,7 +33,7 @@ from engine.tickring import TickConsumer
 from .recorder import drain
 
 BATCH = 4096
-IDLE_S = 0.002
+IDLE_S = 0.02  # (a shadow decides for no one: few wake-ups keep the other cores quiet)
 SIG_ROWS = 1 << 12
 
 
@@ -77,12 +77,13 @@ class Shadow(threading.Thread):
         self.buf = np.zeros((BATCH, 8), np.int64)
         legs = max(1, len(host.strategy.universe))
         self.sigs = np.zeros((SIG_ROWS + (len(self.hs.ist) + 1) * legs, SIGNAL_WORDS), np.int64)
-        cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
-        from replay.backtest import warm_up
-        warm_up(pred, host, cfg)  # (compiled or loaded now, before the loop starts: not under the run's GIL)
         self.parts = BacktestArgs(words=self.buf, state=self.hs.loop_arrays(), row=host.new_row(),
-                                  out=np.zeros(1, np.float32), model=pred.addr, pvals=host.params(), cfg=cfg,
-                                  sigs=self.sigs, margins=np.zeros(BATCH, np.float32), hist=latency.new_counts())
+                                  out=np.zeros(1, np.float32), model=pred.addr, pvals=host.params(),
+                                  cfg=host.loop_cfg(sigmoid=uses_sigmoid(pred)), sigs=self.sigs,
+                                  margins=np.zeros(BATCH, np.float32), hist=latency.new_counts())
+        # compiled (or loaded) now for these exact types, no tick: a first compile in the thread would
+        # hold the GIL for seconds while the run goes (the control thread's lease lapses)
+        host.mod.backtest_loop(*backtest_args(host.mod, self.parts._replace(words=self.buf[:0])))
         self.ticks = self.scored = self.signals = 0
         self.stop_flag = threading.Event()
         self.error = None
