@@ -107,6 +107,8 @@ class Shadow(threading.Thread):
         return n
 
     def run(self):
+        from engine.realtime import set_idle
+        set_idle()  # (the other cores' leftovers: the feed and the control plane come first there)
         try:
             while not self.stop_flag.is_set():
                 if not self._step():

@@ -86,6 +86,16 @@ def set_other():
         pass
 
 
+def set_idle():
+    """SCHED_IDLE for the calling thread: it runs on what the other threads leave (work that
+    decides for no one: shadow models, drift). False if refused."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return True
+    except OSError:
+        return False
+
+
 def policy_name():
     pol = os.sched_getscheduler(0)
     return {os.SCHED_FIFO: "SCHED_FIFO", os.SCHED_RR: "SCHED_RR"}.get(pol, "SCHED_OTHER")
