@@ -97,6 +97,8 @@ def test_shadows_added_and_removed_while_the_run_goes(tmp_path, default_model, s
         r = cli("ctl", "shadow", "add", str(second_model), "--name", name)
         assert r.returncode == 0 and r.stdout.startswith("shadow model2 added: model "), (r.stdout, r.stderr)
         wait_until(lambda: d.status()["shadows"][0]["signals"] > 5, "the added shadow's signals")
+        st = cli("stats", "--name", name)
+        assert st.returncode == 0 and "  shadow model2: " in st.stdout, st.stdout
         r = cli("ctl", "shadow", "list", "--name", name, "--json")
         (row,) = json.loads(r.stdout)
         assert row["name"] == "model2" and row["ticks"] > 0 and row["error"] is None, row

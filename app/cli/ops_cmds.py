@@ -322,6 +322,10 @@ def _print_stats(body):
     if body.get("drift"):
         from app.run_summary import drift_line
         out.append("  " + drift_line(body["drift"]))
+    for sh in body.get("shadows") or []:
+        out.append(f"  shadow {sh['name']}: {sh['signals']:,} signals on {sh['ticks']:,} ticks (model {sh['model_id']})"
+                   + (f", {sh['gaps']:,} gaps" if sh["gaps"] else "") + (f"; stopped: {sh['error']}" if sh["error"]
+                                                                        else ""))
     pp = body.get("paper")
     if pp:
         out.append(f"  paper: pnl net {pp['pnl_net']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "
