@@ -71,9 +71,6 @@ class Shadow(threading.Thread):
         self.hs = host.state(n_inst, depth, bound)
         risk.configure(self.hs.rlim, self.hs.rg, names, specs, limits)
         self.multipliers = len(specs or [])
-        self.log = SignalLog(path)  # (0600, like the live file; an OutputError names it)
-        self.c = TickConsumer(tap.path.rsplit("/", 1)[-1])
-        self.c.claim(start)  # no back-pressure: the loop never waits for a shadow
         self.buf = np.zeros((BATCH, 8), np.int64)
         legs = max(1, len(host.strategy.universe))
         self.sigs = np.zeros((SIG_ROWS + (len(self.hs.ist) + 1) * legs, SIGNAL_WORDS), np.int64)
@@ -84,6 +81,14 @@ class Shadow(threading.Thread):
         # compiled (or loaded) now for these exact types, no tick: a first compile in the thread would
         # hold the GIL for seconds while the run goes (the control thread's lease lapses)
         host.mod.backtest_loop(*backtest_args(host.mod, self.parts._replace(words=self.buf[:0])))
+        self.log = SignalLog(path)  # (0600, like the live file; an OutputError names it)
+        try:
+            self.c = TickConsumer(tap.path.rsplit("/", 1)[-1])
+            self.c.claim(start)  # no back-pressure: the loop never waits for a shadow
+        except BaseException:
+            self.log.close()
+            os.unlink(path)  # (nothing was written: no empty file left behind)
+            raise
         self.ticks = self.scored = self.signals = 0
         self.stop_flag = threading.Event()
         self.error = None

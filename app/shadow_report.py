@@ -79,15 +79,12 @@ def money(ticks, sigs, p, values):
     """What a signal set earns on a tick file through the backtest's execution and money: pnl,
     pnl_gross, fees, fills (replay/jobs.Params p: the execution flags; values: the strategy's
     parameters, its `maker`)."""
-    from types import SimpleNamespace
-
     from replay.backtest import FileResult, file_depth
     from replay.evaluate import evaluate_file, summarize
     from replay.jobs import exec_setup
     res = FileResult(ticks.path, ticks.instruments, len(ticks.words), 0, sigs,
                      np.full(len(ticks.words), np.nan, np.float32), None)
-    holder = SimpleNamespace(strategy=SimpleNamespace(values=values))  # (exec_setup reads the strategy's `maker`)
-    xp, spec, _ = exec_setup(p, holder, ticks, res, 0)
+    xp, spec, _ = exec_setup(p, values, ticks, res, 0)
     part, _ = evaluate_file(ticks.words, res, p.horizons_ms, depth=file_depth(ticks), xp=xp, spec=spec)
     s = summarize([part], p.horizons_ms)[0]
     return {k: s.get(k) for k in ("pnl", "pnl_gross", "fees", "fills")}

@@ -59,7 +59,7 @@ def run_train_dask(sources, out, *, host, strategy, params, universe, workers=2,
     import xgboost as xgb
     import xgboost.dask as xgd
 
-    from replay.jobs import dask_client
+    from .cluster import dask_client
     from . import dataset
     from .training import finish
     s = host.strategy

@@ -130,7 +130,7 @@ class Registry:
 
     def register(self, art_dir, name, verify=True, note=None, gate=None):
         """Copy a verified artifact in as NAME's next version (the same bytes again: the version it
-        has). gate: the validation gate it passed (models/retrain.py), kept in its record. Returns
+        has). gate: the validation gate it passed (replay/retrain.py), kept in its record. Returns
         (record, new)."""
         from . import artifact
         check_name(name)

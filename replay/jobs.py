@@ -1,6 +1,5 @@
 """`engine backtest FILE... --model DIR --out DIR`: one file per task, in process or on Dask,
 merged in file order into signals.parquet and a report."""
-import contextlib
 import os
 import sys
 import time
@@ -9,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.risk import RULES as RISK_RULES
+from models.cluster import dask_client
 from .evaluate import DEFAULT_HORIZONS_MS
 
 
@@ -129,8 +129,9 @@ def maker_orders(p, values):
     return p.orders == "maker" or (p.orders == "strategy" and bool(values.get("maker", 0.0)))
 
 
-def exec_setup(p, host, tf, res, k):
-    """(ExecParams, spec array, per-instrument specs) for one file's signals."""
+def exec_setup(p, values, tf, res, k):
+    """(ExecParams, spec array, per-instrument specs) for one file's signals (values: the
+    strategy's parameters, its `maker`)."""
     from engine.records import symbols
 
     from . import costs, execsim
@@ -138,7 +139,7 @@ def exec_setup(p, host, tf, res, k):
     names = list(symbols(res.instruments or tf.instruments, top))
     specs = costs.resolve(costs.file_specs(tf, names), p.instruments, fee_overrides(p))
     xp = execsim.ExecParams(entry_ns=entry_latencies(p, len(res.signals), k), response_ns=p.response_ns,
-                            feed_ns=p.feed_ns, maker=maker_orders(p, host.strategy.values),
+                            feed_ns=p.feed_ns, maker=maker_orders(p, values),
                             queue_power=p.queue_power)
     return xp, costs.spec_array(specs), specs
 
@@ -178,7 +179,7 @@ def backtest_one(path, p, k=0, progress=False, looped=None):
     scores = _score_sample(res.margins, uses_sigmoid(pred))
     if looped is not None:
         looped(res.hist, scores)
-    xp, spec, specs = exec_setup(p, host, tf, res, k)
+    xp, spec, specs = exec_setup(p, host.strategy.values, tf, res, k)
     rec = None
     if p.l3:
         from . import l3
@@ -201,26 +202,6 @@ def _score_sample(margins, sigmoid, k=100_000):
 
 def _say(msg):
     print(f"[backtest] {msg}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def dask_client(workers, scheduler=None):
-    """A client of the cluster at `scheduler`, or of a LocalCluster of `workers` single-threaded
-    processes started (and stopped) here."""
-    from dask.distributed import Client, LocalCluster
-    cluster = None
-    if scheduler:
-        client = Client(scheduler)
-    else:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                               silence_logs=40)
-        client = Client(cluster)
-    try:
-        yield client
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
 def run_tasks(files, p, workers=1, scheduler=None, progress=True, looped=None):

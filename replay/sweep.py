@@ -158,7 +158,7 @@ def _run(jobs, done, base, workers, scheduler, progress):
         return
     from dask.distributed import as_completed
 
-    from .jobs import dask_client
+    from models.cluster import dask_client
     try:
         with dask_client(workers, scheduler) as client:
             futs = {client.submit(run_cell, combo, f, k, base, pure=False): (ci, k, path)

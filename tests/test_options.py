@@ -57,7 +57,8 @@ FILE_VALUES = {
     "risk.max_rate": 10.0, "risk.max_rate_total": 40.0, "risk.min_flip_ms": 5.0, "risk.kill_file": "/kill",
     "risk.kill_feed_down": 2.0, "risk.instrument": ["SYN0000:max_position=1", "SYN0001:max_rate=2"],
     "risk.kill_loss": 100.0, "risk.kill_drawdown": 50.0, "paper.on": True, "paper.out": "/p",
-    "paper.exec": "--latency-us 20 --orders maker",
+    "paper.exec": "--latency-us 20 --orders maker", "shadow.models": ["/a", "registry:b@2"], "drift.on": True,
+    "drift.half_life": 5000,
 }
 
 

@@ -1,4 +1,4 @@
-"""`engine train --recordings DIR --since 7d` (models/retrain.py): a candidate trained on the recorder's
+"""`engine train --recordings DIR --since 7d` (replay/retrain.py): a candidate trained on the recorder's
 daily tick files within range but the held-out last day, registered (with its training data's
 identity and the gate's figures) only when it beats the incumbent on the held-out day in the same
 backtest, promoted when asked; a refused candidate exits 3 and changes nothing in the registry."""

@@ -162,10 +162,10 @@ def _train_kw(a):
 
 
 def _retrain(a):
-    """engine train --recordings DIR --since 7d [--register NAME [--promote]]: models/retrain.py."""
+    """engine train --recordings DIR --since 7d [--register NAME [--promote]]: replay/retrain.py."""
     import dataclasses
 
-    from models import retrain
+    from replay import retrain
     from .common import overrides, universe
     from .exec_options import paper_exec
     if a.sources:

@@ -192,11 +192,11 @@ def _add_shadow(sub):
                       description="Each shadow's signal file beside RUN.sig (RUN.shadow-NAME.sig) against the live "
                                   "one, on the same ticks: signals, agreement (the share of decision points where "
                                   "both hold the same target), score correlation on the ticks both decided, and with "
-                                  "--ticks (the run's recording, engine run --record) each model's PnL through "
+                                  "--ticks (the run's recording) each model's PnL through "
                                   "engine backtest's execution simulator with the execution flags below.")
     r.add_argument("signals", metavar="RUN.sig", type=existing_file, help="the live run's signal file")
     r.add_argument("--ticks", type=existing_file, default=None, metavar="REC.ticks",
-                   help="the run's recording (--record): each model's PnL on it")
+                   help="the run's recording (what engine run recorded): each model's PnL on it")
     r.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000", help="hit-rate horizons, ms")
     exec_args(r)
     strategy_args(r)
