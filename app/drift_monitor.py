@@ -10,40 +10,32 @@ engine_score_psi, in /status (`drift`) and `engine stats`; ops/engine-alerts.yml
 feature's passes 0.25 for 10 minutes.
 """
 import threading
-import time
 
 import numpy as np
 
-from engine import shm
-from engine.tickring import TickConsumer
 from models import drift
 
-from .recorder import drain
+from .tap_reader import BATCH, TapReader
 
-BATCH = 4096
 IDLE_S = 0.01
 # exported only by a run with --drift (tests/test_drift.py scrapes them; the ops files use them)
 DRIFT_METRICS = ("engine_feature_psi", "engine_score_psi", "engine_drift_rows_total")
 
 
-class DriftMonitor(threading.Thread):
+class DriftMonitor(TapReader):
     """tap: the run's tap ring; host: its strategy host; n_inst/depth/bound: its instruments, book
     depth and UNIVERSE binding; live(): the model now live (models.artifact predictor)."""
 
     def __init__(self, tap, host, n_inst, depth, bound, live, half_life):
-        super().__init__(name="engine-drift", daemon=True)
+        super().__init__("engine-drift", IDLE_S)
         self.host, self.live, self.half_life = host, live, half_life
         self.hs = host.state(n_inst, depth, bound)
-        self.c = TickConsumer(tap.path.rsplit("/", 1)[-1])
-        self.c.claim("oldest")  # no back-pressure: the loop never waits for us
-        self.buf = np.zeros((BATCH, 8), np.int64)
+        self.claim(tap)
         self.X = np.empty((BATCH, host.nfeat), np.float32)
         self.inst, self.mid, self.idx = np.empty(BATCH, np.int64), np.empty(BATCH, np.float64), np.empty(BATCH, np.int64)
         self.row, self.pvals = host.new_row(), host.params()
         self.model_id, self.tracker, self.why = None, None, None
         self.lock = threading.Lock()
-        self.stop_flag = threading.Event()
-        self.error = None
         self._follow()
         host.mod.featurize_loop(self.buf[:0], *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid, self.idx,
                                 self.row)  # (no ticks: compiled or loaded now, not later under the run's GIL)
@@ -63,7 +55,7 @@ class DriftMonitor(threading.Thread):
         return pred
 
     def _step(self):
-        n = drain(self.c.hdr, self.c.data, self.c.mask, self.c.slot_base, self.buf)
+        n = self.poll()
         if not n:
             return 0
         m = self.host.mod.featurize_loop(self.buf[:n], *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid,
@@ -76,16 +68,6 @@ class DriftMonitor(threading.Thread):
                 self.tracker.add(X, margins)
         return n
 
-    def run(self):
-        from engine.realtime import set_idle
-        set_idle()  # (the other cores' leftovers: the feed and the control plane come first there)
-        try:
-            while not self.stop_flag.is_set():
-                if not self._step():
-                    time.sleep(IDLE_S)
-        except Exception as e:  # noqa: BLE001 - said in /status and the summary; the run goes on
-            self.error = e
-
     def figures(self):
         """{"model_id", "rows", "features": {name: PSI}, "score": PSI, "gaps", "error"}; features empty
         (and `error` saying why) for a model without a training sketch."""
@@ -97,12 +79,10 @@ class DriftMonitor(threading.Thread):
         return {"model_id": self.model_id, "rows": rows, "half_life_rows": self.half_life,
                 "features": {k: round(v, 6) for k, v in feats.items()},
                 "score": None if score is None else round(score, 6),
-                "gaps": int(self.c.hdr[self.c.slot_base + shm.C_GAPS]), "error": err}
+                "gaps": self.gaps(), "error": err}
 
     def finish(self):
-        self.stop_flag.set()
-        if self.is_alive():
-            self.join()
+        self.stop()
         out = self.figures()
         self.c.close()
         return out

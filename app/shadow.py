@@ -20,19 +20,16 @@ model (app/shadow_report.py).
 import os
 import re
 import threading
-import time
 
 import numpy as np
 
-from engine import latency, risk, shm
+from engine import latency, risk
 from engine.loop_args import BacktestArgs, backtest_args
 from engine.records import SIGNAL_WORDS
 from engine.signal_log import SignalLog
-from engine.tickring import TickConsumer
 
-from .recorder import drain
+from .tap_reader import BATCH, TapReader
 
-BATCH = 4096
 IDLE_S = 0.02  # (a shadow decides for no one: few wake-ups keep the other cores quiet)
 SIG_ROWS = 1 << 12
 
@@ -56,7 +53,7 @@ def shadow_names(dirs, taken=()):
     return out
 
 
-class Shadow(threading.Thread):
+class Shadow(TapReader):
     """One candidate: tap (the run's tap ring, engine.tickring.TickRing), pred (its verified model,
     models.artifact.load), host (the run's compiled strategy host), n_inst/depth/bound (the run's
     instruments, book depth and UNIVERSE binding), names/specs/limits (the run's instrument table
@@ -65,13 +62,12 @@ class Shadow(threading.Thread):
 
     def __init__(self, tap, name, model_dir, pred, host, n_inst, depth, bound, names, specs, limits, path,
                  start="oldest"):
-        super().__init__(name=f"engine-shadow-{name}", daemon=True)
+        super().__init__(f"engine-shadow-{name}", IDLE_S)
         from models.artifact import uses_sigmoid
         self.label, self.model_dir, self.pred, self.host, self.path = name, model_dir, pred, host, path
         self.hs = host.state(n_inst, depth, bound)
         risk.configure(self.hs.rlim, self.hs.rg, names, specs, limits)
         self.multipliers = len(specs or [])
-        self.buf = np.zeros((BATCH, 8), np.int64)
         legs = max(1, len(host.strategy.universe))
         self.sigs = np.zeros((SIG_ROWS + (len(self.hs.ist) + 1) * legs, SIGNAL_WORDS), np.int64)
         self.parts = BacktestArgs(words=self.buf, state=self.hs.loop_arrays(), row=host.new_row(),
@@ -83,15 +79,12 @@ class Shadow(threading.Thread):
         host.mod.backtest_loop(*backtest_args(host.mod, self.parts._replace(words=self.buf[:0])))
         self.log = SignalLog(path)  # (0600, like the live file; an OutputError names it)
         try:
-            self.c = TickConsumer(tap.path.rsplit("/", 1)[-1])
-            self.c.claim(start)  # no back-pressure: the loop never waits for a shadow
+            self.claim(tap, start)
         except BaseException:
             self.log.close()
             os.unlink(path)  # (nothing was written: no empty file left behind)
             raise
         self.ticks = self.scored = self.signals = 0
-        self.stop_flag = threading.Event()
-        self.error = None
 
     def multipliers_from(self, specs):
         """Instruments a live source named after the start get their multiplier (as the live gate)."""
@@ -100,7 +93,7 @@ class Shadow(threading.Thread):
             self.multipliers = len(specs)
 
     def _step(self):
-        n = drain(self.c.hdr, self.c.data, self.c.mask, self.c.slot_base, self.buf)
+        n = self.poll()
         i, mod = 0, self.host.mod
         while i < n:  # (stops early when sigs has no room for a flush: written out, then on)
             i, nsig, sc = mod.backtest_loop(*backtest_args(mod, self.parts._replace(words=self.buf[:n], start=i,
@@ -111,28 +104,16 @@ class Shadow(threading.Thread):
         self.ticks += n
         return n
 
-    def run(self):
-        from engine.realtime import set_idle
-        set_idle()  # (the other cores' leftovers: the feed and the control plane come first there)
-        try:
-            while not self.stop_flag.is_set():
-                if not self._step():
-                    time.sleep(IDLE_S)
-        except Exception as e:  # noqa: BLE001 - said in the summary; the live run goes on
-            self.error = e
-
     def finish(self):
         """After the loop stopped: the last ticks scored, the file closed; this shadow's summary."""
-        self.stop_flag.set()
-        if self.is_alive():
-            self.join()
+        self.stop()
         if self.error is None:
             try:
                 while self._step():
                     pass
             except Exception as e:  # noqa: BLE001
                 self.error = e
-        gaps = int(self.c.hdr[self.c.slot_base + shm.C_GAPS])
+        gaps = self.gaps()
         self.c.close()
         self.log.close("shadow stopped" if self.error else None)
         return {**self.status(gaps), "risk_blocked": risk.blocked(self.hs.rg)}
@@ -142,7 +123,7 @@ class Shadow(threading.Thread):
         return {"name": self.label, "model": self.model_dir, "model_id": self.pred.model_id,
                 "backend": self.pred.backend, "signals_out": self.path, "signals": self.signals,
                 "ticks": self.ticks, "scored": self.scored, "error": str(err) if err else None,
-                "gaps": int(self.c.hdr[self.c.slot_base + shm.C_GAPS]) if gaps is None else gaps}
+                "gaps": self.gaps() if gaps is None else gaps}
 
 
 class Shadows:
