@@ -99,8 +99,9 @@ def report(sig_path, ticks_path=None, p=None, values=None):
                          "was the run given --shadow MODEL?")
     live, marks = decisions(sig_path)
     from engine.signal_log import read_kills
-    out = {"live": {"path": sig_path, "signals": int(len(live)), "conflation_marks": marks - len(read_kills(sig_path)),
-                    "kill_moves": int(len(read_kills(sig_path)))}, "shadows": {}}
+    kills = len(read_kills(sig_path))
+    out = {"live": {"path": sig_path, "signals": int(len(live)), "conflation_marks": marks - kills,
+                    "kill_moves": kills}, "shadows": {}}
     tf = None
     if ticks_path:
         from engine.tickfile import TickFile, TickFileError
