@@ -121,6 +121,14 @@ def converted(uri, suffix=".ticks"):
     return out
 
 
+def pytest_collection_modifyitems(items):
+    """The fuzz module last: its test waits for the fuzz processes, which take only idle CPU, and
+    early in the session (where its name put it) it waited ~3 minutes of a worker for them; by the
+    end they have long finished. (Under xdist each worker's order is the scheduler's.)"""
+    module = FUZZ_TEST.split("::")[0]
+    items.sort(key=lambda i: i.nodeid.startswith(module))
+
+
 def pytest_collection_finish(session):
     """The fuzz test's processes start now, beside the rest of the suite (tests/helpers/fuzz_jobs.py);
     under xdist the controller starts them (pytest_xdist_node_collection_finished)."""

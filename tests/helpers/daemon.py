@@ -108,6 +108,10 @@ class Daemon:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
+        except OSError as e:  # (refused or reset: say whether the engine is still there, and what it said)
+            time.sleep(0.2)
+            state = "running" if self.proc.poll() is None else f"exited ({self.proc.returncode})"
+            raise AssertionError(f"GET {path}: {e}; the engine: {state}:\n{self.log()}") from None
 
     def pub_key_file(self):
         """The engine's CURVE public key file (written at its start)."""
