@@ -54,6 +54,10 @@ WATCH_PERIOD_S = 0.01             # the HTTP thread's housekeeping (watchdog, fe
 METRICS_EVERY_S = 0.25            # /metrics renders at most this often, however many scrape it
 MAX_REQUESTS = 64                 # HTTP requests in progress at once; more get 503
 REQUEST_TIMEOUT_S = 5.0
+# commands that load a model (a reload, a shadow: verification, and on a cold numba cache the
+# shadow's loop compiled, tens of seconds) get longer before their reply says they are still going
+SLOW_COMMANDS = ("reload", "shadow-add", "shadow-remove")
+SLOW_REQUEST_TIMEOUT_S = 120.0
 KEEPALIVE_S = 5.0
 HTTP_STOP_S = 1.0                 # at stop, requests in progress get this long; then their connections close
 PUB_HWM = 1000                    # zmq: records queued per subscriber before it is found slow and cut off
@@ -874,10 +878,14 @@ class ControlPlane:
                 return web.Response(status=503, text="busy\n", headers={"Retry-After": "1"})
             busy[0] += 1
             conns.begin(request.transport)  # (not idle: never closed to make room)
+            slow = request.path.startswith("/control/") and request.path.rsplit("/", 1)[-1] in SLOW_COMMANDS
+            within = SLOW_REQUEST_TIMEOUT_S if slow else REQUEST_TIMEOUT_S
             try:
-                return await asyncio.wait_for(handler(request), REQUEST_TIMEOUT_S)
+                return await asyncio.wait_for(handler(request), within)
             except asyncio.TimeoutError:
-                return web.Response(status=503, text="timed out\n", headers={"Retry-After": "1"})
+                return web.json_response({"ok": False, "error": f"no answer within {within:g} s" + (
+                    "; the command goes on in the engine (engine ctl status / shadow list show when it is done)"
+                    if slow else "")}, status=503, headers={"Retry-After": "1"})
             finally:
                 busy[0] -= 1
                 conns.end(request.transport)

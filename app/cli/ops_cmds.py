@@ -160,12 +160,14 @@ def _control(a, method, path):
     import secrets
 
     from app import ctlauth
-    from app.daemon import read_token
+    from app.daemon import SLOW_COMMANDS, SLOW_REQUEST_TIMEOUT_S, read_token
     w = resolve(a, "http")
     host, port = w.value
+    cmd = path.split("?")[0].rsplit("/", 1)[-1]
+    timeout = SLOW_REQUEST_TIMEOUT_S + 10 if path.startswith("/control/") and cmd in SLOW_COMMANDS else 10
     if w.unix:
         where = _Endpoint(f"the control socket {w.unix} of engine {w.name!r}", w.name)
-        conn = _UnixHTTP(w.unix, timeout=10)
+        conn = _UnixHTTP(w.unix, timeout=timeout)
     else:
         where = _Endpoint(f"http://{host}:{port} ({w.origin})", w.name)
         try:
@@ -173,7 +175,7 @@ def _control(a, method, path):
         except OSError as e:
             raise ValueError(f"cannot read the control token {w.token_file}: {e.strerror} (is engine '{w.name}' "
                              "running as this user? --token-file)") from None
-        conn = http.client.HTTPConnection(host, port, timeout=10)
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         headers = {}
         if not w.unix:
