@@ -20,7 +20,12 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   the REST round trip): the per-frame cost a live feed sees, with no queue in front.
 - machine floor (`machine_floor`): the numba deframer on one frame, back to back and after 1 ms of
   sleep. On this untuned VM the second is 10-40x the first (a frame at a live pace finds caches and
-  branch predictors cold): the paced figures above are mostly that, not our code.
+  branch predictors cold): the paced figures above are mostly that, not our code. And one call of
+  a numba function that does nothing (one array read), back to back and 10 ms after the last, asleep
+  or busy in a Python loop: here ~0.8 us against ~30 us either way (stop 45), so it is not the wake
+  from idle (a spinning feed pays it too: `poll=spin` was tried and measured no better) but the
+  core's caches, shared with whatever else the host runs. Any path that enters Python per frame
+  starts at that floor, which is above the 20 us p99 target on this machine.
 - cryptofeed paced (`cryptofeed_paced`): the peer on the same FakeBinance at the same pace, its
   bookTicker frames (70% of the capture's, the cheapest), from its receipt stamp (after its websocket
   library read and took apart the frame: less of the path than ours) to its callback.
@@ -488,24 +493,45 @@ def cryptofeed_paced(capture, seconds):
 def machine_floor(samples=400):
     """What this machine does to a small piece of the frame path when it is not run back to back:
     the numba deframer on one 250-byte frame (~2 us warm), timed back to back and after 1 ms of
-    sleep. On an untuned VM the second is many times the first (caches and branch predictors are
-    not ours between two frames at a live feed's pace): the floor under any at-pace figure here.
-    {back_to_back: {p50, p99}, after_1ms: {p50, p99}} in ns."""
+    sleep; and the least any frame's path can cost, one call of a numba function that only reads
+    one array element (~0.8 us back to back), back to back, after 10 ms asleep and after 10 ms
+    busy in Python (no sleep: a spinning feed). On an untuned VM the slow cases are many times the
+    first (caches and branch predictors are not ours between two frames at a live feed's pace; the
+    busy case shows it is not the wake from idle): the floor under any at-pace figure here.
+    {back_to_back, after_1ms, call_back_to_back, call_after_10ms_asleep, call_after_10ms_busy:
+    {p50, p99}} in ns."""
+    from numba import njit
+
     from feeds import ws_client
     payload = b'{"stream":"btcusdt@bookTicker","data":{"e":"bookTicker","u":4009002171,"s":"BTCUSDT",' \
               b'"b":"25351.90","B":"31.210","a":"25365.20","A":"40.660","T":1,"E":1}}'
     data = np.frombuffer(bytes([0x81, 126]) + len(payload).to_bytes(2, "big") + payload, np.uint8)
     stamp = np.frombuffer(b"1723075200123456789 ", np.uint8)
     out = np.empty(len(data) + ws_client.LINE_EXTRA * (len(data) // 2 + 1), np.uint8)
-    ws_client.deframe(data, len(data), stamp, out, 1 << 20)
+    first = njit(lambda a: a[0])
+
+    def busy(s):
+        t = time.perf_counter() + s
+        while time.perf_counter() < t:
+            pass
+
+    def deframe():
+        ws_client.deframe(data, len(data), stamp, out, 1 << 20)
+
+    def call():
+        first(data)
+    deframe(), call()
     res = {}
-    for name, gap in (("back_to_back", 0.0), ("after_1ms", 0.001)):
+    for name, fn, gap, wait in (("back_to_back", deframe, 0.0, None), ("after_1ms", deframe, 0.001, time.sleep),
+                                ("call_back_to_back", call, 0.0, None),
+                                ("call_after_10ms_asleep", call, 0.01, time.sleep),
+                                ("call_after_10ms_busy", call, 0.01, busy)):
         ts = []
-        for _ in range(samples):
+        for _ in range(samples if gap < 0.01 else samples // 4):
             if gap:
-                time.sleep(gap)
+                wait(gap)
             t = time.perf_counter_ns()
-            ws_client.deframe(data, len(data), stamp, out, 1 << 20)
+            fn()
             ts.append(time.perf_counter_ns() - t)
         res[name] = {"p50": int(np.percentile(ts, 50)), "p99": int(np.percentile(ts, 99))}
     return res
@@ -542,7 +568,8 @@ def main():
         metrics.update({f"binance_live_frame_to_tick_capture_pace_{k}_ns": pace[k] for k in ("p50", "p99", "p999")})
         metrics["binance_live_frame_to_tick_capture_pace_count"] = pace["count"]
         for k, v in floor.items():
-            metrics.update({f"machine_deframe_one_frame_{k}_{p}_ns": x for p, x in v.items()})
+            what = "machine_numba_call" if k.startswith("call_") else "machine_deframe_one_frame"
+            metrics.update({f"{what}_{k.removeprefix('call_')}_{p}_ns": x for p, x in v.items()})
         cf_version = cf.pop("version")
         peers["cryptofeed"] = {f"binance_live_{k}": v for k, v in cf.items()}
         peers["cryptofeed"].update({f"binance_ticker_receipt_to_callback_capture_pace_{k}"
@@ -579,6 +606,10 @@ def main():
                   "after 1 ms", None, "back to back"),
                  ("machine: deframe 1 frame p99 ns", floor["back_to_back"]["p99"], floor["after_1ms"]["p99"],
                   "after 1 ms", None, "back to back")]
+        for p in ("p50", "p99"):
+            for k, label in (("asleep", "10 ms asleep"), ("busy", "10 ms busy")):
+                rows.append((f"machine: one numba call {p} ns", floor["call_back_to_back"][p],
+                             floor[f"call_after_10ms_{k}"][p], f"after {label}", None, "back to back"))
         rows.append(("bare ws frames/s (ws_client, numba)", metrics["ws_client_bare_frames_per_s"],
                      metrics["ws_bare_frames_per_s"], "picows", ratios["ws_client_vs_picows_ws_bare_frames_per_s"], ""))
         for name in ("websockets", "aiohttp"):
