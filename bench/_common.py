@@ -62,7 +62,8 @@ def table(title, cols, rows):
         cells = []
         for c in cols:
             v = vals.get(c)
-            cells.append(f"{v:>19,.0f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>19}")
+            cells.append(f"{v:>19}" if isinstance(v, str) else
+                         f"{v:>19,.0f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>19}")
         print(f"  {label:<30}" + "".join(cells))
 
 

@@ -5,7 +5,7 @@ import _common  # noqa: F401
 import numpy as np
 from numba import njit
 
-from engine.intrinsics import call_predict, monotonic_ns
+from engine.intrinsics import call_predict, call_predict_rows, monotonic_ns
 
 from engine.strategy_build import load_host
 from models import artifact, dataset
@@ -65,3 +65,18 @@ def time_calls(addr, X, reps, lat):
             call_predict(addr, row, out)
             lat[k] = monotonic_ns() - t0
             k += 1
+
+
+@njit(nogil=True, cache=True)
+def time_rows(addr, X, k, reps, lat):
+    """engine_predict_rows on k rows at a time through the C ABI function pointer, each call timed
+    from numba; lat gets each call's ns per row. Returns the calls timed."""
+    out = np.empty(k, np.float32)
+    j = 0
+    for _ in range(reps):
+        for i in range(0, X.shape[0] - k + 1, k):
+            t0 = monotonic_ns()
+            call_predict_rows(addr, X[i:i + k], k, out)
+            lat[j] = (monotonic_ns() - t0) // k
+            j += 1
+    return j

@@ -6,6 +6,12 @@ Per-row latency is timed from numba around each call through the C ABI function 
 as the strategy loop calls it (the clock pair is reported); XGBoost per call from Python. Rows are
 held-out synthetic ticks (the training distribution).
 
+Rows per call (`--batch 1,8,64`, the default): each flat build's engine_predict_rows on k
+consecutive rows a call, timed from numba through its function pointer, each call's time over k
+(ns per row, one clock pair per call); vs_k1 is the gain per row over the smallest k, vs_xgboost
+against XGBoost's inplace_predict on the same k rows (from Python, whose per-call cost it then
+shares over k rows).
+
 Peers on the 200x6 model (the `peers` extra; each is skipped, with a printed line, when its package
 is missing), timed per call from Python like XGBoost, one row at a time:
 - ONNX Runtime: the same booster converted with onnxmltools (a TreeEnsembleClassifier; onnxmltools
@@ -26,7 +32,7 @@ import time
 
 import _common
 import numpy as np
-from _models import model_dir, test_rows, time_calls
+from _models import model_dir, test_rows, time_calls, time_rows
 
 from models import artifact
 
@@ -46,6 +52,36 @@ def per_row(d, X, quick):
     b = xgboost_booster(d)
     xl, _ = time_py(lambda r: b.inplace_predict(r, predict_type="margin"), X, 500 if quick else 3000)
     res["xgboost"] = _common.pct(xl, "model_call")
+    return res
+
+
+def per_batch(d, X, batches, quick):
+    """{backend: {k: p50/p99 ns per row}}: each flat build's engine_predict_rows on k rows a call,
+    timed from numba through its function pointer; XGBoost's inplace_predict on k rows, from Python."""
+    res = {}
+    man = artifact.read_manifest(d)
+    reps = 3 if quick else 10
+    for name in man["validation"]["checked_backends"]:
+        pred = artifact.load(d, backend=name)
+        if not pred.rows_addr:
+            continue
+        res[name] = {}
+        for k in batches:
+            lat = np.zeros(reps * (len(X) // k), np.int64)
+            time_rows(pred.rows_addr, X[:64 * k], k, 1, lat)  # warm
+            n = time_rows(pred.rows_addr, X, k, reps, lat)
+            res[name][k] = _common.pct(lat[:n], "per_row")
+    b = xgboost_booster(d)
+    res["xgboost"] = {}
+    for k in batches:
+        calls = max(50, (300 if quick else 2000) // k)
+        lat = np.zeros(calls, np.int64)
+        for i in range(calls):
+            rows = X[i * k % (len(X) - k):][:k]
+            t0 = time.perf_counter_ns()
+            b.inplace_predict(rows, predict_type="margin")
+            lat[i] = (time.perf_counter_ns() - t0) // k
+        res["xgboost"][k] = _common.pct(lat, "per_row")
     return res
 
 
@@ -135,8 +171,15 @@ def tick_to_signal(backend, duration):
 
 
 def main():
-    a = _common.args(__doc__)
+    a = _common.args(__doc__, lambda p: p.add_argument(
+        "--batch", default="1,8,64", help="rows per call for the batch table (engine_predict_rows), comma-separated"))
+    try:
+        batches = sorted({int(k) for k in a.batch.split(",")})
+        assert batches and all(1 <= k <= 4096 for k in batches)
+    except (ValueError, AssertionError):
+        raise SystemExit(f"--batch: give row counts 1..4096, comma-separated (got {a.batch!r})") from None
     X = test_rows()
+    batch_rows = []
     metrics, peers, ratios, rows, skipped = {}, {}, {}, [], []
     for trees, depth in ((200, 6), (500, 8)):
         key = f"m{trees}x{depth}"
@@ -152,6 +195,19 @@ def main():
             ratios[f"flat_vs_treelite_{key}_{q}"] = _common.ratio(f, res["treelite"][f"model_call_{q}_ns"], False)
             ratios[f"flat_vs_xgboost_{key}_{q}"] = _common.ratio(f, peers[f"xgboost_{key}"][f"model_call_{q}_ns"], False)
         rows += [(f"{key} {n}", v) for n, v in res.items()] + [(f"{key} xgboost", peers[f"xgboost_{key}"])]
+        print(f"{key}: timing rows per call {batches} ...", file=sys.stderr, flush=True)
+        bat = per_batch(d, X, batches, a.quick)
+        peers[f"xgboost_{key}_batch"] = {str(k): v for k, v in bat.pop("xgboost").items()}
+        metrics[f"{key}_batch"] = {n: {str(k): v for k, v in per.items()} for n, per in bat.items()}
+        for n, per in bat.items():
+            for k in batches:
+                vs = (_common.ratio(per[k]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False),
+                      _common.ratio(per[k]["per_row_p50_ns"], peers[f"xgboost_{key}_batch"][str(k)]["per_row_p50_ns"],
+                                    False))
+                batch_rows.append((f"{key} {n} k={k}", {**per[k], "vs_k1_p50": f"{vs[0]:.2f}x",
+                                                       "vs_xgboost_p50": f"{vs[1]:.1f}x"}))
+            ratios[f"{n}_{key}_k{batches[-1]}_vs_k{batches[0]}_per_row_p50"] = _common.ratio(
+                per[batches[-1]]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False)
         if key == "m200x6":
             n = 500 if a.quick else 3000
             for label, peer in (("onnxruntime", onnxruntime_peer), ("pylignum", lignum_peer)):
@@ -171,6 +227,8 @@ def main():
                     rows.append((f"{key} {name}", v))
     _common.table("model call at batch 1 (ns)", ["model_call_p50_ns", "model_call_p99_ns", "model_call_p999_ns",
                                                   "model_call_max_ns"], rows)
+    _common.table(f"rows per call (engine_predict_rows; ns per row; vs_k1: the gain over {batches[0]} row a call)",
+                  ["per_row_p50_ns", "per_row_p99_ns", "vs_k1_p50", "vs_xgboost_p50"], batch_rows)
     dur = 3 if a.quick else 8
     t2s = {}
     for backend in ("flat", "treelite"):

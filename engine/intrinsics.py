@@ -198,6 +198,28 @@ def call_predict(typingctx, addr, row, out):
 
 
 @intrinsic
+def call_predict_rows(typingctx, addr, rows, n, out):
+    """Call `void predict_rows(const float* rows, int64_t n, float* out)` (models/templates/flat.c.tpl
+    engine_predict_rows: n rows of a C-contiguous float32 [n, features] array scored in one call)
+    at a run-time address."""
+    if not (isinstance(rows, types.Array) and rows.dtype == types.float32 and rows.layout == "C" and
+            isinstance(out, types.Array) and out.dtype == types.float32):
+        raise TypeError("call_predict_rows(addr, float32[:, ::1], n, float32[:])")
+
+    def codegen(context, builder, sig, args):
+        fptr_t = ir.PointerType(ir.FloatType())
+        fnty = ir.FunctionType(ir.VoidType(), [fptr_t, _I64, fptr_t])
+        a = context.cast(builder, args[0], sig.args[0], types.int64)
+        fn = builder.inttoptr(a, fnty.as_pointer())
+        r = context.make_array(sig.args[1])(context, builder, args[1]).data
+        k = context.cast(builder, args[2], sig.args[2], types.int64)
+        o = context.make_array(sig.args[3])(context, builder, args[3]).data
+        builder.call(fn, [builder.bitcast(r, fptr_t), k, builder.bitcast(o, fptr_t)])
+        return context.get_dummy_value()
+    return types.void(addr, rows, n, out), codegen
+
+
+@intrinsic
 def clz64(typingctx, v):
     """Count leading zeros of a 64-bit integer (lzcnt/bsr)."""
     def codegen(context, builder, sig, args):

@@ -133,6 +133,7 @@ class Predictor:
     _fd: int
     notes: list = None
     generation: int = 1  # the engine publishes its first model as generation 1; reloads number the next
+    rows_addr: int = 0  # engine_predict_rows (several rows in one call; flat kernels only), or 0
 
     def release(self):
         """Unload this back end: dlclose its library, then close its memfd. Only for one no code
@@ -153,6 +154,17 @@ class Predictor:
             raise ValueError(f"rows must be float32 [n, {self.num_feature}], got {X.shape}")
         out = np.empty(X.shape[0], np.float32)
         self.lib.engine_predict_batch(X.ctypes.data, X.shape[0], out.ctypes.data)
+        return out
+
+    def predict_rows(self, X):
+        """predict_margin's bits, the rows scored together where the back end can (engine_predict_rows)."""
+        if not self.rows_addr:
+            return self.predict_margin(X)
+        X = np.ascontiguousarray(X, np.float32)
+        if X.ndim != 2 or X.shape[1] != self.num_feature:
+            raise ValueError(f"rows must be float32 [n, {self.num_feature}], got {X.shape}")
+        out = np.empty(X.shape[0], np.float32)
+        self.lib.engine_predict_rows(X.ctypes.data, X.shape[0], out.ctypes.data)
         return out
 
     @property
@@ -256,6 +268,10 @@ def _check_backend(art_dir, m, blobs, name, pred):
             raise ArtifactError(f"{art_dir}: {e}") from None
     lib.engine_predict_batch.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     lib.engine_predict_batch.restype = None
+    rows_fn = getattr(lib, "engine_predict_rows", None)
+    if rows_fn is not None:
+        rows_fn.argtypes, rows_fn.restype = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], None
+        pred.rows_addr = ctypes.cast(rows_fn, ctypes.c_void_p).value
     if lib.engine_abi_version() != 1:
         raise ArtifactError(f"{art_dir}: {name} library C ABI {lib.engine_abi_version()}, engine needs 1")
     nf = lib.engine_num_feature()
@@ -377,3 +393,9 @@ def _check_validation(art_dir, m, blobs, pred):
         i = bad[0]
         raise ArtifactError(f"{art_dir}: loaded library disagrees with XGBoost on {len(bad)} of {len(X)} "
                             f"validation rows (row {i}: {got[i]!r} vs {want[i]!r})")
+    if pred.rows_addr:  # the rows scored together: the same bits
+        got = pred.predict_rows(X)
+        bad = np.flatnonzero(got.view(np.int32) != want.view(np.int32))
+        if len(bad):
+            raise ArtifactError(f"{art_dir}: loaded library's engine_predict_rows disagrees with XGBoost on "
+                                f"{len(bad)} of {len(X)} validation rows (row {bad[0]})")

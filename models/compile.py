@@ -8,8 +8,10 @@ result is then checked bit for bit against XGBoost before an artifact is written
 
 The library exports (C ABI shared by every back end):
   void engine_predict(const float* row, float* out)   out[0] = float32 margin; NaN = missing
-  void engine_predict_batch(const float* rows, int64_t n, float* out)
+  void engine_predict_batch(const float* rows, int64_t n, float* out)   row by row
   int  engine_abi_version(void), engine_num_feature(void)
+and the flat kernels also (models/templates/flat.c.tpl; the loader checks it when present):
+  void engine_predict_rows(const float* rows, int64_t n, float* out)    rows scored together
 """
 import contextlib
 import json

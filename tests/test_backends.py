@@ -44,6 +44,11 @@ def _check_all_backends(tmp_path, booster, nf, generic, seed=1):
         pred = artifact.load(tmp_path / "m", backend=name)
         got = pred.predict_margin(X)
         assert np.array_equal(got.view(np.int32), want.view(np.int32)), f"{name} differs from XGBoost"
+        # k rows in one call (whole blocks of 8, a tail scored alone, both): the same bits
+        assert bool(pred.rows_addr) == name.startswith("flat"), name  # (the others: one row at a time)
+        for k in (1, 5, 8, 13, 64):
+            got = np.concatenate([pred.predict_rows(X[i:i + k]) for i in range(0, 640, k)])
+            assert np.array_equal(got.view(np.int32), want[:len(got)].view(np.int32)), f"{name} rows of {k} differ"
         checked.append(name)
     assert "flat-portable" in checked
     return man, checked
