@@ -23,9 +23,9 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   branch predictors cold): the paced figures above are mostly that, not our code. And one call of
   a numba function that does nothing (one array read), back to back and 10 ms after the last, asleep
   or busy in a Python loop: here ~0.8 us against ~30 us either way (stop 45), so it is not the wake
-  from idle (a spinning feed pays it too: `poll=spin` was tried and measured no better) but the
-  core's caches, shared with whatever else the host runs. Any path that enters Python per frame
-  starts at that floor, which is above the 20 us p99 target on this machine.
+  from idle (a spinning feed pays it too: an event loop that never sleeps was tried, within the
+  spread, not kept) but the core's caches, shared with whatever else the host runs. Any path that
+  enters Python per frame starts at that floor, which is above the 20 us p99 target on this machine.
 - cryptofeed paced (`cryptofeed_paced`): the peer on the same FakeBinance at the same pace, its
   bookTicker frames (70% of the capture's, the cheapest), from its receipt stamp (after its websocket
   library read and took apart the frame: less of the path than ours) to its callback.
