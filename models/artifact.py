@@ -149,22 +149,19 @@ class Predictor:
             self._fd = -1
 
     def predict_margin(self, X):
-        X = np.ascontiguousarray(X, np.float32)
-        if X.ndim != 2 or X.shape[1] != self.num_feature:
-            raise ValueError(f"rows must be float32 [n, {self.num_feature}], got {X.shape}")
-        out = np.empty(X.shape[0], np.float32)
-        self.lib.engine_predict_batch(X.ctypes.data, X.shape[0], out.ctypes.data)
-        return out
+        return self._score(self.lib.engine_predict_batch, X)
 
     def predict_rows(self, X):
         """predict_margin's bits, the rows scored together where the back end can (engine_predict_rows)."""
-        if not self.rows_addr:
-            return self.predict_margin(X)
+        return self._score(self.lib.engine_predict_rows if self.rows_addr else self.lib.engine_predict_batch, X)
+
+    def _score(self, fn, X):
+        """fn(rows, n, out) on X checked as float32 [n, num_feature]: the margins."""
         X = np.ascontiguousarray(X, np.float32)
         if X.ndim != 2 or X.shape[1] != self.num_feature:
             raise ValueError(f"rows must be float32 [n, {self.num_feature}], got {X.shape}")
         out = np.empty(X.shape[0], np.float32)
-        self.lib.engine_predict_rows(X.ctypes.data, X.shape[0], out.ctypes.data)
+        fn(X.ctypes.data, X.shape[0], out.ctypes.data)
         return out
 
     @property
@@ -387,15 +384,14 @@ def _validation_rows(art_dir, m, blobs):
 def _check_validation(art_dir, m, blobs, pred):
     """Re-run the stored validation rows: the loaded code must reproduce XGBoost exactly."""
     X, want = _validation_rows(art_dir, m, blobs)
-    got = pred.predict_margin(X)
-    bad = np.flatnonzero(got.view(np.int32) != want.view(np.int32))
-    if len(bad):
-        i = bad[0]
-        raise ArtifactError(f"{art_dir}: loaded library disagrees with XGBoost on {len(bad)} of {len(X)} "
-                            f"validation rows (row {i}: {got[i]!r} vs {want[i]!r})")
-    if pred.rows_addr:  # the rows scored together: the same bits
-        got = pred.predict_rows(X)
+    # one row a call, then (where the library has it) the rows scored together: the same bits
+    for what, score in (("loaded library", pred.predict_margin),
+                        ("loaded library's engine_predict_rows", pred.predict_rows if pred.rows_addr else None)):
+        if score is None:
+            continue
+        got = score(X)
         bad = np.flatnonzero(got.view(np.int32) != want.view(np.int32))
         if len(bad):
-            raise ArtifactError(f"{art_dir}: loaded library's engine_predict_rows disagrees with XGBoost on "
-                                f"{len(bad)} of {len(X)} validation rows (row {bad[0]})")
+            i = bad[0]
+            raise ArtifactError(f"{art_dir}: {what} disagrees with XGBoost on {len(bad)} of {len(X)} "
+                                f"validation rows (row {i}: {got[i]!r} vs {want[i]!r})")
