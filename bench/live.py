@@ -7,17 +7,19 @@ get the same bytes. One pass per session: a second pass would apply the capture'
 book its last diffs left (stale levels, a crossed book: neither realistic nor the same work), so each
 measurement is a fresh connection and a fresh book, repeated, and the median is quoted.
 - ours: `binance-live://usdm?...` (feeds/binance_live.py) run in-process and publishing into a real
-  tick ring as the feed process does (feeds/process.py Put: from the socket's read callback, the
-  rest as batches; no consumer): the socket reads, the numba websocket deframer
-  (feeds/ws_client.py), the numba scanner (JSON, book, ticks) and the ring publish; nothing
-  downstream. frames_per_s: the pass's frames over the time from the connection's start to the
+  tick ring as the feed process does (feeds/process.py Put: from the socket's read callback, one
+  numba call a read (feeds/binance_read.py), the rest as batches; no consumer): the socket reads,
+  the numba websocket deframer (feeds/ws_client.py), the numba scanner (JSON, book, ticks) and the
+  ring publish; nothing downstream. frames_per_s: the pass's frames over the time from the connection's start to the
   last frame's ticks in the ring (median of the sessions). frame_to_tick_p50/p99/p999_ns: per
   tick, a frame's receive time (read in the websocket callback) to its ticks being in the ring
   (the source's own histogram, src.lat "frame_to_tick", pooled over the sessions); flat out, that
   is mostly the wait behind the megabytes already received, so it is a queueing figure.
   frame_to_tick_capture_pace_*_ns: the same histogram at the capture's own pace (FakeBinance speed
-  1.0, no faults, `paced`), emptied when the first snapshot is placed (diffs held for it would count
-  the REST round trip): the per-frame cost a live feed sees, with no queue in front.
+  1.0, no faults, `paced`), emptied once the first snapshot is placed and its batch recorded (diffs
+  held for it would count the REST round trip; emptied at the batch that placed it, as before stop
+  46, the held diffs' ticks were recorded after and were the p99): the per-frame cost a live feed
+  sees, with no queue in front.
 - machine floor (`machine_floor`): the numba deframer on one frame, back to back and after 1 ms of
   sleep. On this untuned VM the second is 10-40x the first (a frame at a live pace finds caches and
   branch predictors cold): the paced figures above are mostly that, not our code. And one call of
@@ -117,8 +119,8 @@ def into_ring(src):
         class Timed(Put):  # (+ when it last published: a read callback's publication is seen by the
             last_ns = 0    # consuming loop only at its next batch, up to 50 ms later)
 
-            def done(self, ticks, i):
-                super().done(ticks, i)
+            def published(self, i):
+                super().published(i)
                 self.last_ns = time.monotonic_ns()
         put = Timed(ring, src, CrossedWatch(1.0), lambda: False)
         src.direct = put
@@ -446,7 +448,7 @@ def paced(capture, seconds):
     with venue(capture) as (ws, rest):
         src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms")
         C = src.scanner.state[2]
-        synced_at = None
+        synced_at, emptied = None, False
         with into_ring(src) as put:
             gen = src.batches()
             for b in gen:
@@ -454,8 +456,10 @@ def paced(capture, seconds):
                     put.batch(b)
                 if synced_at is None and int(C[I_SNAPS]):
                     synced_at = time.monotonic()
-                    src.lat.counts["frame_to_tick"][:] = 0
                     gc.freeze()  # (as feeds/process.py does once its source has started)
+                elif synced_at is not None and not emptied:  # (at the next batch: a yielded batch's
+                    src.lat.counts["frame_to_tick"][:] = 0   # frame_to_tick is recorded when the
+                    emptied = True                           # next one is asked for: the held diffs')
                 elif synced_at is not None and time.monotonic() - synced_at > seconds:
                     break
             gen.close()

@@ -177,6 +177,12 @@ class Scanner:
         b[:a.shape[0]] = a
         self.state[i] = b
 
+    def table(self):
+        """The handle table of every state array (feeds/borrow.py), built again after one was replaced."""
+        if self._H is None:
+            self._H = handles([a for t in self._tuples() for a in t])
+        return self._H
+
     def scan(self, buf, pos, final, out):
         """Run buf[pos:] through the scanner, yielding full tick batches (out[:k]; self.n ticks are
         left in out when it returns); returns where it stopped (the start of an unfinished line)."""
@@ -185,9 +191,7 @@ class Scanner:
             buf = buf.view()      # feed's a bytearray; typed apart, the first live batch compiled anew
             buf.flags.writeable = False
         while True:
-            if self._H is None:
-                self._H = handles([a for t in self._tuples() for a in t])
-            pos, self.n, r = S.scan_packed(buf, pos, len(buf), final, self._H, self.top, out, self.n)
+            pos, self.n, r = S.scan_packed(buf, pos, len(buf), final, self.table(), self.top, out, self.n)
             if r == S.R_DONE:
                 return pos
             if r in (S.R_ROOM, S.R_DEEP, S.R_VALS, S.R_HOLD):

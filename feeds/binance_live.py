@@ -55,11 +55,12 @@ import json
 import random
 import sys
 import time
+from functools import partial
 from urllib.parse import quote
 
 import numpy as np
 
-from . import binance_scan as S, uri as U, venues
+from . import binance_read, binance_scan as S, uri as U, venues
 from .binance import Scanner, size_divisor
 from . import ws_client
 from .feed_latency import Latencies, record_feed, record_since
@@ -228,6 +229,7 @@ class BinanceLive:
             pass
         ws_client.deframe(np.frombuffer(b"\x81\x02{}\x89\x00", np.uint8), 6, np.frombuffer(b"1 ", np.uint8),
                           np.empty(128, np.uint8), MAX_FRAME)
+        binance_read.compile_read(MAX_FRAME)
         t = np.zeros((1, 8), np.int64)
         record_feed(self.lat.counts["feed_latency"], t, 0)
         record_since(self.lat.counts["frame_to_tick"], t, 0)
@@ -308,6 +310,45 @@ class BinanceLive:
             conn._wake()
         return True
 
+    def _fused(self, conn, b, stamp, lines, lines_ro):
+        """The read callback's frames deframed, scanned and published in one numba call
+        (feeds/binance_read.py) when _fast would publish them (the active connection, nothing
+        queued, a direct publisher that offers its arrays); deframe's 8 values, or None: the
+        two-step way (deframe, then Conn.lines). What the one call leaves (a full tick buffer, a
+        state array to grow, a bad line) is finished here as _fast would."""
+        put = self.direct
+        if (put is None or conn is not self.active or self.standby is not None or self.stopped or conn.buf
+                or not hasattr(put, "live_handles")):
+            return None
+        try:
+            sc = self.scanner
+            P, mask, limit_ns = put.live_handles(self.lat)
+            put.name_instruments()
+            used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, want = binance_read.read(
+                b, len(b), stamp, lines, lines_ro, MAX_FRAME, sc.table(), sc.top, self._direct_out, P, mask,
+                self.offset, limit_ns, len(self.symbols))
+            conn.frames += frames
+            conn.last = time.monotonic()
+            if self.raw_sink is not None and w:
+                self.raw_sink(memoryview(lines)[:w])
+            if pub:
+                put.published(pub)
+            if r != S.R_DONE:  # (what is left: the scanner's own loop, from where the one call stopped)
+                sc.n = nt
+                for batch in sc.scan(lines_ro[:w], pos, False, self._direct_out):
+                    put(batch, self.lat, self.offset)
+                if sc.n:
+                    put(self._direct_out[:sc.n], self.lat, self.offset)
+                    sc.n = 0
+                want = True
+            if want or self.refresh:
+                self._want_snapshots()
+        except Exception as e:  # noqa: BLE001 - an exception in a read callback only gets logged
+            self._error, self.stopped = e, True
+            conn._wake()
+            return 0, 0, 0, ws_client.D_MORE, 0, False, 0, 0
+        return used, w, frames, st, op, fin, s, ln
+
     def _emit(self, ticks):
         """Feed latency (wall clock), then ts_recv back on CLOCK_MONOTONIC; after the publisher has
         put the batch in the ring (the generator resumes), the frame-to-tick time."""
@@ -371,7 +412,7 @@ class BinanceLive:
             conn = Conn(self._fast)
             try:
                 conn.transport = await ws_client.connect(self.ws_url, conn.lines, conn.lost, offset=self.offset,
-                                                         max_frame=MAX_FRAME)
+                                                         max_frame=MAX_FRAME, fused=partial(self._fused, conn))
                 self.counts["connects"] += 1
                 return conn
             except ws_client.HandshakeError as e:  # the venue refused the subscription

@@ -26,6 +26,7 @@ from engine import defaults, feed_stats, latency, shm
 from engine.realtime import set_timer_slack
 from engine.tickring import TickRing
 
+from .borrow import handles
 from .crossed import CrossedWatch
 from .publisher import Waiter, publish_all, publish_due, publish_live, publish_paced
 from .sources import Synthetic, open_source
@@ -86,6 +87,7 @@ class Put:
         self.stamp = not getattr(src, "stamps_recv", False)
         self.named = len(src.instruments)
         self.produced = 0
+        self._live = None  # (lat, live_handles' answer)
 
     def name_instruments(self):
         src = self.src
@@ -95,7 +97,21 @@ class Put:
 
     def done(self, ticks, i):
         self.crossed.watch(ticks[:i])
+        self.published(i)
+
+    def published(self, i):
         self.produced += i
+
+    def live_handles(self, lat):
+        """(handle table, ring mask, crossed limit ns) for a read published in one numba call
+        (feeds/binance_read.py PUBLISH: the ring's header and data, lat's feed_latency and
+        frame_to_tick histograms, the crossed watch's arrays), built once: they live as long as we do."""
+        if self._live is None or self._live[0] is not lat:
+            r, c = self.ring, self.crossed
+            P = handles([r.hdr, r.data, lat.counts["feed_latency"], lat.counts["frame_to_tick"], c.state, c.since,
+                         c.clist, c.cpos, c.c])
+            self._live = (lat, (P, r.mask, c.limit_ns))
+        return self._live[1]
 
     def batch(self, ticks):
         """A batch the source yielded (ts_recv on CLOCK_MONOTONIC), from a live source or a file

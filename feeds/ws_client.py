@@ -108,17 +108,20 @@ class HandshakeError(OSError):
 class WsProtocol(asyncio.Protocol):
     """One connection. `sink(lines, frames)` takes each read's lines (a bytes-like object valid only
     during the call: the sink copies what it keeps); `on_close(reason)` is called once when the
-    connection ends."""
+    connection ends. `fused(b, stamp, lines, lines_ro)`, when given, may take the deframe step and
+    what follows in one call (feeds/binance_read.py): it returns deframe's 8 values, having done
+    with the lines whatever the sink would have, or None (then deframe runs and the sink is called)."""
 
-    def __init__(self, host, path, sink, on_close, offset, max_frame):
-        self.host, self.path, self.sink, self.on_close = host, path, sink, on_close
+    def __init__(self, host, path, sink, on_close, offset, max_frame, fused=None):
+        self.host, self.path, self.sink, self.on_close, self.fused = host, path, sink, on_close, fused
         self.offset, self.max_frame = offset, max_frame
         self.key = base64.b64encode(os.urandom(16))
         self.upgraded = asyncio.get_event_loop().create_future()
         self.head = b""
         self.inbuf = bytearray()
         self.frag = None  # a fragmented message being joined
-        self.out = np.empty(0, np.uint8)  # deframe's output, grown as reads need
+        self.out = self.out_ro = np.empty(0, np.uint8)  # deframe's output, grown as reads need (and a
+        # read-only view of it: what the scanner reads, one compiled type for captures and live reads)
         self.transport = None
         self.closed = False
         self.reason = ""
@@ -172,10 +175,15 @@ class WsProtocol(asyncio.Protocol):
             need = len(rest) + LINE_EXTRA * (len(rest) // 2 + 1)
             if len(self.out) < need:  # (kept: a new one per read was a page fault per 4 KiB)
                 self.out = np.empty(max(need, 2 * len(self.out)), np.uint8)
+                self.out_ro = self.out.view()
+                self.out_ro.flags.writeable = False
             out = self.out
-            used, w, frames, st, op, fin, s, ln = deframe(rest, len(rest), stamp, out, self.max_frame)
-            if w:
-                self.sink(memoryview(out)[:w], frames)  # (the sink copies what it keeps)
+            res = self.fused(rest, stamp, out, self.out_ro) if self.fused is not None else None
+            if res is None:
+                res = deframe(rest, len(rest), stamp, out, self.max_frame)
+                if res[1]:
+                    self.sink(memoryview(out)[:res[1]], res[2])  # (the sink copies what it keeps)
+            used, w, frames, st, op, fin, s, ln = res
             base, pos = pos, pos + used
             if st == D_MORE:
                 break
@@ -236,7 +244,7 @@ class WsProtocol(asyncio.Protocol):
             self.transport.abort()
 
 
-async def connect(url, sink, on_close, *, offset=0, max_frame=1 << 20, timeout=10.0):
+async def connect(url, sink, on_close, *, offset=0, max_frame=1 << 20, timeout=10.0, fused=None):
     """Open `url` (ws:// or wss://) and complete the upgrade: the protocol object (its `close()`,
     `abort()`, `closed`, `reason`). Raises HandshakeError / OSError / asyncio.TimeoutError."""
     u = urlsplit(url)
@@ -246,7 +254,7 @@ async def connect(url, sink, on_close, *, offset=0, max_frame=1 << 20, timeout=1
     port = u.port or (443 if u.scheme == "wss" else 80)
     path = (u.path or "/") + (f"?{u.query}" if u.query else "")
     loop = asyncio.get_event_loop()
-    proto = WsProtocol(f"{host}:{port}" if u.port else host, path, sink, on_close, offset, max_frame)
+    proto = WsProtocol(f"{host}:{port}" if u.port else host, path, sink, on_close, offset, max_frame, fused)
     ctx = ssl.create_default_context() if u.scheme == "wss" else None
     await asyncio.wait_for(loop.create_connection(lambda: proto, host, port, ssl=ctx), timeout)
     try:

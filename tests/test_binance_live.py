@@ -31,14 +31,17 @@ def uri(fb, market="spot", **extra):
 
 def _compiled():
     """The signatures of every numba function a live run calls from Python."""
-    from feeds import binance_scan, feed_latency, ws_client
-    fns = (binance_scan.scan_packed, ws_client.deframe, feed_latency.record_feed, feed_latency.record_since)
+    from feeds import binance_read, binance_scan, feed_latency, ws_client
+    fns = (binance_scan.scan_packed, ws_client.deframe, feed_latency.record_feed, feed_latency.record_since,
+           binance_read.read)
     return {f.__name__: list(f.signatures) for f in fns}
 
 
 def run_live(u, direct=True):
     """Every tick of a live run in this process until it idles, its raw lines, and the source
-    (direct: published from the read callback, as in a feed process, else every batch yielded).
+    (direct: published from the read callback, else every batch yielded; "ring": as the feed process
+    runs it, the read callback publishing through feeds/process.py Put into a real tick ring, one
+    numba call a read (feeds/binance_read.py), and the ticks read back from the ring).
     Nothing is compiled once the source is open (it compiles before it connects: a compile of
     the scanner after is a minute with no frame read, on a cold cache)."""
     from feeds.sources import open_source
@@ -55,12 +58,42 @@ def run_live(u, direct=True):
         record_since(lat.counts["frame_to_tick"], t, time.monotonic_ns())
         src.direct_ticks += len(t)
         return len(t)
-    if direct:  # as the feed process runs it: most frames published from the read callback
+    if direct == "ring":
+        return _run_into_ring(src, raw, before)
+    if direct:  # most frames published from the read callback
         src.direct = put
     for b in src.batches():
         parts.append(b.copy())
     assert _compiled() == before
     ticks = np.concatenate(parts).view(TICK_DTYPE).reshape(-1) if parts else np.zeros(0, TICK_DTYPE)
+    return ticks, b"".join(raw), src
+
+
+def _run_into_ring(src, raw, before):
+    import os
+
+    from engine import shm
+    from engine.records import RECORD_WORDS
+    from engine.tickring import TickRing
+    from feeds.crossed import CrossedWatch
+    from feeds.process import Put
+    ring = TickRing(f"test-binlive-{os.getpid()}", 1 << 18, depth=src.depth)
+    try:
+        ring.publish_instruments(src.instruments, src.specs)
+        put = Put(ring, src, CrossedWatch(1.0), lambda: False)
+        src.direct = put
+        batched = 0
+        for b in src.batches():
+            if len(b):
+                batched += put.batch(b)
+        assert _compiled() == before
+        n = int(ring.hdr[shm.H_WRITE])
+        assert n == put.produced < len(ring.data) // RECORD_WORDS  # (nothing overwritten)
+        src.direct_ticks = n - batched
+        ticks = ring.data[:n * RECORD_WORDS].copy().view(TICK_DTYPE).reshape(-1)
+    finally:
+        ring.unlink()
+    assert np.array_equal(ticks["seq"], np.arange(n))
     return ticks, b"".join(raw), src
 
 
@@ -107,7 +140,8 @@ def capture_prefix(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["from-the-read-callback", "batches"])
+@pytest.mark.parametrize("direct", ["ring", True, False], ids=["one-call-a-read-into-a-ring", "from-the-read-callback",
+                                                              "batches"])
 def test_live_run_is_its_recording_and_the_capture_once_synced(direct, tmp_path):
     """At recorded pace x10 the snapshot asked at connect is the capture's own (the venue answers
     when its market reaches it, 27 ms after the first frame at this pace): after the first book,

@@ -1,0 +1,66 @@
+"""A binance-live socket read in one numba call: websocket frames -> capture lines (ws_client.deframe)
+-> scanner (binance_scan: JSON, continuity, book, ticks) -> ring (publisher.publish_live, with its
+feed latency and frame-to-tick time) -> crossed-book watch (crossed._scan).
+
+Why one call: at a live feed's pace (a frame every few ms) the core's caches are not ours between
+two frames on this VM, and each numba entry then costs ~30 us before it runs (bench/live.py
+machine_floor); the read callback made four (deframe, scan, publish, crossed) with Python between
+them. Anything other than the common case (the tick buffer full, a book side or table to grow, a
+bad line, a control frame) comes back to Python, which finishes the read the two-step way
+(feeds/binance_live.py `_fused`), so the outcome is the same ticks either way.
+"""
+import numpy as np
+from numba import njit, types
+
+from . import binance_scan as S
+from .borrow import arrays_at
+from .crossed import _scan as crossed_scan
+from .publisher import publish_live
+from .ws_client import deframe
+
+_A1, _A2 = types.int64[::1], types.int64[:, ::1]
+# the publication's arrays as feeds/process.py Put.live_handles gives them: the ring's header and
+# data, the feed-latency and frame-to-tick histograms, and CrossedWatch's five arrays
+PUBLISH = types.Tuple((_A1, _A1, _A2, _A2, types.int8[::1], _A1, _A1, _A1, _A1))
+
+
+@njit(nogil=True, cache=True)
+def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, limit_ns, nsym):
+    """b[:n] (one socket read) deframed into lines (lines_ro: the same memory, read-only: the scanner's
+    one compiled input type), scanned into out, and when the scan finished (R_DONE) its ticks
+    published and watched. Returns deframe's 8 values, then (pos, ticks, status, published, want):
+    the scan's stop in lines, ticks in out, its status (binance_scan.R_*; not R_DONE: out[:ticks]
+    is not published and lines[pos:written] not scanned), the ticks published, and whether a symbol
+    needs a snapshot (fewer than nsym known, or one neither synced nor waiting for its reply)."""
+    used, w, frames, st, op, fin, s, ln = deframe(b, n, stamp, lines, max_frame)
+    pos, nt, r = S.scan_packed(lines_ro, 0, w, False, H, top, out, 0)
+    pub = 0
+    if r == S.R_DONE and nt > 0:
+        hdr, data, fc, f2t, cstate, since, clist, cpos, c = arrays_at(P, 0, PUBLISH)
+        ticks = out[:nt]
+        pub = publish_live(hdr, data, mask, ticks, fc, f2t, offset)
+        if limit_ns > 0:
+            crossed_scan(ticks, nt, limit_ns, cstate, since, clist, cpos, c)
+    st_ = arrays_at(H, S._OS, S._PS)
+    I, G = st_[0], st_[1]
+    k = G[S.G_NSYM]
+    want = k < nsym
+    for i in range(k):
+        if I[i, S.I_SYNCED] == 0 and I[i, S.I_SID] < 0:
+            want = True
+    return used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, want
+
+
+def compile_read(max_frame):
+    """read() compiled (or loaded from the cache) before the first connection, on throwaway arrays."""
+    from .borrow import handles
+    from .binance import Scanner
+    sc = Scanner("compile", strict=False, quote=True, size_div=1000, depth=1)
+    frame = np.frombuffer(b"\x81\x02{}", np.uint8)
+    lines = np.zeros(256, np.uint8)
+    ro = lines.view()
+    ro.flags.writeable = False
+    P = handles([np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros((1, 8), np.int64),
+                 np.zeros((1, 8), np.int64), np.zeros(1, np.int8)] + [np.zeros(4, np.int64)] * 4)
+    read(frame, len(frame), np.frombuffer(b"1 ", np.uint8), lines, ro, max_frame, sc.table(), sc.top,
+         np.zeros((64, 8), np.int64), P, 0, 0, 0, 0)
