@@ -1,6 +1,10 @@
 """Model back ends at batch 1: flat (branch-free, each SIMD build) vs treelite (TL2cgen) vs XGBoost's
-Booster.inplace_predict, on 200x6 and 500x8 models, in one run; then tick-to-signal through the
-whole engine with each back end.
+Booster.inplace_predict, on models of each size (`--sizes 200x6,500x8`, the default; TREESxDEPTH,
+each trained with the built-in strategy on the synthetic market and cached on first use), in one
+run; then tick-to-signal through the whole engine with each back end. Per size, results also go
+to `sizes.<TxD>.<backend>` in bench/results/model_backends.json: p50/p99 per row, ns per tree,
+each batch size, and the best flat build's ratio to the best peer at p50 (`best_flat_vs_best_peer_p50`,
+> 1: ahead), printed as the last table.
 
 Per-row latency is timed from numba around each call through the C ABI function pointer, exactly
 as the strategy loop calls it (the clock pair is reported); XGBoost per call from Python. Rows are
@@ -12,7 +16,7 @@ consecutive rows a call, timed from numba through its function pointer, each cal
 against XGBoost's inplace_predict on the same k rows (from Python, whose per-call cost it then
 shares over k rows).
 
-Peers on the 200x6 model (the `peers` extra; each is skipped, with a printed line, when its package
+Peers at every size (the `peers` extra; each is skipped, with a printed line, when its package
 is missing), timed per call from Python like XGBoost, one row at a time:
 - ONNX Runtime: the same booster converted with onnxmltools (a TreeEnsembleClassifier; onnxmltools
   needs f0..fN feature names, so a copy of the booster without names is converted), an
@@ -35,6 +39,7 @@ import numpy as np
 from _models import model_dir, test_rows, time_calls, time_rows
 
 from models import artifact
+from models.flat import MAX_DEPTH
 
 CORE = max(os.sched_getaffinity(0))
 
@@ -43,6 +48,8 @@ def per_row(d, X, quick):
     res = {}
     man = artifact.read_manifest(d)
     for name in man["validation"]["checked_backends"]:
+        if name == "xgboost":  # (its C shim: XGBoost is timed below, from Python, as users call it)
+            continue
         pred = artifact.load(d, backend=name)
         reps = 3 if quick else 10
         lat = np.zeros(len(X) * reps, np.int64)
@@ -170,18 +177,60 @@ def tick_to_signal(backend, duration):
         f"model_{k.replace('.', '')}_ns": v for k, v in d["model"].items() if k in ("p50", "p99")}
 
 
+def parse_sizes(text):
+    """"200x6,500x8" -> [(200, 6), (500, 8)] (trees x depth), or a one-line exit."""
+    try:
+        out = []
+        for part in text.split(","):
+            t, d = part.lower().split("x")
+            out.append((int(t), int(d)))
+        assert out and all(1 <= t <= 5000 and 1 <= d <= MAX_DEPTH for t, d in out)
+        return list(dict.fromkeys(out))
+    except (ValueError, AssertionError):
+        raise SystemExit(f"--sizes: give TREESxDEPTH pairs, trees 1..5000 and depth 1..{MAX_DEPTH} (the flat back "
+                         f"end's deepest), comma-separated (got {text!r})") from None
+
+
+def size_summary(trees, res, bat, peer_p50):
+    """sizes.<TxD>: per back end and peer, p50/p99 per row at batch 1 (and each k), ns per tree at
+    p50 batch 1; best_flat and its ratio to the best peer at p50 (> 1: ahead)."""
+    out = {}
+    for n, v in res.items():
+        out[n] = {"per_row_p50_ns": v["model_call_p50_ns"], "per_row_p99_ns": v["model_call_p99_ns"],
+                  "ns_per_tree_p50": round(v["model_call_p50_ns"] / trees, 2)}
+    for n, per in bat.items():
+        out.setdefault(n, {})["batch"] = {str(k): {"per_row_p50_ns": x["per_row_p50_ns"],
+                                                   "per_row_p99_ns": x["per_row_p99_ns"]} for k, x in per.items()}
+    for n, p50 in peer_p50.items():
+        if n not in res:  # (TL2cgen is one of res: timed as ours are)
+            out[n] = {"per_row_p50_ns": p50, "ns_per_tree_p50": round(p50 / trees, 2)}
+    flats = [n for n in res if n.startswith("flat")]
+    best = min(flats, key=lambda n: res[n]["model_call_p50_ns"])
+    peer = min(peer_p50, key=peer_p50.get)
+    out["best_flat"] = best
+    out["best_peer"] = peer
+    out["best_flat_vs_best_peer_p50"] = _common.ratio(res[best]["model_call_p50_ns"], peer_p50[peer], False)
+    return out
+
+
 def main():
-    a = _common.args(__doc__, lambda p: p.add_argument(
-        "--batch", default="1,8,64", help="rows per call for the batch table (engine_predict_rows), comma-separated"))
+    def extra(p):
+        p.add_argument("--batch", default="1,8,64",
+                       help="rows per call for the batch table (engine_predict_rows), comma-separated")
+        p.add_argument("--sizes", default="200x6,500x8",
+                       help="models to time, TREESxDEPTH comma-separated (each trained on the synthetic market "
+                            "and cached on first use; large ones take minutes: TL2cgen's compile)")
+    a = _common.args(__doc__, extra)
     try:
         batches = sorted({int(k) for k in a.batch.split(",")})
         assert batches and all(1 <= k <= 4096 for k in batches)
     except (ValueError, AssertionError):
         raise SystemExit(f"--batch: give row counts 1..4096, comma-separated (got {a.batch!r})") from None
+    sizes = parse_sizes(a.sizes)
     X = test_rows()
     batch_rows = []
-    metrics, peers, ratios, rows, skipped = {}, {}, {}, [], []
-    for trees, depth in ((200, 6), (500, 8)):
+    metrics, peers, ratios, rows, skipped = {"sizes": {}}, {}, {}, [], []
+    for trees, depth in sizes:
         key = f"m{trees}x{depth}"
         print(f"{key}: building or loading the model ...", file=sys.stderr, flush=True)
         d = model_dir(trees, depth)
@@ -192,7 +241,8 @@ def main():
         best_flat = min((n for n in res if n.startswith("flat")), key=lambda n: res[n]["model_call_p50_ns"])
         for q in ("p50", "p99", "p999"):
             f = res[best_flat][f"model_call_{q}_ns"]
-            ratios[f"flat_vs_treelite_{key}_{q}"] = _common.ratio(f, res["treelite"][f"model_call_{q}_ns"], False)
+            if "treelite" in res:
+                ratios[f"flat_vs_treelite_{key}_{q}"] = _common.ratio(f, res["treelite"][f"model_call_{q}_ns"], False)
             ratios[f"flat_vs_xgboost_{key}_{q}"] = _common.ratio(f, peers[f"xgboost_{key}"][f"model_call_{q}_ns"], False)
         rows += [(f"{key} {n}", v) for n, v in res.items()] + [(f"{key} xgboost", peers[f"xgboost_{key}"])]
         print(f"{key}: timing rows per call {batches} ...", file=sys.stderr, flush=True)
@@ -208,27 +258,41 @@ def main():
                                                        "vs_xgboost_p50": f"{vs[1]:.1f}x"}))
             ratios[f"{n}_{key}_k{batches[-1]}_vs_k{batches[0]}_per_row_p50"] = _common.ratio(
                 per[batches[-1]]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False)
-        if key == "m200x6":
-            n = 500 if a.quick else 3000
-            for label, peer in (("onnxruntime", onnxruntime_peer), ("pylignum", lignum_peer)):
-                print(f"{key}: timing {label} ...", file=sys.stderr, flush=True)
-                got, skip = peer(d, X, n)
-                if skip:
-                    print(f"{label}: {skip}", flush=True)
+        # peers per row at batch 1: TL2cgen through the same function-pointer path as ours, the rest from Python
+        peer_p50 = {"xgboost": peers[f"xgboost_{key}"]["model_call_p50_ns"]}
+        if "treelite" in res:
+            peer_p50["treelite"] = res["treelite"]["model_call_p50_ns"]
+        n = 500 if a.quick else 3000
+        for label, peer in (("onnxruntime", onnxruntime_peer), ("pylignum", lignum_peer)):
+            print(f"{key}: timing {label} ...", file=sys.stderr, flush=True)
+            got, skip = peer(d, X, n)
+            if skip:
+                print(f"{label}: {skip}", flush=True)
+                if f"{label} {skip}" not in skipped:
                     skipped.append(f"{label} {skip}")
-                    continue
-                for name, v in got.items():
-                    peers[f"{name}_{key}"] = v
-                    print(f"{name}: max abs diff vs xgboost ({v['compared_as']}, {n} rows): "
-                          f"{v['max_abs_diff_vs_xgboost']:.3g}", flush=True)
-                    for q in ("p50", "p99"):
-                        ratios[f"flat_vs_{name}_{key}_{q}"] = _common.ratio(
-                            res[best_flat][f"model_call_{q}_ns"], v[f"model_call_{q}_ns"], False)
-                    rows.append((f"{key} {name}", v))
+                continue
+            for name, v in got.items():
+                peers[f"{name}_{key}"] = v
+                peer_p50[name] = v["model_call_p50_ns"]
+                print(f"{key} {name}: max abs diff vs xgboost ({v['compared_as']}, {n} rows): "
+                      f"{v['max_abs_diff_vs_xgboost']:.3g}", flush=True)
+                for q in ("p50", "p99"):
+                    ratios[f"flat_vs_{name}_{key}_{q}"] = _common.ratio(
+                        res[best_flat][f"model_call_{q}_ns"], v[f"model_call_{q}_ns"], False)
+                rows.append((f"{key} {name}", v))
+        metrics["sizes"][f"{trees}x{depth}"] = size_summary(trees, res, bat, peer_p50)
     _common.table("model call at batch 1 (ns)", ["model_call_p50_ns", "model_call_p99_ns", "model_call_p999_ns",
                                                   "model_call_max_ns"], rows)
     _common.table(f"rows per call (engine_predict_rows; ns per row; vs_k1: the gain over {batches[0]} row a call)",
                   ["per_row_p50_ns", "per_row_p99_ns", "vs_k1_p50", "vs_xgboost_p50"], batch_rows)
+    _common.table("per size at batch 1 (p50): our best flat build, ns per tree, the best peer (TL2cgen, XGBoost, "
+                  "ONNX Runtime, lignum) and how far ahead",
+                  ["best_flat", "per_row_p50_ns", "ns_per_tree_p50", "best_peer", "peer_p50_ns", "ahead_p50"],
+                  [(size, {"best_flat": v["best_flat"], "per_row_p50_ns": v[v["best_flat"]]["per_row_p50_ns"],
+                           "ns_per_tree_p50": v[v["best_flat"]]["ns_per_tree_p50"], "best_peer": v["best_peer"],
+                           "peer_p50_ns": v[v["best_peer"]]["per_row_p50_ns"],
+                           "ahead_p50": f"{v['best_flat_vs_best_peer_p50']:.2f}x"})
+                   for size, v in metrics["sizes"].items()])
     dur = 3 if a.quick else 8
     t2s = {}
     for backend in ("flat", "treelite"):
