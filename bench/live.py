@@ -17,8 +17,8 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   is mostly the wait behind the megabytes already received, so it is a queueing figure.
   frame_to_tick_capture_pace_*_ns: the same histogram at the capture's own pace (FakeBinance speed
   1.0, no faults, `paced`), emptied once the first snapshot is placed and its batch recorded (diffs
-  held for it would count the REST round trip; emptied at the batch that placed it, as before stop
-  46, the held diffs' ticks were recorded after and were the p99): the per-frame cost a live feed
+  held for it would count the REST round trip; emptied at the batch that placed it, the held diffs'
+  ticks were recorded just after and were the p99): the per-frame cost a live feed
   sees, with no queue in front.
 - machine floor (`machine_floor`): the numba deframer on one frame, back to back and after 1 ms of
   sleep. On this untuned VM the second is 10-40x the first (a frame at a live pace finds caches and
