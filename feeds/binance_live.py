@@ -229,7 +229,7 @@ class BinanceLive:
             pass
         ws_client.deframe(np.frombuffer(b"\x81\x02{}\x89\x00", np.uint8), 6, np.frombuffer(b"1 ", np.uint8),
                           np.empty(128, np.uint8), MAX_FRAME)
-        binance_read.compile_read(MAX_FRAME)
+        binance_read.compile_read(MAX_FRAME, sc)
         t = np.zeros((1, 8), np.int64)
         record_feed(self.lat.counts["feed_latency"], t, 0)
         record_since(self.lat.counts["frame_to_tick"], t, 0)
@@ -283,11 +283,12 @@ class BinanceLive:
         j = buf.rfind(b"\n")
         return len(buf) - j - 1
 
-    def _ticks(self, lines, out):
-        """The ticks of whole lines, scanned: each full batch of out, then the rest."""
+    def _ticks(self, lines, out, pos=0, n=0):
+        """The ticks of whole lines from pos, scanned (out already holding n): each full batch of
+        out, then the rest."""
         sc = self.scanner
-        sc.n = 0
-        yield from sc.scan(np.frombuffer(lines, np.uint8), 0, False, out)
+        sc.n = n
+        yield from sc.scan(np.frombuffer(lines, np.uint8), pos, False, out)
         if sc.n:
             yield out[:sc.n]
             sc.n = 0
@@ -296,19 +297,27 @@ class BinanceLive:
         """The read callback's lines of the active connection scanned and published right there
         (self.direct), when nothing is queued before them; False: queue them (no direct
         publisher, a standby's lines, or we are stopping)."""
-        put = self.direct
-        if put is None or conn is not self.active or self.standby is not None or self.stopped:
+        if not self._direct_ok(conn):
             return False
         try:
             if self.raw_sink is not None:
                 self.raw_sink(data)
             for batch in self._ticks(data, self._direct_out):
-                put(batch, self.lat, self.offset)
+                self.direct(batch, self.lat, self.offset)
             self._want_snapshots()
         except Exception as e:  # noqa: BLE001 - an exception in a read callback only gets logged
-            self._error, self.stopped = e, True
-            conn._wake()
+            self._callback_failed(conn, e)
         return True
+
+    def _direct_ok(self, conn):
+        """May conn's read callback publish its ticks itself (a direct publisher, the active
+        connection, no standby, not stopping)?"""
+        return self.direct is not None and conn is self.active and self.standby is None and not self.stopped
+
+    def _callback_failed(self, conn, e):
+        """What a read callback raised stops us; batches() raises it again."""
+        self._error, self.stopped = e, True
+        conn._wake()
 
     def _fused(self, conn, b, stamp, lines, lines_ro):
         """The read callback's frames deframed, scanned and published in one numba call
@@ -317,8 +326,7 @@ class BinanceLive:
         two-step way (deframe, then Conn.lines). What the one call leaves (a full tick buffer, a
         state array to grow, a bad line) is finished here as _fast would."""
         put = self.direct
-        if (put is None or conn is not self.active or self.standby is not None or self.stopped or conn.buf
-                or not hasattr(put, "live_handles")):
+        if not self._direct_ok(conn) or conn.buf or not hasattr(put, "live_handles"):
             return None
         try:
             sc = self.scanner
@@ -334,18 +342,13 @@ class BinanceLive:
             if pub:
                 put.published(pub)
             if r != S.R_DONE:  # (what is left: the scanner's own loop, from where the one call stopped)
-                sc.n = nt
-                for batch in sc.scan(lines_ro[:w], pos, False, self._direct_out):
+                for batch in self._ticks(lines_ro[:w], self._direct_out, pos, nt):
                     put(batch, self.lat, self.offset)
-                if sc.n:
-                    put(self._direct_out[:sc.n], self.lat, self.offset)
-                    sc.n = 0
                 want = True
             if want or self.refresh:
                 self._want_snapshots()
         except Exception as e:  # noqa: BLE001 - an exception in a read callback only gets logged
-            self._error, self.stopped = e, True
-            conn._wake()
+            self._callback_failed(conn, e)
             return 0, 0, 0, ws_client.D_MORE, 0, False, 0, 0
         return used, w, frames, st, op, fin, s, ln
 

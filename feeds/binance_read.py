@@ -51,11 +51,10 @@ def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, 
     return used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, want
 
 
-def compile_read(max_frame):
-    """read() compiled (or loaded from the cache) before the first connection, on throwaway arrays."""
+def compile_read(max_frame, sc):
+    """read() compiled (or loaded from the cache) before the first connection, on throwaway arrays
+    and sc, a throwaway binance.Scanner."""
     from .borrow import handles
-    from .binance import Scanner
-    sc = Scanner("compile", strict=False, quote=True, size_div=1000, depth=1)
     frame = np.frombuffer(b"\x81\x02{}", np.uint8)
     lines = np.zeros(256, np.uint8)
     ro = lines.view()
