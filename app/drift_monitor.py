@@ -7,8 +7,12 @@ batch), scores them with the live model, and bins them against the training dist
 model's manifest, in fixed memory (counts that halve every --drift-half-life rows). A reload to a
 model with another sketch starts the counts again. Exported as engine_feature_psi{feature} and
 engine_score_psi, in /status (`drift`) and `engine stats`; ops/engine-alerts.yml fires when a
-feature's passes 0.25 for 10 minutes.
+feature's passes 0.25 for 10 minutes. Beside them it keeps the whole run's counts (no decay), written
+at the end beside the signal file (RUN.sig.drift.json, `run_record`), which `engine model drift
+RUN.sig` reads: every row the live model scored, not the few that moved a target.
 """
+import json
+import os
 import threading
 
 import numpy as np
@@ -34,7 +38,7 @@ class DriftMonitor(TapReader):
         self.X = np.empty((BATCH, host.nfeat), np.float32)
         self.inst, self.mid, self.idx = np.empty(BATCH, np.int64), np.empty(BATCH, np.float64), np.empty(BATCH, np.int64)
         self.row, self.pvals = host.new_row(), host.params()
-        self.model_id, self.tracker, self.why = None, None, None
+        self.model_id, self.tracker, self.whole, self.why = None, None, None, None
         self.lock = threading.Lock()
         self._follow()
         host.mod.featurize_loop(self.buf[:0], *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid, self.idx,
@@ -47,11 +51,12 @@ class DriftMonitor(TapReader):
             return pred
         try:
             sk = drift.check(pred.manifest, f"model {pred.model_id}")
-            t, why = drift.Tracker(sk, pred.manifest["feature_names"], self.half_life), None
+            names = pred.manifest["feature_names"]
+            t, w, why = drift.Tracker(sk, names, self.half_life), drift.Tracker(sk, names), None
         except ValueError as e:
-            t, why = None, str(e)
+            t, w, why = None, None, str(e)
         with self.lock:
-            self.model_id, self.tracker, self.why = pred.model_id, t, why
+            self.model_id, self.tracker, self.whole, self.why = pred.model_id, t, w, why
         return pred
 
     def _step(self):
@@ -66,6 +71,7 @@ class DriftMonitor(TapReader):
             margins = pred.predict_margin(X)
             with self.lock:
                 self.tracker.add(X, margins)
+                self.whole.add(X, margins)
         return n
 
     def figures(self):
@@ -81,11 +87,55 @@ class DriftMonitor(TapReader):
                 "score": None if score is None else round(score, 6),
                 "gaps": self.gaps(), "error": err}
 
-    def finish(self):
+    def run_record(self):
+        """The whole run's drift under the last live model (rows since it went live, no decay):
+        what RUN.sig.drift.json keeps; None when no row was binned."""
+        with self.lock:
+            w = self.whole
+            if w is None or not w.rows:
+                return None
+            feats, score = w.psi()
+            return {"model_id": self.model_id, "rows": w.rows, "features": feats, "score": score,
+                    "reference_rows": w.reference_rows, "gaps": self.gaps()}
+
+    def finish(self, sig_path=None):
+        """Stop; with sig_path (a regular signal file) write the run's record beside it."""
         self.stop()
         out = self.figures()
         self.c.close()
+        rec = self.run_record()
+        if sig_path is not None and rec is not None:
+            from engine.outputs import atomic_file
+            with atomic_file(record_path(sig_path), "the run's drift record") as tmp, open(tmp, "w") as f:
+                json.dump(rec, f)
         return out
+
+
+RECORD_KEYS = {"model_id", "rows", "features", "score", "reference_rows"}
+
+
+def record_path(sig_path):
+    """Where a run's drift record goes: beside its signal file."""
+    return sig_path + ".drift.json"
+
+
+def read_record(sig_path):
+    """The drift record of the run whose signal file is sig_path; ValueError saying why not."""
+    p = record_path(sig_path)
+    if not os.path.exists(sig_path):
+        raise ValueError(f"{sig_path}: no such signal file")
+    try:
+        with open(p) as f:
+            rec = json.load(f)
+        if not isinstance(rec, dict) or not RECORD_KEYS <= set(rec):
+            raise ValueError(f"missing {', '.join(sorted(RECORD_KEYS - set(rec if isinstance(rec, dict) else ())))}")
+        return rec
+    except FileNotFoundError:
+        raise ValueError(f"{sig_path}: no drift record beside it ({os.path.basename(p)}, written by a run with "
+                         "--drift); a signal file holds only the decisions that moved a target, not the rows: give "
+                         "the run's recording (--record FILE.ticks) or a tick source") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{p}: not a drift record ({e})") from None
 
 
 def drift_families(mon):

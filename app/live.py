@@ -981,7 +981,8 @@ class _Run:
         if self.shadows is not None:
             step(lambda: setattr(self, "shadow_results", self.shadows.finish() or None))
         if self.drift is not None:
-            step(lambda: setattr(self, "drift_result", self.drift.finish()))
+            step(lambda: setattr(self, "drift_result", self.drift.finish(
+                self.sig_path if slog is not None and slog.regular else None)))  # (RUN.sig.drift.json)
         self.abnormal = self._abnormal_end()
         if slog is not None:
             step(slog.close, self.abnormal[0] if self.abnormal else None)

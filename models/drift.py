@@ -75,6 +75,7 @@ class Tracker:
         self.c = [np.zeros(len(e) + 2) for e in self.edges]
         self.sc = np.zeros(len(self.score_edges) + 2)
         self.rows = 0
+        self.reference_rows = int(sk["rows"])
         self.half_life = half_life
 
     def add(self, X, margins):

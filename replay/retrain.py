@@ -2,7 +2,8 @@
 validation gate before a model reaches the registry.
 
 The files are the ones `engine record --out DIR` writes (app/daily_files.py: DIR/<label>/DATE.ticks
-and DATE.N.ticks, DATE the UTC day). Of the days within --since of today (UTC), the last
+and DATE.N.ticks, DATE the UTC day). Of the complete days within --since of now (UTC; today's
+file, still being written, is not one), the last
 --holdout-days are held out; the model is trained on the others (engine train's own split by
 time inside them), then the gate backtests the candidate and the incumbent (the registry's live
 version of NAME, or --incumbent) on the held-out days in the same backtest (the same files,
@@ -32,9 +33,13 @@ def parse_since(s):
 
 def day_files(root, since_s, now=None):
     """{day: [tick files]} of the recordings under root (root/<label>/DAY[.N].ticks, or DAY files in
-    root itself) from the UTC day `since_s` before now on, each day's files in label then piece order."""
+    root itself): the complete UTC days of the `since_s` before now (7d at 00:30 on the 27th: the
+    20th .. the 26th), each day's files in label then piece order. Today's file is left out: the
+    recorder is still writing it (a timer at 00:30 would hold out half an hour and train on none
+    of yesterday's gate)."""
     now = time.time() if now is None else now
     first = time.strftime("%Y-%m-%d", time.gmtime(now - since_s))
+    today = time.strftime("%Y-%m-%d", time.gmtime(now))
     if not os.path.isdir(root):
         raise ValueError(f"--recordings {root}: not a directory")
     dirs = [root] + sorted(os.path.join(root, d) for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
@@ -42,7 +47,7 @@ def day_files(root, since_s, now=None):
     for d in dirs:
         for name in os.listdir(d):
             m = DAY_FILE.fullmatch(name)
-            if m and m.group(1) >= first:
+            if m and first <= m.group(1) < today:
                 found.setdefault(m.group(1), []).append(((d, int(m.group(2) or 0)), os.path.join(d, name)))
     return {day: [p for _, p in sorted(v)] for day, v in sorted(found.items())}
 

@@ -91,3 +91,27 @@ def test_engine_run_drift_live(sketched, tmp_path):
         out = dm.stop()
     assert dm.proc.returncode == 0, dm.log()[-3000:]
     assert "drift over " in out and "(shifted)" in out, out
+    # the whole run's, kept beside its signal file: every row scored (not the signals' biased few)
+    r = cli("model", "drift", str(dm.sig_path), "--json")
+    assert r.returncode == 0, r.stderr
+    run = json.loads(r.stdout)
+    assert run["rows"] >= st["rows"] and run["model_id"] == artifact.read_manifest(d)["files"]["model.json"][:12]
+    assert run["features"]["since_trade_ms"] > 0.25 and set(run["features"]) == set(NAMES), run
+    same = cli("model", "drift", str(dm.sig_path), "--model", str(d))
+    assert same.returncode == 0 and "since_trade_ms" in same.stdout and "shifted" in same.stdout, same.stderr
+
+
+def test_engine_model_drift_of_a_run_needs_its_record(sketched, second_model, tmp_path):  # noqa: F811
+    d, _ = sketched
+    sig = tmp_path / "run.sig"
+    sig.write_bytes(b"")  # (no run with --drift wrote its record beside it)
+    r = cli("model", "drift", str(sig))
+    assert r.returncode == 2 and "no drift record beside it" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    rec = {"model_id": artifact.read_manifest(d)["files"]["model.json"][:12], "rows": 10, "features": {},
+           "score": 0.0, "reference_rows": 1, "gaps": 0}
+    (tmp_path / "run.sig.drift.json").write_text(json.dumps(rec))
+    r = cli("model", "drift", str(sig), "--model", str(second_model))  # binned against another model's bins
+    assert r.returncode == 2 and "measured against model " + rec["model_id"] in r.stderr, r.stderr
+    (tmp_path / "run.sig.drift.json").write_text("{")
+    r = cli("model", "drift", str(sig))
+    assert r.returncode == 2 and "not a drift record" in r.stderr and "Traceback" not in r.stderr, r.stderr

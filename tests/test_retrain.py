@@ -23,11 +23,12 @@ def _day(k):
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory):
-    """DIR/synthetic-a/DAY.ticks for the last three days (one of them in two pieces) and one too old."""
+    """DIR/synthetic-a/DAY.ticks for the last three days (one of them in two pieces), one too old, and
+    today's (still being recorded: never trained on nor held out)."""
     root = tmp_path_factory.mktemp("rec")
     d = root / "synthetic-a"
     d.mkdir()
-    for k, seed in ((1, 41), (2, 42), (3, 43), (20, 44)):
+    for k, seed in ((0, 40), (1, 41), (2, 42), (3, 43), (20, 44)):
         src = ticks_file(root, f"synthetic://?instruments=4&count=60000&seed={seed}", f"s{seed}.ticks")
         shutil.move(src, d / f"{_day(k)}.ticks")
     shutil.copyfile(ticks_file(root, "synthetic://?instruments=4&count=20000&seed=45", "s45.ticks"),
@@ -51,7 +52,7 @@ def test_retrain_gates_registers_and_promotes(recordings, tmp_path):
     assert first["gate"]["held_out"] == held
     tr = artifact.read_manifest(tmp_path / "c1")["training"]
     assert tr["days"] == [_day(3), _day(2)] and tr["held_out_days"] == [_day(1)]
-    names = [f"{_day(3)}.ticks", f"{_day(2)}.ticks", f"{_day(2)}.1.ticks"]  # (not the held-out day, not the old one)
+    names = [f"{_day(3)}.ticks", f"{_day(2)}.ticks", f"{_day(2)}.1.ticks"]  # (not the held-out day, the old one, today)
     assert [os.path.basename(x["file"]) for x in tr["data"]] == names
     for x in tr["data"]:
         assert x["sha256"] == hashlib.sha256(open(x["file"], "rb").read()).hexdigest()

@@ -67,12 +67,12 @@ def cmd_model_inspect(a):
 
 
 def cmd_model_drift(a):
-    """The drift of a tick source (or a run's signal file: the score only) from a model's training rows."""
-    import numpy as np
-
+    """The drift of a tick source (or of a run, from the record its --drift left beside RUN.sig) from a
+    model's training rows."""
     from models import artifact, drift
     from models.registry import resolve_model
-    from app.run_summary import drift_line
+    if a.source.endswith(".sig"):
+        return _run_drift(a)
     if a.model:
         model_dir = resolve_model(a.model)
     else:
@@ -80,36 +80,48 @@ def cmd_model_drift(a):
         from engine.strategy_load import load
         model_dir = str(default_model_dir(load(a.strategy, {}, {})))
     man = artifact.read_manifest(model_dir)
-    sk = drift.check(man, str(model_dir))
-    names = man["feature_names"]
-    t = drift.Tracker(sk, names)
-    if a.source.endswith(".sig"):  # (a signal file: the margins of the decisions it records, no features)
-        from engine.signal_log import read_signals
-        from engine.records import SIGNAL_FLAG_MARK
-        recs = read_signals(a.source)
-        recs = recs[(recs["flags"] & SIGNAL_FLAG_MARK) == 0]
-        t.add(np.full((len(recs), len(names)), np.nan, np.float32), recs["margin"].astype(np.float64))
-        what = "the margins of its signals (a signal file holds no features: give the run's recording for them)"
-    else:
-        from models import dataset
-        from models.training import source_ticks
-        host = strategy_host(a)
-        words, k, levels, _ = source_ticks(a.source, a.ticks, host.strategy)
-        X = dataset.featurize(host, words, k, levels, where=a.source)[0]
-        pred = artifact.load(model_dir, backend=a.backend, strategy=host.strategy)
-        t.add(X, pred.predict_margin(X))
-        what = f"{len(X):,} rows the strategy scores"
+    t = drift.Tracker(drift.check(man, str(model_dir)), man["feature_names"])
+    from models import dataset
+    from models.training import source_ticks
+    host = strategy_host(a)
+    words, k, levels, _ = source_ticks(a.source, a.ticks, host.strategy)
+    X = dataset.featurize(host, words, k, levels, where=a.source)[0]
+    pred = artifact.load(model_dir, backend=a.backend, strategy=host.strategy)
+    t.add(X, pred.predict_margin(X))
     feats, score = t.psi()
-    if a.source.endswith(".sig"):
-        feats = {}
-    out = {"source": a.source, "model": str(model_dir), "model_id": man["files"].get("model.json", "")[:12],
-           "rows": t.rows, "features": feats, "score": score, "reference_rows": sk["rows"]}
+    out = {"source": a.source, "model": str(model_dir), "model_id": pred.model_id, "rows": t.rows,
+           "features": feats, "score": score, "reference_rows": t.reference_rows}
+    return _print_drift(a, out, f"{len(X):,} rows the strategy scores")
+
+
+def _run_drift(a):
+    """A run's signal file: the record its --drift monitor left beside it (every row its live model
+    scored; the signal file alone holds only the decisions that moved a target: a biased sample)."""
+    from app.drift_monitor import read_record
+    rec = read_record(a.source)
+    model = f"model {rec['model_id']}"
+    if a.model:  # (its counts were binned against that model's training bins: only that one compares)
+        from models import artifact
+        from models.registry import resolve_model
+        model = resolve_model(a.model)
+        mid = artifact.read_manifest(model)["files"].get("model.json", "")[:12]
+        if mid != rec["model_id"]:
+            raise ValueError(f"{a.source}: its run's drift was measured against model {rec['model_id']}, not {a.model} "
+                             f"({mid}): give that model, or the run's recording (--record FILE.ticks) to compare "
+                             "with this one")
+    out = {"source": a.source, "model": str(model), "model_id": rec["model_id"], "rows": rec["rows"],
+           "features": rec["features"], "score": rec["score"], "reference_rows": rec["reference_rows"]}
+    return _print_drift(a, out, f"the {rec['rows']:,} rows its live model scored (engine run --drift)")
+
+
+def _print_drift(a, out, what):
+    from app.run_summary import drift_line
     if a.json:
         print(json.dumps(out))
         return 0
-    print(f"{a.source} against the training rows of {model_dir} ({sk['rows']:,} rows): {what}")
-    print(drift_line({**out, "error": None}) if feats else f"drift over {t.rows:,} signals: score PSI {score:.4f}")
-    for name, v in sorted(feats.items(), key=lambda kv: -kv[1]):
+    print(f"{a.source} against the training rows of {out['model']} ({out['reference_rows']:,} rows): {what}")
+    print(drift_line({**out, "error": None}))
+    for name, v in sorted(out["features"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<28} {v:8.4f}  {'shifted' if v > 0.25 else 'moved' if v > 0.1 else 'stable'}")
     return 0
 
@@ -251,11 +263,14 @@ def _add_model(sub):
                        description="Population stability (PSI; below 0.1 stable, 0.1-0.25 moved, above 0.25 shifted) of "
                                    "each feature and of the model's score (margin) over SOURCE against the training "
                                    "rows' deciles kept in the model's manifest: SOURCE a tick file or feed URI (as "
-                                   "engine train reads), or a run's signal file (RUN.sig: the score only). The "
-                                   "training data gives 0. engine run --drift keeps the same figures live.")
+                                   "engine train reads), or a run's signal file (RUN.sig: the whole run's "
+                                   "figures its engine run --drift wrote beside it, RUN.sig.drift.json: every row its "
+                                   "live model scored). The training data gives 0. engine run --drift keeps the same "
+                                   "figures live.")
     dr.add_argument("source", metavar="SOURCE", help="a tick file, a source URI, or a run's signal file (.sig)")
     dr.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (default: "
-                                                  "the strategy's default model)")
+                                                  "the strategy's default model; for RUN.sig, the run's own, which "
+                                                  "--model can only confirm)")
     dr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end")
     dr.add_argument("--ticks", type=positive_int, default=400_000, help="ticks from a synthetic source (default "
                                                                        "%(default)s)")
@@ -429,8 +444,8 @@ def _add_train(sub):
     r = t.add_argument_group("retraining on recordings (engine record's daily files; README \"Retraining\")")
     r.add_argument("--recordings", default=None, metavar="DIR",
                    help="train on the daily tick files under DIR (DIR/<label>/DAY.ticks) instead of SOURCEs")
-    r.add_argument("--since", default=None, metavar="AGE", help="the days within AGE of today (UTC): 7d, 36h, 2w "
-                                                              "(default 7d)")
+    r.add_argument("--since", default=None, metavar="AGE", help="the complete UTC days within AGE of now, today's "
+                   "(still being recorded) left out: 7d, 36h, 2w (default 7d: the 7 days before today)")
     r.add_argument("--holdout-days", type=positive_int, default=1,
                    help="the last N days are held out for the gate (default 1)")
     r.add_argument("--register", default=None, metavar="NAME",
