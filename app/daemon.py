@@ -46,7 +46,8 @@ from .run_options import RunConfig, risk_limits
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled (/ready false, logged)
 WATCH_GAP_MAX_NS = 200_000_000    # a longer gap between two looks of the watchdog counts as this: it was stopped too
-DRAIN_JOIN_S = 1.0                # at the end, a drain thread that does not stop within this is stuck (a write)
+DRAIN_JOIN_S = 1.0                # at the end, a drain thread that does not stop within this is stuck (a write),
+DRAIN_SLOW_S = 15.0               # or, writing a regular file (which a loaded disk slows but never blocks), this
 RESPAWN_AFTER_S = 0.5             # a feed that died or ended is started again after this, doubled for each
 RESPAWN_MAX_S = 30.0              # restart in a row up to this; a feed that ran well RESPAWN_RESET_S
 RESPAWN_RESET_S = 30.0            # starts the count again
@@ -568,7 +569,9 @@ class ControlPlane:
         buf = self.x.drain_buf
         total = 0
         paper = self.x.paper
-        taken = paper.tap_written() if paper is not None else 0  # (before: every decision on these is drained below)
+        # (read before draining. The loop taps a tick before it decides on it, so the last tick
+        # taken may still be deciding: the decisions on the ticks before it are all drained below)
+        taken = max(paper.tap_written() - 1, 0) if paper is not None else 0
         while True:
             n = sigring.drain(self.x.sring.hdr, self.x.sring.data, self.x.sring.mask, buf)
             if not n:
@@ -1064,6 +1067,9 @@ class ControlPlane:
         self.drain_stop.set()
         if self.drainer is not None:
             self.drainer.join(DRAIN_JOIN_S)
+            if self.drainer.is_alive() and self.x.slog.regular:  # (slow, not stuck: the last signals, the
+                log(f"the drain thread is slow writing {self.x.slog.path}: waiting up to {DRAIN_SLOW_S:.0f} s")
+                self.drainer.join(DRAIN_SLOW_S)  # paper trader's and the file's, are worth the wait)
             self.drain_stuck = self.drainer.is_alive()
         if self.drain_stuck:
             log(f"error: the drain thread is stuck writing {self.x.slog.path}: the last signals are not written")

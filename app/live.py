@@ -1043,6 +1043,9 @@ class _Run:
             warnings.append(f"signal file {sig_path} is incomplete: the writer stopped at record {slog.count:,} "
                             f"({slog.error.reason}); {slog.unwritten:,} records not written (marked in its header: "
                             "`engine signals show` says so)")
+        if getattr(self.plane, "drain_stuck", False):
+            warnings.append(f"the drain thread was stuck writing {sig_path} at the end: the last signals are not in it"
+                            + (" nor in the paper trading report" if self.paper is not None else ""))
         hl = getattr(self.plane, "hlog", None)
         if hl is not None and hl.error is not None:
             warnings.append(f"latency log {hl.path} is incomplete after {hl.intervals} intervals: {hl.error.reason}")

@@ -56,6 +56,7 @@ class PaperTrader(threading.Thread):
         self.decided_upto = 0       # every signal of the ticks before this one is in (decided())
         self.late = 0               # orders whose tick was simulated before they came (conflation held them)
         self.sigs = []              # SIGNAL_DTYPE records handed over, not yet simulated
+        self.finished, self.after_end = False, 0  # finish() ran; signals handed over after it
         self.done = []              # the records simulated (chunks)
         self.lock = threading.Lock()
         self.specs_fn, self.kill, self.loss, self.drawdown = specs, kill, loss, drawdown
@@ -95,6 +96,9 @@ class PaperTrader(threading.Thread):
         recs = words[(signal_flags(words) & SIGNAL_FLAG_MARK) == 0]
         if len(recs):
             with self.lock:
+                if self.finished:  # (a drain thread that was stuck at the end: counted, not silently lost)
+                    self.after_end += len(recs)
+                    return
                 self.sigs.append(recs.copy().view(SIGNAL_DTYPE).reshape(-1))
 
     def _take_ticks(self):
@@ -260,6 +264,7 @@ class PaperTrader(threading.Thread):
         self.c.close()
         with self.lock:  # signals whose tick never came (said, never dropped silently)
             unmatched = sum(len(x) for x in self.sigs)
+            self.finished = True
         from replay.backtest import FileResult
         from replay.evaluate import evaluate_file
         words = self.words[:self.n]

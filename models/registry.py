@@ -15,7 +15,10 @@ the state directory's `registry`:
                     running engine whose model is a symlink reloads when its target moves (the
                     verified hot swap: app/daemon.py), between two ticks
   .lock             held (flock) by every writer
-Nothing is deleted: a rollback promotes the version promoted before, whose bytes are still there.
+Nothing is deleted: a rollback promotes the version promoted before (or an earlier one named),
+whose bytes are still there. With a verify key configured (--verify-key, ENGINE_MODEL_VERIFY_KEY)
+only an artifact whose manifest that key signed is registered, and its signature is kept beside it
+(every load from the registry checks it again).
 """
 import contextlib
 import fcntl
@@ -201,40 +204,57 @@ class Registry:
         os.replace(tmp, p)
 
     def promote(self, ref, why="promote"):
-        """Make NAME@VERSION the one NAME's live link points at; returns its record."""
+        """Make NAME@VERSION the one NAME's live link points at; returns (name, its record)."""
         with self._locked():
-            name, rec = self.version(ref)
-            e = self.entry(name)
-            if not self.object_dir(rec["id"]).is_dir():
-                raise RegistryError(f"{name}@{rec['version']}: its object {rec['id'][:12]} is missing from "
-                                    f"{self.root}/objects")
-            link = Path(self.live(name))
-            tmp = link.with_name(f".{name}.new-{os.getpid()}")
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            os.symlink(f"../objects/{rec['id']}", tmp)
-            os.replace(tmp, link)  # (atomic: a reader sees the old version or the new one)
-            e.setdefault("promotions", []).append({"version": rec["version"], "unix": round(time.time(), 3),
-                                                   "how": why})
-            self._write_entry(name, e)
+            return self._promote(ref, why)
+
+    def _promote(self, ref, why):
+        name, rec = self.version(ref)
+        e = self.entry(name)
+        if not self.object_dir(rec["id"]).is_dir():
+            raise RegistryError(f"{name}@{rec['version']}: its object {rec['id'][:12]} is missing from "
+                                f"{self.root}/objects")
+        link = Path(self.live(name))
+        tmp = link.with_name(f".{name}.new-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.symlink(f"../objects/{rec['id']}", tmp)
+        os.replace(tmp, link)  # (atomic: a reader sees the old version or the new one)
+        e.setdefault("promotions", []).append({"version": rec["version"], "unix": round(time.time(), 3), "how": why})
+        self._write_entry(name, e)
         return name, rec
 
-    def rollback(self, name):
-        """Promote again the version that was live before the current one was promoted (each
-        rollback steps one promotion further back)."""
-        stack = promoted(self.entry(name))
-        if len(stack) < 2:
-            raise RegistryError(f"{name}: nothing to roll back to (live: "
-                                f"{'version ' + str(stack[-1]) if stack else 'none'}, promoted before it: none)")
-        return self.promote(f"{name}@{stack[-2]}", why=f"rollback from {stack[-1]}")
+    def rollback(self, ref):
+        """NAME: promote again the version that was live before the current one was promoted (each
+        rollback steps one promotion further back). NAME@VERSION: step back to VERSION, which must
+        have been live before (as many promotions undone as that takes). Read and written under
+        the lock, so a promotion in between cannot be rolled over unseen."""
+        name, v = parse_ref(ref)
+        with self._locked():
+            stack = promoted(self.entry(name))
+            if v is None:
+                if len(stack) < 2:
+                    raise RegistryError(f"{name}: nothing to roll back to (live: "
+                                        f"{'version ' + str(stack[-1]) if stack else 'none'}, promoted before it: none)")
+                v = stack[-2]
+            elif stack and v == stack[-1]:
+                raise RegistryError(f"{name}@{v} is the live version already")
+            elif v not in stack[:-1]:
+                raise RegistryError(f"{name}@{v}: not live before the live version "
+                                    f"({'version ' + str(stack[-1]) if stack else 'none'}; live before it: "
+                                    f"{', '.join(map(str, stack[:-1])) or 'none'}): engine model promote {name}@{v}")
+            return self._promote(f"{name}@{v}", why=f"rollback from {stack[-1]}")
 
 
 def promoted(entry):
-    """The versions made live in turn, a rollback undoing the promotion before it: [-1] is live."""
+    """The versions made live in turn, a rollback undoing the promotions since the version it made
+    live again: [-1] is live."""
     stack = []
     for p in entry.get("promotions") or []:
         if str(p.get("how", "")).startswith("rollback"):
             if stack:
+                stack.pop()
+            while len(stack) > 1 and stack[-1] != p["version"] and p["version"] in stack:
                 stack.pop()
         else:
             stack.append(p["version"])

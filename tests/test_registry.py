@@ -5,6 +5,7 @@ adopting each move between two ticks with nothing lost."""
 import hashlib
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -116,3 +117,64 @@ def test_a_running_engine_follows_promotion_and_rollback(tmp_path, default_model
     assert "micro now points at" in d.log()
     gens = set(read_signals(d.sig_path)["model_gen"].tolist())
     assert {1, 2} <= gens, gens
+
+
+def test_rollback_to_a_named_version_and_the_default_registry(tmp_path, default_model, second_model,  # noqa: F811
+                                                             monkeypatch):
+    """rollback NAME@V steps back to an earlier live version, undoing every promotion since (the
+    live one, one never live before: refused and said); with neither --registry nor
+    ENGINE_REGISTRY the registry is the state directory's."""
+    monkeypatch.delenv("ENGINE_REGISTRY", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    third = tmp_path / "third"  # (another artifact: the same files, a manifest with one more key)
+    shutil.copytree(default_model, third)
+    m = json.loads((third / "manifest.json").read_text())
+    (third / "manifest.json").write_text(json.dumps({**m, "note": "third"}))
+    for d in (default_model, second_model, third):
+        r = cli("model", "register", str(d), "--name", "micro")
+        assert r.returncode == 0, r.stderr
+    reg = tmp_path / "state" / "engine" / "registry"
+    ids = [v["id"] for v in json.loads((reg / "names" / "micro.json").read_text())["versions"]]
+    for v in (1, 2, 3):
+        assert cli("model", "promote", f"micro@{v}").returncode == 0
+    live = reg / "live" / "micro"
+    assert "is the live version already" in one_line_error(cli("model", "rollback", "micro@3"))
+    r = cli("model", "rollback", "micro@1")  # (two promotions undone)
+    assert r.returncode == 0 and os.readlink(live) == f"../objects/{ids[0]}", r.stderr
+    assert "nothing to roll back to" in one_line_error(cli("model", "rollback", "micro"))
+    assert "not live before the live version" in one_line_error(cli("model", "rollback", "micro@2"))
+    assert cli("model", "promote", "micro@3").returncode == 0
+    r = cli("model", "rollback", "micro")
+    assert r.returncode == 0 and os.readlink(live) == f"../objects/{ids[0]}", r.stderr
+    assert [v["id"] for v in json.loads((reg / "names" / "micro.json").read_text())["versions"]] == ids
+
+
+def test_with_a_verify_key_only_what_it_signed_is_registered(tmp_path, default_model, monkeypatch):
+    from models import signing
+    monkeypatch.delenv(signing.ENV_VERIFY, raising=False)
+    monkeypatch.delenv(signing.ENV_SIGN, raising=False)
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    signing.keygen(keys, "a")
+    signing.keygen(keys, "b")
+    art = tmp_path / "art"
+    shutil.copytree(default_model, art)
+    for s in signing.SIGNATURE_FILES.values():
+        (art / s).unlink(missing_ok=True)
+    reg = tmp_path / "reg"
+    said = one_line_error(cli("model", "register", str(art), "--name", "m", "--registry", str(reg),
+                              "--verify-key", str(keys / "a.pub")))
+    assert "manifest.sig" in said or "signature" in said, said
+    signing.sign_directory(art, signing.load_key(keys / "a.key", private=True))
+    said = one_line_error(cli("model", "register", str(art), "--name", "m", "--registry", str(reg),
+                              "--verify-key", str(keys / "b.pub")))
+    assert "signature" in said or "key" in said, said
+    assert not (reg / "names" / "m.json").exists()  # (nothing registered by either)
+    r = cli("model", "register", str(art), "--name", "m", "--registry", str(reg), "--verify-key", str(keys / "a.pub"))
+    assert r.returncode == 0, r.stderr
+    v = json.loads((reg / "names" / "m.json").read_text())["versions"][0]
+    assert v["signature"].startswith("verified"), v["signature"]
+    obj = reg / "objects" / v["id"]
+    assert (obj / "manifest.sig").read_bytes() == (art / "manifest.sig").read_bytes()  # kept: loads check it again
+    r = cli("model", "inspect", "--verify", str(obj), "--verify-key", str(keys / "a.pub"))
+    assert r.returncode == 0 and json.loads(r.stdout)["verified"] is True, r.stderr

@@ -361,7 +361,7 @@ def cmd_model_promote(a):
 
 def cmd_model_rollback(a):
     reg = _registry(a)
-    name, rec = reg.rollback(a.name)
+    name, rec = reg.rollback(a.ref)
     print(f"rolled back: {_version_line(name, rec)} is live again")
     return 0
 
@@ -380,6 +380,7 @@ def _add_registry(ms):
     r.add_argument("--name", required=True, help="the model's name in the registry")
     r.add_argument("--note", default=None, help="a line kept with the version (why it was trained)")
     r.add_argument("--promote", action=Flag, help="and make it the live version")
+    verify_key_arg(r)  # (with a key: only what it signed is registered)
     where(r)
     r.set_defaults(fn=cmd_model_register)
     ls = ms.add_parser("list", help="the registry's models, or one model's versions")
@@ -398,8 +399,9 @@ def _add_registry(ms):
     pr.add_argument("ref", metavar="NAME@VERSION")
     where(pr)
     pr.set_defaults(fn=cmd_model_promote)
-    rb = ms.add_parser("rollback", help="make live again the version live before the last promotion")
-    rb.add_argument("name")
+    rb = ms.add_parser("rollback", help="make live again the version live before the last promotion (or NAME@VERSION: "
+                                        "that earlier live version)")
+    rb.add_argument("ref", metavar="NAME[@VERSION]")
     where(rb)
     rb.set_defaults(fn=cmd_model_rollback)
 
