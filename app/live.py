@@ -1121,28 +1121,39 @@ class _Run:
                              "max_drawdown": s.get("max_drawdown"), **paper}
 
     def _write_table(self, sig_path, error, warnings):
-        """--signals-out X.parquet: the table from the signal file, whole or not at all; returns
-        (the signals' path for the summary, the run's error)."""
-        parquet_out = self.parquet_out
-        if self.slog.error is not None:
-            warnings.append(f"signal table {parquet_out} not written: the signal file is incomplete")
-            return sig_path, error
-        from engine.outputs import OutputError
+        """--signals-out X.parquet: the table from the signal file (and each shadow's beside it, from
+        its own: X.shadow-NAME.parquet), whole or not at all; returns (the signals' path for the
+        summary, the run's error)."""
         import json
 
         from engine.instruments import dump
+        parquet_out = self.parquet_out
+        names, specs = getattr(self.plane, "instruments", None), getattr(self.plane, "specs", None)
+        meta = {"engine.instruments": json.dumps(dump(names, specs))} if names and specs is not None else {}
+        for sh in self.shadow_results or []:  # (a shadow's file: in the run's format, as its signals are)
+            if not sh["error"] and sh["signals_out"].endswith(".sig"):
+                out = sh["signals_out"][:-len(".sig")] + ".parquet"
+                if self._table(sh["signals_out"], out, names, meta, warnings) is None:
+                    sh["signals_out"] = out
+        if self.slog.error is not None:
+            warnings.append(f"signal table {parquet_out} not written: the signal file is incomplete")
+            return sig_path, error
+        if self.abnormal:  # the table's end mark, as the signal file's header
+            meta = {**meta, "engine.abnormal_end": self.abnormal[1]}
+        e = self._table(sig_path, parquet_out, names, meta, warnings)
+        return (sig_path, error or e) if e else (parquet_out, error)
+
+    @staticmethod
+    def _table(sig_path, parquet_out, names, meta, warnings):
+        """One signal table; None when written, else the error (said in warnings)."""
+        from engine.outputs import OutputError
         from engine.signal_log import read_signals, write_signals_parquet
         try:
-            names, specs = getattr(self.plane, "instruments", None), getattr(self.plane, "specs", None)
-            meta = {"engine.instruments": json.dumps(dump(names, specs))} if names and specs is not None else {}
-            if self.abnormal:  # the table's end mark, as the signal file's header
-                meta["engine.abnormal_end"] = self.abnormal[1]
             write_signals_parquet(parquet_out, read_signals(sig_path), tables=[names], metadata=meta)
-            sig_path = parquet_out
+            return None
         except OutputError as e:  # nothing left at its name: written whole or not at all
-            error = error or str(e)
             warnings.append(f"signal table {parquet_out} not written ({e.reason}); the signals are in {sig_path}")
-        return sig_path, error
+            return str(e)
 
 
 def _stop_feed(proc):

@@ -67,6 +67,19 @@ def test_shadows_equal_the_backtest_of_the_recording_and_the_report_compares_the
     assert text.returncode == 0 and "model2" in text.stdout and "agreement" in text.stdout, text.stderr
 
 
+def test_a_parquet_run_gives_each_shadow_a_table_too(tmp_path, default_model, second_model):  # noqa: F811
+    out = tmp_path / "s.parquet"
+    r = cli("run", "--no-rt", "--core", str(strategy_core()), "--feed", "synthetic://?instruments=4&count=20000&seed=3",
+            "--max", "--signals-out", str(out), "--shadow", str(second_model), "--json",
+            "--name", f"shadowpq{os.getpid()}", timeout=600)
+    assert r.returncode == 0, r.stderr
+    (sh,) = json.loads(r.stdout)["shadows"]
+    assert sh["signals_out"] == str(tmp_path / "s.shadow-model2.parquet"), sh
+    t = pq.read_table(sh["signals_out"])
+    raw = read_signals(tmp_path / "s.shadow-model2.sig")
+    assert t.num_rows == len(raw) > 10 and np.array_equal(t["position"].to_numpy(), raw["position"])
+
+
 def test_a_shadow_that_does_not_load_is_refused_by_name(tmp_path, default_model):
     bad = tmp_path / "notamodel"
     bad.mkdir()
