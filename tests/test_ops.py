@@ -74,3 +74,33 @@ def test_ops_readme_commands_are_ones_this_engine_takes():
     assert "/run/engine/engine.token" in text and "engine-run.engine.json" in text
     from app.runtime_file import _file_name
     assert _file_name("engine") == "engine-run.engine.json"
+
+
+def test_every_unit_runs_a_command_this_engine_takes_and_the_timer_starts_its_service():
+    """ops/*.service: each ExecStart's `engine ...` (continuation lines joined, a `sh -c` unwrapped,
+    systemd's %% and %d specifiers made literal) parses with the real command line;
+    engine-retrain.timer names a schedule and its service exists."""
+    import contextlib
+    import io
+    import shlex
+
+    from app.cli import build_parser
+    parser = build_parser()
+    units = sorted(OPS.glob("*.service"))
+    assert {u.name for u in units} >= {"engine.service", "engine-recorder.service", "engine-retrain.service"}
+    for u in units:
+        text = u.read_text().replace("\\\n", " ")
+        (line,) = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
+        cmd = line[len("ExecStart="):].replace("%%", "\0").replace("%d", "/run/credentials/x").replace("\0", "%")
+        argv = shlex.split(cmd)
+        if argv[:2] == ["/bin/sh", "-c"]:  # (the shell's $(...) is one word of the command it runs)
+            argv = shlex.split(re.sub(r"\$\([^)]*\)", "X", argv[2]).removeprefix("exec "))
+        assert argv[0] == "/opt/engine/.venv/bin/engine", (u.name, argv)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                parser.parse_args(argv[1:])
+        except SystemExit as e:
+            raise AssertionError(f"ops/{u.name}: `{' '.join(argv)}` does not parse") from e
+    timer = (OPS / "engine-retrain.timer").read_text()
+    assert re.search(r"^OnCalendar=\S", timer, re.M) and "WantedBy=timers.target" in timer
+    assert "SuccessExitStatus=3" in (OPS / "engine-retrain.service").read_text()  # (the gate's refusal)
