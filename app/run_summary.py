@@ -83,9 +83,11 @@ def table(res):
         lines.append(f"  recorded {rec['ticks']:,} ticks -> {rec['out']} (`engine backtest {rec['out']}` replays "
                      "them as the loop read them)")
     blocked = {r: n for r, n in c["risk_blocked"].items() if n}
-    if blocked or c["killed"]:
+    kills = risk_state(c)["kills"]  # (a run killed and resumed is no longer killed at its end: still said)
+    if blocked or c["killed"] or kills:
         lines.append("  risk: " + (f"KILLED ({risk_state(c)['killed']})   " if c["killed"] else "")
-                     + "cut " + (", ".join(f"{r} {n:,}" for r, n in blocked.items()) or "nothing"))
+                     + "cut " + (", ".join(f"{r} {n:,}" for r, n in blocked.items()) or "nothing")
+                     + (f"; kills: {', '.join(f'{r} {n:,}' for r, n in kills.items())}" if kills else ""))
     pp = getattr(res, "paper", None)
     if pp is not None:
         lines.append(f"  paper: pnl net {pp['pnl']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "

@@ -100,7 +100,8 @@ def test_signals_on_zmq_and_metrics_that_grow(daemon):
 
 
 def test_control_needs_the_token_and_pause_resume_reload_work(daemon):
-    for path, method in (("/status", "GET"), ("/control/pause", "POST"), ("/control/status", "GET")):
+    for path, method in (("/status", "GET"), ("/control/pause", "POST"), ("/control/status", "GET"),
+                         ("/control/kill", "POST"), ("/control/resume-after-kill", "POST")):
         assert daemon.get(path, method=method)[0] == 401
         assert daemon.get(path, token="wrong", method=method)[0] == 401
     assert daemon.get("/health")[0] == 200 and daemon.get("/ready")[0] == 200  # public, like /metrics
@@ -115,12 +116,19 @@ def test_control_needs_the_token_and_pause_resume_reload_work(daemon):
     assert s2["counters"]["ticks"] > s1["counters"]["ticks"]          # still reading
     assert s2["counters"]["signals"] == s1["counters"]["signals"]     # not signalling
     assert s2["counters"]["scored"] == s1["counters"]["scored"]
+    assert s2["risk"]["killed"] == ""  # (an unauthorized kill above changed nothing)
+    code, body = daemon.get("/control/reload", tok, "POST")  # a new model while paused: still paused
+    assert code == 200 and json.loads(body)["generation"] == 2
+    time.sleep(1.0)
+    s3 = daemon.status()
+    assert s3["paused"] and s3["loop"]["state"] == "paused" and s3["model"]["generation"] == 2
+    assert s3["counters"]["ticks"] > s2["counters"]["ticks"]
+    for k in ("signals", "scored"):  # neither scoring nor signalling with the new model
+        assert s3["counters"][k] == s2["counters"][k], k
     r = cli("ctl", "resume", "--name", "x", "--http", daemon.http, "--token-file", str(daemon.token_file))
     assert r.returncode == 0, r.stderr
     time.sleep(1.0)
-    assert daemon.status()["counters"]["scored"] > s2["counters"]["scored"]
-    code, body = daemon.get("/control/reload", tok, "POST")
-    assert code == 200 and json.loads(body)["generation"] == 2
+    assert daemon.status()["counters"]["scored"] > s3["counters"]["scored"]
     assert daemon.status()["model"]["generation"] == 2
     r = cli("stats", "--http", daemon.http, "--token-file", str(daemon.token_file))
     assert r.returncode == 0 and "tick_to_signal" in r.stdout and "p99.99" in r.stdout

@@ -3,6 +3,7 @@ the same decisions the same way (every rule that can fire on the file fires; fla
 targets and positions identical), the live run counts each rule in its summary, and bad limits
 are one-line errors."""
 import json
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -47,6 +48,49 @@ def test_live_and_backtest_gate_the_same_decisions(tmp_path, default_model):
     for i, p in zip(inst, pos):
         held[i] = p
         assert np.count_nonzero(held) <= 1
+
+
+# the rules the first case leaves out: notional (SYN0002's unit, ~125, is over its 100), no_price
+# (SYN0003's record says nothing is known of it: no multiplier, refused under a notional limit)
+# and the run's rate alone (300 signals/s with a burst of 300, no per-instrument rate)
+LIMITS_RUN = ("--risk-max-notional", "1000", "--risk-instrument", "SYN0002:max_notional=100",
+              "--risk-max-rate-total", "300")
+
+
+def _unknown_last(tmp_path, src):
+    """src copied with its last instrument's record replaced by an unknown one (no multiplier)."""
+    from engine.instruments import unknown
+    from engine.tickfile import TickFile, TickFileWriter
+    t = TickFile(src)
+    specs = list(t.specs)
+    specs[-1] = unknown(t.instruments[-1])
+    out = tmp_path / "unknown.ticks"
+    w = TickFileWriter(out, t.instruments, t.source, t.depth, specs)
+    w.append(t.words)
+    w.close()
+    return out
+
+
+def test_notional_no_price_and_the_runs_rate_gate_the_same_live_and_in_the_backtest(tmp_path, default_model):
+    src = _unknown_last(tmp_path, ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12"))
+    _, live = _parity(tmp_path, src, strategy_core(), *LIMITS_RUN)
+    bt = pq.read_table(tmp_path / "bt" / "signals.parquet")
+    for col in ("wanted", "flags", "position", "prev_position"):
+        assert live.column(col).to_pylist() == bt.column(col).to_pylist(), col
+    flags = bt.column("flags").to_numpy()
+    rules = _rules(flags)
+    for r in ("notional", "no_price", "rate"):
+        assert rules[r] > 0, (r, rules)
+    assert rules["position"] == rules["flip"] == rules["gross"] == 0, rules  # (no such limit here)
+    pos = bt.column("position").to_numpy()
+    want = bt.column("wanted").to_numpy()
+    inst = bt.column("instrument").to_numpy()
+    by_rule = {r: set(inst[((flags >> 8) & (1 << k)) != 0].tolist()) for k, r in enumerate(RULES)}
+    assert by_rule["notional"] == {2} and by_rule["no_price"] == {3}, by_rule  # each cut only where it binds
+    assert by_rule["rate"] <= {0, 1}  # (the run's rate: whichever instrument asks when the bucket is empty)
+    for i in (2, 3):  # held at zero (a unit does not fit / cannot be priced), though they wanted more
+        assert (pos[inst == i] == 0).all() and (want[inst == i] != 0).any(), i
+    assert (pos[inst <= 1] != 0).any()  # the others trade
 
 
 def test_the_live_summary_counts_what_the_backtest_counts(tmp_path, default_model):
@@ -100,18 +144,21 @@ def _segments(recs):
 
 def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path, default_model):
     """A command, then a file: each flattens every instrument held (one signal each, at once), no entry
-    goes out while killed, and only `ctl resume --after-kill` lets them go again."""
+    goes out while killed, and only `ctl resume --after-kill` (with the token) lets them go again.
+    What the gate cut and why the run was killed are the same in /status, Prometheus and the summary;
+    `engine signals --follow` shows the risk state."""
     import os
     import signal
     import time
 
     from engine.signal_log import read_signals
-    from tests.helpers.daemon import Daemon, wait_until
+    from tests.helpers.daemon import Daemon, scrape, wait_until
     name = f"enginetest-kill-{os.getpid()}"
     kill_file = tmp_path / "KILL"
     rec = tmp_path / "run.ticks"
+    limit = ("--risk-instrument", "SYN0001:max_position=0")  # (a rule that cuts before the kills, not only killed)
     d = Daemon(tmp_path, name, "--feed", "synthetic://?instruments=4&seed=3&rate=20000", "--kill-file", str(kill_file),
-               "--kill-feed-down", "0.3", "--record", str(rec), core=strategy_core())
+               "--kill-feed-down", "0.3", "--record", str(rec), *limit, core=strategy_core())
 
     def refused_while_killed():
         """Decisions keep coming while killed, each one refused and recorded: wait for some (the
@@ -121,6 +168,10 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
     try:
         d.wait_for("endpoints in ")
         wait_until(lambda: d.status()["counters"]["signals"] > 50, "signals")
+        wait_until(lambda: d.status()["risk"]["blocked"]["position"] > 0, "SYN0001 held at zero")
+        for tok in (None, "wrong"):  # a kill needs the token too
+            assert d.get("/control/kill", token=tok, method="POST")[0] == 401
+        assert d.status()["risk"]["killed"] == ""
         r = cli("ctl", "kill", "--name", name)
         assert r.returncode == 0 and "killed: command" in r.stdout, (r.stdout, r.stderr)
         wait_until(lambda: d.status()["risk"]["killed"] == "command", "the loop killed")
@@ -130,6 +181,16 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
         assert d.status()["risk"]["killed"] == "command" and d.status()["model"]["generation"] > 0
         r = cli("ctl", "risk", "--name", name)
         assert r.returncode == 0 and "killed: command" in r.stdout and "killed " in r.stdout.split("cut:")[1], r.stdout
+        # what a subscriber sees while killed: refused decisions, said so
+        r = cli("signals", "--follow", "--name", name, "--count", "3", timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = [json.loads(x) for x in r.stdout.splitlines()]
+        assert len(got) == 3 and all(x["risk"] == "killed, refused: killed" for x in got), got
+        # resuming needs the token: without it (or with a wrong one) the run stays killed
+        for tok in (None, "wrong"):
+            code, body = d.get("/control/resume-after-kill", token=tok, method="POST")
+            assert code == 401 and b"unauthorized" in body, (code, body)
+        assert d.status()["risk"]["killed"] == "command"
         r = cli("ctl", "resume", "--after-kill", "--name", name)
         assert r.returncode == 0 and "killed: no" in r.stdout, r.stdout
         n = d.status()["counters"]["signals"]
@@ -146,13 +207,30 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
         os.kill(feed, signal.SIGSTOP)  # the feed stalls: no heartbeat, then down past --kill-feed-down
         try:
             wait_until(lambda: d.status()["risk"]["killed"] == "feed", "killed by the stalled feed", timeout=10)
+            # no ticks, no decisions: the gate's counts stand still, and a scrape says what /status says
+            # (rule by rule, zeros too; /metrics renders at most every 0.25 s: the next one)
+            wait_until(lambda: {r: v for (((_, r),), v) in scrape(d)[0]["engine_risk_blocked_total"].items()}
+                       == d.status()["risk"]["blocked"], "engine_risk_blocked_total{rule} == /status", timeout=5)
+            blocked = d.status()["risk"]["blocked"]
+            assert blocked["position"] > 0 and blocked["killed"] > 0 and set(blocked) == set(RULES), blocked
+            m = scrape(d)[0]
+            assert m["engine_killed"][()] == 1
+            assert {r: v for (((_, r),), v) in m["engine_kills_total"].items()} == {
+                "command": 1, "file": 1, "feed": 1, "loss": 0, "drawdown": 0}, m["engine_kills_total"]
         finally:
             os.kill(feed, signal.SIGCONT)
         refused_while_killed()
         assert d.status()["risk"]["kills"] == {"command": 1, "file": 1, "feed": 1}
+        blocked = d.status()["risk"]["blocked"]
     finally:
-        d.stop()
+        out = d.stop()
     assert "KILLED (command)" in d.log() and "KILLED (file)" in d.log() and "KILLED (feed)" in d.log()
+    # the summary: still killed at the end, by what, every kill, and what the gate cut
+    line = next(ln for ln in out.splitlines() if ln.startswith("  risk: "))
+    assert line.startswith("  risk: KILLED (feed)   cut killed ") and "position " in line, line
+    assert line.endswith("; kills: command 1, file 1, feed 1"), line
+    for r in ("killed", "position"):  # (the end's counts: at least those seen last; 1,234 is a number)
+        assert int(re.search(rf"\b{r} (\d{{1,3}}(?:,\d{{3}})*)", line).group(1).replace(",", "")) >= blocked[r], line
     recs = read_signals(d.sig_path)
     segs = _segments(recs)
     assert len(segs) == 3, segs
@@ -176,7 +254,7 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
     kills = read_kills(d.sig_path)
     assert kills[:, 2].tolist() == [1, 0, 2, 0, 5], kills  # command, resumed, file, resumed, feed
     b = cli("backtest", str(rec), "--out", str(tmp_path / "bt"), "--quiet", "--conflate-as-recorded",
-            str(d.sig_path), timeout=600)
+            str(d.sig_path), *limit, timeout=600)
     assert b.returncode == 0 and "5 kill switch moves" in b.stderr, b.stderr
     bt = pq.read_table(tmp_path / "bt" / "signals.parquet")
     assert bt.num_rows == len(recs)
