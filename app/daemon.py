@@ -171,22 +171,37 @@ def kill_switch(ctl, code, name):
 
 
 def paper_status(paper, names):
-    """--paper's figures now, for /status and `engine stats` (None without --paper)."""
+    """--paper's figures now, for /status and `engine stats` (None without --paper): the run's, and
+    each instrument's that has traded (by name)."""
     if paper is None:
         return None
     p = paper.pnl()
     name = (lambda i: names[i] if i < len(names) else str(i))
     return {"pnl_net": round(p["total_net"], 6), "pnl_gross": round(p["total_gross"], 6),
             "fees": round(float(p["fees"].sum()), 6), "drawdown": round(p["drawdown"], 6), "fills": p["fills"],
-            "positions": {name(i): int(v) for i, v in enumerate(p["position"]) if v}}
+            "positions": {name(i): int(v) for i, v in enumerate(p["position"]) if v},
+            "instruments": {name(i): {"position": int(p["position"][i]), "fills": int(p["fills_by"][i]),
+                                      "pnl_net": round(float(p["net"][i]), 6),
+                                      "pnl_gross": round(float(p["gross"][i]), 6),
+                                      "fees": round(float(p["fees"][i]), 6),
+                                      "drawdown": round(float(p["drawdown_by"][i]), 6)}
+                            for i in _traded(p)}}
+
+
+def _traded(p):
+    """The instruments the paper trader has filled or holds (one never traded has nothing to show)."""
+    return [i for i in range(len(p["position"])) if p["fills_by"][i] or p["position"][i]]
 
 
 # exported only by a run with --paper (tests/test_paper.py scrapes them; the ops files may use them)
-PAPER_METRICS = ("engine_paper_pnl", "engine_paper_drawdown", "engine_paper_fills_total", "engine_paper_position")
+PAPER_METRICS = ("engine_paper_pnl", "engine_paper_drawdown", "engine_paper_fills_total", "engine_paper_position",
+                 "engine_paper_instrument_pnl", "engine_paper_instrument_drawdown",
+                 "engine_paper_instrument_fills_total")
 
 
 def paper_families(paper):
-    """engine_paper_*: --paper's PnL (net, gross), drawdown, fills and positions (none without it)."""
+    """engine_paper_*: --paper's PnL (net, gross), drawdown, fills and positions (none without it);
+    engine_paper_instrument_*: each traded instrument's (by id, as engine_paper_position)."""
     if paper is None:
         return
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -200,10 +215,24 @@ def paper_families(paper):
     yield CounterMetricFamily("engine_paper_fills", "fills of the paper trader's orders", value=p["fills"])
     pos = GaugeMetricFamily("engine_paper_position", "lots held by the paper trader, per instrument id",
                             labels=["instrument"])
-    for i, v in enumerate(p["position"]):
-        if v or p["gross"][i]:  # (every instrument traded, flat or not)
-            pos.add_metric([str(i)], float(v))
+    ipnl = GaugeMetricFamily("engine_paper_instrument_pnl", "paper trading PnL of one instrument (id), marked to "
+                             "its last mid, in its quote currency: kind=net (after fees) or gross",
+                             labels=["instrument", "kind"])
+    idd = GaugeMetricFamily("engine_paper_instrument_drawdown", "one instrument's (id) paper net PnL below its peak",
+                            labels=["instrument"])
+    ifills = CounterMetricFamily("engine_paper_instrument_fills", "fills of the paper trader's orders in one "
+                                 "instrument (id)", labels=["instrument"])
+    for i in _traded(p):  # (every instrument traded, flat or not)
+        k = str(i)
+        pos.add_metric([k], float(p["position"][i]))
+        ipnl.add_metric([k, "net"], float(p["net"][i]))
+        ipnl.add_metric([k, "gross"], float(p["gross"][i]))
+        idd.add_metric([k], float(p["drawdown_by"][i]))
+        ifills.add_metric([k], float(p["fills_by"][i]))
     yield pos
+    yield ipnl
+    yield idd
+    yield ifills
 
 
 @dataclass

@@ -1099,7 +1099,7 @@ class _Run:
     def _finish_paper(self):
         """--paper: the last ticks and signals simulated, and the report `engine backtest` writes for
         the run's recording (replay/jobs.write_report: report.md, report.json, plots, signals.parquet)
-        in --paper-out DIR (default beside the signal file: SIGNALS.paper/), whole or not at all."""
+        in --paper-out DIR (default beside the signal file: RUN.paper/ for RUN.sig), whole or not at all."""
         from engine.outputs import atomic_dir
         from models.artifact import uses_sigmoid
         from replay import jobs, report

@@ -79,8 +79,10 @@ class PaperTrader(threading.Thread):
         self.fills = []             # (rows, fees) chunks
         self.cash = np.zeros(k)     # per instrument, quote currency, before fees
         self.fees_paid = np.zeros(k)
+        self.nfills = np.zeros(k, np.int64)  # fills per instrument
         self.mid = np.zeros(k)      # last two-sided mid, price units
         self.peak = 0.0
+        self.peaks = np.zeros(k)    # each instrument's net PnL peak (its drawdown is below it)
         self.spec, self.spec_at = None, 0.0
         self.stop_flag = threading.Event()
         self.error = None
@@ -205,6 +207,7 @@ class PaperTrader(threading.Thread):
         if nf:
             rows, fees = self.fbuf[:nf].copy(), self.fee[:nf].copy()
             self.fills.append((rows, fees))
+            np.add.at(self.nfills, rows[:, 4], 1)  # (not in _book: a re-pricing books every fill again)
             self._book(rows)
         return nf
 
@@ -225,20 +228,22 @@ class PaperTrader(threading.Thread):
     # -- figures -------------------------------------------------------------------------------
 
     def pnl(self):
-        """Per instrument and in total: position (lots filled), gross and net PnL marked to the last
-        mid, fees; and the drawdown of the total net from its peak."""
+        """Per instrument and in total: position (lots filled), fills, gross and net PnL marked to
+        the last mid, fees, and the drawdown of the net from its peak (each instrument's from its own)."""
         spec = self.spec if self.spec is not None else np.ones((len(self.pos), 4))
         mult = spec[:, self.x.SP_MULT]
         gross = self.cash + self.pos * (self.mid / PRICE_SCALE) * mult
         net = gross - self.fees_paid
         total = float(net.sum())
         return {"position": self.pos.copy(), "gross": gross, "net": net, "fees": self.fees_paid.copy(),
+                "fills_by": self.nfills.copy(), "drawdown_by": np.maximum(self.peaks, net) - net,
                 "total_net": total, "total_gross": float(gross.sum()), "drawdown": max(self.peak, total) - total,
                 "fills": sum(len(r) for r, _ in self.fills)}
 
     def _check_limits(self):
         p = self.pnl()
-        self.peak = max(self.peak, p["total_net"])  # (this thread alone moves the peak)
+        self.peak = max(self.peak, p["total_net"])  # (this thread alone moves the peaks)
+        np.maximum(self.peaks, p["net"], out=self.peaks)
         if self.kill is None or (self.loss is None and self.drawdown is None):
             return
         from engine.risk import KILL_REASONS

@@ -277,7 +277,7 @@ class RunConfig:
     paper_out: str | None = option(None, "--paper-out", key="paper.out", metavar="DIR",
                                    help="where --paper writes its report at the end: what `engine backtest --out DIR` "
                                         "writes (report.md, report.json, plots, signals.parquet) (default: beside the "
-                                        "signal file, SIGNALS.paper/)")
+                                        "signal file: RUN.paper/ for RUN.sig)")
     risk_instrument: object = option(None, "--risk-instrument", key="risk.instrument", many=True, kind=str,
                                      parse="risk_instrument", metavar="SYMBOL:NAME=VALUE,...",
                                      help="one instrument's own limits over the above (repeatable; the config: a list "

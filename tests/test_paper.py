@@ -5,6 +5,7 @@ fills, and a paper drawdown past --kill-drawdown or a loss past --kill-loss kill
 instrument flat, entries refused)."""
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -63,8 +64,19 @@ def test_paper_report_equals_the_backtest_of_the_recording(tmp_path, default_mod
     assert round(p["online"]["net"], 2) == round(p["pnl"], 2)
 
 
+def _settled(d):
+    """The paper figures of /status if they stand still (two reads 0.3 s apart the same), else None."""
+    a = d.status()["paper"]
+    time.sleep(0.3)
+    return a if d.status()["paper"] == a else None
+
+
 @pytest.mark.parametrize("limit", ["drawdown", "loss"])
 def test_a_paper_limit_kills_the_run(tmp_path, default_model, limit):
+    """The limit kills the run: every instrument held goes flat on the next tick, the paper book goes
+    flat; each instrument's figures are the same in /status, Prometheus and `engine stats`; the
+    summary says why the run was killed, and the report is beside the signal file."""
+    from tests.helpers.daemon import scrape
     name = f"enginetest-paper-{os.getpid()}"
     d = Daemon(tmp_path, name, "--feed", "synthetic://?instruments=4&seed=3&rate=20000", "--paper",
                f"--kill-{limit}", "0.01", core=strategy_core())
@@ -76,16 +88,69 @@ def test_a_paper_limit_kills_the_run(tmp_path, default_model, limit):
         assert st["paper"]["drawdown"] > 0.01 if limit == "drawdown" else st["paper"]["pnl_net"] < -0.01, st
         r = cli("ctl", "risk", "--name", name)
         assert f"killed: {limit}" in r.stdout, r.stdout
+        # killed: every target flat, entries refused, so the paper book goes flat and its figures stand still
+        wait_until(lambda: not d.status()["paper"]["positions"], "the paper positions flat after the kill")
+        pp = wait_until(lambda: _settled(d), "paper figures that stand still", timeout=30)
+        inst = pp["instruments"]
+        assert inst and all(v["position"] == 0 for v in inst.values()), pp
+        assert sum(v["fills"] for v in inst.values()) == pp["fills"] > 0, pp
+        for k in ("pnl_net", "pnl_gross", "fees"):
+            assert abs(sum(v[k] for v in inst.values()) - pp[k]) < 1e-5, (k, pp)
+        for v in inst.values():
+            assert abs(v["pnl_gross"] - v["fees"] - v["pnl_net"]) < 1e-5 and v["drawdown"] >= 0, v
+        # (each instrument's peak is at least its share of the run's: their drawdowns add up to at least its)
+        assert sum(v["drawdown"] for v in inst.values()) >= pp["drawdown"] - 1e-5, pp
         r = cli("stats", "--name", name)
         assert r.returncode == 0 and "  paper: pnl net " in r.stdout and f"KILLED ({limit})" in r.stdout, r.stdout
-        from tests.helpers.daemon import scrape
-        m = scrape(d)[0]
-        assert m["engine_killed"][()] == 1 and m["engine_paper_fills_total"][()] > 0
+        for sym, v in inst.items():
+            line = (f"    {sym}: position +0, {v['fills']:,} fills, pnl net {v['pnl_net']:,.2f} (gross "
+                    f"{v['pnl_gross']:,.2f}, fees {v['fees']:,.2f}), drawdown {v['drawdown']:,.2f}")
+            assert line in r.stdout.splitlines(), (line, r.stdout)
+
+        def settled_scrape():  # (/metrics renders at most every 0.25 s: one from after the figures settled)
+            m = scrape(d)[0]
+            return m if m["engine_paper_fills_total"][()] == pp["fills"] else None
+        m = wait_until(settled_scrape, "a scrape after the figures settled", timeout=5)
+        assert m["engine_killed"][()] == 1
+        assert {k[0][1]: v for k, v in m["engine_kills_total"].items() if v} == {limit: 1}, m["engine_kills_total"]
         assert set(m["engine_paper_pnl"]) == {(("kind", "net"),), (("kind", "gross"),)}
+        assert abs(m["engine_paper_pnl"][(("kind", "net"),)] - pp["pnl_net"]) < 1e-5
         from app.daemon import PAPER_METRICS
         assert set(PAPER_METRICS) <= set(m), set(PAPER_METRICS) - set(m)
+        ids = {str(int(sym[3:])): v for sym, v in inst.items()}  # (SYN000i: instrument id i, the metrics' label)
+        assert {k[0][1] for k in m["engine_paper_instrument_fills_total"]} == set(ids)
+        for i, v in ids.items():
+            lab = (("instrument", i),)
+            assert m["engine_paper_instrument_fills_total"][lab] == v["fills"] and m["engine_paper_position"][lab] == 0
+            assert abs(m["engine_paper_instrument_drawdown"][lab] - v["drawdown"]) < 1e-5
+            for kind in ("net", "gross"):
+                assert abs(m["engine_paper_instrument_pnl"][(("instrument", i), ("kind", kind))]
+                           - v[f"pnl_{kind}"]) < 1e-5, (i, kind)
     finally:
-        d.stop()
+        out = d.stop()
     assert f"KILLED ({limit})" in d.log()
-    recs = read_signals(d.sig_path)
-    assert ((recs["flags"] & 8) != 0).any()
+    risk_line = next(ln for ln in out.splitlines() if ln.startswith("  risk: "))
+    assert risk_line.startswith(f"  risk: KILLED ({limit})   cut killed ") and risk_line.endswith(f"; kills: {limit} 1")
+    # no --paper-out: the report goes beside the signal file, SIGNALS.paper/
+    beside = tmp_path / f"{name}.paper"
+    assert f"fills -> {beside}" in out, out
+    rep = json.loads((beside / "report.json").read_text())
+    assert rep["title"] == "Paper trading" and rep["paper"]["positions"] == {}, rep["paper"]
+    # every instrument held when the run was killed got one flattening signal, on the tick the kill
+    # mark names, before anything was decided on a later tick; nothing but refusals after
+    from engine.risk import KILL_REASONS
+    from engine.signal_log import read_kills
+    recs, kills = read_signals(d.sig_path), read_kills(d.sig_path)
+    assert kills[:, 2].tolist() == [KILL_REASONS.index(limit)], kills
+    after, at = int(kills[0, 0]), int(kills[0, 1])
+    assert after in (at, at + 1), kills  # (at a tick, or idle after its last one)
+    a = int(np.flatnonzero(recs["flags"] & 8)[0])
+    held = {}
+    for r in recs[:a]:
+        held[int(r["instrument"])] = int(r["position"])
+    flat = sorted(i for i, p in held.items() if p != 0)
+    first, rest = recs[a:a + len(flat)], recs[a + len(flat):]
+    assert sorted(first["instrument"].tolist()) == flat and (first["tick_seq"] == at).all(), first
+    assert (first["position"] == 0).all() and (first["wanted"] == 0).all() and np.isnan(first["score"]).all()
+    assert (recs[:a]["tick_seq"] < after).all() and (rest["tick_seq"] >= after).all()
+    assert ((rest["flags"] & 8) != 0).all() and (rest["position"] == 0).all() and (rest["prev_position"] == 0).all()
