@@ -1,4 +1,6 @@
 """A real `engine run` daemon for tests: free ports, its own token, stderr to a file."""
+import contextlib
+import itertools
 import json
 import os
 import signal
@@ -11,12 +13,27 @@ import urllib.request
 from tests.conftest import ROOT, engine_cmd, engine_env
 
 
+_PORTS = itertools.count(os.getpid())
+
+
 def free_tcp_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port for an engine to listen on, free now, from below the kernel's ephemeral range (a
+    port bind(0) gives is free only until the next bind(0) or connect() takes it: another xdist
+    worker's engine got one that way) and from a span of its own per xdist worker."""
+    lo = 32768
+    with contextlib.suppress(OSError, ValueError):
+        lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    w = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    k = int(w[2:]) if w[2:].isdigit() else 0
+    span = max(100, (lo - 10_000) // 8)
+    for _ in range(span):
+        port = 10_000 + (k % 8) * span + next(_PORTS) % span
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind(("127.0.0.1", port))
+            return port
+    with socket.socket() as s:  # (all taken: as before)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_until(fn, what, timeout=60):
