@@ -230,6 +230,7 @@ class BinanceLive:
         ws_client.deframe(np.frombuffer(b"\x81\x02{}\x89\x00", np.uint8), 6, np.frombuffer(b"1 ", np.uint8),
                           np.empty(128, np.uint8), MAX_FRAME)
         binance_read.compile_read(MAX_FRAME, sc)
+        S.needs_snapshot(sc.state[0], sc.state[1], 1)
         t = np.zeros((1, 8), np.int64)
         record_feed(self.lat.counts["feed_latency"], t, 0)
         record_since(self.lat.counts["frame_to_tick"], t, 0)
@@ -541,10 +542,8 @@ class BinanceLive:
         placed where it arrives; diffs it covers are dropped, one it is older than is a gap and
         another snapshot), and after a gap. One request at a time per symbol."""
         I, G = self.scanner.state[0], self.scanner.state[1]
-        nsym = int(G[S.G_NSYM])
         refresh, self.refresh = self.refresh, False
-        if not refresh and nsym == len(self.symbols) and not (  # (every step: the common case in numpy)
-                (I[:nsym, S.I_SYNCED] == 0) & (I[:nsym, S.I_SID] < 0)).any():
+        if not refresh and not S.needs_snapshot(I, G, len(self.symbols)):  # (every step: the common case)
             return
         known = {name: k for k, name in enumerate(self.scanner.instruments)}
         for name in self.symbols:

@@ -31,7 +31,7 @@ def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, 
     published and watched. Returns deframe's 8 values, then (pos, ticks, status, published, want):
     the scan's stop in lines, ticks in out, its status (binance_scan.R_*; not R_DONE: out[:ticks]
     is not published and lines[pos:written] not scanned), the ticks published, and whether a symbol
-    needs a snapshot (fewer than nsym known, or one neither synced nor waiting for its reply)."""
+    needs a snapshot (binance_scan.needs_snapshot)."""
     used, w, frames, st, op, fin, s, ln = deframe(b, n, stamp, lines, max_frame)
     pos, nt, r = S.scan_packed(lines_ro, 0, w, False, H, top, out, 0)
     pub = 0
@@ -42,13 +42,7 @@ def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, 
         if limit_ns > 0:
             crossed_scan(ticks, nt, limit_ns, cstate, since, clist, cpos, c)
     st_ = arrays_at(H, S._OS, S._PS)
-    I, G = st_[0], st_[1]
-    k = G[S.G_NSYM]
-    want = k < nsym
-    for i in range(k):
-        if I[i, S.I_SYNCED] == 0 and I[i, S.I_SID] < 0:
-            want = True
-    return used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, want
+    return used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, S.needs_snapshot(st_[0], st_[1], nsym)
 
 
 def compile_read(max_frame, sc):

@@ -952,6 +952,19 @@ def _stage_symbol(I, SYM, inst, b, s, ln):
 
 
 @njit(nogil=True, cache=True)
+def needs_snapshot(I, G, nsym):
+    """Does a symbol need a depth snapshot: fewer than nsym symbols known yet, or one neither synced
+    nor holding a snapshot (I_SID < 0: none placed, or a gap took it)? binance-live asks then."""
+    k = G[G_NSYM]
+    if k < nsym:
+        return True
+    for i in range(k):
+        if I[i, I_SYNCED] == 0 and I[i, I_SID] < 0:
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
 def declare(I, G, SYM, name):
     """Register the symbol `name` (uint8) before any line names it, as the next instrument (a live
     source knows its symbols at start: their ids are then fixed, in the order given). Returns its

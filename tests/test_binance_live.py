@@ -33,7 +33,7 @@ def _compiled():
     """The signatures of every numba function a live run calls from Python."""
     from feeds import binance_read, binance_scan, feed_latency, ws_client
     fns = (binance_scan.scan_packed, ws_client.deframe, feed_latency.record_feed, feed_latency.record_since,
-           binance_read.read)
+           binance_read.read, binance_scan.needs_snapshot)
     return {f.__name__: list(f.signatures) for f in fns}
 
 
