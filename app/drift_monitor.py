@@ -39,6 +39,7 @@ class DriftMonitor(TapReader):
         self.inst, self.mid, self.idx = np.empty(BATCH, np.int64), np.empty(BATCH, np.float64), np.empty(BATCH, np.int64)
         self.row, self.pvals = host.new_row(), host.params()
         self.model_id, self.tracker, self.whole, self.why = None, None, None, None
+        self.last_whole = None  # (model id, whole-run tracker) of the last model that binned rows
         self.lock = threading.Lock()
         self._follow()
         host.mod.featurize_loop(self.buf[:0], *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid, self.idx,
@@ -56,6 +57,8 @@ class DriftMonitor(TapReader):
         except ValueError as e:
             t, w, why = None, None, str(e)
         with self.lock:
+            if self.whole is not None and self.whole.rows:  # (the run's record: the last model that had rows)
+                self.last_whole = (self.model_id, self.whole)
             self.model_id, self.tracker, self.whole, self.why = pred.model_id, t, w, why
         return pred
 
@@ -91,23 +94,29 @@ class DriftMonitor(TapReader):
         """The whole run's drift under the last live model (rows since it went live, no decay):
         what RUN.sig.drift.json keeps; None when no row was binned."""
         with self.lock:
-            w = self.whole
+            mid, w = self.model_id, self.whole
+            if (w is None or not w.rows) and self.last_whole is not None:
+                mid, w = self.last_whole
             if w is None or not w.rows:
                 return None
             feats, score = w.psi()
-            return {"model_id": self.model_id, "rows": w.rows, "features": feats, "score": score,
+            return {"model_id": mid, "rows": w.rows, "features": feats, "score": score,
                     "reference_rows": w.reference_rows, "gaps": self.gaps()}
 
     def finish(self, sig_path=None):
-        """Stop; with sig_path (a regular signal file) write the run's record beside it."""
+        """Stop; with sig_path (a regular signal file) write the run's record beside it (a record
+        that cannot be written is said in the figures' `record_error`, the run's result stands)."""
         self.stop()
         out = self.figures()
         self.c.close()
         rec = self.run_record()
         if sig_path is not None and rec is not None:
-            from engine.outputs import atomic_file
-            with atomic_file(record_path(sig_path), "the run's drift record") as tmp, open(tmp, "w") as f:
-                json.dump(rec, f)
+            from engine.outputs import OutputError, atomic_file
+            try:
+                with atomic_file(record_path(sig_path), "the run's drift record") as tmp, open(tmp, "w") as f:
+                    json.dump(rec, f)
+            except (OutputError, OSError) as e:
+                out["record_error"] = str(e)
         return out
 
 

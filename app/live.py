@@ -782,6 +782,9 @@ class _Run:
         ctl[C.CTL_MODEL_GEN] = 1
         ctl[C.L_MODEL_GEN] = 0
         self.slog = SignalLog(self.sig_path, on_error=self._on_write_error)
+        if self.slog.regular:  # (a drift record of an earlier run with this file's name is not this run's)
+            from .drift_monitor import record_path
+            _unlink(record_path(self.sig_path))
 
     def isolate_core(self):
         """--isolate: other tasks, IRQs and unbound kernel work off the strategy core while we run,
@@ -1044,8 +1047,10 @@ class _Run:
                             f"({slog.error.reason}); {slog.unwritten:,} records not written (marked in its header: "
                             "`engine signals show` says so)")
         if getattr(self.plane, "drain_stuck", False):
+            late = self.paper.after_end if self.paper is not None else 0
             warnings.append(f"the drain thread was stuck writing {sig_path} at the end: the last signals are not in it"
-                            + (" nor in the paper trading report" if self.paper is not None else ""))
+                            + (" nor in the paper trading report" if self.paper is not None else "")
+                            + (f" ({late:,} reached the paper trader after its end)" if late else ""))
         hl = getattr(self.plane, "hlog", None)
         if hl is not None and hl.error is not None:
             warnings.append(f"latency log {hl.path} is incomplete after {hl.intervals} intervals: {hl.error.reason}")
@@ -1065,6 +1070,9 @@ class _Run:
                 warnings.append(f"recording {record['out']}: the recorder fell a tap ring behind the loop and lost "
                                 f"{record['lost']:,} ticks in {record['gaps']:,} gaps (marked in the file): its "
                                 "backtest is not this run's")
+        dr = self.drift_result or {}
+        if dr.get("record_error"):
+            warnings.append(f"drift record not written: {dr['record_error']}")
         pp = getattr(self, "paper_result", None)
         if pp is not None and pp.get("unmatched_signals"):
             warnings.append(f"paper trading: {pp['unmatched_signals']:,} signals name ticks it never read (it read "

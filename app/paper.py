@@ -188,6 +188,9 @@ class PaperTrader(threading.Thread):
             self.fees_paid[:] = 0.0
             for rows, _ in self.fills:
                 self._book(rows)
+            p = self.pnl()  # (the peaks were of the old prices: from here on, the new ones'; a
+            self.peak = p["total_net"]  # drawdown limit must not fire on a re-pricing)
+            self.peaks[:] = p["net"]
 
     def _book(self, rows):
         """A batch of fills into the cash and fees per instrument, at the current spec."""

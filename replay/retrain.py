@@ -68,8 +68,9 @@ def split_days(days, holdout):
     """(training days, held-out days): the last `holdout` days held out; ValueError when too few."""
     days = sorted(days)
     if len(days) < holdout + 1:
-        raise ValueError(f"{len(days)} day(s) of recordings in range ({', '.join(days) or 'none'}): --holdout-days "
-                         f"{holdout} needs at least {holdout + 1} (one to train on)")
+        raise ValueError(f"{len(days)} complete day(s) of recordings in range ({', '.join(days) or 'none'}; today's, "
+                         f"still being recorded, is never used): --holdout-days {holdout} needs at least {holdout + 1} "
+                         "(one to train on)")
     return days[:-holdout], days[-holdout:]
 
 
