@@ -24,16 +24,23 @@ def _rules(flags):
     return {r: int(((flags >> 8) & (1 << k) != 0).sum()) for k, r in enumerate(RULES)}
 
 
-def test_live_and_backtest_gate_the_same_decisions(tmp_path, default_model):
-    src = ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12")
-    _, live = _parity(tmp_path, src, strategy_core(), *LIMITS)
+def _gated_alike(tmp_path, src, limits, fired):
+    """A live run of src and its backtest with the same limits: the gate's records identical, each
+    rule of `fired` cut something. Returns (the backtest's signal table, its flags, {rule: cuts})."""
+    _, live = _parity(tmp_path, src, strategy_core(), *limits)
     bt = pq.read_table(tmp_path / "bt" / "signals.parquet")
     for col in ("wanted", "flags", "position", "prev_position"):
         assert live.column(col).to_pylist() == bt.column(col).to_pylist(), col
     flags = bt.column("flags").to_numpy()
     rules = _rules(flags)
-    for r in ("flip", "position", "gross", "rate"):
+    for r in fired:
         assert rules[r] > 0, (r, rules)
+    return bt, flags, rules
+
+
+def test_live_and_backtest_gate_the_same_decisions(tmp_path, default_model):
+    src = ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12")
+    bt, flags, _ = _gated_alike(tmp_path, src, LIMITS, ("flip", "position", "gross", "rate"))
     pos = bt.column("position").to_numpy()
     prev = bt.column("prev_position").to_numpy()
     want = bt.column("wanted").to_numpy()
@@ -73,14 +80,7 @@ def _unknown_last(tmp_path, src):
 
 def test_notional_no_price_and_the_runs_rate_gate_the_same_live_and_in_the_backtest(tmp_path, default_model):
     src = _unknown_last(tmp_path, ticks_file(tmp_path, "synthetic://?instruments=4&count=40000&seed=12"))
-    _, live = _parity(tmp_path, src, strategy_core(), *LIMITS_RUN)
-    bt = pq.read_table(tmp_path / "bt" / "signals.parquet")
-    for col in ("wanted", "flags", "position", "prev_position"):
-        assert live.column(col).to_pylist() == bt.column(col).to_pylist(), col
-    flags = bt.column("flags").to_numpy()
-    rules = _rules(flags)
-    for r in ("notional", "no_price", "rate"):
-        assert rules[r] > 0, (r, rules)
+    bt, flags, rules = _gated_alike(tmp_path, src, LIMITS_RUN, ("notional", "no_price", "rate"))
     assert rules["position"] == rules["flip"] == rules["gross"] == 0, rules  # (no such limit here)
     pos = bt.column("position").to_numpy()
     want = bt.column("wanted").to_numpy()
