@@ -241,7 +241,7 @@ class PaperTrader(threading.Thread):
         return {"position": self.pos.copy(), "gross": gross, "net": net, "fees": self.fees_paid.copy(),
                 "fills_by": self.nfills.copy(), "drawdown_by": np.maximum(self.peaks, net) - net,
                 "total_net": total, "total_gross": float(gross.sum()), "drawdown": max(self.peak, total) - total,
-                "fills": sum(len(r) for r, _ in self.fills)}
+                "fills": int(self.nfills.sum())}
 
     def _check_limits(self):
         p = self.pnl()
