@@ -155,18 +155,26 @@ def set_levels(L, D, b, V, off, k):
         book.levels_set(L, b, V, off, k)
     else:
         worst = book._key(b, px[meta[b, M_OFF]])
-        sorted_ = True
+        down = True  # best first (spot, and futures asks)
+        up = True    # worst first (futures bids): the same split, mirrored
         for i in range(off + 1, off + k):
-            if book._key(b, V[2 * i]) >= book._key(b, V[2 * i - 2]):
-                sorted_ = False
-                break
-        if sorted_:  # best first, as Binance sends them: a head for the ladder, a tail below it
+            d = book._key(b, V[2 * i]) - book._key(b, V[2 * i - 2])
+            down = down and d < 0
+            up = up and d > 0
+        if down:  # a head for the ladder, a tail below it
             h = off
             while h < off + k and book._key(b, V[2 * h]) >= worst:
                 h += 1
             book.levels_set(L, b, V, off, h - off)
             for i in range(h, off + k):
                 _set(D, b, V[2 * i], V[2 * i + 1])
+        elif up:  # a head below the ladder, a tail for it
+            t = off
+            while t < off + k and book._key(b, V[2 * t]) < worst:
+                t += 1
+            for i in range(off, t):
+                _set(D, b, V[2 * i], V[2 * i + 1])
+            book.levels_set(L, b, V, t, off + k - t)
         else:
             for i in range(off, off + k):
                 if book._key(b, V[2 * i]) >= worst:

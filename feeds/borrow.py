@@ -71,6 +71,35 @@ def load_u64(typingctx, a, i):
 
 
 @intrinsic
+def store_u64(typingctx, a, i, x):
+    """a[i:i+8] = the 8 bytes of uint64 x, little-endian (an unaligned store; the caller checks
+    i + 8 <= len): a copy a word at a time (SWAR), as load_u64 reads."""
+    ok_a = (isinstance(a, types.Array) and a.dtype == types.uint8 and a.mutable) or a == types.CPointer(types.uint8)
+    if not (ok_a and isinstance(i, types.Integer) and x == types.uint64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        if isinstance(a, types.Array):
+            ary = context.make_array(a)(context, builder, value=args[0])
+            data = ary.data
+            if BOUNDSCHECK:
+                at = context.cast(builder, args[1], i, types.intp)
+                end = builder.add(at, ir.Constant(at.type, 8))
+                oob = builder.or_(builder.icmp_signed("<", at, ir.Constant(at.type, 0)),
+                                  builder.icmp_signed(">", end, ary.nitems))
+                with builder.if_then(oob, likely=False):
+                    context.call_conv.return_user_exc(builder, IndexError, ("store_u64: index out of bounds",))
+        else:
+            data = args[0]
+        p = builder.gep(data, [args[1]])
+        q = builder.bitcast(p, ir.IntType(64).as_pointer())
+        builder.store(args[2], q, align=1)
+        return context.get_dummy_value()
+
+    return types.none(a, i, x), codegen
+
+
+@intrinsic
 def ctz_u64(typingctx, x):
     """Count of trailing zero bits of a non-zero uint64 (one tzcnt/bsf): the index of the lowest
     set bit, so a SWAR match mask's first matching byte is ctz_u64(mask) >> 3."""

@@ -25,11 +25,34 @@ from urllib.parse import urlsplit
 import numpy as np
 from numba import njit
 
+from .borrow import data_ptr, load_u64, store_u64
+from .jscan import byte_mask
+
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455, 1.3
 OP_CONT, OP_TEXT, OP_BIN, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
 # deframe's status
 D_MORE, D_CONTROL, D_BAD = 0, 1, 2
 LINE_EXTRA = 24  # bytes a frame's line adds at most: the stamp (<= 20 digits), a space, a newline
+_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _copy_line(src, s, dst, w, ln):
+    """dst[w:w + ln] = src[s:s + ln] with every newline a space, eight bytes a step (a frame's
+    payload is most of what a feed process touches: a byte loop was a tenth of its time)."""
+    k = 0
+    while k + 8 <= ln:
+        x = load_u64(src, s + k)
+        if byte_mask(x, _NEWLINES) == 0:
+            store_u64(dst, w + k, x)
+        else:  # (rare: JSON text has no raw newline, but a line must stay one line)
+            for j in range(k, k + 8):
+                c = src[s + j]
+                dst[w + j] = 32 if c == 10 else c
+        k += 8
+    for j in range(k, ln):
+        c = src[s + j]
+        dst[w + j] = 32 if c == 10 else c
 
 
 @njit(nogil=True, cache=True)
@@ -42,6 +65,7 @@ def deframe(b, n, stamp, out, max_frame):
     w = 0
     frames = 0
     ns = stamp.shape[0]
+    src, dst = data_ptr(b), data_ptr(out)  # (every read is checked against n; out is sized by the caller)
     while pos + 2 <= n:
         b0 = b[pos]
         b1 = b[pos + 1]
@@ -75,9 +99,7 @@ def deframe(b, n, stamp, out, max_frame):
         for k in range(ns):
             out[w + k] = stamp[k]
         w += ns
-        for k in range(ln):
-            c = b[s + k]
-            out[w + k] = 32 if c == 10 else c
+        _copy_line(src, s, dst, w, ln)
         w += ln
         out[w] = 10
         w += 1

@@ -321,3 +321,27 @@ def test_unknown_symbol_and_bad_uris_are_one_line(shm_name):
                       ("binance-live://spot?symbols=X&frobs=1", "frobs")):
         with pytest.raises(FeedError, match=says):
             open_source(bad)
+
+
+def test_deframe_makes_one_line_a_text_frame_whatever_its_length_and_newlines():
+    """ws_client.deframe (copying eight bytes a step): every payload length 0..300, newlines at the
+    start, the end, inside and across a word boundary, several frames in one read and the last one
+    cut short: each complete frame is `<stamp><payload, newline -> space>\\n` and nothing else."""
+    from feeds import ws_client
+    rng = np.random.default_rng(7)
+    frames, want = [], []
+    for ln in range(0, 301):
+        p = bytearray(rng.integers(32, 127, ln, dtype=np.uint8).tobytes())
+        for at in {0, ln - 1, ln // 2, 7, 8, 15} if ln else ():
+            if 0 <= at < ln and rng.random() < 0.5:
+                p[at] = 10
+        head = bytes([0x81, ln]) if ln < 126 else bytes([0x81, 126, ln >> 8, ln & 255])
+        frames.append(head + bytes(p))
+        want.append(b"123 " + bytes(p).replace(b"\n", b" ") + b"\n")
+    data = b"".join(frames) + frames[-1][:-5]  # (a frame cut short: left for the next read)
+    b = np.frombuffer(data, np.uint8)
+    out = np.full(len(data) + ws_client.LINE_EXTRA * (len(data) // 2 + 1), 0xEE, np.uint8)
+    used, w, n, st, *_ = ws_client.deframe(b, len(data), np.frombuffer(b"123 ", np.uint8), out, 1 << 20)
+    assert (st, n, used) == (ws_client.D_MORE, len(frames), len(data) - len(frames[-1]) + 5)
+    assert out[:w].tobytes() == b"".join(want)
+    assert (out[w:] == 0xEE).all()  # nothing written past the lines

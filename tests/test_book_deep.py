@@ -30,8 +30,11 @@ def test_deep_book_matches_a_dict(seed):
         mid = 10_000 + int(500 * np.sin(step / 300))
         off = rng.integers(0, 40, k) * np.where(rng.random(k) < 0.6, 1, 40)
         px = np.unique(mid - off - 1 if b % 2 == 0 else mid + off + 1)
-        px = px[::-1] if b % 2 == 0 else px  # best first
-        if rng.random() < 0.1:
+        px = px[::-1] if b % 2 == 0 else px  # best first (spot; futures asks)
+        r = rng.random()
+        if r < 0.3:
+            px = px[::-1]  # worst first (futures bids): the mirrored split
+        elif r < 0.4:
             px = rng.permutation(px)  # unsorted: set one by one
         k = len(px)
         q = np.where(rng.random(k) < 0.35, 0, rng.integers(1, 1000, k))
