@@ -181,6 +181,26 @@ def uint(b, s, e):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _digit_word(b, i, e, most):
+    """The leading ASCII digits of b[i:i + 8], at most `most` of them, when 8 bytes remain: (how many,
+    their value) in a few word operations instead of a step a digit; (0, 0) otherwise."""
+    if i + 8 > e or most <= 0:
+        return 0, np.int64(0)
+    x = load_u64(b, i)
+    t = x ^ _ZEROS
+    m = (t | (t + _SEVENTY_SIXES)) & _HIGH  # (a non-digit byte sets its high bit: exact up to the first)
+    k = 8 if m == 0 else np.int64(ctz_u64(m) >> np.uint64(3))
+    if k > most:
+        k = most
+    if k == 0:
+        return 0, np.int64(0)
+    if k == 8:
+        return 8, eight_digits_value(x)
+    sh = np.uint64(8 * (8 - k))  # the k digits to the word's top, '0's before them: "000" + digits
+    return k, eight_digits_value((x << sh) | (_ZEROS >> np.uint64(8 * k)))
+
+
+@njit(nogil=True, inline="always", cache=True)
 def dec(b, s, e, scale, neg_ok, stop):
     """An ASCII decimal b[s:e] ([-]digits[.digits]) -> int at 10^-scale (scale <= 18) exactly: (ok, value,
     index of the byte `stop` that ended it, or e). Digits past the scale must be zeros; at most 17
@@ -191,8 +211,9 @@ def dec(b, s, e, scale, neg_ok, stop):
     if neg_ok and i < e and b[i] == 45:
         neg = True
         i += 1
-    v = np.int64(0)
     st = i
+    k, v = _digit_word(b, i, e, 8)  # (most numbers: their integer digits, then their decimals, a word each)
+    i += k
     while i < e and 48 <= b[i] <= 57:
         v = v * 10 + (b[i] - 48)
         i += 1
@@ -200,12 +221,11 @@ def dec(b, s, e, scale, neg_ok, stop):
     frac = 0
     if i < e and b[i] == 46:
         i += 1
-        if scale >= 8 and i + 8 <= e and nd <= 9:  # the common 8 decimals in one step
-            x = load_u64(b, i)
-            if eight_digits(x):
-                v = v * 100_000_000 + eight_digits_value(x)
-                i += 8
-                frac = 8
+        k, f = _digit_word(b, i, e, scale)
+        if k > 0:
+            v = v * _POW10[k] + f
+            i += k
+            frac = k
         while i < e and frac < scale and 48 <= b[i] <= 57:
             v = v * 10 + (b[i] - 48)
             frac += 1
