@@ -44,7 +44,7 @@ REST errors and bans, frames, feed latency (event time to receive) and frame-to-
 Everything here runs in the feed process (feeds/process.py), never on the strategy core: one
 asyncio loop (uvloop when installed) stepped between batches, the websocket taken apart in numba a
 socket read at a time (feeds/ws_client.py: a client library's per-frame Python call was the limit,
-bench/live.py), aiohttp for REST. In a feed process a read's lines are scanned and their ticks
+bench/live.py), aiohttp for REST on a thread and loop of its own (`_start` says why). In a feed process a read's lines are scanned and their ticks
 published from the read callback itself (`direct`, the process's publisher): stopping the loop
 per frame to hand a batch out cost ~100 us of frame-to-tick at a live pace (p50 ~310 -> ~200 us,
 bench/live.py); lines queued behind a snapshot or a gap line, a rotation's, and every line when
@@ -54,6 +54,7 @@ import asyncio
 import json
 import random
 import sys
+import threading
 import time
 from functools import partial
 from urllib.parse import quote
@@ -117,6 +118,14 @@ class Conn:
             self.wake()
 
 
+def _new_loop():
+    try:
+        import uvloop
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
 class BinanceLive:
     live = True
     instruments_at_open = True  # its URI's symbols, ids in that order (app/multi_rings.py fixed_instruments)
@@ -177,7 +186,8 @@ class BinanceLive:
         self.direct = None  # set by the feed process: direct(ticks, lat, offset) publishes a batch (feeds/process.py Put)
         self._direct_out = np.zeros((OUT_ROWS, 8), np.int64)
         self._error = None  # what the read callback raised, raised again by batches()
-        self.asking = {}  # symbol -> its snapshot request (a task)
+        self.asking = {}  # symbol -> its snapshot request (a future of the REST thread's task)
+        self.gen = 0  # connections replaced so far: a snapshot asked before a gap is not placed after it
         self.refresh = False  # ask every symbol's snapshot again (a new raw piece)
         self.ban_until = 0.0  # no REST before this (monotonic s): a 429/418's Retry-After
         self.weight = (0, 0)  # (minute, weight used in it as the venue last said)
@@ -240,12 +250,7 @@ class BinanceLive:
     # -- the batches -------------------------------------------------------------------------
 
     def batches(self):
-        try:
-            import uvloop
-            loop = uvloop.new_event_loop()
-        except ImportError:
-            loop = asyncio.new_event_loop()
-        self.loop = loop
+        loop = self.loop = _new_loop()
         try:
             loop.run_until_complete(self._start())
             out = np.zeros((OUT_ROWS, 8), np.int64)
@@ -310,6 +315,17 @@ class BinanceLive:
             self._callback_failed(conn, e)
         return True
 
+    def _drain(self, conn):
+        """Lines queued on conn (a snapshot's, a gap line, a rotation's) published first, here, when
+        this read may publish; False: they wait for batches(). Left for batches(), every read
+        behind them queued too: a socket callback runs up to 32 reads (8 MiB) an event, all of it
+        then scanned in one piece, out of cache, and the book's first snapshot queued that way put
+        a third of a flat-out session behind it (bench/live.py)."""
+        if not conn.buf:
+            return True
+        queued, conn.buf = conn.buf, bytearray()
+        return self._fast(conn, queued)
+
     def _direct_ok(self, conn):
         """May conn's read callback publish its ticks itself (a direct publisher, the active
         connection, no standby, not stopping)?"""
@@ -327,7 +343,7 @@ class BinanceLive:
         two-step way (deframe, then Conn.lines). What the one call leaves (a full tick buffer, a
         state array to grow, a bad line) is finished here as _fast would."""
         put = self.direct
-        if not self._direct_ok(conn) or conn.buf or not hasattr(put, "live_handles"):
+        if not self._direct_ok(conn) or not hasattr(put, "live_handles") or not self._drain(conn):
             return None
         try:
             sc = self.scanner
@@ -363,15 +379,28 @@ class BinanceLive:
     # -- connections -------------------------------------------------------------------------
 
     async def _start(self):
-        import aiohttp
-        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        # REST on a thread and loop of its own: a snapshot's request and reply then progress while
+        # this thread scans (its numba calls release the GIL), not a step per pass of this loop
+        # between socket reads. Flat out (bench/live.py), a snapshot asked at connect took 40-130 ms
+        # that way in half the sessions, every diff meanwhile held and parsed twice; on a busy
+        # market a resync would wait the same.
+        self.rest_loop = _new_loop()
+        self.rest_thread = threading.Thread(target=self.rest_loop.run_forever, name="binance-rest", daemon=True)
+        self.rest_thread.start()
+        await self._on_rest(self._open_http())
         await self._check_symbols()
         self.active = await self._connect(first=True)
         self.standby = None
         self.attempt = 0
         self._want_snapshots()
-        for _ in range(3):  # (the snapshot requests on their way before the first frame is read)
-            await asyncio.sleep(0)
+
+    async def _open_http(self):
+        import aiohttp
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+
+    def _on_rest(self, coro):
+        """coro run on the REST thread's loop, awaitable here."""
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.rest_loop))
 
     async def _close(self):
         for c in (getattr(self, "active", None), getattr(self, "standby", None)):
@@ -379,15 +408,20 @@ class BinanceLive:
                 c.transport.close()
         for t in self.asking.values():
             t.cancel()
-        if hasattr(self, "http"):
-            await self.http.close()
+        rest = getattr(self, "rest_loop", None)
+        if rest is not None:
+            if hasattr(self, "http"):
+                await self._on_rest(self.http.close())
+            rest.call_soon_threadsafe(rest.stop)
+            self.rest_thread.join()
+            rest.close()
 
     async def _check_symbols(self):
         """exchangeInfo: every symbol must exist and trade (one clear line otherwise)."""
         q = quote(json.dumps(list(self.symbols), separators=(",", ":")))
         url = f"{self.rest}{self.api}/exchangeInfo?symbols={q}"
         try:
-            status, body, _ = await self._get(url, weight=20 if self.market == "spot" else 1)
+            status, body, _ = await self._on_rest(self._get(url, weight=20 if self.market == "spot" else 1))
         except OSError as e:
             raise U.FeedError(f"{self.uri}: cannot reach {self.rest}: {e}") from None
         if status != 200:
@@ -444,18 +478,10 @@ class BinanceLive:
             return
         once = []
 
-        def later(k):  # (k more iterations, then stop)
-            if k:
-                loop.call_soon(later, k - 1)
-            else:
-                loop.stop()
-
         def stop():  # (once: uvloop queues each stop, and a second one would end the next run early)
             if not once:
                 once.append(1)
-                # while a snapshot is asked, a few more iterations a wait: its request progresses
-                # one iteration at a time (a book waiting for it holds its diffs anyway)
-                later(3 if self.asking else 0)
+                loop.stop()
         a.wake = stop
         t = loop.call_later(0.05, stop)
         try:
@@ -506,6 +532,7 @@ class BinanceLive:
         for t in self.asking.values():
             t.cancel()
         self.asking.clear()
+        self.gen += 1
         self._done_frames += a.frames
         new = self.standby if self.standby is not None and not self.standby.closed else await self._connect()
         self.standby = None
@@ -549,9 +576,23 @@ class BinanceLive:
         for name in self.symbols:
             k = known.get(name, -1)
             if name not in self.asking and (refresh or k < 0 or (I[k, S.I_SYNCED] == 0 and I[k, S.I_SID] < 0)):
-                self.asking[name] = self.loop.create_task(self._snapshot(name))
+                self.asking[name] = asyncio.run_coroutine_threadsafe(self._snapshot(name, self.gen), self.rest_loop)
 
-    async def _snapshot(self, symbol):
+    def _snapshot_line(self, symbol, gen, line):
+        """(This thread) a snapshot's line goes where the active connection's lines are now, unless
+        a gap came since it was asked (the next connection asks its own)."""
+        if gen == self.gen and not self.stopped:
+            a = self.active
+            a.buf += line
+            a._wake()
+
+    def _asked(self, symbol, gen):
+        if gen == self.gen:
+            self.asking.pop(symbol, None)
+
+    async def _snapshot(self, symbol, gen):
+        """(The REST thread) symbol's depth snapshot, asked until it comes (backing off), then
+        handed to this source's own thread as a capture line."""
         limit = self.p["snapshot_limit"]
         url = f"{self.rest}{self.api}/depth?symbol={symbol}&limit={limit}"
         attempt = 0
@@ -565,16 +606,15 @@ class BinanceLive:
                     self.counts["snapshots_asked"] += 1
                     body = body.replace(b"\n", b" ").lstrip()
                     line = b"%d {\"s\":%s," % (time.monotonic_ns() + self.offset, json.dumps(symbol).encode())
-                    a = self.active
-                    a.buf += line + body[1:] + b"\n"
-                    a._wake()
+                    self.loop.call_soon_threadsafe(self._snapshot_line, symbol, gen, line + body[1:] + b"\n")
                     return
                 if status not in (429, 418):
                     self.counts["rest_errors"] += 1
                 attempt += 1
                 await asyncio.sleep(random.uniform(0, min(self.p["backoff_max_s"], self.p["backoff_s"] * 2 ** attempt)))
         finally:
-            self.asking.pop(symbol, None)
+            if not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(self._asked, symbol, gen)
 
     async def _get(self, url, weight):
         """One REST GET within the weight budget: (status, body, headers). Waits out a ban (429:
