@@ -59,6 +59,9 @@ class PaperTrader(threading.Thread):
         self.finished, self.after_end = False, 0  # finish() ran; signals handed over after it
         self.done = []              # the records simulated (chunks)
         self.lock = threading.Lock()
+        # the figures (cash, fees, positions, peaks) change together in _step; pnl() from another
+        # thread (/status, /metrics) takes this, so a scrape never sees a re-pricing half done
+        self.figures_lock = threading.Lock()
         self.specs_fn, self.kill, self.loss, self.drawdown = specs, kill, loss, drawdown
         self.depth = int(depth)
         self.xp = execsim.ExecParams(response_ns=p.response_ns, feed_ns=p.feed_ns, queue_power=p.queue_power,
@@ -188,7 +191,7 @@ class PaperTrader(threading.Thread):
             self.fees_paid[:] = 0.0
             for rows, _ in self.fills:
                 self._book(rows)
-            p = self.pnl()  # (the peaks were of the old prices: from here on, the new ones'; a
+            p = self._pnl()  # (the peaks were of the old prices: from here on, the new ones'; a
             self.peak = p["total_net"]  # drawdown limit must not fire on a re-pricing)
             self.peaks[:] = p["net"]
 
@@ -201,6 +204,10 @@ class PaperTrader(threading.Thread):
         np.add.at(self.fees_paid, inst, fee)
 
     def _step(self, upto, final=False):
+        with self.figures_lock:
+            return self._step_locked(upto, final)
+
+    def _step_locked(self, upto, final):
         self._refresh_spec(force=final)
         j, k, nf = self.x.simulate(self.words[:upto], self.j, self.k, self.sig[:self.m], self.arrival[:self.m],
                                    self.resp[:self.m], self.spec,
@@ -231,6 +238,11 @@ class PaperTrader(threading.Thread):
     # -- figures -------------------------------------------------------------------------------
 
     def pnl(self):
+        """_pnl's figures, taken between two of this thread's steps (for any thread)."""
+        with self.figures_lock:
+            return self._pnl()
+
+    def _pnl(self):
         """Per instrument and in total: position (lots filled), fills, gross and net PnL marked to
         the last mid, fees, and the drawdown of the net from its peak (each instrument's from its own)."""
         spec = self.spec if self.spec is not None else np.ones((len(self.pos), 4))
@@ -244,9 +256,10 @@ class PaperTrader(threading.Thread):
                 "fills": int(self.nfills.sum())}
 
     def _check_limits(self):
-        p = self.pnl()
-        self.peak = max(self.peak, p["total_net"])  # (this thread alone moves the peaks)
-        np.maximum(self.peaks, p["net"], out=self.peaks)
+        with self.figures_lock:
+            p = self._pnl()
+            self.peak = max(self.peak, p["total_net"])  # (this thread alone moves the peaks)
+            np.maximum(self.peaks, p["net"], out=self.peaks)
         if self.kill is None or (self.loss is None and self.drawdown is None):
             return
         from engine.risk import KILL_REASONS
