@@ -578,7 +578,7 @@ class BinanceLive:
             if name not in self.asking and (refresh or k < 0 or (I[k, S.I_SYNCED] == 0 and I[k, S.I_SID] < 0)):
                 self.asking[name] = asyncio.run_coroutine_threadsafe(self._snapshot(name, self.gen), self.rest_loop)
 
-    def _snapshot_line(self, symbol, gen, line):
+    def _snapshot_line(self, gen, line):
         """(This thread) a snapshot's line goes where the active connection's lines are now, unless
         a gap came since it was asked (the next connection asks its own)."""
         if gen == self.gen and not self.stopped:
@@ -606,7 +606,7 @@ class BinanceLive:
                     self.counts["snapshots_asked"] += 1
                     body = body.replace(b"\n", b" ").lstrip()
                     line = b"%d {\"s\":%s," % (time.monotonic_ns() + self.offset, json.dumps(symbol).encode())
-                    self.loop.call_soon_threadsafe(self._snapshot_line, symbol, gen, line + body[1:] + b"\n")
+                    self.loop.call_soon_threadsafe(self._snapshot_line, gen, line + body[1:] + b"\n")
                     return
                 if status not in (429, 418):
                     self.counts["rest_errors"] += 1

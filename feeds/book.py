@@ -303,6 +303,19 @@ def _vkey(book, V, off, k, i):
     return _key(book, V[2 * j]), j
 
 
+@njit(nogil=True, inline="always", cache=True)
+def monotone(book, V, off, k):
+    """Are the k pairs' prices V[2j], j = off..off+k-1, strictly ascending by sort key (worst first),
+    strictly descending (best first)? Both for k <= 1."""
+    up = True
+    down = True
+    for i in range(off + 1, off + k):
+        d = _key(book, V[2 * i]) - _key(book, V[2 * i - 2])
+        up = up and d > 0
+        down = down and d < 0
+    return up, down
+
+
 @njit(nogil=True, cache=True)
 def levels_set(L, book, V, off, k):
     """level_set for the k (price, quantity) pairs V[2j], V[2j+1], j = off..off+k-1, in one merge:
@@ -314,12 +327,7 @@ def levels_set(L, book, V, off, k):
     if k == 0:
         return
     meta, px, qty, cnt = L[0], L[1], L[2], L[3]
-    up = True
-    down = True
-    for i in range(off + 1, off + k):
-        d = _key(book, V[2 * i]) - _key(book, V[2 * i - 2])
-        up = up and d > 0
-        down = down and d < 0
+    up, down = monotone(book, V, off, k)
     if not (up or down):
         for i in range(off, off + k):
             level_set(L, book, V[2 * i], V[2 * i + 1])

@@ -155,12 +155,7 @@ def set_levels(L, D, b, V, off, k):
         book.levels_set(L, b, V, off, k)
     else:
         worst = book._key(b, px[meta[b, M_OFF]])
-        down = True  # best first (spot, and futures asks)
-        up = True    # worst first (futures bids): the same split, mirrored
-        for i in range(off + 1, off + k):
-            d = book._key(b, V[2 * i]) - book._key(b, V[2 * i - 2])
-            down = down and d < 0
-            up = up and d > 0
+        up, down = book.monotone(b, V, off, k)  # (best first: spot, futures asks; worst first: futures bids)
         if down:  # a head for the ladder, a tail below it
             h = off
             while h < off + k and book._key(b, V[2 * h]) >= worst:

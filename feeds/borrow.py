@@ -42,6 +42,24 @@ def data_ptr(typingctx, a):
     return types.CPointer(a.dtype)(a), codegen
 
 
+def _word_at(context, builder, a, i, args, name):
+    """The i64 pointer to a[i:i+8] (args: the array or pointer, the index), checked against the
+    array's size under NUMBA_BOUNDSCHECK: load_u64's and store_u64's one address."""
+    if isinstance(a, types.Array):
+        ary = context.make_array(a)(context, builder, value=args[0])
+        data = ary.data
+        if BOUNDSCHECK:
+            at = context.cast(builder, args[1], i, types.intp)
+            end = builder.add(at, ir.Constant(at.type, 8))
+            oob = builder.or_(builder.icmp_signed("<", at, ir.Constant(at.type, 0)),
+                              builder.icmp_signed(">", end, ary.nitems))
+            with builder.if_then(oob, likely=False):
+                context.call_conv.return_user_exc(builder, IndexError, (f"{name}: index out of bounds",))
+    else:
+        data = args[0]
+    return builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+
+
 @intrinsic
 def load_u64(typingctx, a, i):
     """The 8 bytes a[i:i+8] of a uint8 array or pointer as one little-endian uint64 (an unaligned
@@ -51,21 +69,7 @@ def load_u64(typingctx, a, i):
         return None
 
     def codegen(context, builder, sig, args):
-        if isinstance(a, types.Array):
-            ary = context.make_array(a)(context, builder, value=args[0])
-            data = ary.data
-            if BOUNDSCHECK:
-                at = context.cast(builder, args[1], i, types.intp)
-                end = builder.add(at, ir.Constant(at.type, 8))
-                oob = builder.or_(builder.icmp_signed("<", at, ir.Constant(at.type, 0)),
-                                  builder.icmp_signed(">", end, ary.nitems))
-                with builder.if_then(oob, likely=False):
-                    context.call_conv.return_user_exc(builder, IndexError, ("load_u64: index out of bounds",))
-        else:
-            data = args[0]
-        p = builder.gep(data, [args[1]])
-        q = builder.bitcast(p, ir.IntType(64).as_pointer())
-        return builder.load(q, align=1)
+        return builder.load(_word_at(context, builder, a, i, args, "load_u64"), align=1)
 
     return types.uint64(a, i), codegen
 
@@ -79,21 +83,7 @@ def store_u64(typingctx, a, i, x):
         return None
 
     def codegen(context, builder, sig, args):
-        if isinstance(a, types.Array):
-            ary = context.make_array(a)(context, builder, value=args[0])
-            data = ary.data
-            if BOUNDSCHECK:
-                at = context.cast(builder, args[1], i, types.intp)
-                end = builder.add(at, ir.Constant(at.type, 8))
-                oob = builder.or_(builder.icmp_signed("<", at, ir.Constant(at.type, 0)),
-                                  builder.icmp_signed(">", end, ary.nitems))
-                with builder.if_then(oob, likely=False):
-                    context.call_conv.return_user_exc(builder, IndexError, ("store_u64: index out of bounds",))
-        else:
-            data = args[0]
-        p = builder.gep(data, [args[1]])
-        q = builder.bitcast(p, ir.IntType(64).as_pointer())
-        builder.store(args[2], q, align=1)
+        builder.store(args[2], _word_at(context, builder, a, i, args, "store_u64"), align=1)
         return context.get_dummy_value()
 
     return types.none(a, i, x), codegen

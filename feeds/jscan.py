@@ -55,11 +55,18 @@ def find_byte(b, i, e, c):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def nondigits(x):
+    """The high bit of each byte of word x that is not an ASCII digit. Exact up to the first such
+    byte (a carry may also flag bytes above it): ctz_u64(mask) >> 3 is the digits' count."""
+    t = x ^ _ZEROS  # a digit byte is now 0..9
+    return (t | (t + _SEVENTY_SIXES)) & _HIGH  # (a byte >= 10 sets its high bit)
+
+
+@njit(nogil=True, inline="always", cache=True)
 def digits_end(b, i, e):
     """Index of the first byte in b[i:e] that is not an ASCII digit, or e."""
     while i + 8 <= e:
-        t = load_u64(b, i) ^ _ZEROS  # a digit byte is now 0..9
-        m = (t | (t + _SEVENTY_SIXES)) & _HIGH  # (a byte >= 10 sets its high bit: exact up to the first)
+        m = nondigits(load_u64(b, i))
         if m != 0:
             return i + np.int64(ctz_u64(m) >> np.uint64(3))
         i += 8
@@ -187,8 +194,7 @@ def _digit_word(b, i, e, most):
     if i + 8 > e or most <= 0:
         return 0, np.int64(0)
     x = load_u64(b, i)
-    t = x ^ _ZEROS
-    m = (t | (t + _SEVENTY_SIXES)) & _HIGH  # (a non-digit byte sets its high bit: exact up to the first)
+    m = nondigits(x)
     k = 8 if m == 0 else np.int64(ctz_u64(m) >> np.uint64(3))
     if k > most:
         k = most

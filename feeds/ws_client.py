@@ -43,12 +43,9 @@ def _copy_line(src, s, dst, w, ln):
     k = 0
     while k + 8 <= ln:
         x = load_u64(src, s + k)
-        if byte_mask(x, _NEWLINES) == 0:
-            store_u64(dst, w + k, x)
-        else:  # (rare: JSON text has no raw newline, but a line must stay one line)
-            for j in range(k, k + 8):
-                c = src[s + j]
-                dst[w + j] = 32 if c == 10 else c
+        if byte_mask(x, _NEWLINES) != 0:  # (rare: JSON text has no raw newline; from here a byte a step)
+            break
+        store_u64(dst, w + k, x)
         k += 8
     for j in range(k, ln):
         c = src[s + j]
