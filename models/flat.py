@@ -14,6 +14,9 @@
 - Leaves are added in tree order in float32, starting from XGBoost's base margin: that order is
   what makes the result bit-exact. Trees are walked sixteen at a time so their independent
   dependency chains overlap in the CPU.
+- The SIMD builds (byte ranks, up to 64 or 16 features) compare a depth-6 block's 63 nodes at
+  once; a deeper tree is its top depth-6 levels (compared at once, walked in a register) over
+  2^(depth-6) such blocks. `auto` keeps whichever build the validation rows time fastest.
 The same C source is built once per entry of BUILDS (AVX-512 VBMI, AVX2, portable x86-64); the
 loader picks what the CPU runs (see artifact.py). The source is a template,
 models/templates/flat.c.tpl (engine/render.py): generate_c computes only its per-model parts.
@@ -59,7 +62,9 @@ def build_tables(forest, pad_to=None):
         thr_sets[forest.feature[t, n]].add(forest.threshold[t, n].item())
     grids = [np.array(sorted(s), np.float32) for s in thr_sets]
     kmax = max((len(g) for g in grids), default=0)
-    qtype, qmax = ("uint8_t", 255) if kmax <= 254 else ("uint16_t", 65535)
+    # ranks 0..kmax: a byte holds them up to 255 thresholds (XGBoost's max_bin=256 gives 255),
+    # with thr = 255 (padding) never beaten and the NaN -> QMAX copy beating every real node
+    qtype, qmax = ("uint8_t", 255) if kmax <= 255 else ("uint16_t", 65535)
     if kmax > 65534:
         raise CompileError(f"a feature has {kmax} distinct thresholds; the flat back end takes up to 65534")
     n_int, n_leaf = (1 << depth) - 1, 1 << depth
@@ -86,17 +91,19 @@ def build_tables(forest, pad_to=None):
 
     for t in range(T):
         fill(t, 0, 0, 0)
-    return {"num_feature": nf, "depth": depth, "trees": T, "grids": grids, "qtype": qtype, "qmax": qmax,
+    return {"num_feature": nf, "depth": depth, "trees": T, "grids": grids, "qtype": qtype, "qmax": qmax, "kmax": kmax,
             "sel": sel, "thr": thr, "leaves": leaves}
 
 
-SIMD_DEPTH = 6  # the SIMD kernels: 63 nodes = one 64-byte vector (two 32-byte ones) per tree
+SIMD_DEPTH = 6  # the SIMD kernels' block: 63 nodes = one 64-byte vector (two 32-byte ones)
 
 
 def simd_ok(tab):
-    """The SIMD kernels serve depth <= 6 and <= 254 thresholds per feature; AVX-512 VBMI up to 64
-    features (one vpermb), AVX2 up to 16 (vpshufb looks up 16 bytes)."""
-    return tab["depth"] <= SIMD_DEPTH and tab["num_feature"] <= 64 and tab["qmax"] == 255
+    """The SIMD kernels serve depth 6 to 10 (a deeper tree is its top depth-6 levels, compared at
+    once and walked in a register, over 2^(depth-6) depth-6 blocks) and byte ranks (<= 255
+    thresholds per feature); AVX-512 VBMI up to 64 features (one vpermb), AVX2 up to 16 (vpshufb
+    looks up 16 bytes)."""
+    return tab["depth"] <= MAX_DEPTH and tab["num_feature"] <= 64 and tab["qmax"] == 255
 
 
 def kernels(tab):
@@ -117,20 +124,39 @@ def _blocked_position(bfs):
     return 7 + 7 * s + ((1 << (lv - 3)) - 1) + kk
 
 
-def simd_tables(tab):
-    """Per tree, 64 bytes each: the feature of every node, thr+1, and a default-left mask."""
-    nf, T = tab["num_feature"], tab["trees"]
-    feat = np.zeros((T, 64), np.uint8)
-    thr1 = np.full((T, 64), 255, np.uint8)  # padding: direction does not matter (same leaf below)
-    dleft = np.zeros((T, 64), np.uint8)
+def _split_top(tab):
+    """A tree of depth D as its top D-6 levels (2^(D-6)-1 nodes, BFS order) and the 2^(D-6)
+    depth-6 blocks below them, left to right: (top sel, top thr, block sel, block thr), the
+    blocks as [trees * blocks, 63]."""
+    a = tab["depth"] - SIMD_DEPTH
+    n_top, n_sub = (1 << a) - 1, 1 << a
     sel, thr = tab["sel"], tab["thr"]
-    for i in range(sel.shape[1]):
+    idx = np.zeros((n_sub, 63), np.int64)  # block s's node r (BFS within the block) in the whole tree
+    for r in range(63):
+        lv = (r + 1).bit_length() - 1
+        k = r - ((1 << lv) - 1)
+        for s in range(n_sub):
+            idx[s, r] = ((1 << (a + lv)) - 1) + s * (1 << lv) + k
+    T = tab["trees"]
+    return (sel[:, :n_top], thr[:, :n_top], sel[:, idx].reshape(T * n_sub, 63), thr[:, idx].reshape(T * n_sub, 63))
+
+
+def simd_tables(tab):
+    """Per depth-6 block, 64 bytes each: the feature of every node, thr+1, and a default-left mask;
+    the top levels' node words (sel << 8 | thr, as the scalar kernel's)."""
+    nf = tab["num_feature"]
+    top_sel, top_thr, sel, thr = _split_top(tab)
+    U = sel.shape[0]
+    feat = np.zeros((U, 64), np.uint8)
+    thr1 = np.full((U, 64), 255, np.uint8)  # padding: direction does not matter (same leaf below)
+    dleft = np.zeros((U, 64), np.uint8)
+    for i in range(63):
         b = _blocked_position(i)
         f = sel[:, i].astype(np.int64)
         feat[:, b] = np.where(f >= nf, f - nf, f)
         dleft[:, b] = np.where(f < nf, 0xFF, 0)
         thr1[:, b] = np.minimum(thr[:, i].astype(np.int64) + 1, 255)
-    dmask = np.zeros(T, np.uint64)
+    dmask = np.zeros(U, np.uint64)
     for b in range(64):
         dmask |= (dleft[:, b] != 0).astype(np.uint64) << np.uint64(b)
     walk3 = np.zeros(128, np.uint8)
@@ -139,7 +165,8 @@ def simd_tables(tab):
         for _ in range(3):
             j = 2 * j + 1 + ((bits >> j) & 1)
         walk3[bits] = j - 7
-    return feat, thr1, dleft, dmask, walk3
+    top = (top_sel.astype(np.uint32) << 8) | top_thr.astype(np.uint32)
+    return feat, thr1, dleft, dmask, walk3, top
 
 
 def _c_array(ctype, name, values, fmt):
@@ -165,15 +192,15 @@ def _node_words(tab):
 
 def _tables(tab, wtype, node):
     """The model as C arrays: thresholds per feature, node words, leaves, and the SIMD kernels'
-    per-tree tables when the model has their shape (depth 6)."""
+    per-block tables when the model has their shape (depth 6 to 10, byte ranks)."""
     grid_all = np.concatenate(tab["grids"]) if tab["grids"] else np.zeros(0, np.float32)
     offs = np.cumsum([0] + [len(g) for g in tab["grids"]])
     out = [_c_array("float", "GRID", grid_all, _f32), _c_array("int32_t", "GOFF", offs, str),
            _c_array(wtype, "NODE", node.ravel(), str), _c_array("float", "LEAF", tab["leaves"].ravel(), _f32)]
-    if simd_ok(tab) and tab["depth"] == SIMD_DEPTH:
-        feat, thr1, dleft, dmask, walk3 = simd_tables(tab)
+    if simd_ok(tab) and tab["depth"] >= SIMD_DEPTH:
+        feat, thr1, dleft, dmask, walk3, top = simd_tables(tab)
         aligned = "uint8_t __attribute__((aligned(64)))"
-        out += ["#define HAVE_SIMD_TABLES 1", _c_array(aligned, "SFEAT", feat.ravel(), str),
+        out += ["#define HAVE_SIMD_TABLES 1", f"#define NTOP {top.shape[1]}", _c_array("uint16_t", "TOP", top.ravel(), str), _c_array(aligned, "SFEAT", feat.ravel(), str),
                 _c_array(aligned, "STHR1", thr1.ravel(), str), _c_array(aligned, "SDLEFT", dleft.ravel(), str),
                 _c_array("uint64_t", "SDMASK", dmask, lambda v: f"{int(v)}ULL"), _c_array("uint8_t", "WALK3", walk3, str)]
     return "\n".join(out)

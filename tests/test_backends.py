@@ -60,16 +60,28 @@ def _check_all_backends(tmp_path, booster, nf, generic, seed=1):
     ("reg:squarederror", 5, 80),
     ("reg:squarederror", 7, 60),
     ("binary:logistic", 4, 500),
+    ("binary:logistic", 9, 40),
     ("binary:logistic", 10, 30),
 ])
 def test_flat_is_bit_exact(tmp_path, objective, depth, trees):
     man, checked = _check_all_backends(tmp_path, _model(objective, depth, trees), 9, generic=False)
-    assert man["flat"]["simd_kernel"] == (depth <= 6)
+    assert man["flat"]["simd_kernel"]  # byte ranks: the SIMD kernels take every depth up to 10
     cpu = artifact.cpu_flag_set()
     if "avx2" in cpu:
         assert "flat-avx2" in checked  # the SIMD builds and the portable one all agree
     if "avx512vbmi" in cpu:
         assert "flat-avx512" in checked
+
+
+def test_flat_255_thresholds_stay_byte_ranks_and_exact(tmp_path):
+    """255 thresholds on a feature (max_bin=255 gives that here): ranks 0..255 still fit a byte,
+    and rank 255 (at or above the top threshold) is not mistaken for a missing value."""
+    b = _model("reg:squarederror", 8, 100, nf=9, max_bin=255)
+    man, checked = _check_all_backends(tmp_path, b, 9, generic=True)
+    assert man["flat"]["max_thresholds_per_feature"] == 255
+    assert man["flat"]["quantisation"] == "uint8_t" and man["flat"]["simd_kernel"] is True
+    if "avx2" in artifact.cpu_flag_set():
+        assert "flat-avx2" in checked
 
 
 def test_flat_wide_quantisation_and_many_features(tmp_path):

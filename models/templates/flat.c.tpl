@@ -9,7 +9,7 @@
 #define NLEAF ${n_leaf}
 #define QMAX ${qmax}
 #define SHIFT ${shift}
-#define BLOCK 8  /* rows engine_predict_rows scores together */
+#define BLOCK 64  /* most rows engine_predict_rows scores together */
 typedef ${qtype} q_t;
 ${tables}
 
@@ -28,116 +28,141 @@ static inline int rank_of(float x, int f) {
 
 #define STEP(i, t) do { uint32_t w_ = (uint32_t)NODE[(t) * NINT + i];   i = 2 * i + 1 + (q[w_ >> SHIFT] > (q_t)(w_ & QMAX)); } while (0)
 
+#if defined(HAVE_SIMD_TABLES)
+#define NSUB (NTOP + 1)  /* depth-6 blocks under each tree's top levels (1 at depth 6) */
+/* Which depth-6 block a row reaches: the top DEPTH-6 levels' nodes compared at once (independent
+   loads, q2 as the scalar kernel's two copies), then walked in a register. */
+static inline int block_of(const uint8_t* q2, int t) {
+  const uint16_t* w = TOP + t * NTOP;
+  uint32_t bits = 0;
+#pragma GCC unroll 16
+  for (int j = 0; j < NTOP; ++j) bits |= (uint32_t)(q2[w[j] >> 8] > (w[j] & 255)) << j;
+  int i = 0;
+  for (int l = 0; l < DEPTH - 6; ++l) i = 2 * i + 1 + ((bits >> i) & 1);
+  return i - NTOP;
+}
+
+/* A row's ranks: q (NaN -> 255), a NaN mask per feature, and q2 for the top levels
+   ([0, NF): NaN -> 0, goes left; [NF, 2NF): NaN -> 255, goes right). */
+static inline void simd_ranks(const float* row, uint8_t* q, uint8_t* nan, uint8_t* q2) {
+  for (int f = 0; f < NF; ++f) {
+    float x = row[f];
+    int m = isnan(x);
+    uint8_t r = (uint8_t)(m ? 0 : rank_of(x, f));
+    q[f] = m ? 255 : r;
+    nan[f] = m ? 255 : 0;
+    q2[f] = r;
+    q2[NF + f] = m ? 255 : r;
+  }
+}
+#endif
+
 #if defined(HAVE_SIMD_TABLES) && defined(__AVX512VBMI__) && defined(__AVX512BW__)
 #include <immintrin.h>
-/* One tree: vpermb gathers all 63 node features from the 64-byte rank vector, compares land in
-   a mask register, then two WALK3 lookups find the leaf. */
-static inline int simd_leaf_of(__m512i qv, __m512i ff, __m512i feat, __m512i thr1, uint64_t dmask) {
-  __m512i n = _mm512_permutexvar_epi8(feat, qv);
-  __mmask64 ge = _mm512_cmpge_epu8_mask(n, thr1);
-  __mmask64 miss_left = _mm512_cmpeq_epi8_mask(n, ff) & dmask;  /* missing, default left */
+/* One depth-6 block: vpermb gathers all 63 node features (and their NaN flags) from the row's
+   64-byte vectors, compares land in a mask register, then two WALK3 lookups find the leaf. */
+typedef struct { __m512i q, nan; uint8_t q2[2 * NF]; } row_t;
+
+static inline int simd_leaf_of(const row_t* v, __m512i feat, __m512i thr1, uint64_t dmask) {
+  __mmask64 ge = _mm512_cmpge_epu8_mask(_mm512_permutexvar_epi8(feat, v->q), thr1);
+  __mmask64 miss_left = _mm512_movepi8_mask(_mm512_permutexvar_epi8(feat, v->nan)) & dmask;
   uint64_t r = (uint64_t)(ge & ~miss_left);
   int top = WALK3[r & 127];
   return top * 8 + WALK3[(r >> (7 + 7 * top)) & 127];
 }
 
-static inline int simd_leaf(__m512i qv, __m512i ff, int t) {
-  return simd_leaf_of(qv, ff, _mm512_load_si512((const void*)(SFEAT + t * 64)),
-                      _mm512_load_si512((const void*)(STHR1 + t * 64)), SDMASK[t]);
+static inline int simd_leaf(const row_t* v, int u) {
+  return simd_leaf_of(v, _mm512_load_si512((const void*)(SFEAT + u * 64)),
+                      _mm512_load_si512((const void*)(STHR1 + u * 64)), SDMASK[u]);
 }
 
-static inline __m512i ranks(const float* row) {
-  uint8_t q[64] __attribute__((aligned(64))) = {0};  /* NaN -> 255: each node's mask decides */
-  for (int f = 0; f < NF; ++f) {
-    float x = row[f];
-    q[f] = isnan(x) ? 255 : (uint8_t)rank_of(x, f);
-  }
-  return _mm512_load_si512((const void*)q);
-}
-
-EXPORT void engine_predict(const float* row, float* out) {
-  __m512i qv = ranks(row);
-  __m512i ff = _mm512_set1_epi8((char)0xFF);
-  float s = g_base_margin;  /* XGBoost's order: base margin, then each tree's leaf */
-  for (int t = 0; t < NT; ++t) s += LEAF[t * NLEAF + simd_leaf(qv, ff, t)];
-  out[0] = s;
-}
-
-/* BLOCK rows: each tree's tables loaded once for all of them; each row's sum in the same order */
-static inline void predict_block(const float* rows, float* out) {
-  __m512i qv[BLOCK];
-  float s[BLOCK];
-  for (int r = 0; r < BLOCK; ++r) { qv[r] = ranks(rows + r * NF); s[r] = g_base_margin; }
-  __m512i ff = _mm512_set1_epi8((char)0xFF);
-  for (int t = 0; t < NT; ++t) {
-    __m512i feat = _mm512_load_si512((const void*)(SFEAT + t * 64));
-    __m512i thr1 = _mm512_load_si512((const void*)(STHR1 + t * 64));
-    uint64_t dmask = SDMASK[t];
-    const float* leaf = LEAF + t * NLEAF;
-    for (int r = 0; r < BLOCK; ++r) s[r] += leaf[simd_leaf_of(qv[r], ff, feat, thr1, dmask)];
-  }
-  for (int r = 0; r < BLOCK; ++r) out[r] = s[r];
+static inline void ranks(const float* row, row_t* v) {
+  uint8_t q[64] __attribute__((aligned(64))) = {0}, nan[64] __attribute__((aligned(64))) = {0};
+  simd_ranks(row, q, nan, v->q2);
+  v->q = _mm512_load_si512((const void*)q);
+  v->nan = _mm512_load_si512((const void*)nan);
 }
 #elif defined(HAVE_SIMD_TABLES) && defined(__AVX2__) && NF <= 16
 #include <immintrin.h>
-/* One tree: gather its 63 node features with a byte shuffle, compare all at once, then find the
-   leaf with two lookups in WALK3 (top depth-3 block, then the block below it). */
-typedef struct { __m256i f0, f1, h0, h1, d0, d1; } tree_t;
+/* One depth-6 block: gather its 63 node features (and NaN flags) with byte shuffles, compare all
+   at once, then find the leaf with two lookups in WALK3 (top depth-3 block, then the one below). */
+typedef struct { __m256i q, nan; uint8_t q2[2 * NF]; } row_t;
 
-static inline tree_t tree_at(int t) {
-  const __m256i* F = (const __m256i*)(SFEAT + t * 64);
-  const __m256i* H = (const __m256i*)(STHR1 + t * 64);
-  const __m256i* D = (const __m256i*)(SDLEFT + t * 64);
-  tree_t k = {_mm256_load_si256(F), _mm256_load_si256(F + 1), _mm256_load_si256(H), _mm256_load_si256(H + 1),
-              _mm256_load_si256(D), _mm256_load_si256(D + 1)};
-  return k;
-}
-
-static inline int simd_leaf_of(__m256i qv, __m256i ff, const tree_t* k) {
-  __m256i n0 = _mm256_shuffle_epi8(qv, k->f0);
-  __m256i n1 = _mm256_shuffle_epi8(qv, k->f1);
-  __m256i ge0 = _mm256_cmpeq_epi8(_mm256_max_epu8(n0, k->h0), n0);  /* n >= thr + 1: n > thr */
-  __m256i ge1 = _mm256_cmpeq_epi8(_mm256_max_epu8(n1, k->h1), n1);
-  __m256i m0 = _mm256_and_si256(_mm256_cmpeq_epi8(n0, ff), k->d0);  /* missing, default left */
-  __m256i m1 = _mm256_and_si256(_mm256_cmpeq_epi8(n1, ff), k->d1);
+static inline int simd_leaf(const row_t* v, int u) {
+  const __m256i* F = (const __m256i*)(SFEAT + u * 64);
+  const __m256i* H = (const __m256i*)(STHR1 + u * 64);
+  const __m256i* D = (const __m256i*)(SDLEFT + u * 64);
+  __m256i f0 = _mm256_load_si256(F), f1 = _mm256_load_si256(F + 1);
+  __m256i n0 = _mm256_shuffle_epi8(v->q, f0);
+  __m256i n1 = _mm256_shuffle_epi8(v->q, f1);
+  __m256i ge0 = _mm256_cmpeq_epi8(_mm256_max_epu8(n0, _mm256_load_si256(H)), n0);  /* n >= thr + 1: n > thr */
+  __m256i ge1 = _mm256_cmpeq_epi8(_mm256_max_epu8(n1, _mm256_load_si256(H + 1)), n1);
+  __m256i m0 = _mm256_and_si256(_mm256_shuffle_epi8(v->nan, f0), _mm256_load_si256(D));  /* missing, default left */
+  __m256i m1 = _mm256_and_si256(_mm256_shuffle_epi8(v->nan, f1), _mm256_load_si256(D + 1));
   uint64_t r = (uint32_t)_mm256_movemask_epi8(_mm256_andnot_si256(m0, ge0)) |
                ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_andnot_si256(m1, ge1)) << 32);
   int top = WALK3[r & 127];
   return top * 8 + WALK3[(r >> (7 + 7 * top)) & 127];
 }
 
-static inline __m256i ranks(const float* row) {
-  uint8_t q[16] __attribute__((aligned(16))) = {0};  /* NaN -> 255: each node's mask decides */
-  for (int f = 0; f < NF; ++f) {
-    float x = row[f];
-    q[f] = isnan(x) ? 255 : (uint8_t)rank_of(x, f);
-  }
-  return _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)q));
+static inline void ranks(const float* row, row_t* v) {
+  uint8_t q[16] __attribute__((aligned(16))) = {0}, nan[16] __attribute__((aligned(16))) = {0};
+  simd_ranks(row, q, nan, v->q2);
+  v->q = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)q));
+  v->nan = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)nan));
+}
+#endif
+
+#if defined(HAVE_SIMD_TABLES) && ((defined(__AVX512VBMI__) && defined(__AVX512BW__)) || (defined(__AVX2__) && NF <= 16))
+/* A run of n <= CHUNK trees from t0 added to s in tree order. u = t * NSUB + block; its leaves
+   start at u * 64 (NLEAF = NSUB * 64). Deeper than 6: three passes, each with short dependency
+   chains so the CPU overlaps many trees (the block each reaches from the top levels, in L1; the
+   leaf in it; the sum), measured faster than one pass per tree that depth and slower at depth 6. */
+#define CHUNK 64
+static inline float trees_sum(const row_t* v, int t0, int n, float s) {
+#if NTOP > 0
+  int u[CHUNK];
+  for (int k = 0; k < n; ++k) u[k] = (t0 + k) * NSUB + block_of(v->q2, t0 + k);
+  for (int k = 0; k < n; ++k) u[k] = u[k] * 64 + simd_leaf(v, u[k]);
+  for (int k = 0; k < n; ++k) s += LEAF[u[k]];
+#else
+  for (int t = t0; t < t0 + n; ++t) s += LEAF[t * 64 + simd_leaf(v, t)];
+#endif
+  return s;
 }
 
 EXPORT void engine_predict(const float* row, float* out) {
-  __m256i qv = ranks(row);
-  __m256i ff = _mm256_set1_epi8((char)0xFF);
+  row_t v;
+  ranks(row, &v);
   float s = g_base_margin;  /* XGBoost's order: base margin, then each tree's leaf */
-  for (int t = 0; t < NT; ++t) {
-    tree_t k = tree_at(t);
-    s += LEAF[t * NLEAF + simd_leaf_of(qv, ff, &k)];
-  }
+  for (int t = 0; t < NT; t += CHUNK) s = trees_sum(&v, t, NT - t < CHUNK ? NT - t : CHUNK, s);
   out[0] = s;
 }
 
-/* BLOCK rows: each tree's tables loaded once for all of them; each row's sum in the same order */
-static inline void predict_block(const float* rows, float* out) {
-  __m256i qv[BLOCK];
+/* n <= BLOCK rows: each run of trees (about 16 KiB of tables, so they stay in L1) scored for all
+   of them before the next, so a model bigger than the caches comes from memory once per block,
+   not once per row; each row's sum in the same order as engine_predict's */
+#define TREE_BYTES (NSUB * 192 + NLEAF * 4)
+#define RUN (16384 / TREE_BYTES < 4 ? 4 : 16384 / TREE_BYTES > CHUNK ? CHUNK : 16384 / TREE_BYTES)
+static inline void predict_block(const float* rows, int n, float* out) {
+  row_t v[BLOCK];
   float s[BLOCK];
-  for (int r = 0; r < BLOCK; ++r) { qv[r] = ranks(rows + r * NF); s[r] = g_base_margin; }
-  __m256i ff = _mm256_set1_epi8((char)0xFF);
-  for (int t = 0; t < NT; ++t) {
-    tree_t k = tree_at(t);
-    const float* leaf = LEAF + t * NLEAF;
-    for (int r = 0; r < BLOCK; ++r) s[r] += leaf[simd_leaf_of(qv[r], ff, &k)];
+  for (int r = 0; r < n; ++r) { ranks(rows + r * NF, &v[r]); s[r] = g_base_margin; }
+  for (int t0 = 0; t0 < NT; t0 += RUN) {
+    int m = NT - t0 < RUN ? NT - t0 : RUN;
+#if NTOP > 0  /* the same three passes, over the run's trees for every row */
+    int u[BLOCK * RUN];
+    for (int r = 0; r < n; ++r)
+      for (int k = 0; k < m; ++k) u[r * RUN + k] = (t0 + k) * NSUB + block_of(v[r].q2, t0 + k);
+    for (int r = 0; r < n; ++r)
+      for (int k = 0; k < m; ++k) u[r * RUN + k] = u[r * RUN + k] * 64 + simd_leaf(&v[r], u[r * RUN + k]);
+    for (int r = 0; r < n; ++r)
+      for (int k = 0; k < m; ++k) s[r] += LEAF[u[r * RUN + k]];
+#else
+    for (int r = 0; r < n; ++r) s[r] = trees_sum(&v[r], t0, m, s[r]);
+#endif
   }
-  for (int r = 0; r < BLOCK; ++r) out[r] = s[r];
+  for (int r = 0; r < n; ++r) out[r] = s[r];
 }
 #else
 static inline void ranks(const float* row, q_t* q) {
@@ -186,18 +211,18 @@ static inline float walk1(const q_t* q, int t, float s) {
   return s + LEAF[t * NLEAF + a - NINT];
 }
 
-/* BLOCK rows: each run of sixteen trees walked for every row while its nodes are in L1 (1-2 KiB a
-   tree at depth 8), then the next; each row's sum in the same order as engine_predict's */
-static inline void predict_block(const float* rows, float* out) {
+/* n <= BLOCK rows: each run of sixteen trees walked for every row while its nodes are in L1 (1-2
+   KiB a tree at depth 8), then the next; each row's sum in the same order as engine_predict's */
+static inline void predict_block(const float* rows, int n, float* out) {
   q_t qs[BLOCK][2 * NF];
   float s[BLOCK];
-  for (int r = 0; r < BLOCK; ++r) { ranks(rows + r * NF, qs[r]); s[r] = g_base_margin; }
+  for (int r = 0; r < n; ++r) { ranks(rows + r * NF, qs[r]); s[r] = g_base_margin; }
   int t = 0;
   for (; t + 16 <= NT; t += 16)
-    for (int r = 0; r < BLOCK; ++r) s[r] = walk16(qs[r], t, s[r]);
+    for (int r = 0; r < n; ++r) s[r] = walk16(qs[r], t, s[r]);
   for (; t < NT; ++t)
-    for (int r = 0; r < BLOCK; ++r) s[r] = walk1(qs[r], t, s[r]);
-  for (int r = 0; r < BLOCK; ++r) out[r] = s[r];
+    for (int r = 0; r < n; ++r) s[r] = walk1(qs[r], t, s[r]);
+  for (int r = 0; r < n; ++r) out[r] = s[r];
 }
 
 EXPORT void engine_predict(const float* row, float* out) {
@@ -215,10 +240,8 @@ EXPORT void engine_predict_batch(const float* rows, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) engine_predict(rows + i * NF, out + i);
 }
 
-/* n rows scored together, BLOCK at a time (the rest one by one): the same bits as engine_predict
-   row by row (checked at every load), less per row as n grows */
+/* n rows scored together, up to BLOCK at a time: the same bits as engine_predict row by row
+   (checked at every load), less per row as n grows */
 EXPORT void engine_predict_rows(const float* rows, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + BLOCK <= n; i += BLOCK) predict_block(rows + i * NF, out + i);
-  for (; i < n; ++i) engine_predict(rows + i * NF, out + i);
+  for (int64_t i = 0; i < n; i += BLOCK) predict_block(rows + i * NF, n - i < BLOCK ? (int)(n - i) : BLOCK, out + i);
 }
