@@ -131,3 +131,36 @@ def test_changed_flat_library_is_refused(tmp_path):
     lib.write_bytes(bytes(data))
     with pytest.raises(artifact.ArtifactError, match="libflat_portable.so does not match"):
         artifact.load(tmp_path / "m", backend="flat-portable")
+
+
+@pytest.mark.parametrize("depth,trees", [(6, 300), (8, 100), (10, 30)])  # (enough trees for 255 thresholds)
+def test_avx512_kernel_logic_is_exact_without_avx512(tmp_path, depth, trees):
+    """The AVX-512 kernel, built with plain-C stand-ins for its intrinsics (tests/helpers/avx512_emu),
+    gives XGBoost's bits row by row and k rows a call: its logic is checked on any CPU, not only on
+    one with AVX-512 VBMI (where test_flat_is_bit_exact runs the real build). 255 thresholds on a
+    feature and missing values included."""
+    import ctypes
+    import subprocess
+    from pathlib import Path
+
+    from models.compile import base_margin_c
+    b = _model("reg:squarederror", depth, trees, nf=9, max_bin=255)
+    b.save_model(str(tmp_path / "m.json"))
+    forest = flat.read_forest(tmp_path / "m.json")
+    tab = flat.build_tables(forest)
+    assert tab["kmax"] == 255 and flat.simd_ok(tab) and tab["depth"] == depth
+    src = tmp_path / "flat.c"
+    src.write_text(flat.generate_c(tab, base_margin_c(forest.base_score, forest.objective)))
+    emu = Path(__file__).resolve().parent / "helpers" / "avx512_emu"
+    lib = tmp_path / "libemu.so"
+    subprocess.run([flat.CC, "-O1", "-march=x86-64", "-D__AVX512VBMI__", "-D__AVX512BW__", f"-I{emu}",
+                    *flat.COMMON_FLAGS, "-o", str(lib), str(src), "-lm"], check=True)
+    so = ctypes.CDLL(str(lib))
+    X, _ = _data(2000, 9, 7, nan_frac=0.1)
+    X[:50] = np.float32(1e30)  # at or past every top threshold: rank 255, not missing
+    X = np.ascontiguousarray(X)
+    want = b.predict(xgb.DMatrix(X), output_margin=True)
+    for fn in (so.engine_predict_batch, so.engine_predict_rows):
+        got = np.empty(len(X), np.float32)
+        fn(ctypes.c_void_p(X.ctypes.data), ctypes.c_int64(len(X)), ctypes.c_void_p(got.ctypes.data))
+        assert np.array_equal(got.view(np.int32), want.view(np.int32))
