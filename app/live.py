@@ -366,8 +366,9 @@ def _reload(cfg, strategy, ctl, loaded):
     gen = pred.generation = int(ctl[C.CTL_MODEL_GEN]) + 1
     loaded.append(pred)  # the old library stays mapped until the loop has provably left it (release_left)
     ctl[C.CTL_MODEL_ADDR] = pred.addr
+    ctl[C.CTL_MODEL_ROWS] = pred.rows_addr
     t_pub = time.monotonic_ns()
-    ctl[C.CTL_MODEL_GEN] = gen  # after the address: the loop reads generation, then address
+    ctl[C.CTL_MODEL_GEN] = gen  # after the addresses: the loop reads generation, then addresses
     while int(ctl[C.L_MODEL_GEN]) != gen and time.monotonic_ns() - t_pub < 1_000_000_000:
         time.sleep(0.0001)
     adopted = int(ctl[C.L_MODEL_GEN]) == gen
@@ -779,6 +780,7 @@ class _Run:
                 log(n)
         ctl = self.ctl_blk.hdr
         ctl[C.CTL_MODEL_ADDR] = self.pred.addr
+        ctl[C.CTL_MODEL_ROWS] = self.pred.rows_addr
         ctl[C.CTL_MODEL_GEN] = 1
         ctl[C.L_MODEL_GEN] = 0
         self.slog = SignalLog(self.sig_path, on_error=self._on_write_error)

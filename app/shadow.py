@@ -73,7 +73,8 @@ class Shadow(TapReader):
         self.parts = BacktestArgs(words=self.buf, state=self.hs.loop_arrays(), row=host.new_row(),
                                   out=np.zeros(1, np.float32), model=pred.addr, pvals=host.params(),
                                   cfg=host.loop_cfg(sigmoid=uses_sigmoid(pred)), sigs=self.sigs,
-                                  margins=np.zeros(BATCH, np.float32), hist=latency.new_counts())
+                                  margins=np.zeros(BATCH, np.float32), hist=latency.new_counts(),
+                                  mrows=pred.rows_addr)
         # compiled (or loaded) now for these exact types, no tick: a first compile in the thread would
         # hold the GIL for seconds while the run goes (the control thread's lease lapses)
         host.mod.backtest_loop(*backtest_args(host.mod, self.parts._replace(words=self.buf[:0])))

@@ -14,6 +14,9 @@ CMD_RUN, CMD_STOP, CMD_PAUSE, CMD_REATTACH = 0, 1, 2, 3  # pause: features stay 
 # control plane -> loop: the kill switch (0, or engine.risk.KILL_* reason): the loop flattens every
 # instrument at its next tick (or housekeeping step) and the gate refuses new exposure until it is 0 again
 CTL_KILL = 44
+# control plane -> loop: the model's rows function (engine_predict_rows; 0: its back end has none),
+# stored with CTL_MODEL_ADDR, before CTL_MODEL_GEN: a conflation flush of several rows scores them in one call
+CTL_MODEL_ROWS = 45
 # loop -> everyone (own cache line)
 L_STATE, L_TICKS, L_SIGNALS, L_GAPS, L_LOST, L_HEARTBEAT, L_SCORED, L_TID = 48, 49, 50, 51, 52, 53, 54, 55
 # loop -> everyone: the model generation in use and when the loop adopted it (CLOCK_MONOTONIC ns)

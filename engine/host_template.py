@@ -29,7 +29,7 @@ from numba import njit
 from engine import control as C
 from engine import latency, levelbook, shm, sigring, tickring
 from engine.risk import RG_KILLED, RG_MODE, RG_RULES, RULES, flattened, gate, record_refused, signal_flags
-from engine.intrinsics import (borrow, borrow_all, call_predict, cpu_pause, f32_bits, load_acquire, load_relaxed,
+from engine.intrinsics import (borrow, borrow_all, call_predict, call_predict_rows, cpu_pause, f32_bits, load_acquire, load_relaxed,
                                monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
                             SIGNAL_FLAG_KILLED, SIGNAL_FLAG_MARK, SIGNAL_FLAGS_KILL_MARK, SIGNAL_WORDS,
@@ -61,7 +61,8 @@ assert (I_BID, I_ASK, I_TS_RECV) == (IST_BID, IST_ASK, IST_WIDTH - 1), "strategy
 # cst: conflation scalars kept across calls
 CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS, CS_T0 = range(7)
 CS_READ = 7    # run_loop_multi: ticks taken from all rings (the next one's seq in the merged stream)
-CST_WIDTH = 8
+CS_BATCHED = 8  # rows flushes scored several in one call (the model's rows function)
+CST_WIDTH = 9
 CFG_TAP = 11   # run_loop_multi: 1 = publish every tick taken into the tap ring (engine run --record)
 CFG_MERGE_WINDOW_NS = 12  # run_loop_multi: how long the oldest ready tick waits for a silent ring (0: never)
 # rst: run_loop_multi's counters per ring, int64 [rings, RS_WIDTH] (the control plane reads them)
@@ -351,16 +352,17 @@ def _commands(ctl, now, paused):
 
 @njit(nogil=True, inline="always", cache=True)
 def _adopt_model(ctl, gen):
-    """If the control plane published a new model generation, adopt it: returns (gen, addr or 0).
-    The generation is stored after the address (release), so reading it first (acquire) makes
-    the address we read the one that goes with it."""
+    """If the control plane published a new model generation, adopt it: returns (gen, addr or 0,
+    its rows function or 0). The generation is stored after both addresses (release), so reading
+    it first (acquire) makes the addresses we read the ones that go with it."""
     g = load_acquire(ctl, C.CTL_MODEL_GEN)
     if g == gen:
-        return gen, 0
+        return gen, 0, 0
     addr = load_acquire(ctl, C.CTL_MODEL_ADDR)
+    rows = load_acquire(ctl, C.CTL_MODEL_ROWS)
     store_relaxed(ctl, C.L_SWAP_NS, monotonic_ns())
     store_relaxed(ctl, C.L_MODEL_GEN, g)
-    return g, addr
+    return g, addr, rows
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -385,21 +387,29 @@ def _stash(ist, prow, ptick, plist, cst, inst, row, tick, idx):
 @njit(nogil=True, inline="always", cache=True)
 def _score_emit(model, row, out, fstate, ist, inst, tick, folded, use_sigmoid, params, sig, signals, gen,
                 shdr, sdata, smask, spstate, hist, t0, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg):
-    """The live loop's scoring of one row (a tick's, or a conflation window's latest): model,
-    decide, the signal if the position changed (folded: scoreable ticks behind it; with
-    DECIDE_TARGETS, a signal per member it moved, from dsig), and the model, emit and
-    tick_to_signal latencies from t0. Returns the signal count."""
+    """The live loop's scoring of one row (a tick's, or a conflation window's latest): the model,
+    then _decide_emit. Returns the signal count."""
     call_predict(model, row, out)
-    t_model = monotonic_ns()
+    return _decide_emit(out[0], fstate, ist, inst, tick, folded, use_sigmoid, params, sig, signals, gen, shdr, sdata,
+                        smask, spstate, hist, t0, monotonic_ns(), uids, umem, ubook, uist, shared, targets, dsig, rlim,
+                        rb, rg)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _decide_emit(margin, fstate, ist, inst, tick, folded, use_sigmoid, params, sig, signals, gen, shdr, sdata, smask,
+                 spstate, hist, t0, t_model, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg):
+    """Decide on a scored row: the signal if the position changed (folded: scoreable ticks behind
+    it; with DECIDE_TARGETS, a signal per member it moved, from dsig), and the model (t0 to
+    t_model), emit and tick_to_signal latencies. Returns the signal count."""
     if DECIDE_TARGETS:
-        k = host_decide_targets(fstate, ist, inst, tick, out[0], use_sigmoid, params, dsig, 0, signals, gen, folded,
+        k = host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, dsig, 0, signals, gen, folded,
                                 uids, umem, ubook, uist, shared, targets, rlim, rb, rg)
         for j in range(k):
             dsig[j, 4] = monotonic_ns()
             dsig[j, 5] = realtime_ns()
             sigring.push(shdr, sdata, smask, spstate, dsig[j])
         signals += k
-    elif host_decide(fstate, ist, inst, tick, out[0], use_sigmoid, params, sig, signals, gen, folded, rlim, rb, rg):
+    elif host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, signals, gen, folded, rlim, rb, rg):
         sig[4] = monotonic_ns()
         sig[5] = realtime_ns()
         sigring.push(shdr, sdata, smask, spstate, sig)
@@ -409,6 +419,16 @@ def _score_emit(model, row, out, fstate, ist, inst, tick, folded, use_sigmoid, p
     latency.record(hist, latency.ST_EMIT, t_emit - t_model)
     latency.record(hist, latency.ST_TOTAL, t_emit - tick[2])
     return signals
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _score_rows(mrows, prow, plist, cst, n, frows, fout):
+    """A flush's n >= 2 pending rows (plist order) scored in one call of the model's rows function
+    (flat back ends: engine_predict_rows, the same bits as one row a call, less per row): fout[:n]."""
+    for j in range(n):
+        frows[j, :] = prow[plist[j]]
+    call_predict_rows(mrows, frows[:n], n, fout)
+    cst[CS_BATCHED] += n
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -426,7 +446,7 @@ def _order_pending(plist, ptick, n):
 
 
 @njit(nogil=True, cache=True)
-def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sig, signals, gen,
+def _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params, sig, signals, gen,
                 shdr, sdata, smask, spstate, hist, last, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg):
     """Score every pending instrument once, on its latest row, in the order of their latest ticks.
     When the window spans more than its first tick, a mark goes first into the signal stream
@@ -446,11 +466,21 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, p
         sigring.push(shdr, sdata, smask, spstate, sig)
         cst[CS_MARKS] += 1
     _order_pending(plist, ptick, n)
+    batched = mrows != 0 and n > 1  # several rows ready: one call scores them all
+    t0 = monotonic_ns()
+    if batched:
+        _score_rows(mrows, prow, plist, cst, n, frows, fout)
+    t_model = monotonic_ns()
     for j in range(n):
         inst = plist[j]
-        signals = _score_emit(model, prow[inst], out, fstate, ist, inst, ptick[inst], ist[inst, I_FOLD], use_sigmoid,
-                              params, sig, signals, gen, shdr, sdata, smask, spstate, hist, monotonic_ns(), uids,
-                              umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
+        if batched:
+            signals = _decide_emit(fout[j], fstate, ist, inst, ptick[inst], ist[inst, I_FOLD], use_sigmoid, params, sig,
+                                   signals, gen, shdr, sdata, smask, spstate, hist, t0, t_model, uids, umem, ubook, uist,
+                                   shared, targets, dsig, rlim, rb, rg)
+        else:
+            signals = _score_emit(model, prow[inst], out, fstate, ist, inst, ptick[inst], ist[inst, I_FOLD],
+                                  use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist,
+                                  monotonic_ns(), uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
         ist[inst, I_PEND] = 0
     cst[CS_NPEND] = 0
     cst[CS_FOLDS] = 0
@@ -513,8 +543,8 @@ def _count_feed_gap(ctl, tick):
 
 @njit(nogil=True, cache=True)
 def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist,
-             prow, ptick, plist, cst, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg, row, out, tick, sig,
-             pvals, cfg):
+             prow, ptick, plist, cst, frows, fout, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg, row, out,
+             tick, sig, pvals, cfg):
     """Run until CMD_STOP, an expired lease, or (cfg) the end of the stream; returns the exit state.
 
     Conflation (cfg CFG_CONFLATE): a scoreable tick is scored at once unless the next tick is
@@ -524,7 +554,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     began (so no scored tick is held long behind a burst). Off, every scoreable tick is scored. With nothing waiting the two are the same code path."""
     params = make_params(pvals)
     ticks, signals, gaps, lost, scored, parks = _counters_at_start(ctl)
-    gen, model = _adopt_model(ctl, -1)
+    gen, model, mrows = _adopt_model(ctl, -1)
     (exit_on_eof, warm_every, use_sigmoid, wait, spin_ns, yield_ns, park_max, duty, conflate, conflate_max,
      conflate_ns) = _settings(cfg)
     idle, idle_t0 = 0, 0
@@ -546,13 +576,13 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # (idle: a kill still flattens within a park)
                 signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0] + 1 if ticks > 0 else 0, sig, signals, gen,
                                        shdr, sdata, smask, spstate)
-            gen, addr = _adopt_model(ctl, gen)  # hot swap while idle
+            gen, addr, rows = _adopt_model(ctl, gen)  # hot swap while idle
             if addr:
-                model = addr
+                model, mrows = addr, rows
             if exit_on_eof and load_acquire(thdr, shm.H_STATE) == shm.STATE_FINISHED:
                 if load_relaxed(thdr, slot_base + shm.C_CURSOR) >= load_acquire(thdr, shm.H_WRITE):
                     if cst[CS_NPEND] > 0:
-                        signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid,
+                        signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid,
                                                  params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                         scored += n
                     state = C.LOOP_EOF
@@ -562,7 +592,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         st = tickring.poll(thdr, tdata, tmask, slot_base, tick)
         if st == tickring.POLL_EMPTY:
             if cst[CS_NPEND] > 0:  # caught up: score what the backlog left pending
-                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params,
                                          sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
                 continue
@@ -596,13 +626,13 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:  # paused: state stays current, nothing is scored or signalled
             if cst[CS_NPEND] > 0 and (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns):
-                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params,
                                          sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             continue
-        gen, addr = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
+        gen, addr, rows = _adopt_model(ctl, gen)  # hot swap between two ticks: the address is data
         if addr:
-            model = addr
+            model, mrows = addr, rows
         if conflate and (cst[CS_NPEND] > 0 or tickring.waiting(thdr, tdata, tmask, slot_base)):
             if cst[CS_NPEND] == 0:
                 cst[CS_FIRST] = tick[0]
@@ -612,7 +642,7 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             # folding speed is what keeps a backlog short, and a clock read is a fifth of it)
             if (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns
                     or not tickring.waiting(thdr, tdata, tmask, slot_base)):
-                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params,
                                          sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             continue
@@ -726,8 +756,8 @@ def _rings_drained(thdrs, slot_bases, rst):
 
 @njit(nogil=True, cache=True)
 def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, taphdr, tapdata, tapmask,
-                   shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, prow, ptick, plist, cst, uids, umem,
-                   ubook, uist, shared, targets, dsig, rlim, rb, rg, row, out, tick, sig, pvals, cfg):
+                   shdr, sdata, smask, spstate, ctl, hist, fstate, book, ist, prow, ptick, plist, cst, frows, fout, uids,
+                   umem, ubook, uist, shared, targets, dsig, rlim, rb, rg, row, out, tick, sig, pvals, cfg):
     """run_loop over several rings: each step takes the ready tick with the smallest receive time as the
     run sees it, within the merge window (_take_next; _next_tick; CFG_TAP: also into the tap ring, one 64-byte store drained off this core),
     then does run_loop's steps. A ring's lap is counted (its consumer line, gaps/lost) and voids every
@@ -735,7 +765,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
     thdrs, tdatas, heads = borrow_all(thdrs), borrow_all(tdatas), borrow(heads)  # (no reference counts per tick)
     params = make_params(pvals)
     ticks, signals, gaps, lost, scored, parks = _counters_at_start(ctl)
-    gen, model = _adopt_model(ctl, -1)
+    gen, model, mrows = _adopt_model(ctl, -1)
     (exit_on_eof, warm_every, use_sigmoid, wait, spin_ns, yield_ns, park_max, duty, conflate, conflate_max,
      conflate_ns) = _settings(cfg)
     tap, window = cfg[CFG_TAP] != 0.0, np.int64(cfg[CFG_MERGE_WINDOW_NS])  # (window: _take_next)
@@ -757,12 +787,12 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # (idle: a kill still flattens within a park)
                 signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0] + 1 if ticks > 0 else 0, sig, signals, gen,
                                        shdr, sdata, smask, spstate)
-            gen, addr = _adopt_model(ctl, gen)
+            gen, addr, rows = _adopt_model(ctl, gen)
             if addr:
-                model = addr
+                model, mrows = addr, rows
             if exit_on_eof and _rings_drained(thdrs, slot_bases, rst):
                 if cst[CS_NPEND] > 0:
-                    signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid,
+                    signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid,
                                              params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                     scored += n
                 state = C.LOOP_EOF
@@ -775,7 +805,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             continue
         if st == tickring.POLL_EMPTY:
             if cst[CS_NPEND] > 0:
-                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params,
                                          sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
                 continue
@@ -809,13 +839,13 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             cst[CS_FOLDS] += 1
         if inst < 0 or paused:
             if cst[CS_NPEND] > 0 and (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns):
-                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params,
                                          sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             continue
-        gen, addr = _adopt_model(ctl, gen)
+        gen, addr, rows = _adopt_model(ctl, gen)
         if addr:
-            model = addr
+            model, mrows = addr, rows
         if conflate and (cst[CS_NPEND] > 0 or _rings_waiting(thdrs, tdatas, tmasks, slot_bases, rst)):
             if cst[CS_NPEND] == 0:
                 cst[CS_FIRST] = tick[0]
@@ -824,7 +854,7 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             _stash(ist, prow, ptick, plist, cst, inst, row, tick, tick[0])
             if (cst[CS_FOLDS] >= conflate_max or t_deq - cst[CS_T0] >= conflate_ns
                     or not _rings_waiting(thdrs, tdatas, tmasks, slot_bases, rst)):
-                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params,
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params,
                                          sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             continue
@@ -859,14 +889,20 @@ def _decide_bt(fstate, ist, inst, tick, margin, use_sigmoid, params, sigs, nsig,
 
 
 @njit(nogil=True, cache=True)
-def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig, base, margins, uids,
+def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params, sigs, nsig, base, margins, uids,
               umem, ubook, uist, shared, targets, rlim, rb, rg):
     """The backtest's flush: the same scoring and decisions as _flush_live, signals to sigs."""
     n = cst[CS_NPEND]
     _order_pending(plist, ptick, n)
+    batched = mrows != 0 and n > 1  # as _flush_live
+    if batched:
+        _score_rows(mrows, prow, plist, cst, n, frows, fout)
     for j in range(n):
         inst = plist[j]
-        call_predict(model, prow[inst], out)
+        if batched:
+            out[0] = fout[j]
+        else:
+            call_predict(model, prow[inst], out)
         margins[ist[inst, I_PIDX]] = out[0]
         nsig = _decide_bt(fstate, ist, inst, ptick[inst], out[0], use_sigmoid, params, sigs, nsig, base, ist[inst, I_FOLD],
                           uids, umem, ubook, uist, shared, targets, rlim, rb, rg)
@@ -876,8 +912,8 @@ def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, par
 
 
 @njit(nogil=True, cache=True)
-def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, uids, umem, ubook, uist, shared, targets,
-                  dsig, rlim, rb, rg, row, out, model, pvals, cfg, sigs, nsig, base, margins, hist, marks):
+def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, frows, fout, uids, umem, ubook, uist, shared,
+                  targets, dsig, rlim, rb, rg, row, out, model, mrows, pvals, cfg, sigs, nsig, base, margins, hist, marks):
     """Run ticks words[start:]; signals go to sigs[nsig:], numbered from base + nsig; the margin of every scored tick to
     margins[i] (NaN elsewhere). Returns (next tick, nsig, scored): stops early when sigs has no
     room for a flush. Deterministic: the clock is read only to measure compute time (hist),
@@ -915,7 +951,7 @@ def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, uids
                                   ubook, uist, shared, targets, rlim, rb, rg)
             latency.record(hist, latency.ST_TOTAL, monotonic_ns() - t0)
         if inside and marks[k, 1] == tick[0]:
-            nsig, m = _flush_bt(fstate, ist, prow, ptick, plist, cst, model, out, use_sigmoid, params, sigs, nsig,
+            nsig, m = _flush_bt(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid, params, sigs, nsig,
                                 base, margins, uids, umem, ubook, uist, shared, targets, rlim, rb, rg)
             scored += m
             cst[CS_MARK] = k + 1

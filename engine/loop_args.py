@@ -64,7 +64,8 @@ class SignalView(NamedTuple):
 class HostArrays(NamedTuple):
     """Both loops: the per-instrument state (engine.strategy_build.HostState.loop_arrays), and a
     UNIVERSE's binding (uids, umem), views (ubook, uist), shared state and a targets decide's scratch
-    (targets, dsig); the risk gate's limits and state (engine/risk.py new_state: rlim, rb, rg)."""
+    (targets, dsig); the risk gate's limits and state (engine/risk.py new_state: rlim, rb, rg); a
+    flush's rows and scores when it scores them in one call (frows, fout)."""
     fstate: np.ndarray
     book: np.ndarray
     ist: np.ndarray
@@ -82,6 +83,8 @@ class HostArrays(NamedTuple):
     rlim: np.ndarray
     rb: np.ndarray
     rg: np.ndarray
+    frows: np.ndarray
+    fout: np.ndarray
 
 
 class LiveArgs(NamedTuple):
@@ -107,7 +110,7 @@ class LiveArgs(NamedTuple):
 
 class BacktestArgs(NamedTuple):
     """What backtest_loop takes: ticks words[start:], the host's state, scratch (row, out), the
-    model's function pointer, parameter values and settings; signals go to sigs[nsig:], numbered
+    model's function pointers (model; mrows, or 0: one row a call), parameter values and settings; signals go to sigs[nsig:], numbered
     from base + nsig; margins and the compute-time histogram (hist); a live run's conflation
     marks (engine.signal_log.read_marks) or none."""
     words: np.ndarray
@@ -124,6 +127,7 @@ class BacktestArgs(NamedTuple):
     nsig: int = 0
     base: int = 0
     marks: np.ndarray = NO_MARKS
+    mrows: int = 0  # the model's rows function (Predictor.rows_addr): a flush of several rows in one call
 
 
 def run_args(mod, ring: TickView, live: LiveArgs) -> tuple:

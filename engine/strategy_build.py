@@ -218,6 +218,8 @@ class HostState:
         self.prow = np.zeros((n, len(s.features)), np.float32)
         self.ptick = np.zeros((n, 8), np.int64)
         self.plist = np.zeros(n, np.int64)
+        self.frows = np.zeros((n, len(s.features)), np.float32)  # a flush's rows in one call, and their scores
+        self.fout = np.zeros(n, np.float32)
         self.cst = np.zeros(mod.CST_WIDTH, np.int64)
         from .universe import member_map
         self.uids = np.zeros(len(s.universe), np.int64) if ids is None else np.ascontiguousarray(ids, np.int64)
@@ -240,7 +242,7 @@ class HostState:
         """What the live and backtest loops take (engine/loop_args.py passes them one by one)."""
         return HostArrays(self.fstate, self.book, self.ist, self.prow, self.ptick, self.plist, self.cst, self.uids,
                           self.umem, self.ubook, self.uist, self.shared, self.targets, self.dsig, self.rlim, self.rb,
-                          self.rg)
+                          self.rg, self.frows, self.fout)
 
     @property
     def positions(self):

@@ -86,7 +86,7 @@ def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None, kills=
     bar = _bar(path, len(words), progress)
     step = PROGRESS_CHUNK if bar is not None else len(words)
     parts = BacktestArgs(words=words, state=hs.loop_arrays(), row=row, out=out, model=pred.addr, pvals=pvals, cfg=cfg,
-                         sigs=sigs, margins=margins, hist=hist, marks=marks)
+                         sigs=sigs, margins=margins, hist=hist, marks=marks, mrows=pred.rows_addr)
     kills, at = _kill_places(words, kills)
     k = 0
     while True:

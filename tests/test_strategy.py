@@ -28,6 +28,7 @@ def _setup(shm_name, words, pred, host, cfg, lease_s=60.0, n_inst=4, hs=None):
     sr = SignalRing(shm_name + ".signals", 1 << 16)
     ctl = np.zeros(shm.HEADER_WORDS, np.int64)
     ctl[C.CTL_MODEL_ADDR] = pred.addr
+    ctl[C.CTL_MODEL_ROWS] = pred.rows_addr  # (flat: a flush of several rows scores them in one call)
     ctl[C.CTL_MODEL_GEN] = 1
     ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + int(lease_s * 1e9)
     hist = latency.new_counts()
@@ -164,9 +165,18 @@ def test_a_conflated_backlog_is_replayed_exactly_by_the_backtest(default_model, 
     cfg = host.loop_cfg()
     parts = BacktestArgs(words=ro, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32),
                          model=pred.addr, pvals=host.params(), cfg=cfg, sigs=sigs, margins=margins,
-                         hist=latency.new_counts(), marks=mk)
+                         hist=latency.new_counts(), marks=mk, mrows=pred.rows_addr)
     i, nsig, scored = host.mod.backtest_loop(*backtest_args(host.mod, parts))
     bt = sigs[:nsig].copy().view(SIGNAL_DTYPE).ravel()
+    # flushes of several instruments scored them in one call, live and in the backtest
+    assert pred.rows_addr and live_hs.cst[host.mod.CS_BATCHED] > 0 and hs.cst[host.mod.CS_BATCHED] > 0
+    # ... with the bits of one row a call: a backtest without the rows function gives the same signals
+    hs1, sigs1, margins1 = host.state(4, 0), np.zeros_like(sigs), np.full(len(words), np.nan, np.float32)
+    _, nsig1, _ = host.mod.backtest_loop(*backtest_args(host.mod, parts._replace(
+        state=hs1.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), hist=latency.new_counts(),
+        sigs=sigs1, margins=margins1, mrows=0)))
+    assert hs1.cst[host.mod.CS_BATCHED] == 0 and nsig1 == nsig and np.array_equal(sigs1[:nsig], sigs[:nsig])
+    assert np.array_equal(margins1.view(np.int32), margins.view(np.int32))
     assert i == len(words) and scored == ctl[C.L_SCORED] and nsig == len(live)
     for f in ("tick_seq", "instrument", "position", "prev_position", "mid_px"):
         assert np.array_equal(bt[f], live[f]), f
