@@ -424,11 +424,17 @@ def _decide_emit(margin, fstate, ist, inst, tick, folded, use_sigmoid, params, s
 @njit(nogil=True, inline="always", cache=True)
 def _score_rows(mrows, prow, plist, cst, n, frows, fout):
     """A flush's n >= 2 pending rows (plist order) scored in one call of the model's rows function
-    (flat back ends: engine_predict_rows, the same bits as one row a call, less per row): fout[:n]."""
+    (flat back ends: engine_predict_rows, the same bits as one row a call, less per row): fout[:n].
+    Returns the clock before and after the call, or (0, 0) when it scored nothing (no rows
+    function, or a single row: the caller scores a row a call)."""
+    if mrows == 0 or n < 2:
+        return 0, 0
+    t0 = monotonic_ns()
     for j in range(n):
         frows[j, :] = prow[plist[j]]
     call_predict_rows(mrows, frows[:n], n, fout)
     cst[CS_BATCHED] += n
+    return t0, monotonic_ns()
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -466,14 +472,10 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout,
         sigring.push(shdr, sdata, smask, spstate, sig)
         cst[CS_MARKS] += 1
     _order_pending(plist, ptick, n)
-    batched = mrows != 0 and n > 1  # several rows ready: one call scores them all
-    t0 = monotonic_ns()
-    if batched:
-        _score_rows(mrows, prow, plist, cst, n, frows, fout)
-    t_model = monotonic_ns()
+    t0, t_model = _score_rows(mrows, prow, plist, cst, n, frows, fout)  # several rows ready: one call
     for j in range(n):
         inst = plist[j]
-        if batched:
+        if t_model:
             signals = _decide_emit(fout[j], fstate, ist, inst, ptick[inst], ist[inst, I_FOLD], use_sigmoid, params, sig,
                                    signals, gen, shdr, sdata, smask, spstate, hist, t0, t_model, uids, umem, ubook, uist,
                                    shared, targets, dsig, rlim, rb, rg)
@@ -894,9 +896,7 @@ def _flush_bt(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, o
     """The backtest's flush: the same scoring and decisions as _flush_live, signals to sigs."""
     n = cst[CS_NPEND]
     _order_pending(plist, ptick, n)
-    batched = mrows != 0 and n > 1  # as _flush_live
-    if batched:
-        _score_rows(mrows, prow, plist, cst, n, frows, fout)
+    batched = _score_rows(mrows, prow, plist, cst, n, frows, fout)[1] != 0  # as _flush_live
     for j in range(n):
         inst = plist[j]
         if batched:

@@ -200,7 +200,8 @@ def _tables(tab, wtype, node):
     if simd_ok(tab) and tab["depth"] >= SIMD_DEPTH:
         feat, thr1, dleft, dmask, walk3, top = simd_tables(tab)
         aligned = "uint8_t __attribute__((aligned(64)))"
-        out += ["#define HAVE_SIMD_TABLES 1", f"#define NTOP {top.shape[1]}", _c_array("uint16_t", "TOP", top.ravel(), str), _c_array(aligned, "SFEAT", feat.ravel(), str),
+        out += ["#define HAVE_SIMD_TABLES 1", f"#define NTOP {top.shape[1]}", _c_array("uint16_t", "TOP", top.ravel(), str),
+                _c_array(aligned, "SFEAT", feat.ravel(), str),
                 _c_array(aligned, "STHR1", thr1.ravel(), str), _c_array(aligned, "SDLEFT", dleft.ravel(), str),
                 _c_array("uint64_t", "SDMASK", dmask, lambda v: f"{int(v)}ULL"), _c_array("uint8_t", "WALK3", walk3, str)]
     return "\n".join(out)
@@ -239,6 +240,6 @@ def compile_flat(model_json, out_dir, num_feature):
         flags[name] = extra + COMMON_FLAGS
     info = {"depth": tab["depth"], "quantisation": tab["qtype"], "simd_kernel": bool(simd_ok(tab)),
             "kernels": kernels(tab),
-            "max_thresholds_per_feature": int(max((len(g) for g in tab["grids"]), default=0)),
+            "max_thresholds_per_feature": int(tab["kmax"]),
             "flags": flags, "requires": {k: v[1] for k, v in BUILDS.items()}}
     return libs, info

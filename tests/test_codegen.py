@@ -18,8 +18,8 @@ import pytest
 from engine.render import CodeTemplate, TemplateError, render
 
 PINNED = {
-    "flat.c": "b85873d04bc7e8dbbb44c38a5809bc89678e6257664f4ea3d105bb6694940615",
-    "flat_simd.c": "f1d9c850e287eb874a57a45d5ea121180c699aeb6e9063a722163bd99e35ef53",
+    "flat.c": "87ab656843920dc7e5306ee4f361daa6928c82af30aae96adb21d2f420b03c40",
+    "flat_simd.c": "a94747535fd45d71ae7c882888c8600908c739bff21f0670647504cfb1f5e30c",
     "hls/emu_abi.cpp": "a25ba46cbdda6883c4fe602a2d26ce44f988e995e3441337bd594222e0d63eac",
     "hls/fixed_types.h": "e758cfa6a53201c65ccf6dec5e77ca2643b0806451211ed7e58aa1815dd38274",
     "hls/kernel.cpp": "acf52f403022cc970bfcf95b6128863ff305294308d0cdf16f7080c9851c619a",

@@ -63,17 +63,14 @@ static inline void simd_ranks(const float* row, uint8_t* q, uint8_t* nan, uint8_
    64-byte vectors, compares land in a mask register, then two WALK3 lookups find the leaf. */
 typedef struct { __m512i q, nan; uint8_t q2[2 * NF]; } row_t;
 
-static inline int simd_leaf_of(const row_t* v, __m512i feat, __m512i thr1, uint64_t dmask) {
-  __mmask64 ge = _mm512_cmpge_epu8_mask(_mm512_permutexvar_epi8(feat, v->q), thr1);
-  __mmask64 miss_left = _mm512_movepi8_mask(_mm512_permutexvar_epi8(feat, v->nan)) & dmask;
+static inline int simd_leaf(const row_t* v, int u) {
+  __m512i feat = _mm512_load_si512((const void*)(SFEAT + u * 64));
+  __mmask64 ge = _mm512_cmpge_epu8_mask(_mm512_permutexvar_epi8(feat, v->q),
+                                        _mm512_load_si512((const void*)(STHR1 + u * 64)));
+  __mmask64 miss_left = _mm512_movepi8_mask(_mm512_permutexvar_epi8(feat, v->nan)) & SDMASK[u];
   uint64_t r = (uint64_t)(ge & ~miss_left);
   int top = WALK3[r & 127];
   return top * 8 + WALK3[(r >> (7 + 7 * top)) & 127];
-}
-
-static inline int simd_leaf(const row_t* v, int u) {
-  return simd_leaf_of(v, _mm512_load_si512((const void*)(SFEAT + u * 64)),
-                      _mm512_load_si512((const void*)(STHR1 + u * 64)), SDMASK[u]);
 }
 
 static inline void ranks(const float* row, row_t* v) {
@@ -114,28 +111,32 @@ static inline void ranks(const float* row, row_t* v) {
 #endif
 
 #if defined(HAVE_SIMD_TABLES) && ((defined(__AVX512VBMI__) && defined(__AVX512BW__)) || (defined(__AVX2__) && NF <= 16))
-/* A run of n <= CHUNK trees from t0 added to s in tree order. u = t * NSUB + block; its leaves
-   start at u * 64 (NLEAF = NSUB * 64). Deeper than 6: three passes, each with short dependency
-   chains so the CPU overlaps many trees (the block each reaches from the top levels, in L1; the
-   leaf in it; the sum), measured faster than one pass per tree that depth and slower at depth 6. */
-#define CHUNK 64
-static inline float trees_sum(const row_t* v, int t0, int n, float s) {
+/* nr rows, each scored on the m trees from t0, its leaves added to its s in tree order (u:
+   scratch for nr * m). u = t * NSUB + block; its leaves start at u * 64 (NLEAF = NSUB * 64).
+   Deeper than 6: three passes, each with short dependency chains so the CPU overlaps many trees
+   (the block each reaches from the top levels, in L1; the leaf in it; the sum), measured faster
+   than one pass per tree that depth and slower at depth 6. */
+static inline void trees_sum(const row_t* v, int nr, int t0, int m, float* s, int* u) {
 #if NTOP > 0
-  int u[CHUNK];
-  for (int k = 0; k < n; ++k) u[k] = (t0 + k) * NSUB + block_of(v->q2, t0 + k);
-  for (int k = 0; k < n; ++k) u[k] = u[k] * 64 + simd_leaf(v, u[k]);
-  for (int k = 0; k < n; ++k) s += LEAF[u[k]];
+  for (int r = 0; r < nr; ++r)
+    for (int k = 0; k < m; ++k) u[r * m + k] = (t0 + k) * NSUB + block_of(v[r].q2, t0 + k);
+  for (int r = 0; r < nr; ++r)
+    for (int k = 0; k < m; ++k) u[r * m + k] = u[r * m + k] * 64 + simd_leaf(&v[r], u[r * m + k]);
+  for (int r = 0; r < nr; ++r)
+    for (int k = 0; k < m; ++k) s[r] += LEAF[u[r * m + k]];
 #else
-  for (int t = t0; t < t0 + n; ++t) s += LEAF[t * 64 + simd_leaf(v, t)];
+  for (int r = 0; r < nr; ++r)
+    for (int t = t0; t < t0 + m; ++t) s[r] += LEAF[t * 64 + simd_leaf(&v[r], t)];
 #endif
-  return s;
 }
 
+#define CHUNK 64  /* trees engine_predict scores a pass at a time */
 EXPORT void engine_predict(const float* row, float* out) {
   row_t v;
+  int u[CHUNK];
   ranks(row, &v);
   float s = g_base_margin;  /* XGBoost's order: base margin, then each tree's leaf */
-  for (int t = 0; t < NT; t += CHUNK) s = trees_sum(&v, t, NT - t < CHUNK ? NT - t : CHUNK, s);
+  for (int t = 0; t < NT; t += CHUNK) trees_sum(&v, 1, t, NT - t < CHUNK ? NT - t : CHUNK, &s, u);
   out[0] = s;
 }
 
@@ -147,21 +148,9 @@ EXPORT void engine_predict(const float* row, float* out) {
 static inline void predict_block(const float* rows, int n, float* out) {
   row_t v[BLOCK];
   float s[BLOCK];
+  int u[BLOCK * RUN];
   for (int r = 0; r < n; ++r) { ranks(rows + r * NF, &v[r]); s[r] = g_base_margin; }
-  for (int t0 = 0; t0 < NT; t0 += RUN) {
-    int m = NT - t0 < RUN ? NT - t0 : RUN;
-#if NTOP > 0  /* the same three passes, over the run's trees for every row */
-    int u[BLOCK * RUN];
-    for (int r = 0; r < n; ++r)
-      for (int k = 0; k < m; ++k) u[r * RUN + k] = (t0 + k) * NSUB + block_of(v[r].q2, t0 + k);
-    for (int r = 0; r < n; ++r)
-      for (int k = 0; k < m; ++k) u[r * RUN + k] = u[r * RUN + k] * 64 + simd_leaf(&v[r], u[r * RUN + k]);
-    for (int r = 0; r < n; ++r)
-      for (int k = 0; k < m; ++k) s[r] += LEAF[u[r * RUN + k]];
-#else
-    for (int r = 0; r < n; ++r) s[r] = trees_sum(&v[r], t0, m, s[r]);
-#endif
-  }
+  for (int t0 = 0; t0 < NT; t0 += RUN) trees_sum(v, n, t0, NT - t0 < RUN ? NT - t0 : RUN, s, u);
   for (int r = 0; r < n; ++r) out[r] = s[r];
 }
 #else
