@@ -35,7 +35,8 @@ reaches its update id and the diff's book replaces it; an older diff still updat
 underneath, with the newer touch kept over it. Spot tickers carry no event time: they take the
 instrument's latest exchange time seen. Wherever a ticker and a depth event name the same final
 update id, the ticker's best bid/ask is compared with the diff book's, and the agreement is
-counted (ticker_checked, ticker_agree, ticker_disagree).
+counted (ticker_checked, ticker_agree, ticker_disagree); a symbol's last 256 diffs and its 1024
+newest unmatched tickers are remembered for it (binance_scan.XD, XT).
 
 Depth (engine/records.py): each depth event is a book event (level ticks, then the quote or a
 book tick). A snapshot emits a clear tick, its whole window and a book tick carrying the book's
@@ -60,7 +61,6 @@ from .depth import Windows
 
 QTY_SCALE = 10**8
 HOLD_MAX = 100_000  # depth events held while waiting for a snapshot (per instrument)
-MATCH_WINDOW = 50_000  # update ids remembered for the book-ticker cross-check
 STATS = S.STATS
 
 
@@ -102,9 +102,9 @@ def _futures_capture(path, limit=1 << 24):
     return False
 
 
-def _match_map():
-    return (np.full(1 << S.MATCH_BITS, S.EMPTY, np.int64), np.zeros(1 << S.MATCH_BITS, np.int64),
-            np.zeros(MATCH_WINDOW, np.int64), np.zeros((MATCH_WINDOW, 4), np.int64), np.zeros(2, np.int64))
+def _check_ring(k):
+    """A cross-check ring of k entries per symbol (binance_scan.XD, XT)."""
+    return np.zeros((S.MAX_SYMBOLS * k, 5), np.int64), np.zeros((S.MAX_SYMBOLS, 2), np.int64)
 
 
 class Scanner:
@@ -137,7 +137,7 @@ class Scanner:
         self.state = [np.zeros((S.MAX_SYMBOLS, S.NI), np.int64), G, np.zeros(len(STATS), np.int64),
                       np.zeros(1 << 14, np.int64), np.zeros((S.MAX_SYMBOLS, S.SYM_LEN + 1), np.uint8),
                       np.zeros((64, 4), np.int64), np.zeros(1 << 16, np.uint8), F(), F(), F(), F()]
-        self.dmap, self.tmap = _match_map(), _match_map()
+        self.dmap, self.tmap = _check_ring(S.XD), _check_ring(S.XT)
         self.n = 0
         self._names = []  # the symbols' names, as far as they are known
         self._H = None  # the handle table of every state array (None: to build; a grown array voids it)

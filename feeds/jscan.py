@@ -99,28 +99,30 @@ def ws(b, i, e):
 
 
 @njit(nogil=True, inline="always", cache=True)
-def str_end(b, i, e):
-    """b[i] is '"': index after the closing quote, or -1."""
-    i += 1
+def quote_or_escape(b, i, e):
+    """Index of the first '"' or backslash in b[i:e], or e."""
     while i + 8 <= e:
         x = load_u64(b, i)
         m = byte_mask(x, _QUOTES) | byte_mask(x, _BACKSLASHES)
-        if m == 0:
-            i += 8
-            continue
-        i += np.int64(ctz_u64(m) >> np.uint64(3))
+        if m != 0:
+            return i + np.int64(ctz_u64(m) >> np.uint64(3))
+        i += 8
+    while i < e and b[i] != 34 and b[i] != 92:
+        i += 1
+    return i
+
+
+@njit(nogil=True, inline="always", cache=True)
+def str_end(b, i, e):
+    """b[i] is '"': index after the closing quote, or -1."""
+    i += 1
+    while True:
+        i = quote_or_escape(b, i, e)
+        if i >= e:
+            return np.int64(-1)
         if b[i] == 34:
             return i + 1
         i += 2  # a backslash: skip the escaped byte
-    while i < e:
-        c = b[i]
-        if c == 92:
-            i += 2
-            continue
-        if c == 34:
-            return i + 1
-        i += 1
-    return -1
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -160,6 +162,33 @@ def skip(b, i, e):
     if j == i:
         return V_NONE, -1
     return V_NUM, j
+
+
+@njit(nogil=True, inline="always", cache=True)
+def plain_str_end(b, i, e):
+    """b[i] is '"': index after the closing quote of a string without escapes, or -1 (a backslash
+    first, or no end: the caller takes the general path, str_end)."""
+    i = quote_or_escape(b, i + 1, e)
+    return i + 1 if i < e and b[i] == 34 else np.int64(-1)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def plain_scalar(b, i, e):
+    """The scalar JSON value at b[i] (i < e) as `skip` types and ends it, when it is a string
+    without escapes, a number or a literal: (type, index after it); (V_NONE, -1) otherwise
+    (an object, an array, an escape: the caller skips it the general way)."""
+    c = b[i]
+    if c == 34:
+        j = plain_str_end(b, i, e)
+        return (V_STR if j >= 0 else V_NONE), j
+    if 48 <= c <= 57 or c == 45:
+        j = digits_end(b, i, e)
+        while j < e and _NUM[b[j]]:
+            j += 1
+        return V_NUM, j
+    if c == 123 or c == 91:
+        return V_NONE, np.int64(-1)
+    return skip(b, i, e)
 
 
 @njit(nogil=True, inline="always", cache=True)

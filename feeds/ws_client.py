@@ -105,6 +105,19 @@ def deframe(b, n, stamp, out, max_frame):
     return pos, w, frames, D_MORE, 0, False, 0, 0
 
 
+def frame_end(head):
+    """The length of the unmasked frame that starts `head` (its header and payload), or 0 when
+    head is too short to tell or the frame is masked (deframe judges those)."""
+    if len(head) < 2 or head[1] & 0x80:
+        return 0
+    ln = head[1] & 0x7F
+    if ln == 126:
+        return 4 + int.from_bytes(head[2:4], "big") if len(head) >= 4 else 0
+    if ln == 127:
+        return 10 + int.from_bytes(head[2:10], "big") if len(head) >= 10 else 0
+    return 2 + ln
+
+
 def frame(op, payload=b""):
     """A masked client frame."""
     mask = os.urandom(4)
@@ -170,9 +183,10 @@ class WsProtocol(asyncio.Protocol):
             self.upgraded.set_result(None)
             if not data:
                 return
-        if self.inbuf:  # (a frame cut by the last read: joined, a copy of one read)
-            data = bytes(self.inbuf) + data
-            self.inbuf.clear()
+        if self.inbuf:  # a frame cut by the last read
+            data = self._join(data, now)
+            if data is None:
+                return
         self._frames(data, now)
 
     def connection_lost(self, exc):
@@ -184,6 +198,24 @@ class WsProtocol(asyncio.Protocol):
         self.on_close(self.reason)
 
     # -- frames --------------------------------------------------------------------------------
+
+    def _join(self, data, now):
+        """The cut frame completed from data's head and taken apart alone; what follows it in
+        data is returned as a view (None: nothing left, or the connection ended). Joining the
+        whole read to the cut piece instead copied every read (~256 KiB) once more, flat out."""
+        cut = len(self.inbuf)
+        end = frame_end(bytes(self.inbuf) + bytes(data[:10]))
+        if end <= 0 or end > cut + len(data):  # (its header still cut, a masked frame, or longer than
+            joined = bytes(self.inbuf) + data  # this read too: the two joined, as they come)
+            self.inbuf.clear()
+            return joined
+        self.inbuf += memoryview(data)[:end - cut]
+        first = bytes(self.inbuf)
+        self.inbuf.clear()
+        self._frames(first, now)
+        if self.closed or self.transport.is_closing() or end - cut == len(data):
+            return None
+        return memoryview(data)[end - cut:]
 
     def _frames(self, data, now):
         arr = np.frombuffer(data, np.uint8)

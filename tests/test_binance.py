@@ -149,6 +149,43 @@ def test_scanner_ticks_are_the_orjson_readers_byte_for_byte(path, depth_):
     assert {k: sa[k] for k in sb} == sb
 
 
+@needs_data
+def test_plain_shape_read_straight_fills_what_the_general_parser_fills():
+    """parse_line's fast path (binance_scan._plain_wrapper) against the general _wrapper on every
+    2nd line of both real captures (tickers, trades, diffs, the snapshot) and on shapes it must
+    leave to the general one: the same end and the same field tables where it takes a line; -1
+    where it does not."""
+    from feeds import binance_scan as S
+
+    def tables(body):
+        b = np.frombuffer(body, np.uint8)
+        out = []
+        for fn in (S._plain_wrapper, S._wrapper):
+            F, F1 = np.full((S.NK, 3), 7, np.int64), np.full((S.NK, 3), 7, np.int64)
+            j = fn(b, 0, len(b), F, F1)
+            seen = F[:, 0] != S.V_NONE
+            inner = F1[:, 0] != S.V_NONE if F[S.K_data, 0] == S.V_OBJ else np.zeros(S.NK, bool)
+            out.append((j, F[seen].tolist(), F1[inner].tolist()))
+        return out
+
+    taken = 0
+    for path in REAL:
+        for ln in gzip.decompress(path.read_bytes()).split(b"\n")[::2]:
+            if ln:
+                plain, general = tables(ln.split(b" ", 1)[1])
+                assert plain == general and plain[0] == len(ln.split(b" ", 1)[1]), ln[:100]
+                taken += 1
+    assert taken > 60_000
+    for body in (b'{"stream":"x", "data":{"u":1}}', b'{"data":{"s":"A\\u0042"}}', b'{"x":{"y":1},"u":2}',
+                 b'{"data":{"a":{"b":1}}}', b'{"data":{"u":1}', b'{"u":1,}', b'{"u":1}'[:-1]):
+        plain, general = tables(body)
+        assert plain[0] == -1, body
+    for body in (b'{}', b'{"data":{}}', b'{"data":[1,{"a":"]"}],"u":-1.5e3,"m":true,"x":null}',
+                 b'{"e":"x","e":"y","data":{"u":1},"data":{"b":"2"}}'):
+        plain, general = tables(body)
+        assert plain == general and plain[0] == len(body), body
+
+
 def _mixed_lines():
     """Shapes the scanner must read as orjson does: whitespace, key orders, no wrapper, unknown
     keys, held events, a gap, futures ids, bad lines among good ones."""

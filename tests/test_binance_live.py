@@ -345,3 +345,65 @@ def test_deframe_makes_one_line_a_text_frame_whatever_its_length_and_newlines():
     assert (st, n, used) == (ws_client.D_MORE, len(frames), len(data) - len(frames[-1]) + 5)
     assert out[:w].tobytes() == b"".join(want)
     assert (out[w:] == 0xEE).all()  # nothing written past the lines
+
+
+def test_frames_cut_across_socket_reads_come_out_whole():
+    """ws_client over a real loopback socket, the server writing its frames in pieces of random
+    sizes (a byte to a few KiB, so reads cut frames anywhere, headers included): every text frame
+    (lengths 0..300, 1,000 and 70,000: all three header forms) is one line with its payload, in
+    order; pings among them are answered. A cut frame is completed from the next read's head and
+    the rest taken apart in place (WsProtocol._join), or joined whole when the read does not
+    finish it."""
+    import asyncio
+    import base64
+    import hashlib
+    import socket
+
+    from feeds import ws_client
+    rng = np.random.default_rng(11)
+    payloads = [rng.integers(32, 127, n, dtype=np.uint8).tobytes() for n in
+                list(range(0, 301)) + [1000, 70000, 5, 70000, 126, 65535, 65536]]
+    stream = bytearray()
+    pings = 0
+    for i, p in enumerate(payloads):
+        n = len(p)
+        head = bytes([0x81, n]) if n < 126 else bytes([0x81, 126]) + n.to_bytes(2, "big") if n < 65536 \
+            else bytes([0x81, 127]) + n.to_bytes(8, "big")
+        stream += head + p
+        if i % 37 == 0:
+            stream += bytes([0x89, 3]) + b"p%02d" % (pings % 100)
+            pings += 1
+    got, pongs = [], []
+
+    async def serve(reader, writer):
+        req = await reader.readuntil(b"\r\n\r\n")
+        key = [ln.split(b":", 1)[1].strip() for ln in req.split(b"\r\n") if ln.lower().startswith(b"sec-websocket-key")][0]
+        accept = base64.b64encode(hashlib.sha1(key + ws_client.GUID).digest())
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        pos = 0
+        while pos < len(stream):
+            k = int(rng.integers(1, 4000))
+            writer.write(bytes(stream[pos:pos + k]))
+            pos += k
+            await writer.drain()
+            await asyncio.sleep(0)
+        while len(pongs) < pings:  # the client's pongs (masked frames: 2 + 4 + 3 bytes each)
+            pongs.append(await reader.readexactly(9))
+        writer.close()
+
+    async def main():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        done = asyncio.get_running_loop().create_future()
+        conn = await ws_client.connect(f"ws://127.0.0.1:{port}/x", lambda lines, n: got.append(bytes(lines)),
+                                       lambda reason: done.done() or done.set_result(reason))
+        await asyncio.wait_for(done, 30)
+        conn.abort()
+        server.close()
+
+    asyncio.run(main())
+    lines = b"".join(got).split(b"\n")[:-1]
+    assert [ln.split(b" ", 1)[1] for ln in lines] == payloads
+    assert len(pongs) == pings and all(p[0] == 0x8A for p in pongs)
