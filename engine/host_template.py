@@ -667,14 +667,17 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick, window):
+def _take_next(thdrs, tdatas, tmasks, slot_bases, blocks, heads, rst, tick, window):
     """Poll every ring that holds no tick yet (heads[k]: the one it holds), then take, among the
-    rings holding one, the tick with the smallest receive time (ties: the first ring) into `tick`.
+    rings holding one, the tick with the smallest receive time (ties: the first ring) into `tick`;
+    one whose instrument is at or past its ring's block is taken but not into `tick`, which keeps
+    the last tick the run took (POLL_SKIP: a kill mark or a flush then names that one).
     The merge window: while a ring is empty and its feed has not finished, that tick waits until it
     has been held `window` ns (a tick the silent ring received earlier may still be on its way:
     a live feed publishes a frame's ticks after parsing them); then it goes anyway. window 0: never
     waits, an empty ring (or one whose feed died) is passed over. Returns (ring, POLL_TICK),
-    (ring, POLL_GAP) when a ring was lapped (its gap tick, taken at once), or (-1, POLL_EMPTY)."""
+    (ring, POLL_GAP) when a ring was lapped (its gap tick, taken at once), (ring, POLL_SKIP), or
+    (-1, POLL_EMPTY)."""
     best = -1
     best_ts = np.int64(0)
     silent = False
@@ -700,9 +703,11 @@ def _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick, window):
         return -1, tickring.POLL_EMPTY
     if silent and monotonic_ns() - rst[best, RS_SINCE] < window:
         return -1, tickring.POLL_EMPTY  # (held: the loop waits as for an empty ring)
+    rst[best, RS_HELD] = 0
+    if tick_instrument(heads[best]) >= blocks[best]:
+        return best, POLL_SKIP
     for w in range(8):
         tick[w] = heads[best, w]
-    rst[best, RS_HELD] = 0
     return best, tickring.POLL_TICK
 
 
@@ -715,14 +720,14 @@ def _next_tick(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, t
     merged stream's ticks, as a recording of it numbers them) and, with `tap`, published into the
     tap ring (--record). A ring's gap tick (it was lapped) is numbered and tapped too, so a
     backtest of the recording voids its books where the loop did. Returns (ring, status)."""
-    k, st = _take_next(thdrs, tdatas, tmasks, slot_bases, heads, rst, tick, window)
+    k, st = _take_next(thdrs, tdatas, tmasks, slot_bases, blocks, heads, rst, tick, window)
     if st == tickring.POLL_EMPTY:
+        return k, st
+    if st == POLL_SKIP:
+        rst[k, RS_UNMAPPED] += 1
         return k, st
     if st == tickring.POLL_TICK:
         local = tick_instrument(tick)
-        if local >= blocks[k]:
-            rst[k, RS_UNMAPPED] += 1
-            return k, POLL_SKIP
         tick[7] = tick_word7(w_lo32(tick[7]), local + offsets[k], tick_kind(tick), tick_side(tick))
         rst[k, RS_TICKS] += 1
         if tick_kind(tick) == KIND_GAP:

@@ -163,7 +163,7 @@ def _two_rings(default_model, shm_name, window_ns=0):
     th = threading.Thread(target=lambda: res.setdefault("state", mod.run_loop_multi(
         *run_multi_args(mod, m.view(), live))))
     return types.SimpleNamespace(send=send, start=th.start, taken=taken, finish=finish, close=close, m=m, mod=mod,
-                                 ctl_blk=ctl_blk, rings=rings)
+                                 ctl_blk=ctl_blk, rings=rings, sring=sring)
 
 
 def test_the_loop_takes_the_oldest_ready_tick_and_never_waits_on_an_empty_ring(default_model, shm_name):
@@ -188,6 +188,38 @@ def test_the_loop_takes_the_oldest_ready_tick_and_never_waits_on_an_empty_ring(d
         assert g["instrument"].tolist() == [0, 4, 1, 2, 0, 1, 0, 3]
         assert g["seq"].tolist() == list(range(8))
         assert r.m.rst[:, r.mod.RS_TICKS].tolist() == [5, 3] and r.ctl_blk.counters()["ticks"] == 8
+    finally:
+        r.close()
+
+
+def test_a_tick_past_its_rings_block_is_skipped_and_a_kill_names_the_last_tick_taken(default_model, shm_name):
+    """A tick whose instrument is past its ring's block of ids is counted (unmapped) and skipped, and
+    the loop's last tick stays the last one it took: a kill at idle after it marks that tick's seq
+    in the merged stream and the next one's, as a backtest of the recording numbers them (it once
+    named the skipped tick's own words)."""
+    from engine import control as C, sigring
+    from engine.records import SIGNAL_DTYPE, SIGNAL_FLAGS_KILL_MARK
+    r = _two_rings(default_model, shm_name)
+    try:
+        for ts, k, inst in ((10, 1, 0), (20, 1, 1), (30, 1, 2), (40, 0, 1)):
+            r.send(k, ts, inst)
+        r.send(0, 50, 2)  # ring 0's block is 2 ids: id 2 is past it
+        r.start()
+        wait_until(lambda: r.m.rst[0, r.mod.RS_UNMAPPED] == 1, "the unmapped tick", timeout=30)
+        r.ctl_blk.hdr[C.CTL_KILL] = 1
+        out = np.zeros((64, 16), np.int64)
+        got = []
+
+        def marks():
+            n = sigring.drain(r.sring.hdr, r.sring.data, r.sring.mask, out)
+            got.extend(out[:n].copy())
+            recs = np.array(got, np.int64).reshape(-1, 16).view(SIGNAL_DTYPE).reshape(-1)
+            return recs[(recs["flags"] & SIGNAL_FLAGS_KILL_MARK) == SIGNAL_FLAGS_KILL_MARK]
+        wait_until(lambda: len(marks()) == 1, "the kill mark", timeout=30)
+        m = marks()[0]
+        assert (int(m["tick_seq"]), int(m["ts_event"])) == (3, 4)
+        assert r.taken()["seq"].tolist() == [0, 1, 2, 3]
+        assert r.m.rst[:, r.mod.RS_TICKS].tolist() == [1, 3]
     finally:
         r.close()
 
