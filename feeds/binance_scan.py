@@ -240,8 +240,8 @@ def _plain_next(b, v, e):
 @njit(nogil=True, cache=True)
 def _plain_wrapper(b, i, e, F, F1):
     """_wrapper for the plain shape (b[i] is '{'), or -1: one loop over the members of both
-    objects, the table it fills switching to F1 inside "data"'s; arrays (a diff's levels) are
-    skipped the general way."""
+    objects, the table it fills switching to F1 inside "data"'s; arrays (a diff's levels) and
+    literals are skipped the general way."""
     F, F1 = borrow(F), borrow(F1)
     for k in range(NK):
         F[k, 0] = V_NONE
@@ -264,7 +264,7 @@ def _plain_wrapper(b, i, e, F, F1):
                 i += 1
                 more = -1 if i >= e else (0 if b[i] == 125 else 1)
                 continue
-            t, v = _skip(b, i, e) if b[i] == 91 else _plain_scalar(b, i, e)
+            t, v = _plain_scalar(b, i, e)
             if v < 0:
                 return np.int64(-1)
             if k >= 0:
@@ -412,14 +412,19 @@ XD, XT = 256, 1024  # ring sizes per instrument: recent diffs, waiting tickers (
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _xrow(inst, K, j):
+    """R's row of inst's ring slot j (j < 2K: first + count, wrapped)."""
+    return inst * K + (j - K if j >= K else j)
+
+
+@njit(nogil=True, inline="always", cache=True)
 def _xpush(R, X, inst, u, bp, bq, ap, aq):
     K = R.shape[0] // X.shape[0]
     h, c = X[inst, 0], X[inst, 1]
     if c == K:  # full: the oldest goes
         h = h + 1 if h + 1 < K else 0
         c -= 1
-    j = h + c
-    r = inst * K + (j - K if j >= K else j)
+    r = _xrow(inst, K, h + c)
     R[r, 0] = u
     R[r, 1] = bp
     R[r, 2] = bq
@@ -436,8 +441,7 @@ def _xdiff(DR, DX, inst, u):
     h, c = DX[inst, 0], DX[inst, 1]
     while c > 0:
         c -= 1
-        j = h + c
-        r = inst * K + (j - K if j >= K else j)
+        r = _xrow(inst, K, h + c)
         v = DR[r, 0]
         if v <= u:
             return r if v == u else -1
@@ -471,8 +475,7 @@ def _xnewest(R, X, inst):
     c = X[inst, 1]
     if c == 0:
         return np.int64(-1)
-    j = X[inst, 0] + c - 1
-    return R[inst * K + (j - K if j >= K else j), 0]
+    return R[_xrow(inst, K, X[inst, 0] + c - 1), 0]
 
 
 # --- the book as published: the pure diff book, or it with a newer bookTicker over its touch ---

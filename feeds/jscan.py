@@ -174,20 +174,11 @@ def plain_str_end(b, i, e):
 
 @njit(nogil=True, inline="always", cache=True)
 def plain_scalar(b, i, e):
-    """The scalar JSON value at b[i] (i < e) as `skip` types and ends it, when it is a string
-    without escapes, a number or a literal: (type, index after it); (V_NONE, -1) otherwise
-    (an object, an array, an escape: the caller skips it the general way)."""
-    c = b[i]
-    if c == 34:
+    """`skip`, with a string that holds an escape refused: (V_NONE, -1) (the caller reads the line
+    the general way)."""
+    if b[i] == 34:
         j = plain_str_end(b, i, e)
         return (V_STR if j >= 0 else V_NONE), j
-    if 48 <= c <= 57 or c == 45:
-        j = digits_end(b, i, e)
-        while j < e and _NUM[b[j]]:
-            j += 1
-        return V_NUM, j
-    if c == 123 or c == 91:
-        return V_NONE, np.int64(-1)
     return skip(b, i, e)
 
 
