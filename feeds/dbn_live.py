@@ -554,8 +554,8 @@ class DbnLive(DbnFile):
                     n = self._drop(f"{self._where()} silent for {now - self.last_rx:.1f} s (timeout_s={self.timeout_s:g})",
                                    out, n)
                     continue
-                if self.idle_s and now - self.last_data > self.idle_s:
-                    break
+                if not got and self.idle_s and time.monotonic() - self.last_data > self.idle_s:
+                    break  # (only after a poll found nothing: our own stall, a compile, is not the venue idling)
                 if n:
                     yield out[:n]  # a live feed does not sit on ticks: what one receive held is a batch
                     n, last_yield = 0, now

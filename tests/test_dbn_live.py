@@ -155,7 +155,7 @@ def test_failed_attempts_back_off_and_make_no_more_gaps(ref_slice, key):
     from tests.helpers.fake_databento import FakeGateway
     want, wsrc = ref_slice
     with FakeGateway(limit=SLICE, drop_after={0: 15000}, refuse={1, 2}) as gw:
-        got, src = run_live(live_uri(gw, snapshot=1, backoff_s=0.05, idle_s=1))
+        got, src = run_live(live_uri(gw, snapshot=1, backoff_s=0.05, idle_s=3))  # (CI: a cold compile holds the GIL)
         closed = [s["closed_by"] for s in gw.sessions]
     st = src.stats()
     assert closed[:3] == ["drop", "refused", "refused"] and len(closed) == 4
