@@ -17,7 +17,7 @@ against XGBoost's inplace_predict on the same k rows (from Python, whose per-cal
 shares over k rows).
 
 Peers at every size (the `peers` extra; each is skipped, with a printed line, when its package
-is missing), timed per call from Python like XGBoost, one row at a time:
+is missing), timed per call from Python like XGBoost, one row at a time (but lignum_cfunc):
 - ONNX Runtime: the same booster converted with onnxmltools (a TreeEnsembleClassifier; onnxmltools
   needs f0..fN feature names, so a copy of the booster without names is converted), an
   InferenceSession on the CPU provider with 1 intra-op and 1 inter-op thread, sequential, fed a
@@ -25,7 +25,10 @@ is missing), timed per call from Python like XGBoost, one row at a time:
 - pylignum (`import lignum`): lignum.load(model.json), predict(row, raw_score=True, n_jobs=1,
   strategy="serial") on a float64 row (its native input; float32 -> float64 is exact, done before
   timing), checked against XGBoost's margins; its interpreter (the default) and, where a C compiler
-  is present, its compiled trees (Model.compile, cached by lignum in the temp directory).
+  is present, its compiled trees (Model.compile, with the flags of our flat avx2 build).
+- lignum_cfunc: those compiled trees called as ours are, from numba through the C ABI function
+  pointer (bench/_lignum_cfunc.py: a shim widens the float32 row, bins it and calls lignum's tree
+  blocks), at batch 1 and at each k of --batch; its outputs checked against XGBoost's margins.
 Each peer's max abs diff to XGBoost is over the rows it was timed on.
 """
 import json
@@ -37,6 +40,9 @@ import time
 import _common
 import numpy as np
 from _models import model_dir, test_rows, time_calls, time_rows
+from numba import njit
+
+from engine.intrinsics import call_predict_rows
 
 from models import artifact
 from models.flat import MAX_DEPTH
@@ -138,12 +144,19 @@ def onnxruntime_peer(d, X, n):
                             "compared_as": "probability", "version": ort.__version__}}, None
 
 
-def lignum_peer(d, X, n):
-    """(results, skip note): pylignum's interpreter and, with a C compiler, its compiled trees."""
+def lignum_peer(d, X, n, batches=(1,), quick=False, compile_timeout_s=900.0):
+    """(results, skip note): pylignum's interpreter and, with a C compiler, its compiled trees (built
+    with our flat avx2 build's flags), timed from Python; and those compiled trees timed as ours are,
+    from numba through the C ABI function pointer (bench/_lignum_cfunc.py: `lignum_cfunc`, at batch
+    1 and per batch size k, checked against XGBoost's margins on every row timed)."""
     try:
         import lignum
     except ImportError:
         return None, "skipped: pylignum is not installed (pip install -e '.[peers]')"
+    import shutil
+
+    import _lignum_cfunc
+    from models.flat import BUILDS
     ref = xgboost_booster(d).inplace_predict(X[:n], predict_type="margin")
     X64 = np.ascontiguousarray(X[:n + 20], dtype=np.float64)
     m = lignum.load(str(d / "model.json"), format="xgboost")
@@ -155,12 +168,41 @@ def lignum_peer(d, X, n):
                      "compared_as": "margin", "version": lignum.__version__}
     one("pylignum")
     print("pylignum: compiling its trees with the C compiler ...", file=sys.stderr, flush=True)
-    st = m.compile(fallback=True)
-    if st["compiled"]:
+    work = _lignum_cfunc.workdir()
+    try:
+        try:
+            flags = " ".join(BUILDS["avx2"][0])
+            lib = _lignum_cfunc.compile_trees(d / "model.json", flags, work, compile_timeout_s)
+            h, addr, rows_addr = _lignum_cfunc.build(d / "model.json", X.shape[1], lib, flags, work)
+            m = lignum.load(str(d / "model.json"), format="xgboost", compiled=str(lib))
+        except RuntimeError as e:
+            print(f"pylignum_compiled, lignum_cfunc: skipped: {e}", flush=True)
+            return res, None
         one("pylignum_compiled")
-    else:
-        print(f"pylignum_compiled: skipped: {st['error']}", flush=True)
+        reps = 3 if quick else 10
+        lat = np.zeros(len(X) * reps, np.int64)
+        time_calls(addr, X[:100], 1, lat)  # warm
+        time_calls(addr, X, reps, lat)
+        out = np.zeros(len(X), np.float32)
+        score_rows(rows_addr, X, out)
+        full = xgboost_booster(d).inplace_predict(X, predict_type="margin")
+        res["lignum_cfunc"] = {**_common.pct(lat, "model_call"),
+                               "max_abs_diff_vs_xgboost": float(np.abs(out - full).max()), "compared_as": "margin",
+                               "version": lignum.__version__, "batch": {}}
+        for k in batches:
+            lat = np.zeros(reps * (len(X) // k), np.int64)
+            time_rows(rows_addr, X[:64 * k], k, 1, lat)  # warm
+            got = time_rows(rows_addr, X, k, reps, lat)
+            res["lignum_cfunc"]["batch"][k] = _common.pct(lat[:got], "per_row")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return res, None
+
+
+@njit(nogil=True, cache=True)
+def score_rows(addr, X, out):
+    """Every row of X scored in one engine_predict_rows call (the bit-exactness check)."""
+    call_predict_rows(addr, X, X.shape[0], out)
 
 
 def tick_to_signal(backend, duration):
@@ -203,7 +245,7 @@ def size_summary(trees, res, bat, peer_p50, best):
                                                    "per_row_p99_ns": x["per_row_p99_ns"]} for k, x in per.items()}
     for n, p50 in peer_p50.items():
         if n not in res:  # (TL2cgen is one of res: timed as ours are)
-            out[n] = {"per_row_p50_ns": p50, "ns_per_tree_p50": round(p50 / trees, 2)}
+            out.setdefault(n, {}).update({"per_row_p50_ns": p50, "ns_per_tree_p50": round(p50 / trees, 2)})
     peer = min(peer_p50, key=peer_p50.get)
     out["best_flat"] = best
     out["best_peer"] = peer
@@ -215,6 +257,9 @@ def main():
     def extra(p):
         p.add_argument("--batch", default="1,8,64",
                        help="rows per call for the batch table (engine_predict_rows), comma-separated")
+        p.add_argument("--peer-compile-timeout", type=float, default=900.0, metavar="S",
+                       help="seconds lignum's compile of a model may take before its compiled peers are "
+                            "skipped (default 900)")
         p.add_argument("--sizes", default="200x6,500x8",
                        help="models to time, TREESxDEPTH comma-separated (each trained on the synthetic market "
                             "and cached on first use; large ones take minutes: TL2cgen's compile)")
@@ -263,7 +308,7 @@ def main():
         n = 500 if a.quick else 3000
         for label, peer in (("onnxruntime", onnxruntime_peer), ("pylignum", lignum_peer)):
             print(f"{key}: timing {label} ...", file=sys.stderr, flush=True)
-            got, skip = peer(d, X, n)
+            got, skip = peer(d, X, n) if peer is onnxruntime_peer else peer(d, X, n, batches, a.quick, a.peer_compile_timeout)
             if skip:
                 print(f"{label}: {skip}", flush=True)
                 if f"{label} {skip}" not in skipped:
@@ -278,6 +323,16 @@ def main():
                     ratios[f"flat_vs_{name}_{key}_{q}"] = _common.ratio(
                         res[best_flat][f"model_call_{q}_ns"], v[f"model_call_{q}_ns"], False)
                 rows.append((f"{key} {name}", v))
+                if "batch" in v:  # (a peer timed as ours are, k rows a call)
+                    per = v.pop("batch")
+                    bat[name] = per
+                    peers[f"{name}_{key}_batch"] = {str(k): x for k, x in per.items()}
+                    for k in batches:
+                        batch_rows.append((f"{key} {name} k={k}", {**per[k], "vs_k1_p50": "{:.2f}x".format(
+                            _common.ratio(per[k]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False))}))
+                        ratios[f"flat_vs_{name}_{key}_k{k}_per_row_p50"] = _common.ratio(  # (our best batch build)
+                            min(b[k]["per_row_p50_ns"] for n2, b in bat.items() if n2.startswith("flat")),
+                            per[k]["per_row_p50_ns"], False)
         metrics["sizes"][f"{trees}x{depth}"] = size_summary(trees, res, bat, peer_p50, best_flat)
     _common.table("model call at batch 1 (ns)", ["model_call_p50_ns", "model_call_p99_ns", "model_call_p999_ns",
                                                   "model_call_max_ns"], rows)

@@ -169,6 +169,18 @@ def simd_tables(tab):
     return feat, thr1, dleft, dmask, walk3, top
 
 
+def top_columns(top):
+    """The top levels' node words by node, 32 trees past the last (a 32-byte load from any tree
+    stays inside): which q2 byte (TOPF) and the rank to beat with its sign bit flipped (TOPT), so
+    the AVX2 kernel compares 32 trees' node j at once as signed bytes."""
+    T, n_top = top.shape
+    f = np.zeros((n_top, T + 32), np.uint8)
+    t = np.zeros((n_top, T + 32), np.uint8)
+    f[:, :T] = (top >> 8).T
+    t[:, :T] = ((top & 255) ^ 0x80).T
+    return f, t
+
+
 def _c_array(ctype, name, values, fmt):
     body = ",".join(fmt(v) for v in values)
     return f"static const {ctype} {name}[{max(1, len(values))}] = {{{body or '0'}}};"
@@ -204,6 +216,10 @@ def _tables(tab, wtype, node):
                 _c_array(aligned, "SFEAT", feat.ravel(), str),
                 _c_array(aligned, "STHR1", thr1.ravel(), str), _c_array(aligned, "SDLEFT", dleft.ravel(), str),
                 _c_array("uint64_t", "SDMASK", dmask, lambda v: f"{int(v)}ULL"), _c_array("uint8_t", "WALK3", walk3, str)]
+        if top.shape[1]:
+            topf, topt = top_columns(top)
+            out += [f"#define NTP {topf.shape[1]}", _c_array(aligned, "TOPF", topf.ravel(), str),
+                    _c_array(aligned, "TOPT", topt.ravel(), str)]
     return "\n".join(out)
 
 

@@ -133,12 +133,14 @@ def test_changed_flat_library_is_refused(tmp_path):
         artifact.load(tmp_path / "m", backend="flat-portable")
 
 
+@pytest.mark.parametrize("build", ["avx512-emu", "avx2"])
 @pytest.mark.parametrize("depth,trees", [(6, 300), (8, 100), (10, 30)])  # (enough trees for 255 thresholds)
-def test_avx512_kernel_logic_is_exact_without_avx512(tmp_path, depth, trees):
+def test_avx512_kernel_logic_is_exact_without_avx512(tmp_path, depth, trees, build):
     """The AVX-512 kernel, built with plain-C stand-ins for its intrinsics (tests/helpers/avx512_emu),
     gives XGBoost's bits row by row and k rows a call: its logic is checked on any CPU, not only on
     one with AVX-512 VBMI (where test_flat_is_bit_exact runs the real build). 255 thresholds on a
-    feature and missing values included."""
+    feature and missing values included. The real AVX2 build on the same rows (its top levels
+    compared 32 trees at a time as signed bytes: rank 255 against threshold 254 is the edge)."""
     import ctypes
     import subprocess
     from pathlib import Path
@@ -153,8 +155,13 @@ def test_avx512_kernel_logic_is_exact_without_avx512(tmp_path, depth, trees):
     src.write_text(flat.generate_c(tab, base_margin_c(forest.base_score, forest.objective)))
     emu = Path(__file__).resolve().parent / "helpers" / "avx512_emu"
     lib = tmp_path / "libemu.so"
-    subprocess.run([flat.CC, "-O1", "-march=x86-64", "-D__AVX512VBMI__", "-D__AVX512BW__", f"-I{emu}",
-                    *flat.COMMON_FLAGS, "-o", str(lib), str(src), "-lm"], check=True)
+    if build == "avx2":
+        if "avx2" not in artifact.cpu_flag_set():
+            pytest.skip("this CPU has no AVX2")
+        flags = flat.BUILDS["avx2"][0]
+    else:
+        flags = ["-O1", "-march=x86-64", "-D__AVX512VBMI__", "-D__AVX512BW__", f"-I{emu}"]
+    subprocess.run([flat.CC, *flags, *flat.COMMON_FLAGS, "-o", str(lib), str(src), "-lm"], check=True)
     so = ctypes.CDLL(str(lib))
     X, _ = _data(2000, 9, 7, nan_frac=0.1)
     X[:50] = np.float32(1e30)  # at or past every top threshold: rank 255, not missing

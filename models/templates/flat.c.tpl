@@ -55,13 +55,52 @@ static inline void simd_ranks(const float* row, uint8_t* q, uint8_t* nan, uint8_
     q2[NF + f] = m ? 255 : r;
   }
 }
+
+#if NTOP > 0 && defined(__AVX2__) && NF <= 16 && !(defined(__AVX512VBMI__) && defined(__AVX512BW__))
+#include <immintrin.h>
+#define TOP_SIMD 1
+/* The top levels of 32 trees at once (a row's q2 in two 16-byte halves, one vpshufb each): per
+   top node j, 32 trees' compares in one vector; then from the last top level up, each node's
+   block bits (its own bit, then its left or right child's, chosen by its compare), the root's
+   being the block. Same compares as block_of (unsigned bytes, as signed with the sign bit
+   flipped), a third of the instructions a row at depth 8 and a quarter at depth 10. The AVX2
+   build only: the AVX-512 one keeps block_of, whose logic tests/test_backends.py checks here
+   through plain-C stand-ins (and `auto` keeps whichever build is faster on the machine). */
+#define TOP_VECTORS __m256i q2lo, q2hi;
+#define TOP_BITS (DEPTH - 6)
+#define top_vectors(v) do { uint8_t t2_[32] __attribute__((aligned(16))) = {0}; \
+  for (int f_ = 0; f_ < 2 * NF; ++f_) t2_[f_] = (v)->q2[f_]; \
+  (v)->q2lo = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)t2_)); \
+  (v)->q2hi = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)(t2_ + 16))); } while (0)
+
+static inline void blocks32(__m256i q2lo, __m256i q2hi, int t, uint8_t* blk) {
+  __m256i c[NTOP], val[NTOP];
+  const __m256i sgn = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 16
+  for (int j = 0; j < NTOP; ++j) {
+    __m256i f = _mm256_loadu_si256((const __m256i*)(TOPF + j * NTP + t));
+    __m256i x = _mm256_blendv_epi8(_mm256_shuffle_epi8(q2lo, f), _mm256_shuffle_epi8(q2hi, f), _mm256_slli_epi16(f, 3));
+    c[j] = _mm256_cmpgt_epi8(_mm256_xor_si256(x, sgn), _mm256_loadu_si256((const __m256i*)(TOPT + j * NTP + t)));
+  }
+#pragma GCC unroll 16
+  for (int n = NTOP - 1; n >= 0; --n) {
+    int lvl = 31 - __builtin_clz(n + 1);
+    __m256i w = _mm256_and_si256(c[n], _mm256_set1_epi8((char)(1 << (TOP_BITS - 1 - lvl))));
+    val[n] = 2 * n + 1 >= NTOP ? w : _mm256_or_si256(w, _mm256_blendv_epi8(val[2 * n + 1], val[2 * n + 2], c[n]));
+  }
+  _mm256_storeu_si256((__m256i*)blk, val[0]);
+}
+#else
+#define TOP_VECTORS
+#define top_vectors(v) ((void)(v))
+#endif
 #endif
 
 #if defined(HAVE_SIMD_TABLES) && defined(__AVX512VBMI__) && defined(__AVX512BW__)
 #include <immintrin.h>
 /* One depth-6 block: vpermb gathers all 63 node features (and their NaN flags) from the row's
    64-byte vectors, compares land in a mask register, then two WALK3 lookups find the leaf. */
-typedef struct { __m512i q, nan; uint8_t q2[2 * NF]; } row_t;
+typedef struct { __m512i q, nan; uint8_t q2[2 * NF]; TOP_VECTORS } row_t;
 
 static inline int simd_leaf(const row_t* v, int u) {
   __m512i feat = _mm512_load_si512((const void*)(SFEAT + u * 64));
@@ -78,12 +117,13 @@ static inline void ranks(const float* row, row_t* v) {
   simd_ranks(row, q, nan, v->q2);
   v->q = _mm512_load_si512((const void*)q);
   v->nan = _mm512_load_si512((const void*)nan);
+  top_vectors(v);
 }
 #elif defined(HAVE_SIMD_TABLES) && defined(__AVX2__) && NF <= 16
 #include <immintrin.h>
 /* One depth-6 block: gather its 63 node features (and NaN flags) with byte shuffles, compare all
    at once, then find the leaf with two lookups in WALK3 (top depth-3 block, then the one below). */
-typedef struct { __m256i q, nan; uint8_t q2[2 * NF]; } row_t;
+typedef struct { __m256i q, nan; uint8_t q2[2 * NF]; TOP_VECTORS } row_t;
 
 static inline int simd_leaf(const row_t* v, int u) {
   const __m256i* F = (const __m256i*)(SFEAT + u * 64);
@@ -107,6 +147,7 @@ static inline void ranks(const float* row, row_t* v) {
   simd_ranks(row, q, nan, v->q2);
   v->q = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)q));
   v->nan = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)nan));
+  top_vectors(v);
 }
 #endif
 
@@ -116,10 +157,19 @@ static inline void ranks(const float* row, row_t* v) {
    Deeper than 6: three passes, each with short dependency chains so the CPU overlaps many trees
    (the block each reaches from the top levels, in L1; the leaf in it; the sum), measured faster
    than one pass per tree that depth and slower at depth 6. */
+#define CHUNK 64  /* trees engine_predict scores a pass at a time */
 static inline void trees_sum(const row_t* v, int nr, int t0, int m, float* s, int* u) {
-#if NTOP > 0
+#if defined(TOP_SIMD)
+  uint8_t blk[CHUNK + 32];
+  for (int r = 0; r < nr; ++r) {
+    for (int k = 0; k < m; k += 32) blocks32(v[r].q2lo, v[r].q2hi, t0 + k, blk + k);
+    for (int k = 0; k < m; ++k) u[r * m + k] = (t0 + k) * NSUB + blk[k];
+  }
+#elif NTOP > 0
   for (int r = 0; r < nr; ++r)
     for (int k = 0; k < m; ++k) u[r * m + k] = (t0 + k) * NSUB + block_of(v[r].q2, t0 + k);
+#endif
+#if NTOP > 0
   for (int r = 0; r < nr; ++r)
     for (int k = 0; k < m; ++k) u[r * m + k] = u[r * m + k] * 64 + simd_leaf(&v[r], u[r * m + k]);
   for (int r = 0; r < nr; ++r)
@@ -130,7 +180,6 @@ static inline void trees_sum(const row_t* v, int nr, int t0, int m, float* s, in
 #endif
 }
 
-#define CHUNK 64  /* trees engine_predict scores a pass at a time */
 EXPORT void engine_predict(const float* row, float* out) {
   row_t v;
   int u[CHUNK];
@@ -144,7 +193,11 @@ EXPORT void engine_predict(const float* row, float* out) {
    of them before the next, so a model bigger than the caches comes from memory once per block,
    not once per row; each row's sum in the same order as engine_predict's */
 #define TREE_BYTES (NSUB * 192 + NLEAF * 4)
+#if defined(TOP_SIMD)
+#define RUN 32  /* the blocks32 width: measured faster at depth 8-10 than a run that fits L1 */
+#else
 #define RUN (16384 / TREE_BYTES < 4 ? 4 : 16384 / TREE_BYTES > CHUNK ? CHUNK : 16384 / TREE_BYTES)
+#endif
 static inline void predict_block(const float* rows, int n, float* out) {
   row_t v[BLOCK];
   float s[BLOCK];
