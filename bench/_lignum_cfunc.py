@@ -14,7 +14,6 @@ import ctypes
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 CHUNK = 64  # rows binned and scored per block call in engine_predict_rows (the shim's stack arrays)
@@ -92,7 +91,3 @@ def build(model_json, n_features, lib, flags, work):
     h = ctypes.CDLL(str(out))
     return h, ctypes.cast(h.engine_predict, ctypes.c_void_p).value, ctypes.cast(h.engine_predict_rows,
                                                                                   ctypes.c_void_p).value
-
-
-def workdir():
-    return tempfile.mkdtemp(prefix="bench-lignum-")

@@ -35,6 +35,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import _common
@@ -50,18 +51,32 @@ from models.flat import MAX_DEPTH
 CORE = max(os.sched_getaffinity(0))
 
 
+def time_one(addr, X, reps):
+    """engine_predict at addr, one row a call over X `reps` times, timed from numba: p50/p99... ns."""
+    lat = np.zeros(len(X) * reps, np.int64)
+    time_calls(addr, X[:100], 1, lat)  # warm
+    time_calls(addr, X, reps, lat)
+    return _common.pct(lat, "model_call")
+
+
+def time_batches(rows_addr, X, batches, reps):
+    """engine_predict_rows at rows_addr, k rows a call for each k: {k: p50/p99... ns per row}."""
+    res = {}
+    for k in batches:
+        lat = np.zeros(reps * (len(X) // k), np.int64)
+        time_rows(rows_addr, X[:64 * k], k, 1, lat)  # warm
+        n = time_rows(rows_addr, X, k, reps, lat)
+        res[k] = _common.pct(lat[:n], "per_row")
+    return res
+
+
 def per_row(d, X, quick):
     res = {}
     man = artifact.read_manifest(d)
     for name in man["validation"]["checked_backends"]:
         if name == "xgboost":  # (its C shim: XGBoost is timed below, from Python, as users call it)
             continue
-        pred = artifact.load(d, backend=name)
-        reps = 3 if quick else 10
-        lat = np.zeros(len(X) * reps, np.int64)
-        time_calls(pred.addr, X[:100], 1, lat)  # warm
-        time_calls(pred.addr, X, reps, lat)
-        res[name] = _common.pct(lat, "model_call")
+        res[name] = time_one(artifact.load(d, backend=name).addr, X, 3 if quick else 10)
     b = xgboost_booster(d)
     xl, _ = time_py(lambda r: b.inplace_predict(r, predict_type="margin"), X, 500 if quick else 3000)
     res["xgboost"] = _common.pct(xl, "model_call")
@@ -78,12 +93,7 @@ def per_batch(d, X, batches, quick):
         pred = artifact.load(d, backend=name)
         if not pred.rows_addr:
             continue
-        res[name] = {}
-        for k in batches:
-            lat = np.zeros(reps * (len(X) // k), np.int64)
-            time_rows(pred.rows_addr, X[:64 * k], k, 1, lat)  # warm
-            n = time_rows(pred.rows_addr, X, k, reps, lat)
-            res[name][k] = _common.pct(lat[:n], "per_row")
+        res[name] = time_batches(pred.rows_addr, X, batches, reps)
     b = xgboost_booster(d)
     res["xgboost"] = {}
     for k in batches:
@@ -157,7 +167,8 @@ def lignum_peer(d, X, n, batches=(1,), quick=False, compile_timeout_s=900.0):
 
     import _lignum_cfunc
     from models.flat import BUILDS
-    ref = xgboost_booster(d).inplace_predict(X[:n], predict_type="margin")
+    full = xgboost_booster(d).inplace_predict(X, predict_type="margin")
+    ref = full[:n]
     X64 = np.ascontiguousarray(X[:n + 20], dtype=np.float64)
     m = lignum.load(str(d / "model.json"), format="xgboost")
     res = {}
@@ -168,7 +179,7 @@ def lignum_peer(d, X, n, batches=(1,), quick=False, compile_timeout_s=900.0):
                      "compared_as": "margin", "version": lignum.__version__}
     one("pylignum")
     print("pylignum: compiling its trees with the C compiler ...", file=sys.stderr, flush=True)
-    work = _lignum_cfunc.workdir()
+    work = tempfile.mkdtemp(prefix="bench-lignum-")
     try:
         try:
             flags = " ".join(BUILDS["avx2"][0])
@@ -180,20 +191,11 @@ def lignum_peer(d, X, n, batches=(1,), quick=False, compile_timeout_s=900.0):
             return res, None
         one("pylignum_compiled")
         reps = 3 if quick else 10
-        lat = np.zeros(len(X) * reps, np.int64)
-        time_calls(addr, X[:100], 1, lat)  # warm
-        time_calls(addr, X, reps, lat)
         out = np.zeros(len(X), np.float32)
         score_rows(rows_addr, X, out)
-        full = xgboost_booster(d).inplace_predict(X, predict_type="margin")
-        res["lignum_cfunc"] = {**_common.pct(lat, "model_call"),
+        res["lignum_cfunc"] = {**time_one(addr, X, reps),
                                "max_abs_diff_vs_xgboost": float(np.abs(out - full).max()), "compared_as": "margin",
-                               "version": lignum.__version__, "batch": {}}
-        for k in batches:
-            lat = np.zeros(reps * (len(X) // k), np.int64)
-            time_rows(rows_addr, X[:64 * k], k, 1, lat)  # warm
-            got = time_rows(rows_addr, X, k, reps, lat)
-            res["lignum_cfunc"]["batch"][k] = _common.pct(lat[:got], "per_row")
+                               "version": lignum.__version__, "batch": time_batches(rows_addr, X, batches, reps)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return res, None
@@ -306,9 +308,10 @@ def main():
         if "treelite" in res:
             peer_p50["treelite"] = res["treelite"]["model_call_p50_ns"]
         n = 500 if a.quick else 3000
-        for label, peer in (("onnxruntime", onnxruntime_peer), ("pylignum", lignum_peer)):
+        for label, peer in (("onnxruntime", lambda: onnxruntime_peer(d, X, n)),
+                            ("pylignum", lambda: lignum_peer(d, X, n, batches, a.quick, a.peer_compile_timeout))):
             print(f"{key}: timing {label} ...", file=sys.stderr, flush=True)
-            got, skip = peer(d, X, n) if peer is onnxruntime_peer else peer(d, X, n, batches, a.quick, a.peer_compile_timeout)
+            got, skip = peer()
             if skip:
                 print(f"{label}: {skip}", flush=True)
                 if f"{label} {skip}" not in skipped:

@@ -19,8 +19,8 @@ import pytest
 from engine.render import CodeTemplate, TemplateError, render
 
 PINNED = {
-    "flat.c": "ffe7e5dc3fc625b966e15d9f48061f2a1465e82cc5f31a4bbe2ec836710792d6",
-    "flat_simd.c": "9531771137f6b4d4c507e2db2eebe784fd1f6de1a61815bc160bd5a3782893b8",
+    "flat.c": "ebfb54876fe3856f5c330c1faf091e7c21526a0b42099a18483a36a59e2559d1",
+    "flat_simd.c": "e7b57fe37ecaee9322ed8804cb69d424bac838a25b499fe9dde4e7077f4dd663",
     "hls/emu_abi.cpp": "a25ba46cbdda6883c4fe602a2d26ce44f988e995e3441337bd594222e0d63eac",
     "hls/fixed_types.h": "e758cfa6a53201c65ccf6dec5e77ca2643b0806451211ed7e58aa1815dd38274",
     "hls/kernel.cpp": "acf52f403022cc970bfcf95b6128863ff305294308d0cdf16f7080c9851c619a",

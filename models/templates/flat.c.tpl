@@ -100,7 +100,7 @@ static inline void blocks32(__m256i q2lo, __m256i q2hi, int t, uint8_t* blk) {
 #include <immintrin.h>
 /* One depth-6 block: vpermb gathers all 63 node features (and their NaN flags) from the row's
    64-byte vectors, compares land in a mask register, then two WALK3 lookups find the leaf. */
-typedef struct { __m512i q, nan; uint8_t q2[2 * NF]; TOP_VECTORS } row_t;
+typedef struct { __m512i q, nan; uint8_t q2[2 * NF]; } row_t;
 
 static inline int simd_leaf(const row_t* v, int u) {
   __m512i feat = _mm512_load_si512((const void*)(SFEAT + u * 64));
@@ -117,7 +117,6 @@ static inline void ranks(const float* row, row_t* v) {
   simd_ranks(row, q, nan, v->q2);
   v->q = _mm512_load_si512((const void*)q);
   v->nan = _mm512_load_si512((const void*)nan);
-  top_vectors(v);
 }
 #elif defined(HAVE_SIMD_TABLES) && defined(__AVX2__) && NF <= 16
 #include <immintrin.h>
