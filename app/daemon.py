@@ -46,6 +46,7 @@ from .run_options import RunConfig, risk_limits
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
 LOOP_STALL_NS = 1_000_000_000     # no loop heartbeat for this long: the loop is stalled (/ready false, logged)
 WATCH_GAP_MAX_NS = 200_000_000    # a longer gap between two looks of the watchdog counts as this: it was stopped too
+BRIDGE_MAX_S = 60.0               # the lease is renewed for a control plane that is starting at most this long
 DRAIN_JOIN_S = 1.0                # at the end, a drain thread that does not stop within this is stuck (a write),
 DRAIN_SLOW_S = 2.0                # or, writing a regular file (a loaded disk slows it, never blocks it), this
                                   # more (within ops/engine.service's TimeoutStopSec=5 with the rest of the stop)
@@ -62,6 +63,7 @@ SLOW_COMMANDS = ("reload", "shadow-add", "shadow-remove")
 SLOW_REQUEST_TIMEOUT_S = 120.0
 KEEPALIVE_S = 5.0
 HTTP_STOP_S = 1.0                 # at stop, requests in progress get this long; then their connections close
+PUB_RENEW_EVERY = 256             # zmq: the lease is renewed after this many records sent
 PUB_HWM = 1000                    # zmq: records queued per subscriber before it is found slow and cut off
 LOG_EVERY_S = 10.0                # at most one line per kind of HTTP trouble this often (the rest are counted)
 # HELP of the feed's counters that alerts and people read most (every other one gets a generic line)
@@ -154,10 +156,20 @@ class HttpLog(logging.Logger):
                 text = str(msg) % args if args else str(msg)
             except (TypeError, ValueError):
                 text = str(msg)
-            if isinstance(exc, BaseException):
+            if isinstance(exc, BaseException) and _ours(exc):
                 import traceback
                 text += "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+            elif isinstance(exc, BaseException):  # aiohttp's own, on a connection closing as we stop
+                text += f" in aiohttp: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"  # under a flood
             self._line("error", "http: " + text)
+
+
+def _ours(exc):
+    """Did the exception pass through this package's code (else it is the HTTP library's own)?"""
+    import traceback
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return any(f.filename.startswith(here + os.sep) and "site-packages" not in f.filename
+               for f in traceback.extract_tb(exc.__traceback__))
 
 
 def kill_switch(ctl, code, name):
@@ -262,6 +274,7 @@ class PlaneInputs:
     paper: object = None            # app.paper.PaperTrader (--paper): given every drained signal
     shadows: object = None          # app.live._Run's shadows (--shadow, ctl shadow): .status(), .add(m), .remove(n)
     drift: object = None            # app.drift_monitor.DriftMonitor (--drift): .figures()
+    bridge: object = None           # LeaseBridge: renews the lease until the drain thread runs
 
     # (the run's options, read from its configuration: one owner)
     http = property(lambda self: self.cfg.http)                 # (host, port) or None
@@ -270,6 +283,36 @@ class PlaneInputs:
     hlog_path = property(lambda self: self.cfg.hlog)            # None: no latency log
     hlog_interval = property(lambda self: self.cfg.hlog_interval)
     stall_exit = property(lambda self: self.cfg.stall_exit)
+
+
+def renew_lease(ctl, sring_hdr, lease_ns):
+    """The loop's lease renewed, the control block's and signal ring's heartbeats beaten (we own
+    these two files)."""
+    now = time.monotonic_ns()
+    ctl[C.CTL_LEASE_NS] = now + lease_ns
+    ctl[shm.H_HEARTBEAT_NS] = sring_hdr[shm.H_HEARTBEAT_NS] = now
+
+
+class LeaseBridge:
+    """Renews the loop's lease from the moment the loop runs until the control plane's drain
+    thread takes over. Starting the plane (the zmq keys, aiohttp, the HTTP server) took 4.9 s on a
+    2-core machine loaded by six busy processes, longer than the lease: the loop stopped itself
+    before anyone had stopped watching it. Bounded: a plane that has not started in BRIDGE_MAX_S
+    lets the lease lapse, as a hung control thread should."""
+
+    def __init__(self, ctl, sring_hdr, lease_ns, period, loop_thread):
+        self.done = threading.Event()
+        args = (ctl, sring_hdr, lease_ns, period, loop_thread)
+        self.thread = threading.Thread(target=self._run, args=args, name="engine-lease-bridge", daemon=True)
+        self.thread.start()
+
+    def _run(self, ctl, sring_hdr, lease_ns, period, loop_thread):
+        end = time.monotonic() + BRIDGE_MAX_S
+        while not self.done.wait(period) and loop_thread.is_alive() and time.monotonic() < end:
+            renew_lease(ctl, sring_hdr, lease_ns)
+
+    def stop(self):
+        self.done.set()
 
 
 @dataclass
@@ -608,17 +651,28 @@ class ControlPlane:
                 if paper is not None:
                     paper.decided(taken)
                 return total
-            self.ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + self.x.lease_ns  # (alive: a long drain is progress)
+            self._renew()  # (alive: a long drain is progress)
             self.x.slog.write(buf[:n])  # signals and conflation marks (the file keeps both)
             if self.x.paper is not None:
                 self.x.paper.signals(buf[:n])
             if self.pub is not None:
-                recs = buf[:n][(signal_flags(buf[:n]) & SIGNAL_FLAG_MARK) == 0]  # decisions only
-                if len(recs) and int(signal_instruments(recs).max()) >= len(self.instruments):
-                    self._refresh_instruments()  # a feed names instruments as it finds them
-                for rec, inst in zip(recs, signal_instruments(recs).tolist()):  # never blocks: a subscriber
-                    self.pub.send(self._topic(inst), rec.tobytes())  # found full is cut off (engine/zpub.py)
+                self._publish(buf[:n])
             total += n
+
+    def _renew(self):
+        renew_lease(self.ctl, self.x.sring.hdr, self.x.lease_ns)
+
+    def _publish(self, chunk):
+        """The chunk's decisions on zmq, renewing the lease every PUB_RENEW_EVERY: sending to 50
+        subscribers on a loaded machine took 1 ms a record, 3.5 s for one chunk."""
+        recs = chunk[(signal_flags(chunk) & SIGNAL_FLAG_MARK) == 0]  # decisions only
+        insts = signal_instruments(recs).tolist()
+        if insts and max(insts) >= len(self.instruments):
+            self._refresh_instruments()  # a feed names instruments as it finds them
+        for i, (rec, inst) in enumerate(zip(recs, insts)):  # never blocks: a subscriber found full
+            if i % PUB_RENEW_EVERY == PUB_RENEW_EVERY - 1:  # is cut off (engine/zpub.py)
+                self._renew()
+            self.pub.send(self._topic(inst), rec.tobytes())
 
     # -- HTTP ----------------------------------------------------------------------------
 
@@ -1078,9 +1132,9 @@ class ControlPlane:
         heartbeats and drains signals (file, zmq) every drain_period, however busy the HTTP side is."""
         x = self.x
         while not self.drain_stop.is_set():
-            now = time.monotonic_ns()
-            self.ctl[C.CTL_LEASE_NS] = now + x.lease_ns
-            self.ctl[shm.H_HEARTBEAT_NS] = x.sring.hdr[shm.H_HEARTBEAT_NS] = now  # we own these two files
+            self._renew()
+            if x.bridge is not None:
+                x.bridge.stop()  # (ours from now on)
             self.drain()
             if self.pub is not None:
                 self.pub.poll()

@@ -494,7 +494,7 @@ class _Run:
     def __init__(self, cfg, stop_event, reload_event):
         self.cfg, self.stop_event, self.reload_event = cfg, stop_event, reload_event
         self.swaps, self.notes, self.created, self.cleanup_errors = [], [], [], []
-        self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = self.isolation = None
+        self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = self.isolation = self.bridge = None
         self.isolation_text = None
         self.procs, self.rings, self.recorder, self.tap, self.paper = [], None, None, None, None
         self.shadows, self.shadow_models, self.shadow_results = None, [], None
@@ -879,6 +879,8 @@ class _Run:
         thread.ready.wait()
         if thread.error:
             raise thread.error
+        from .daemon import LeaseBridge  # (the loop runs: its lease is renewed until the control plane's thread is)
+        self.bridge = LeaseBridge(self.ctl_blk.hdr, self.sring.hdr, LEASE_NS, DRAIN_PERIOD_S, thread)
         self.running = True
         feed = (f"feed pid{'s' if len(self.procs) > 1 else ''} {', '.join(str(p.pid) for p in self.procs)}"
                 if self.procs else f"ring {shm.ring_path(self.ring_name)}")
@@ -927,7 +929,8 @@ class _Run:
                          if not cfg.ring and not self.finite else None,
                          deadline=self.t_start + cfg.duration if cfg.duration else None,
                          lease_ns=LEASE_NS, drain_period=DRAIN_PERIOD_S, sources=self._sources(),
-                         risk_table=self.risk_table, paper=self.paper, shadows=self.shadows, drift=self.drift)
+                         risk_table=self.risk_table, paper=self.paper, shadows=self.shadows, drift=self.drift,
+                         bridge=self.bridge)
         self.plane = run_control_plane(px)
         self.proc = px.proc
         if px.sources:
@@ -966,6 +969,8 @@ class _Run:
         self.t_stop = time.monotonic()
         if self.ctl_blk is not None:
             self.ctl_blk.hdr[C.CTL_CMD] = C.CMD_STOP
+        if self.bridge is not None:
+            self.bridge.stop()
         if self.plane is not None:
             step(self.plane.note_feed_exit)  # (before we signal it: an exit of its own, not ours)
             self.source_feeds = {w.label: w.feed_status() for w in self.plane.feeds}  # (before we stop them)

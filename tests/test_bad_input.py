@@ -189,6 +189,31 @@ def test_malformed_http_requests_get_a_4xx_and_at_most_a_line(daemon):
     assert daemon.get("/health")[0] == 200 and daemon.status()["counters"]["ticks"] > 0
 
 
+def test_an_http_library_error_is_one_line_and_an_error_of_ours_keeps_its_traceback(capsys):
+    """aiohttp raises inside itself when a connection closes under a response at stop (a scrape
+    flood): that is one line. An error that passed through our code keeps its traceback."""
+    import functools
+
+    import aiohttp.web
+    from app.daemon import HttpLog
+    log = HttpLog()
+    # caught and logged as aiohttp's request handler does it, in a frame that is not ours
+    ns = {}
+    exec(compile("def handler(fn, log):\n    try:\n        fn()\n    except Exception:\n"
+                 "        log.exception('Unhandled exception')\n", aiohttp.web.__file__, "exec"), ns)
+    ns["handler"](functools.partial(aiohttp.web.Response, body=b"", text="x"), log)  # raised in aiohttp's code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert "http: Unhandled exception in aiohttp: ValueError: body and text are not allowed together" in err
+    log._at.clear()  # (not rate-limited away)
+    try:
+        int("x")  # raised here, in ours
+    except ValueError:
+        log.exception("Error handling request")
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "invalid literal for int()" in err and __file__ in err, err
+
+
 def test_a_deaf_zmq_subscriber_is_counted_and_cut_off_and_a_reader_misses_nothing(daemon):
     import zmq
     ctx = zmq.Context()

@@ -134,6 +134,27 @@ def test_a_paused_feed_that_resumes_is_back(tmp_path, shm_name, default_model):
         d.stop()
 
 
+def test_a_loaded_machine_does_not_stop_the_loop(tmp_path, shm_name, default_model):
+    """Three busy processes a core beside the engine, from before it starts: starting the control
+    plane (zmq keys, HTTP) took 4.9 s here, longer than the loop's 3 s lease, and the loop stopped
+    itself at every start. The lease is now renewed from the loop's first tick on."""
+    import subprocess
+    import sys
+    from tests.conftest import strategy_core
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3 * os.cpu_count())]
+    d = None
+    try:
+        d = Daemon(tmp_path, shm_name, "--feed", SYN.format(rate=50000), "--duration", "6", core=strategy_core())
+        d.proc.wait(timeout=180)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+        out = d.stop() if d is not None else ""
+    assert d.proc.returncode == 0, d.log()
+    assert "engine run:" in out and "lease" not in d.log().lower(), d.log()
+
+
 def test_a_metrics_flood_and_deaf_subscribers_never_touch_the_loop(tmp_path, shm_name, default_model):
     """150 keep-alive clients scraping /metrics as fast as they can and 50 zmq subscribers that
     never read, at 50k ticks/s: the loop keeps its lease, no signal is dropped, memory stays
