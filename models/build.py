@@ -44,6 +44,18 @@ def train(X_train, y_train, X_valid, y_valid, *, trees=200, depth=6, eta=0.1,
     return b
 
 
+def _quarters(t0):
+    """A progress(done, total) that logs each quarter of TL2cgen's translation units compiled."""
+    said = [0]
+
+    def progress(done, total):
+        q = 4 * done // total
+        if total >= 8 and q > said[0] and done < total:
+            said[0] = q
+            log(f"  TL2cgen: {done}/{total} translation units compiled in {time.time() - t0:.0f} s")
+    return progress
+
+
 def threshold_rows(booster, X_base, n, rng):
     """Rows with features set exactly at (and one ulp under) the model's split thresholds."""
     d = json.loads(booster.save_raw("json"))
@@ -103,9 +115,11 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
             for name in flat.BUILDS:  # fastest first
                 backends[f"flat-{name}"] = {"lib": flat_libs[name], "requires": finfo["requires"][name]}
         if "treelite" in wanted:
-            log(f"compiling {booster.num_boosted_rounds()} trees with TL2cgen + gcc (takes a few seconds)")
+            log(f"compiling {booster.num_boosted_rounds()} trees with TL2cgen + gcc (seconds for the default "
+                "model, minutes for hundreds of deep trees)")
             t0 = time.time()
-            lib, cinfo = tlcompile.compile_treelite(tmp / "model.json", tmp, len(feature_names))
+            lib, cinfo = tlcompile.compile_treelite(tmp / "model.json", tmp, len(feature_names),
+                                                    _quarters(t0))
             log(f"  compiled in {time.time() - t0:.1f} s")
             backends["treelite"] = {"lib": lib.name, "requires": []}
         # the reference, behind the same C ABI (validation only: never chosen by `auto`)

@@ -139,8 +139,9 @@ def gcc_version():
         raise CompileError(f"a C compiler ({CC}) is needed to build a model: {e}") from e
 
 
-def compile_treelite(model_json, out_dir, num_feature):
-    """Generate, patch and compile; writes predictor/*.c and libpredictor.so into out_dir."""
+def compile_treelite(model_json, out_dir, num_feature, progress=None):
+    """Generate, patch and compile; writes predictor/*.c and libpredictor.so into out_dir.
+    progress(done, total): called as each translation unit is compiled."""
     import tl2cgen
     import treelite
 
@@ -165,7 +166,7 @@ def compile_treelite(model_json, out_dir, num_feature):
     (src_dir / "engine_predict.c").write_text(wrapper_c(num_feature, base_margin_c(p, objective)))
     lib = out_dir / "libpredictor.so"
     sources = sorted(src_dir.glob("*.c"))
-    objs = _compile_parallel(sources, out_dir / "obj")
+    objs = _compile_parallel(sources, out_dir / "obj", progress)
     cmd = [CC, *CFLAGS, "-o", str(lib), *map(str, objs), "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     shutil.rmtree(out_dir / "obj", ignore_errors=True)
@@ -178,8 +179,8 @@ def compile_treelite(model_json, out_dir, num_feature):
 TREES_PER_UNIT = 20
 
 
-def _compile_parallel(sources, obj_dir):
-    """gcc -c each source, as many at once as there are cores."""
+def _compile_parallel(sources, obj_dir, progress=None):
+    """gcc -c each source, as many at once as there are cores; progress(done, total) after each."""
     obj_dir.mkdir(parents=True, exist_ok=True)
     flags = [f for f in CFLAGS if f != "-shared"]
     pending, running, objs = list(sources), [], []
@@ -197,4 +198,6 @@ def _compile_parallel(sources, obj_dir):
             for _, other in running:
                 other.kill()
             raise CompileError(f"{' '.join(cmd)} failed:\n{err[-4000:]}")
+        if progress is not None:
+            progress(len(objs) - len(running) - len(pending), len(sources))
     return objs

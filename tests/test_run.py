@@ -1,6 +1,7 @@
 """`engine run` as a user runs it: a real process, feed process, rings, pinned RT thread."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -248,6 +249,7 @@ def test_first_run_builds_the_default_model_and_stdout_stays_one_json_object(shm
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "[model] [4/4] compiling and verifying" in r.stderr and "bit-exact with XGBoost" in r.stderr
+    assert re.search(r"\[model\]   TL2cgen: \d+/\d+ translation units compiled in \d+ s", r.stderr), r.stderr
     assert json.loads(r.stdout)["ticks"] > 0  # the whole of stdout is one JSON document
     assert list((tmp_path / "cache" / "engine" / "models").glob("default-*/manifest.json"))
 
