@@ -37,6 +37,7 @@ ISOLATE_SWEEP_S = 2.0  # --isolate: tasks born since the last sweep are moved of
 LEASE_NS = defaults.LEASE_NS  # the loop stops by itself if the main thread goes quiet this long
 DRAIN_PERIOD_S = 0.002
 TAP_CAPACITY = 1 << 18  # --record: at least this many slots in the tap ring (16 MiB; drained every ms)
+TAP_WHOLE_MAX = 1 << 22  # a replay of tick files: a tap that holds all of it, up to this (256 MiB)
 STRATEGY_THREAD_NAME = "engine-strategy"
 # --name: the longest name whose files fit a file name (NAME_MAX 255) with the longest suffix the engine
 # gives one (NAME.ticks.instruments, NAME-YYYYmmddTHHMMSS.hlog, a table's .NAME-....parquet.tmp-PID)
@@ -497,6 +498,7 @@ class _Run:
         self.ctl_blk = self.sring = self.slog = self.proc = self.thread = self.plane = self.isolation = self.bridge = None
         self.isolation_text = None
         self.procs, self.rings, self.recorder, self.tap, self.paper = [], None, None, None, None
+        self._tap_cap = None
         self.shadows, self.shadow_models, self.shadow_results = None, [], None
         self.drift, self.drift_result = None, None
         self.running = False
@@ -643,8 +645,20 @@ class _Run:
         check_ports(cfg)
 
     def tap_capacity(self):
-        """--record: the tap ring's slots (the loop never waits for its recorder: a lap is a gap in the file)."""
-        return max(self.cfg.ring_capacity, TAP_CAPACITY)
+        """--record: the tap ring's slots. The loop never waits for its recorder (a lap is a gap in
+        the file), so a replay of tick files, read flat out, gets a tap that holds all of it (up to
+        TAP_WHOLE_MAX, in a quarter of the room /dev/shm has): a recorder stalled on a busy disk is
+        then late, never lapped (284k ticks went by in 0.3 s, and one whole-suite run lost them)."""
+        if self._tap_cap is None:
+            from feeds.sources import TickFileSource
+            cap = max(self.cfg.ring_capacity, TAP_CAPACITY)
+            srcs = getattr(self, "srcs", None) or []
+            if not self.cfg.ring and srcs and all(isinstance(x, TickFileSource) for x in srcs):
+                want = min(1 << max(sum(len(x.file) for x in srcs) - 1, 1).bit_length(), TAP_WHOLE_MAX)
+                if want > cap and shm.ring_bytes(64, want) <= shm.room(os.path.dirname(shm.ring_path("x")))[0] // 4:
+                    cap = want
+            self._tap_cap = cap
+        return self._tap_cap
 
     def start_table(self):
         """(names, records) of the run's instruments known at start, in id order, named as the run's

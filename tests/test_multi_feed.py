@@ -321,3 +321,30 @@ def test_feed_tables_and_flags(tmp_path):
         f.write_text(text)
         err = one_line_error(cli("run", "--config", str(f), "--no-doctor", "--http", "none", "--pub", "none"))
         assert str(f) in err and why in err, err
+
+
+def test_a_replays_tap_holds_all_of_it_so_a_stalled_recorder_is_late_never_lapped(tmp_path, default_model, shm_name):
+    """The loop never waits for its recorder: a recorder stalled longer than the tap ring takes to
+    fill loses ticks (a gap in the file). A replay of tick files runs flat out (284k ticks in 0.3 s,
+    and one whole-suite run lost them), so its tap is sized to hold every tick of it."""
+    import subprocess
+    from engine import shm
+    from tests.conftest import ROOT, engine_cmd, engine_env
+    big = converted("synthetic://?instruments=2&count=300000&seed=23")
+    a, _ = _files()
+    total = len(TickFile(big)) + len(TickFile(a))
+    assert total > 1 << 18  # more than the tap's least (app/live.py TAP_CAPACITY)
+    proc = subprocess.Popen(engine_cmd("run", "--no-rt", "--no-doctor", "--http", "none", "--pub", "none",
+                                       "--feed", f"tickfile:{big}", "--feed", f"tickfile:{a}", "--duration", "3",
+                                       "--name", shm_name, "--record", str(tmp_path / "rec.ticks"),
+                                       "--signals-out", str(tmp_path / "s.sig")),
+                            cwd=ROOT, env=engine_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        tap = shm.ring_path(f"{shm_name}.tap")
+        wait_until(lambda: os.path.exists(tap) or proc.poll() is not None, "the tap ring")
+        size = os.stat(tap).st_size
+    finally:
+        err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 0, err
+    slots = 1 << (total - 1).bit_length()
+    assert shm.ring_bytes(64, slots) <= size < shm.ring_bytes(64, 2 * slots), (size, slots)
