@@ -1131,10 +1131,10 @@ class ControlPlane:
         """Its own thread, never the one that answers HTTP: renews the loop's lease, beats the
         heartbeats and drains signals (file, zmq) every drain_period, however busy the HTTP side is."""
         x = self.x
+        if x.bridge is not None:
+            x.bridge.stop()  # (ours from now on: renewed at once below)
         while not self.drain_stop.is_set():
             self._renew()
-            if x.bridge is not None:
-                x.bridge.stop()  # (ours from now on)
             self.drain()
             if self.pub is not None:
                 self.pub.poll()

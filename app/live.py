@@ -655,7 +655,8 @@ class _Run:
             srcs = getattr(self, "srcs", None) or []
             if not self.cfg.ring and srcs and all(isinstance(x, TickFileSource) for x in srcs):
                 want = min(1 << max(sum(len(x.file) for x in srcs) - 1, 1).bit_length(), TAP_WHOLE_MAX)
-                if want > cap and shm.ring_bytes(64, want) <= shm.room(os.path.dirname(shm.ring_path("x")))[0] // 4:
+                tap_dir = os.path.dirname(shm.ring_path(f"{self.cfg.name}.tap"))
+                if want > cap and shm.ring_bytes(64, want) <= shm.room(tap_dir)[0] // 4:
                     cap = want
             self._tap_cap = cap
         return self._tap_cap

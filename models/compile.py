@@ -199,5 +199,5 @@ def _compile_parallel(sources, obj_dir, progress=None):
                 other.kill()
             raise CompileError(f"{' '.join(cmd)} failed:\n{err[-4000:]}")
         if progress is not None:
-            progress(len(objs) - len(running) - len(pending), len(sources))
+            progress(len(objs) - len(running), len(sources))  # (objs: every source started)
     return objs
