@@ -1,7 +1,8 @@
-"""The AVX2 flat kernel on deep trees (depth 7-10): the depth-6 block under a tree's top levels found
-32 trees at a time (TOP_SIMD in models/templates/flat.c.tpl, stop 50) against the same generated
+"""The SIMD flat kernels on deep trees (depth 7-10): the depth-6 block under a tree's top levels found
+32 trees at a time by the AVX2 build (TOP_SIMD in models/templates/flat.c.tpl, stop 50) and 64 at a
+time by the AVX-512 one (stop 52, where the CPU has AVX-512 VBMI), each against the same generated
 source with TOP_SIMD left undefined, which walks each tree's top nodes in scalar code (block_of,
-the kernel until stop 49): the peer is our previous kernel, built and run here in the same run.
+the kernel until stop 49 and 51): the peer is our previous kernel, built and run here in the same run.
 
 Per size (`--sizes 500x8,1000x8`, the bench models of bench/_models.py, trained and cached on first
 use): both builds checked bit for bit against each other and XGBoost's margins on every row timed;
@@ -23,7 +24,7 @@ import _common
 import numpy as np
 from _models import model_dir, test_rows, time_calls, time_rows
 
-from models import flat
+from models import artifact, flat
 from models.compile import base_margin_c
 
 HARNESS = r"""
@@ -44,24 +45,35 @@ int main(int argc, char** argv) {
 """
 
 
+WIDTH = {"avx2": 32, "avx512": 64}  # trees a build's top levels take at once
+
+
 def variants(model_json):
-    """{name: C source}: this kernel and the same source without TOP_SIMD, or None when the model
-    is not one the AVX2 kernel takes with top levels (depth 7-10, <= 16 features, byte ranks)."""
+    """{name: (build, C source)}: per SIMD build this CPU runs, the kernel and the same source without
+    TOP_SIMD; None when the model is not one the SIMD kernels take with top levels (depth 7-10,
+    byte ranks; the AVX2 one <= 16 features)."""
     forest = flat.read_forest(model_json)
     tab = flat.build_tables(forest)
-    if flat.kernels(tab)["avx2"] != "avx2" or tab["depth"] <= flat.SIMD_DEPTH:
+    if tab["depth"] <= flat.SIMD_DEPTH or not flat.simd_ok(tab):
         return None, tab
     src = flat.generate_c(tab, base_margin_c(forest.base_score, forest.objective))
-    if "#define TOP_SIMD 1\n" not in src:
-        raise SystemExit("models/templates/flat.c.tpl no longer defines TOP_SIMD: this bench does not know the kernel")
-    return {"top32": src, "scalar_top": src.replace("#define TOP_SIMD 1\n", "")}, tab
+    out = {}
+    for b, w in WIDTH.items():
+        if flat.kernels(tab)[b] == "scalar" or not set(flat.BUILDS[b][1]) <= artifact.cpu_flag_set():
+            continue
+        if f"#define TOP_SIMD {w}\n" not in src:
+            raise SystemExit("models/templates/flat.c.tpl no longer defines TOP_SIMD: this bench does not know the kernel")
+        out[f"{b}_top{w}"] = (b, src)
+        out[f"{b}_scalar_top"] = (b, src.replace(f"#define TOP_SIMD {w}\n", ""))
+    return out or None, tab
 
 
-def build(src, work, name):
-    """The AVX2 build of src: (ctypes library, engine_predict, engine_predict_rows addresses)."""
+def build(build_name, src, work, name):
+    """The given build of src: (ctypes library, engine_predict, engine_predict_rows addresses)."""
     c, lib = Path(work) / f"{name}.c", Path(work) / f"lib{name}.so"
     c.write_text(src)
-    subprocess.run([flat.CC, *flat.BUILDS["avx2"][0], *flat.COMMON_FLAGS, "-o", str(lib), str(c), "-lm"], check=True)
+    subprocess.run([flat.CC, *flat.BUILDS[build_name][0], *flat.COMMON_FLAGS, "-o", str(lib), str(c), "-lm"],
+                   check=True)
     h = ctypes.CDLL(str(lib))
     addr = [ctypes.cast(getattr(h, f), ctypes.c_void_p).value for f in ("engine_predict", "engine_predict_rows")]
     return h, lib, addr[0], addr[1]
@@ -103,13 +115,13 @@ def main():
             d = model_dir(trees, depth)
             srcs, tab = variants(d / "model.json")
             if srcs is None:
-                print(f"{key}: skipped: the AVX2 kernel has no top levels for it (depth {tab['depth']}, "
+                print(f"{key}: skipped: the SIMD kernels have no top levels for it (depth {tab['depth']}, "
                       f"{tab['num_feature']} features)", flush=True)
                 continue
             want = xgboost_booster(d).inplace_predict(X, predict_type="margin")
             libs = {}
-            for name, src in srcs.items():
-                h, lib, addr, rows_addr = build(src, work, f"{name}_{key}")
+            for name, (b, src) in srcs.items():
+                h, lib, addr, rows_addr = build(b, src, work, f"{name}_{key}")
                 out = np.zeros(len(X), np.float32)
                 score_rows(rows_addr, X, out)
                 if not np.array_equal(out.view(np.int32), want.view(np.int32)):
@@ -135,21 +147,24 @@ def main():
                 m["ns_per_tree_p50"] = round(m["one_p50_ns"] / trees, 2)
                 metrics[key][name] = m
                 rows.append((f"{key} {name}", m))
-            new, old = metrics[key]["top32"], metrics[key]["scalar_top"]
-            for w in ("one_p50_ns", "one_p99_ns", "k64_p50_ns"):
-                ratios[f"top32_vs_scalar_top_{key}_{w[:-3]}"] = _common.ratio(new[w], old[w], False)
-            if "instructions_per_tree" in new:
-                ratios[f"top32_vs_scalar_top_{key}_instructions"] = _common.ratio(
-                    new["instructions_per_tree"], old["instructions_per_tree"], False)
+            for b, wd in WIDTH.items():
+                if f"{b}_top{wd}" not in libs:
+                    continue
+                new, old = metrics[key][f"{b}_top{wd}"], metrics[key][f"{b}_scalar_top"]
+                for w in ("one_p50_ns", "one_p99_ns", "k64_p50_ns"):
+                    ratios[f"{b}_top{wd}_vs_scalar_top_{key}_{w[:-3]}"] = _common.ratio(new[w], old[w], False)
+                if "instructions_per_tree" in new:
+                    ratios[f"{b}_top{wd}_vs_scalar_top_{key}_instructions"] = _common.ratio(
+                        new["instructions_per_tree"], old["instructions_per_tree"], False)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    _common.table(f"AVX2 flat kernel, deep trees: ns per row (median of {rounds} interleaved rounds) and instructions "
+    _common.table(f"SIMD flat kernels, deep trees: ns per row (median of {rounds} interleaved rounds) and instructions "
                   "per tree (callgrind, engine_predict)",
                   ["one_p50_ns", "one_p99_ns", "k64_p50_ns", "k64_p99_ns", "ns_per_tree_p50", "instructions_per_tree"],
                   rows)
     _common.save("flat_top_levels", metrics, {}, ratios,
-                 notes="top32: the kernel as generated; scalar_top: the same source without TOP_SIMD (the top "
-                       "levels walked tree by tree, the kernel until stop 49); both AVX2 builds, bit-exact")
+                 notes="<build>_top<w>: the kernel as generated (its top levels w trees at a time); <build>_scalar_top: "
+                       "the same source without TOP_SIMD (the top levels walked tree by tree); bit-exact")
 
 
 if __name__ == "__main__":

@@ -170,12 +170,13 @@ def simd_tables(tab):
 
 
 def top_columns(top):
-    """The top levels' node words by node, 32 trees past the last (a 32-byte load from any tree
+    """The top levels' node words by node, 64 trees past the last (a 64-byte load from any tree
     stays inside): which q2 byte (TOPF) and the rank to beat with its sign bit flipped (TOPT), so
-    the AVX2 kernel compares 32 trees' node j at once as signed bytes."""
+    the AVX2 kernel compares 32 trees' node j at once as signed bytes (the AVX-512 one 64, unsigned,
+    flipping it back)."""
     T, n_top = top.shape
-    f = np.zeros((n_top, T + 32), np.uint8)
-    t = np.zeros((n_top, T + 32), np.uint8)
+    f = np.zeros((n_top, T + 64), np.uint8)
+    t = np.zeros((n_top, T + 64), np.uint8)
     f[:, :T] = (top >> 8).T
     t[:, :T] = ((top & 255) ^ 0x80).T
     return f, t
@@ -216,6 +217,11 @@ def _tables(tab, wtype, node):
                 _c_array(aligned, "SFEAT", feat.ravel(), str),
                 _c_array(aligned, "STHR1", thr1.ravel(), str), _c_array(aligned, "SDLEFT", dleft.ravel(), str),
                 _c_array("uint64_t", "SDMASK", dmask, lambda v: f"{int(v)}ULL"), _c_array("uint8_t", "WALK3", walk3, str)]
+        if tab["depth"] <= 8:  # the AVX-512 kernel's lanes (several rows a call): a tree's node bytes, BFS order
+            pad = np.zeros(128, np.uint8)  # (a level's 64-byte load past the last tree's nodes stays inside)
+            out += ["#define HAVE_LANE_TABLES 1",
+                    _c_array(aligned, "LSEL", np.concatenate([tab["sel"].astype(np.uint8).ravel(), pad]), str),
+                    _c_array(aligned, "LTHR", np.concatenate([tab["thr"].astype(np.uint8).ravel(), pad]), str)]
         if top.shape[1]:
             topf, topt = top_columns(top)
             out += [f"#define NTP {topf.shape[1]}", _c_array(aligned, "TOPF", topf.ravel(), str),
