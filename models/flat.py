@@ -217,11 +217,12 @@ def _tables(tab, wtype, node):
                 _c_array(aligned, "SFEAT", feat.ravel(), str),
                 _c_array(aligned, "STHR1", thr1.ravel(), str), _c_array(aligned, "SDLEFT", dleft.ravel(), str),
                 _c_array("uint64_t", "SDMASK", dmask, lambda v: f"{int(v)}ULL"), _c_array("uint8_t", "WALK3", walk3, str)]
-        if tab["depth"] <= 8:  # the AVX-512 kernel's lanes (several rows a call): a tree's node bytes, BFS order
-            pad = np.zeros(128, np.uint8)  # (a level's 64-byte load past the last tree's nodes stays inside)
-            out += ["#define HAVE_LANE_TABLES 1",
-                    _c_array(aligned, "LSEL", np.concatenate([tab["sel"].astype(np.uint8).ravel(), pad]), str),
-                    _c_array(aligned, "LTHR", np.concatenate([tab["thr"].astype(np.uint8).ravel(), pad]), str)]
+        # the AVX-512 kernel's lanes (32+ rows a call): each tree's node bytes in BFS order, padded so
+        # that a level's 64-byte load past the last tree's nodes stays inside
+        pad = np.zeros(128, np.uint8)
+        out += ["#define HAVE_LANE_TABLES 1",
+                _c_array(aligned, "LSEL", np.concatenate([tab["sel"].astype(np.uint8).ravel(), pad]), str),
+                _c_array(aligned, "LTHR", np.concatenate([tab["thr"].astype(np.uint8).ravel(), pad]), str)]
         if top.shape[1]:
             topf, topt = top_columns(top)
             out += [f"#define NTP {topf.shape[1]}", _c_array(aligned, "TOPF", topf.ravel(), str),

@@ -225,10 +225,10 @@ EXPORT void engine_predict(const float* row, float* out) {
 }
 
 #if defined(HAVE_LANE_TABLES) && defined(__AVX512VBMI__) && defined(__AVX512BW__)
-/* 32 or more rows a call, depth <= 8: the rows are the lanes. One byte a row per vector (64 rows),
+/* 32 or more rows a call: the rows are the lanes. One byte a row per vector (64 rows),
    each tree walked level by level for all of them at once: vpermb looks up every row's node
-   feature and rank to beat in the level's nodes (LSEL/LTHR, one 64-byte vector a level, two for
-   level 7's 128), the row's rank of that feature is picked by one compare-and-move a feature
+   feature and rank to beat in the level's nodes (LSEL/LTHR: one 64-byte vector a level, two for
+   level 7's 128, four and eight, chosen by the node's upper bits, for 256 and 512), the row's rank of that feature is picked by one compare-and-move a feature
    (2NF when a row has a missing value: the NaN copies are features of their own), and the row's
    node in the next level is 2i + (rank > thr). Leaves are gathered 16 rows at a time and added in
    tree order, so each row's sum is engine_predict's to the bit. About 4 instructions a row and
@@ -236,38 +236,56 @@ EXPORT void engine_predict(const float* row, float* out) {
 #define LANES 64
 #define LANE_MIN 32  /* fewer rows a call: trees_sum (a lanes call costs 64 rows: measured even at 23-34) */
 #define LANE_TREES 4  /* trees walked at once: their level-by-level chains overlap */
-static inline __attribute__((always_inline)) __m512i lanes_level(const uint8_t* sel, const uint8_t* thr, int l,
-                                                                  __m512i i, const __m512i* Q, const int nsel) {
-  const __m512i nfv = _mm512_set1_epi8((char)NF);
-  __m512i f, h;
-  if (l < 7) {
-    f = _mm512_permutexvar_epi8(i, _mm512_loadu_si512((const void*)(sel + (1 << l) - 1)));
-    h = _mm512_permutexvar_epi8(i, _mm512_loadu_si512((const void*)(thr + (1 << l) - 1)));
-  } else {
-    f = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void*)(sel + 127)), i, _mm512_loadu_si512((const void*)(sel + 191)));
-    h = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void*)(thr + 127)), i, _mm512_loadu_si512((const void*)(thr + 191)));
-  }
+/* Each row's node in its level: lo, the low 8 bits (one byte a row), and hi, the bits above (depth
+   9-10 only: levels of 256 and 512 nodes, leaves up to 1024). */
+typedef struct { __m512i lo, hi; } lane_t;
+
+/* every row's byte of a level's table (n = 2^l entries from tab) at its node */
+static inline __attribute__((always_inline)) __m512i lanes_lookup(const uint8_t* tab, int l, lane_t i) {
+#define LOOKUP128(p) _mm512_permutex2var_epi8(_mm512_loadu_si512((const void*)(p)), i.lo, _mm512_loadu_si512((const void*)((p) + 64)))
+#define LOOKUP256(p) _mm512_mask_blend_epi8(_mm512_movepi8_mask(i.lo), LOOKUP128(p), LOOKUP128((p) + 128))
+  if (l < 7) return _mm512_permutexvar_epi8(i.lo, _mm512_loadu_si512((const void*)tab));
+  if (l == 7) return LOOKUP128(tab);
+  if (l == 8) return LOOKUP256(tab);
+  return _mm512_mask_blend_epi8(_mm512_test_epi8_mask(i.hi, i.hi), LOOKUP256(tab), LOOKUP256(tab + 256));
+#undef LOOKUP256
+#undef LOOKUP128
+}
+
+static inline __attribute__((always_inline)) lane_t lanes_level(const uint8_t* sel, const uint8_t* thr, int l,
+                                                                 lane_t i, const __m512i* Q, const int nsel) {
+  const __m512i nfv = _mm512_set1_epi8((char)NF), one = _mm512_set1_epi8(1);
+  __m512i f = lanes_lookup(sel + (1 << l) - 1, l, i), h = lanes_lookup(thr + (1 << l) - 1, l, i);
   if (nsel == NF) f = _mm512_mask_sub_epi8(f, _mm512_cmpge_epu8_mask(f, nfv), f, nfv);  /* no NaN: one copy */
   __m512i x = Q[0];
 #pragma GCC unroll 128
   for (int k = 1; k < nsel; ++k) x = _mm512_mask_mov_epi8(x, _mm512_cmpeq_epi8_mask(f, _mm512_set1_epi8((char)k)), Q[k]);
-  __m512i i2 = _mm512_add_epi8(i, i);
-  return _mm512_mask_add_epi8(i2, _mm512_cmpgt_epu8_mask(x, h), i2, _mm512_set1_epi8(1));
+  if (l >= 8) {  /* the node's index passes 255: lo's top bit moves up into hi */
+    __m512i h2 = _mm512_add_epi8(i.hi, i.hi);
+    i.hi = _mm512_mask_add_epi8(h2, _mm512_movepi8_mask(i.lo), h2, one);
+  }
+  __m512i lo2 = _mm512_add_epi8(i.lo, i.lo);
+  i.lo = _mm512_mask_add_epi8(lo2, _mm512_cmpgt_epu8_mask(x, h), lo2, one);
+  return i;
 }
 
-static inline __attribute__((always_inline)) void lanes_leaves(const float* leaf, __m512i i, __m512* acc) {
+static inline __attribute__((always_inline)) void lanes_leaves(const float* leaf, lane_t i, __m512* acc) {
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j)
-    acc[j] = _mm512_add_ps(acc[j], _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(i, j)), leaf, 4));
+  for (int j = 0; j < 4; ++j) {
+    __m512i k = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(i.lo, j));
+    if (DEPTH > 8) k = _mm512_add_epi32(k, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(i.hi, j)), 8));
+    acc[j] = _mm512_add_ps(acc[j], _mm512_i32gather_ps(k, leaf, 4));
+  }
 }
 
 static inline __attribute__((always_inline)) void lanes_walk(const __m512i* Q, __m512* acc, const int nsel) {
+  const lane_t root = {_mm512_setzero_si512(), _mm512_setzero_si512()};
   int t = 0;
   for (; t + LANE_TREES <= NT; t += LANE_TREES) {
-    __m512i i[LANE_TREES];
+    lane_t i[LANE_TREES];
 #pragma GCC unroll 8
-    for (int k = 0; k < LANE_TREES; ++k) i[k] = _mm512_setzero_si512();
-#pragma GCC unroll 8
+    for (int k = 0; k < LANE_TREES; ++k) i[k] = root;
+#pragma GCC unroll 10
     for (int l = 0; l < DEPTH; ++l)
 #pragma GCC unroll 8
       for (int k = 0; k < LANE_TREES; ++k) i[k] = lanes_level(LSEL + (t + k) * NINT, LTHR + (t + k) * NINT, l, i[k], Q, nsel);
@@ -275,8 +293,8 @@ static inline __attribute__((always_inline)) void lanes_walk(const __m512i* Q, _
     for (int k = 0; k < LANE_TREES; ++k) lanes_leaves(LEAF + (t + k) * NLEAF, i[k], acc);  /* tree order */
   }
   for (; t < NT; ++t) {
-    __m512i i = _mm512_setzero_si512();
-#pragma GCC unroll 8
+    lane_t i = root;
+#pragma GCC unroll 10
     for (int l = 0; l < DEPTH; ++l) i = lanes_level(LSEL + t * NINT, LTHR + t * NINT, l, i, Q, nsel);
     lanes_leaves(LEAF + t * NLEAF, i, acc);
   }

@@ -79,12 +79,31 @@ static inline __mmask64 _mm512_cmpeq_epi8_mask(__m512i a, __m512i b) {
   return m;
 }
 static inline __m128i _mm512_extracti32x4_epi32(__m512i a, int j) { __m128i r; memcpy(r.b, a.b + 16 * j, 16); return r; }
-/* bytes widened to 32-bit lanes: kept as bytes here, each the index of a lane */
-static inline __m128i _mm512_cvtepu8_epi32(__m128i a) { return a; }
-static inline __m512 _mm512_i32gather_ps(__m128i idx, const float* base, int scale) {
-  __m512 r;
-  for (int i = 0; i < 16; ++i) r.f[i] = *(const float*)((const char*)base + (int64_t)idx.b[i] * scale);
+/* 32-bit lanes, held in the same 64 bytes */
+static inline int32_t lane32(__m512i a, int i) { int32_t v; memcpy(&v, a.b + 4 * i, 4); return v; }
+static inline void set_lane32(__m512i* a, int i, int32_t v) { memcpy(a->b + 4 * i, &v, 4); }
+static inline __m512i _mm512_cvtepu8_epi32(__m128i a) {
+  __m512i r;
+  for (int i = 0; i < 16; ++i) set_lane32(&r, i, a.b[i]);
   return r;
+}
+static inline __m512i _mm512_add_epi32(__m512i a, __m512i b) {
+  for (int i = 0; i < 16; ++i) set_lane32(&a, i, (int32_t)((uint32_t)lane32(a, i) + (uint32_t)lane32(b, i)));
+  return a;
+}
+static inline __m512i _mm512_slli_epi32(__m512i a, unsigned n) {
+  for (int i = 0; i < 16; ++i) set_lane32(&a, i, n > 31 ? 0 : (int32_t)((uint32_t)lane32(a, i) << n));
+  return a;
+}
+static inline __m512 _mm512_i32gather_ps(__m512i idx, const float* base, int scale) {
+  __m512 r;
+  for (int i = 0; i < 16; ++i) r.f[i] = *(const float*)((const char*)base + (int64_t)lane32(idx, i) * scale);
+  return r;
+}
+static inline __mmask64 _mm512_test_epi8_mask(__m512i a, __m512i b) {
+  uint64_t m = 0;
+  for (int i = 0; i < 64; ++i) m |= (uint64_t)((a.b[i] & b.b[i]) != 0) << i;
+  return m;
 }
 static inline __m512 _mm512_set1_ps(float x) { __m512 r; for (int i = 0; i < 16; ++i) r.f[i] = x; return r; }
 static inline __m512 _mm512_add_ps(__m512 a, __m512 b) { for (int i = 0; i < 16; ++i) a.f[i] += b.f[i]; return a; }
