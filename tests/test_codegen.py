@@ -21,8 +21,8 @@ import pytest
 from engine.render import CodeTemplate, TemplateError, render
 
 PINNED = {
-    "flat.c": "f4283fc07c1779bcc964e919f34febb0dfd5eea0c3944d5fa3c549b0865c288d",
-    "flat_simd.c": "6f6624ecd97c182f973d3f79a0a6ac0967474b4d3b3171b88ae517aa434c5e29",
+    "flat.c": "aae4d383fac074fa851b830afebad317d9b658040d96a2cf21c30bf44f4c460c",
+    "flat_simd.c": "c6a43729159bdbbd59218e1a9634a2ed23ab6f1b5f4ed0e28f373158722d0b72",
     "hls/emu_abi.cpp": "a25ba46cbdda6883c4fe602a2d26ce44f988e995e3441337bd594222e0d63eac",
     "hls/fixed_types.h": "e758cfa6a53201c65ccf6dec5e77ca2643b0806451211ed7e58aa1815dd38274",
     "hls/kernel.cpp": "acf52f403022cc970bfcf95b6128863ff305294308d0cdf16f7080c9851c619a",

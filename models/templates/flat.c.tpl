@@ -292,7 +292,7 @@ static inline __attribute__((always_inline)) void lanes_walk(const __m512i* Q, _
 #pragma GCC unroll 8
     for (int k = 0; k < LANE_TREES; ++k) lanes_leaves(LEAF + (t + k) * NLEAF, i[k], acc);  /* tree order */
   }
-  for (; t < NT; ++t) {
+  for (t = NT - NT % LANE_TREES; t < NT; ++t) {  /* (bounds the compiler sees: no tail when there is none) */
     lane_t i = root;
 #pragma GCC unroll 10
     for (int l = 0; l < DEPTH; ++l) i = lanes_level(LSEL + t * NINT, LTHR + t * NINT, l, i, Q, nsel);
