@@ -142,7 +142,7 @@ def main():
                 m = {f"{w}_{q}_ns": int(np.median([r[f"per_row_{q}_ns"] for r in res[name][w]]))
                      for w in ("one", "k64") for q in ("p50", "p99")}
                 # (valgrind does not run AVX-512 code)
-                n_ins = instructions(libs[name][1], X[:512], work) if not name.startswith("avx512") else None
+                n_ins = instructions(libs[name][1], X[:512], work) if srcs[name][0] != "avx512" else None
                 if n_ins is not None:
                     m["instructions_per_tree"] = round(n_ins / (512 * trees), 1)
                 m["ns_per_tree_p50"] = round(m["one_p50_ns"] / trees, 2)
