@@ -252,7 +252,7 @@ class MultiStrategyThread(StrategyThread):
 
 def _spawn_feed(cfg, ring_name, uri):
     cmd = [sys.executable, "-m", "app", "feed", uri, "--ring", ring_name,
-           "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--die-with-parent",
+           "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--wait-timeout", "0", "--die-with-parent",
            "--crossed-after", f"{cfg.crossed_after:g}"]
     if cfg.keep_rings:
         cmd += ["--keep"]  # the feed removes its ring on exit unless told to keep it

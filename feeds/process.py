@@ -151,7 +151,8 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
     """Publish ticks from `uri` (or an opened `source`) into ring `ring_name` until the source
     ends or we are stopped. rate: ticks/s for the simulator (0 = flat out); speed: file pace
     multiplier (0 = flat out); crossed_after: seconds a book may stay crossed before it is
-    counted (0 = never)."""
+    counted (0 = never); wait_consumers: hold the ticks until this many consumers attach, for at
+    most wait_timeout seconds (0: no limit; TimeoutError after it)."""
     _compile()  # first: a live source listens from the moment it is opened
     keep_freed_memory()
     src = source or open_source(uri)
@@ -195,8 +196,8 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
             ring.publish_instruments(src.instruments, getattr(src, "specs", None))
         t_wait = time.monotonic()
         while ring.consumers() < wait_consumers and not stop["flag"]:
-            if time.monotonic() - t_wait > wait_timeout:
-                raise TimeoutError(f"no consumer attached to {ring.path} within {wait_timeout:.0f} s")
+            if wait_timeout and time.monotonic() - t_wait > wait_timeout:  # (0: no limit)
+                raise TimeoutError(f"no consumer attached to {ring.path} within {wait_timeout:g} s")
             ring.heartbeat()
             time.sleep(0.001)
         ring.set_state(shm.STATE_PRODUCING)

@@ -91,3 +91,31 @@ def test_a_live_batch_is_published_in_one_call_with_its_latencies(shm_name):
     finally:
         c.close()
         ring.unlink()
+
+
+def test_wait_for_consumers_gives_up_after_its_timeout_or_never(shm_name):
+    """--wait-timeout: past it, one line naming the ring, exit 1-2, no ring left behind; 0 waits as long
+    as it takes (what `engine run` gives its feeds: a first compile on a busy machine outlasted the
+    old fixed 60 s, and the feed gave up on an engine that was still starting)."""
+    import os
+    import time
+    proc = _feed("synthetic://?count=500&seed=3", shm_name, "--wait-timeout", "0.5")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    lines = [x for x in err.splitlines() if x.startswith("engine: error")]
+    assert lines == [f"engine: error: no consumer attached to /dev/shm/{shm_name} within 0.5 s"], err
+    assert "Traceback" not in err and not os.path.exists(f"/dev/shm/{shm_name}")
+    proc = _feed("synthetic://?count=500&seed=3", shm_name, "--wait-timeout", "0")
+    try:
+        t0 = time.monotonic()
+        while not os.path.exists(f"/dev/shm/{shm_name}"):
+            assert proc.poll() is None and time.monotonic() - t0 < 120, proc.stderr.read()
+            time.sleep(0.05)
+        time.sleep(1.5)  # (past what a 0 read as "no time at all" would allow)
+        assert proc.poll() is None
+        got = _consume(shm_name, proc)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert len(got) == 500 and np.array_equal(got["seq"], np.arange(500))

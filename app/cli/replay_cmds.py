@@ -156,7 +156,7 @@ def cmd_replay(a):
     for w in ws:
         print(f"[replay] warning: {w}", file=sys.stderr, flush=True)
     n = run_feed(src.uri, a.ring, speed=0.0 if a.max else a.speed, capacity=a.capacity,
-                 wait_consumers=a.wait_consumers, keep=a.keep, source=src)
+                 wait_consumers=a.wait_consumers, wait_timeout=a.wait_timeout, keep=a.keep, source=src)
     print(f"[replay] {n:,} ticks from {len(a.files)} file(s) into {a.ring}", file=sys.stderr, flush=True)
     for w in ws:
         print(f"[replay] warning: {w}", file=sys.stderr, flush=True)
