@@ -278,38 +278,41 @@ static inline __attribute__((always_inline)) void lanes_leaves(const float* leaf
   }
 }
 
-static inline __attribute__((always_inline)) void lanes_walk(const __m512i* Q, __m512* acc, const int nsel) {
-  const lane_t root = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-  int t = 0;
-  for (; t + LANE_TREES <= NT; t += LANE_TREES) {
-    lane_t i[LANE_TREES];
+/* m trees from t (m: LANE_TREES, or 1 for the last NT % LANE_TREES) walked at once, their
+   level-by-level chains overlapping; their leaves added in tree order */
+static inline __attribute__((always_inline)) void lanes_trees(const __m512i* Q, __m512* acc, const int nsel,
+                                                              int t, const int m) {
+  lane_t i[LANE_TREES];
 #pragma GCC unroll 8
-    for (int k = 0; k < LANE_TREES; ++k) i[k] = root;
+  for (int k = 0; k < m; ++k) i[k] = (lane_t){_mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 10
-    for (int l = 0; l < DEPTH; ++l)
+  for (int l = 0; l < DEPTH; ++l)
 #pragma GCC unroll 8
-      for (int k = 0; k < LANE_TREES; ++k) i[k] = lanes_level(LSEL + (t + k) * NINT, LTHR + (t + k) * NINT, l, i[k], Q, nsel);
+    for (int k = 0; k < m; ++k) i[k] = lanes_level(LSEL + (t + k) * NINT, LTHR + (t + k) * NINT, l, i[k], Q, nsel);
 #pragma GCC unroll 8
-    for (int k = 0; k < LANE_TREES; ++k) lanes_leaves(LEAF + (t + k) * NLEAF, i[k], acc);  /* tree order */
-  }
-  for (t = NT - NT % LANE_TREES; t < NT; ++t) {  /* (bounds the compiler sees: no tail when there is none) */
-    lane_t i = root;
-#pragma GCC unroll 10
-    for (int l = 0; l < DEPTH; ++l) i = lanes_level(LSEL + t * NINT, LTHR + t * NINT, l, i, Q, nsel);
-    lanes_leaves(LEAF + t * NLEAF, i, acc);
-  }
+  for (int k = 0; k < m; ++k) lanes_leaves(LEAF + (t + k) * NLEAF, i[k], acc);
 }
 
-static void predict_lanes(const row_t* v, int n, float* s) {
+static inline __attribute__((always_inline)) void lanes_walk(const __m512i* Q, __m512* acc, const int nsel) {
+  for (int t = 0; t + LANE_TREES <= NT; t += LANE_TREES) lanes_trees(Q, acc, nsel, t, LANE_TREES);
+  for (int t = NT - NT % LANE_TREES; t < NT; ++t) lanes_trees(Q, acc, nsel, t, 1);  /* (bounds the compiler sees) */
+}
+
+/* the rows' ranks only (simd_ranks: what the lanes read), transposed: Q[f] holds feature f's rank
+   for each of the 64 rows, one byte a row (rows past n: 0) */
+static void predict_lanes(const float* rows, int n, float* s) {
   uint8_t qt[2 * NF][LANES] __attribute__((aligned(64)));
   __m512i Q[2 * NF];
   __m512 acc[4];
   int nan = 0;
-  for (int r = 0; r < n; ++r) nan |= v[r].nan_any;
-  for (int f = 0; f < 2 * NF; ++f) {
-    for (int r = 0; r < LANES; ++r) qt[f][r] = r < n ? v[r].q2[f] : 0;
-    Q[f] = _mm512_load_si512((const void*)qt[f]);
+  for (int r = 0; r < n; ++r) {
+    uint8_t q[NF], nq[NF], q2[2 * NF];
+    nan |= simd_ranks(rows + r * NF, q, nq, q2);
+    for (int f = 0; f < 2 * NF; ++f) qt[f][r] = q2[f];
   }
+  for (int f = 0; f < 2 * NF; ++f)
+    for (int r = n; r < LANES; ++r) qt[f][r] = 0;
+  for (int f = 0; f < 2 * NF; ++f) Q[f] = _mm512_load_si512((const void*)qt[f]);
   for (int j = 0; j < 4; ++j) acc[j] = _mm512_set1_ps(g_base_margin);
   if (nan) lanes_walk(Q, acc, 2 * NF);
   else lanes_walk(Q, acc, NF);
@@ -324,21 +327,22 @@ static void predict_lanes(const row_t* v, int n, float* s) {
    not once per row; each row's sum in the same order as engine_predict's */
 #define TREE_BYTES (NSUB * 192 + NLEAF * 4)
 #if defined(TOP_SIMD)
-#define RUN TOP_SIMD  /* the blocks_top width: measured faster at depth 8-10 than a run that fits L1 */
+#define RUN TOP_SIMD  /* the blocks_top width: AVX2's 32 measured faster at depth 8-10 than a run that
+                         fits L1 (AVX-512's 64 not compared: it runs below LANE_MIN rows only) */
 #else
 #define RUN (16384 / TREE_BYTES < 4 ? 4 : 16384 / TREE_BYTES > CHUNK ? CHUNK : 16384 / TREE_BYTES)
 #endif
 static inline void predict_block(const float* rows, int n, float* out) {
+#if defined(LANES)
+  if (n >= LANE_MIN) {
+    predict_lanes(rows, n, out);
+    return;
+  }
+#endif
   row_t v[BLOCK];
   float s[BLOCK];
   int u[BLOCK * RUN];
   for (int r = 0; r < n; ++r) { ranks(rows + r * NF, &v[r]); s[r] = g_base_margin; }
-#if defined(LANES)
-  if (n >= LANE_MIN) {
-    predict_lanes(v, n, out);
-    return;
-  }
-#endif
   for (int t0 = 0; t0 < NT; t0 += RUN) trees_sum(v, n, t0, NT - t0 < RUN ? NT - t0 : RUN, s, u);
   for (int r = 0; r < n; ++r) out[r] = s[r];
 }
