@@ -28,6 +28,10 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   from idle (a spinning feed pays it too: an event loop that never sleeps was tried, within the
   spread, not kept) but the core's caches, shared with whatever else the host runs. Any path that
   enters Python per frame starts at that floor, which is above the 20 us p99 target on this machine.
+- C floor (`cache_floor`, when gcc is here): a C loop reading 300 random cache lines (a dependent
+  chain), right after 5 ms of spinning and after 5 ms asleep. No Python, no numba: what the machine
+  does to any frame path's memory between two frames (stop 53's EPYC: 1.0 / 17 us p50 / p99 spinning,
+  15 / 49 us asleep, against 3 ns a line warm).
 - cryptofeed paced (`cryptofeed_paced`): the peer on the same FakeBinance at the same pace, its
   bookTicker frames (70% of the capture's, the cheapest), from its receipt stamp (after its websocket
   library read and took apart the frame: less of the path than ours) to its callback.
@@ -55,6 +59,8 @@ with the numba cache warm).
 import asyncio
 import contextlib
 import gc
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -541,6 +547,58 @@ def machine_floor(samples=400):
     return res
 
 
+CACHE_LINES_C = r"""
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static uint64_t now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
+static int cmp(const void* a, const void* b) { uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b; return x < y ? -1 : x > y; }
+int main(int argc, char** argv) {  /* samples, gap us, cache lines, busy (0/1) */
+  int n = atoi(argv[1]), busy = atoi(argv[4]); long gap = atol(argv[2]); size_t lines = atol(argv[3]);
+  uint32_t* next = malloc(lines * 64), * perm = malloc(lines * 4); uint64_t* d = malloc(n * 8);
+  for (size_t i = 0; i < lines; ++i) perm[i] = i;
+  srand(1);
+  for (size_t i = lines - 1; i > 0; --i) { size_t j = rand() % (i + 1); uint32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+  for (size_t i = 0; i < lines; ++i) next[perm[i] * 16] = perm[(i + 1) % lines];  /* one random cycle */
+  volatile uint32_t sink;
+  for (int i = 0; i < n; ++i) {
+    if (busy) { uint64_t e = now() + gap * 1000; while (now() < e) {} }
+    else { struct timespec ts = {0, gap * 1000}; nanosleep(&ts, 0); }
+    uint64_t t0 = now(); uint32_t q = 0;
+    for (size_t k = 0; k < lines; ++k) q = next[q * 16];
+    sink = q; d[i] = now() - t0;
+  }
+  qsort(d, n, 8, cmp);
+  printf("%lu %lu\n", (unsigned long)d[n / 2], (unsigned long)d[n * 99 / 100]);
+  return 0;
+}
+"""
+
+
+def cache_floor(lines=300, samples=400, gap_us=5000):
+    """The floor under any design, Python or not: a C loop that reads `lines` random cache lines
+    (a dependent chain, so nothing overlaps: roughly what a frame's path touches), timed right after
+    gap_us of sleeping and of spinning. {asleep, busy: {p50, p99}} in ns, or {} without gcc."""
+    import tempfile
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "floor.c"), os.path.join(d, "floor")
+        with open(src, "w") as f:
+            f.write(CACHE_LINES_C)
+        subprocess.run([cc, "-O2", src, "-o", exe], check=True)
+        out = {}
+        for name, busy in (("asleep", 0), ("busy", 1)):
+            r = subprocess.run([exe, str(samples), str(gap_us), str(lines), str(busy)], check=True,
+                               capture_output=True, text=True)
+            p50, p99 = (int(x) for x in r.stdout.split())
+            out[name] = {"p50": p50, "p99": p99}
+        return out
+
+
 # -- the run ----------------------------------------------------------------------------------------
 
 def main():
@@ -568,12 +626,15 @@ def main():
         pace = paced(capture, 10 if quick else 60)
         cf_pace = cryptofeed_paced(capture, 10 if quick else 60)
         floor = machine_floor()
+        cfloor = cache_floor()
         metrics.update({f"binance_live_{k}": v for k, v in best.items()})
         metrics.update({f"binance_live_frame_to_tick_capture_pace_{k}_ns": pace[k] for k in ("p50", "p99", "p999")})
         metrics["binance_live_frame_to_tick_capture_pace_count"] = pace["count"]
         for k, v in floor.items():
             what = "machine_numba_call" if k.startswith("call_") else "machine_deframe_one_frame"
             metrics.update({f"{what}_{k.removeprefix('call_')}_{p}_ns": x for p, x in v.items()})
+        for k, v in cfloor.items():
+            metrics.update({f"machine_c_300_cache_lines_after_5ms_{k}_{p}_ns": x for p, x in v.items()})
         cf_version = cf.pop("version")
         peers["cryptofeed"] = {f"binance_live_{k}": v for k, v in cf.items()}
         peers["cryptofeed"].update({f"binance_ticker_receipt_to_callback_capture_pace_{k}"
@@ -614,6 +675,10 @@ def main():
             for k, label in (("asleep", "10 ms asleep"), ("busy", "10 ms busy")):
                 rows.append((f"machine: one numba call {p} ns", floor["call_back_to_back"][p],
                              floor[f"call_after_10ms_{k}"][p], f"after {label}", None, "back to back"))
+        for p in ("p50", "p99"):
+            if cfloor:
+                rows.append((f"machine: C, 300 lines {p} ns", cfloor["busy"][p], cfloor["asleep"][p],
+                             "after sleep", None, "after 5 ms spinning"))
         rows.append(("bare ws frames/s (ws_client, numba)", metrics["ws_client_bare_frames_per_s"],
                      metrics["ws_bare_frames_per_s"], "picows", ratios["ws_client_vs_picows_ws_bare_frames_per_s"], ""))
         for name in ("websockets", "aiohttp"):
