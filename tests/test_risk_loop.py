@@ -4,12 +4,13 @@ targets and positions identical), the live run counts each rule in its summary, 
 are one-line errors."""
 import json
 import re
+import subprocess
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from engine.risk import RULES
-from tests.conftest import strategy_core
+from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
 from tests.helpers.feedutil import cli, one_line_error
 from tests.test_replay import _parity, ticks_file
 
@@ -181,10 +182,21 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
         assert d.status()["risk"]["killed"] == "command" and d.status()["model"]["generation"] > 0
         r = cli("ctl", "risk", "--name", name)
         assert r.returncode == 0 and "killed: command" in r.stdout and "killed " in r.stdout.split("cut:")[1], r.stdout
-        # what a subscriber sees while killed: refused decisions, said so
-        r = cli("signals", "--follow", "--name", name, "--count", "3", timeout=60)
-        assert r.returncode == 0, r.stderr
-        got = [json.loads(x) for x in r.stdout.splitlines()]
+        # what a subscriber sees while killed: refused decisions, said so (subscribed, then more decisions
+        # waited for: in one suite run a follower started alone saw none in 60 s)
+        follow = subprocess.Popen(engine_cmd("signals", "--follow", "--name", name, "--count", "3"), cwd=ROOT,
+                                  env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1.0)  # (its subscription made before the decisions it should see)
+            refused_while_killed()
+            out, err = follow.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            follow.kill()
+            out, err = follow.communicate()
+            raise AssertionError(f"signals --follow: 3 signals not seen in 60 s; /status counters "
+                                 f"{d.status()['counters']}; stderr {err!r}") from None
+        assert follow.returncode == 0, err
+        got = [json.loads(x) for x in out.splitlines()]
         assert len(got) == 3 and all(x["risk"] == "killed, refused: killed" for x in got), got
         # resuming needs the token: without it (or with a wrong one) the run stays killed
         for tok in (None, "wrong"):
