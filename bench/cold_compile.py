@@ -12,6 +12,11 @@ compile plus a few milliseconds of work:
   - strategy: the built-in strategy's host (data-set loop) over 20k synthetic ticks.
 The peer is numba 0.68's own inliner (the extension undone in the child before anything
 compiles). --quick runs itch and dbn only.
+
+Pairs: two fresh processes started at once on one empty cache, the same workload (two feeds of
+one venue starting together, two test workers), timed until both are done: with the compile lock
+(engine/numba_lock.py: one compiles, the other waits and loads it) against without it (numba's
+own behaviour: both compile, sharing the cores). Binance (dbn with --quick).
 """
 import gzip
 import os
@@ -36,6 +41,14 @@ njit(lambda x: x)(1)
 if hasattr(icc.InlineWorker.inline_ir, "__wrapped__"):
     icc.InlineWorker.inline_ir = icc.InlineWorker.inline_ir.__wrapped__
     icc.copy = copy
+"""
+
+NO_LOCK = """
+from numba import njit
+from numba.core import dispatcher
+njit(lambda x: x)(1)
+if hasattr(dispatcher.Dispatcher.compile, "__wrapped__"):
+    dispatcher.Dispatcher.compile = dispatcher.Dispatcher.compile.__wrapped__
 """
 
 FIRST_BATCH = """
@@ -63,6 +76,26 @@ def cell(code, stock):
     return dt
 
 
+def pair(code, lock):
+    """(wall s, CPU s) until two fresh interpreters started at once on one empty cache have both run
+    `code`: wall from the start to the second's end, CPU their user + system time."""
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = ru.ru_utime + ru.ru_stime
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, XDG_CACHE_HOME=cache, NUMBA_CACHE_DIR=os.path.join(cache, "numba"),
+                   PYTHONPATH=str(ROOT))
+        t = time.perf_counter()
+        ps = [subprocess.Popen([sys.executable, "-c", ("" if lock else NO_LOCK) + code], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        errs = [p.communicate()[1] for p in ps]
+        dt = time.perf_counter() - t
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if any(p.returncode for p in ps):
+        raise SystemExit(f"bench/cold_compile.py: a pair failed:\n{errs[0][-2000:]}{errs[1][-2000:]}")
+    return dt, ru.ru_utime + ru.ru_stime - cpu0
+
+
 def workloads(tmp, quick):
     from feeds.convert import convert
     itch = os.path.join(tmp, "day.itch")
@@ -88,7 +121,8 @@ def main():
     a = _common.args(__doc__)
     metrics, peers, ratios, rows = {}, {"numba_inliner": {}}, {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, code in workloads(tmp, a.quick).items():
+        loads = workloads(tmp, a.quick)
+        for name, code in loads.items():
             ours, stock = cell(code, False), cell(code, True)
             key = f"{name}_cold_compile_s"
             metrics[key] = round(ours, 1)
@@ -96,6 +130,16 @@ def main():
             ratios[f"{name}_vs_numba_inliner_cold_compile_s"] = _common.ratio(ours, stock, False)
             rows.append((name, {"ours s": ours, "numba's inliner s": stock}))
             print(f"  {name}: {ours:.1f} s (numba's own inliner: {stock:.1f} s)", flush=True)
+        name = "binance" if "binance" in loads else "dbn"
+        if name in loads:
+            (lw, lc), (uw, uc) = pair(loads[name], True), pair(loads[name], False)
+            metrics.update({f"{name}_pair_cold_compile_wall_s": round(lw, 1), f"{name}_pair_cold_compile_cpu_s": round(lc, 1)})
+            peers["no_compile_lock"] = {f"{name}_pair_cold_compile_wall_s": round(uw, 1),
+                                        f"{name}_pair_cold_compile_cpu_s": round(uc, 1)}
+            ratios[f"{name}_pair_vs_no_compile_lock_wall_s"] = _common.ratio(lw, uw, False)
+            ratios[f"{name}_pair_vs_no_compile_lock_cpu_s"] = _common.ratio(lc, uc, False)
+            print(f"  {name}, two processes at once: {lw:.1f} s, {lc:.1f} CPU s (both compiling, no lock: "
+                  f"{uw:.1f} s, {uc:.1f} CPU s)", flush=True)
     _common.table("cold compile, start to first batch, one process each", ["ours s", "numba's inliner s"], rows)
     _common.save("compile", metrics, peers, ratios,
                  {"what": "a fresh process with empty numba and engine caches, start to its first batch"})

@@ -1,0 +1,9 @@
+"""numba's `numba_extensions` init hook (pyproject.toml; numba runs only the entry point named
+`init`, before its first compile): inlining without the quadratic IR copy (engine/numba_inline.py)
+and one compile per cold cached function across processes (engine/numba_lock.py)."""
+
+
+def init():
+    from . import numba_inline, numba_lock
+    numba_inline.patch()
+    numba_lock.patch()
