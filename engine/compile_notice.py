@@ -6,7 +6,8 @@ tick, and a progress line that reads `4,055 ticks (84/s)` explains nothing. numb
 "numba:compile" event when it compiles a function instead of loading it from its on-disk cache,
 before the work starts (numba.core.event, a documented API). `shown()` turns each outermost
 compile that lasts (not the many short ones) into a line on stderr naming what it is, and its
-end into a second with the time it took. The engine's commands show them unless --quiet.
+end into a second with the time it took; and a wait for another process compiling the same
+function (engine/numba_lock.py) into a line saying so. The engine's commands show them unless --quiet.
 """
 import sys
 import threading
@@ -98,6 +99,13 @@ class Notices(event.Listener):
                 cur.announced = True
                 self._print(f"[{cur.prefix}] compiling {cur.what} ({cur.note})")
 
+    def waiting(self, dispatcher):
+        """engine/numba_lock.py: another process is compiling what we need; we load it when it is done."""
+        c = component(dispatcher)
+        if c is not None:
+            self._print(f"[{c[0]}] waiting for another process compiling {c[1]} (first use; loaded from the cache "
+                        "when it is done)")
+
     def on_end(self, ev):
         self.depth -= 1
         if self.depth:
@@ -120,9 +128,12 @@ def shown(enabled=True, out=None, after=1.0):
     if not enabled:
         yield None
         return
+    from . import numba_lock
     notices = Notices(out, after)
     event.register("numba:compile", notices)
+    numba_lock.on_wait = notices.waiting
     try:
         yield notices
     finally:
+        numba_lock.on_wait = None
         event.unregister("numba:compile", notices)

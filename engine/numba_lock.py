@@ -21,6 +21,8 @@ import os
 import time
 
 WAIT_S = 900.0  # the longest compile measured (the Binance scanner, cold, on a loaded 2-core VM) is ~120 s
+SAY_AFTER_S = 1.0  # a wait longer than this is said (on_wait), so a command does not sit silent for a minute
+on_wait = None  # on_wait(dispatcher): set by engine/compile_notice.py shown() while a command shows compiles
 
 
 def lock_path(dispatcher):
@@ -30,21 +32,27 @@ def lock_path(dispatcher):
     return None if index is None else index + ".lock"
 
 
-def _acquire(path, wait_s):
-    """An fd holding an exclusive flock on path, or None (could not open it, or waited wait_s)."""
+def _acquire(path, wait_s, waiting=None):
+    """An fd holding an exclusive flock on path, or None (could not open it, or waited wait_s);
+    waiting() is called once if the lock is not ours within SAY_AFTER_S."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
-    end = time.monotonic() + wait_s
+    t0 = time.monotonic()
+    end, said = t0 + wait_s, waiting is None
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return fd
         except BlockingIOError:
-            if time.monotonic() >= end:
+            now = time.monotonic()
+            if now >= end:
                 os.close(fd)
                 return None
+            if not said and now - t0 >= SAY_AFTER_S:
+                said = True
+                waiting()
             time.sleep(0.05)
         except OSError:
             os.close(fd)
@@ -64,7 +72,8 @@ def patch():
         if path is None:
             return compile_(self, sig)
         with global_compiler_lock:  # (an RLock: numba's compile takes it again)
-            fd = _acquire(path, WAIT_S)
+            say = on_wait
+            fd = _acquire(path, WAIT_S, None if say is None else (lambda: say(self)))
             try:
                 return compile_(self, sig)
             finally:

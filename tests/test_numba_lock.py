@@ -1,5 +1,5 @@
 """engine/numba_lock.py: processes that need the same cold cached function compile it once; the
-others wait for the lock and load what the first saved."""
+others wait for the lock, say so, and load what the first saved."""
 import fcntl
 import json
 import os
@@ -16,7 +16,9 @@ from tests.helpers.lock_target import target
 if sys.argv[1] == "path":
     print(lock_path(target))
 else:
-    assert target(2.0) == 90.0
+    from engine.compile_notice import shown
+    with shown():  # (as the engine's commands run: a wait is said on stderr)
+        assert target(2.0) == 90.0
     print(json.dumps({"hits": sum(target.stats.cache_hits.values()), "misses": sum(target.stats.cache_misses.values())}))
 """
 
@@ -43,5 +45,7 @@ def test_two_processes_compile_a_cold_function_once(tmp_path):
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
+        assert ("[numba] waiting for another process compiling tests.helpers.lock_target.target (first use; "
+                "loaded from the cache when it is done)") in err.splitlines(), err
         res.append(json.loads(out.strip().splitlines()[-1]))
     assert sorted((r["misses"], r["hits"]) for r in res) == [(0, 1), (1, 0)], res  # one compiled, one loaded
