@@ -14,7 +14,7 @@ from engine.records import SIGNAL_DTYPE
 from engine.signal_log import read_signals
 
 from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
-from tests.helpers.daemon import Daemon, external_feed, free_tcp_port, on_external_feed, wait_ready
+from tests.helpers.daemon import Daemon, external_feed, free_tcp_port, on_external_feed, wait_ready, wait_until
 from tests.helpers.feedutil import cli
 
 SYN = "synthetic://?instruments=4&seed=3&rate={rate}"
@@ -177,7 +177,10 @@ def test_sigterm_under_load_flushes_logs_and_every_signal_has_its_tick(tmp_path,
     uri = SYN.format(rate=100000)
     d = Daemon(tmp_path, shm_name, "--feed", uri, "--hlog-interval", "0.5", core=strategy_core())
     d.wait_for("/metrics /health /ready")
-    time.sleep(2.5)
+    time.sleep(2.5)  # (the interval log's 0.5 s intervals: at least 4 of them)
+    # under load: 100k ticks read before the signal (waited for, not assumed from the feed's rate: on a
+    # busy 2-core machine a fixed 2.5 s once gave 42k)
+    wait_until(lambda: d.status()["counters"]["ticks"] > 100_000, "100k ticks read", timeout=60)
     t0 = time.monotonic()
     d.proc.send_signal(signal.SIGTERM)
     d.proc.wait(timeout=10)
