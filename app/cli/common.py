@@ -257,7 +257,7 @@ def publisher_args(q):
     q.add_argument("--wait-consumers", type=nonneg_int, default=0,
                    help="hold ticks until this many consumers attach")
     q.add_argument("--wait-timeout", type=nonneg_float, default=60.0, metavar="SECONDS",
-                   help="with --wait-consumers: give up (exit 1, naming the ring) when they have not attached "
+                   help="with --wait-consumers: give up (exit 2, naming the ring) when they have not attached "
                         "within SECONDS (default %(default)g; 0: wait as long as it takes. `engine run` starts its "
                         "feeds with 0: they die with it, and its first compile can outlast any fixed wait)")
     q.add_argument("--keep", action=Flag, help="leave the ring file in place on exit")
