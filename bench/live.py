@@ -675,8 +675,8 @@ def main():
             for k, label in (("asleep", "10 ms asleep"), ("busy", "10 ms busy")):
                 rows.append((f"machine: one numba call {p} ns", floor["call_back_to_back"][p],
                              floor[f"call_after_10ms_{k}"][p], f"after {label}", None, "back to back"))
-        for p in ("p50", "p99"):
-            if cfloor:
+        if cfloor:
+            for p in ("p50", "p99"):
                 rows.append((f"machine: C, 300 lines {p} ns", cfloor["busy"][p], cfloor["asleep"][p],
                              "after sleep", None, "after 5 ms spinning"))
         rows.append(("bare ws frames/s (ws_client, numba)", metrics["ws_client_bare_frames_per_s"],

@@ -1,5 +1,7 @@
 """`engine feed` with real-format sources: every tick reaches a ring consumer, in order."""
+import os
 import subprocess
+import time
 
 import numpy as np
 
@@ -62,7 +64,6 @@ def test_a_live_batch_is_published_in_one_call_with_its_latencies(shm_name):
     """publish_live (a live source's read callback publishes through it, feeds/process.py Put):
     every tick in the ring as given but for ts_recv moved from the wall clock to CLOCK_MONOTONIC,
     the feed latency of the ticks with an event time, and one frame-to-tick time a tick."""
-    import time
 
     from engine import latency, shm
     from engine.tickring import POLL_TICK, TickConsumer, TickRing, poll
@@ -97,8 +98,6 @@ def test_wait_for_consumers_gives_up_after_its_timeout_or_never(shm_name):
     """--wait-timeout: past it, one line naming the ring, exit 2, no ring left behind; 0 waits as long
     as it takes (what `engine run` gives its feeds: a first compile on a busy machine outlasted the
     old fixed 60 s, and the feed gave up on an engine that was still starting)."""
-    import os
-    import time
     proc = _feed("synthetic://?count=500&seed=3", shm_name, "--wait-timeout", "0.5")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from engine.risk import RULES
-from tests.conftest import ROOT, engine_cmd, engine_env, strategy_core
+from tests.conftest import engine_cmd, spawn, strategy_core
 from tests.helpers.feedutil import cli, one_line_error
 from tests.test_replay import _parity, ticks_file
 
@@ -184,8 +184,8 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
         assert r.returncode == 0 and "killed: command" in r.stdout and "killed " in r.stdout.split("cut:")[1], r.stdout
         # what a subscriber sees while killed: refused decisions, said so (subscribed, then more decisions
         # waited for: in one suite run a follower started alone saw none in 60 s)
-        follow = subprocess.Popen(engine_cmd("signals", "--follow", "--name", name, "--count", "3"), cwd=ROOT,
-                                  env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        follow = spawn(engine_cmd("signals", "--follow", "--name", name, "--count", "3"), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
         try:
             time.sleep(1.0)  # (its subscription made before the decisions it should see)
             refused_while_killed()
