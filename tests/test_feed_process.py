@@ -64,7 +64,6 @@ def test_a_live_batch_is_published_in_one_call_with_its_latencies(shm_name):
     """publish_live (a live source's read callback publishes through it, feeds/process.py Put):
     every tick in the ring as given but for ts_recv moved from the wall clock to CLOCK_MONOTONIC,
     the feed latency of the ticks with an event time, and one frame-to-tick time a tick."""
-
     from engine import latency, shm
     from engine.tickring import POLL_TICK, TickConsumer, TickRing, poll
     from feeds.publisher import publish_live
