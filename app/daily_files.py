@@ -31,6 +31,7 @@ import time
 import zlib
 
 from engine.outputs import OutputError, reason
+from feeds.sources import FILE_SCHEMES
 from feeds.uri import split
 
 FRAME_BYTES = 1 << 20    # raw bytes compressed into one zstd frame
@@ -42,7 +43,7 @@ ZSTD_LEVEL = 3
 def label(uri):
     """A source's directory name under DIR (see the module docstring)."""
     scheme, target, params = split(uri)
-    if scheme in ("itch", "dbn", "binance", "tickfile"):
+    if scheme in FILE_SCHEMES:
         target = os.path.basename(target.rstrip("/"))
     if scheme == "synthetic":  # its parameters are the market: all of them
         target = "_".join(f"{k}_{v}" for k, v in params.items())

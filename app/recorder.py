@@ -16,7 +16,7 @@ the label, the names, the resume rule). One source is recorded in this process; 
 child process each (this same command with one SOURCE): a source's parser, its socket reads and
 its compression then never wait for another's (the GIL), one source that fails or stalls does
 not stop the others, and a stop signal reaches each (forwarded). A child that fails before it
-has its first file open (a bad URI, --raw unsupported) stops the others and the command; one
+has its first file open (a bad URI, an unreadable file) stops the others and the command; one
 that fails later ends alone and the command's exit status says so when the rest end.
 
 Rotation. Pieces are named by the recorder's wall clock in UTC (the receive side: a live feed's
@@ -38,8 +38,9 @@ recorded (up to STOP_GRACE_S). A live source must yield (possibly empty) batches
 cuts, stops and progress happen between batches.
 
 Raw messages (--raw). The contract with a source (binance-live, dbn-live, moldudp64 implement it):
-- `src.raw_suffix`: the extension of its own file format (".binance", ".dbn", ".itch"); a source
-  without it cannot be recorded with --raw (one line naming the URI, at start).
+- `src.raw_suffix`, a class attribute: the extension of its own file format (".binance", ".dbn",
+  ".itch"); a source without it cannot be recorded with --raw (one line naming the URI, before
+  any source of the command is opened).
 - `src.raw_sink = fn`, set by the recorder before batches() is called: the source calls fn(data)
   with its raw bytes in that file format, in order, each call ending at a message boundary, and
   before it yields the batch that holds those messages' ticks; the concatenation of the calls is
@@ -329,13 +330,22 @@ class Pieces:
             raise err
 
 
+def check_raw(uri):
+    """--raw: FeedError (one line) unless the URI's source can give its raw messages; asked of its
+    class, so nothing is opened, started or made for any source of the command first."""
+    from feeds.sources import source_class
+    from feeds.uri import FeedError
+    if not getattr(source_class(uri), "raw_suffix", None):
+        raise FeedError(f"{uri}: --raw: this source cannot give its raw messages (it has no raw_suffix); "
+                        "record it without --raw")
+
+
 def record_source(uri, out, *, rotate=None, raw=False, duration=None, quiet=False, core=None, progress=10.0,
                   clock=time.time):
     """Record one source into out/<label>/ until it ends, a stop signal, or `duration`; returns a
     summary dict. `clock`: the wall clock that names and cuts the pieces (UTC seconds)."""
     from engine.outputs import OutputError, check_writable, reason
     from feeds.sources import open_source
-    from feeds.uri import FeedError
 
     from .daily_files import label, lock_dir
     name = label(uri)
@@ -344,11 +354,10 @@ def record_source(uri, out, *, rotate=None, raw=False, duration=None, quiet=Fals
     if core is not None:
         realtime.check_core(core)
         realtime.pin_current_thread(core)  # (threads a source starts inherit it)
+    if raw:
+        check_raw(uri)
     check_writable(d, "recordings", directory=True)  # before a live source starts listening
     src = open_source(uri)
-    if raw and not getattr(src, "raw_suffix", None):
-        raise FeedError(f"{uri}: --raw: this source cannot give its raw messages (it has no raw_suffix); "
-                        "record it without --raw")
     try:
         os.makedirs(d, exist_ok=True)
     except OSError as e:
@@ -460,6 +469,9 @@ def record_sources(uris, out, child_args=(), **kw):
             raise ValueError(f"{labels[lb]} and {u} would both be recorded into {os.path.join(out, lb)}: "
                              "record them with separate commands and --out directories")
         labels[lb] = u
+    if kw.get("raw"):
+        for u in uris:
+            check_raw(u)
     if len(uris) == 1:
         return record_source(uris[0], out, **kw)
     kids = []

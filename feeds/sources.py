@@ -4,11 +4,19 @@ engine/instruments.py, made by feeds/venues.py), `depth` (levels a side of the d
 ticks carry, engine/records.py), `stats()`, `resync()` (re-send every depth window: each
 instrument's next event sends a clear tick and its whole window) and `batches()`, which yields
 int64[n, 8] tick words (a reused buffer: consume each batch before asking for the next)."""
+import importlib
+
 import numpy as np
 
 from .uri import FeedError, split
 
-SCHEMES = ("synthetic", "itch", "moldudp64", "dbn", "binance", "tickfile", "binance-live", "dbn-live")
+# scheme: (module, class), imported when a URI names it (a file replay never imports the live clients)
+CLASSES = {"synthetic": (__name__, "Synthetic"), "itch": (".itch_file", "ItchFile"),
+           "moldudp64": (".moldudp64", "MoldSource"), "dbn": (".dbn", "DbnFile"),
+           "binance": (".binance", "BinanceFile"), "tickfile": (__name__, "TickFileSource"),
+           "binance-live": (".binance_live", "BinanceLive"), "dbn-live": (".dbn_live", "DbnLive")}
+SCHEMES = tuple(CLASSES)
+FILE_SCHEMES = ("itch", "dbn", "binance", "tickfile")  # a file: the URI must name one
 
 
 class TickFileSource:
@@ -160,34 +168,25 @@ def _describe(s):
     return f"{s['venue'] or 'unknown venue'}, a lot = {s['lot_size']:g}, {s['multiplier']:g} {s['currency']} a point"
 
 
+def source_class(u):
+    """The class that reads a URI's scheme (what it can do before it is opened, e.g. raw_suffix);
+    FeedError (one line) for an unknown scheme."""
+    scheme = split(u)[0]
+    if scheme not in CLASSES:
+        raise FeedError(f"unknown source scheme {scheme!r} in {u!r} (known: {', '.join(SCHEMES)})")
+    module, name = CLASSES[scheme]
+    return getattr(importlib.import_module(module, __package__), name)
+
+
 def open_source(u):
     """The source a URI names; FeedError (one line) when it cannot be opened."""
     scheme, target, params = split(u)
-    if scheme == "synthetic":
+    cls = source_class(u)
+    if cls is Synthetic:
         try:
             return Synthetic(u)
         except ValueError as e:
             raise FeedError(str(e)) from None
-    if scheme in ("itch", "dbn", "binance", "tickfile") and not target:
+    if scheme in FILE_SCHEMES and not target:
         raise FeedError(f"{u}: no file named (e.g. {scheme}:PATH)")
-    if scheme == "itch":
-        from .itch_file import ItchFile
-        return ItchFile(u, target, params)
-    if scheme == "moldudp64":
-        from .moldudp64 import MoldSource
-        return MoldSource(u, target, params)
-    if scheme == "dbn":
-        from .dbn import DbnFile
-        return DbnFile(u, target, params)
-    if scheme == "binance":
-        from .binance import BinanceFile
-        return BinanceFile(u, target, params)
-    if scheme == "dbn-live":
-        from .dbn_live import DbnLive
-        return DbnLive(u, target, params)
-    if scheme == "tickfile":
-        return TickFileSource(u, target, params)
-    if scheme == "binance-live":
-        from .binance_live import BinanceLive
-        return BinanceLive(u, target, params)
-    raise FeedError(f"unknown source scheme {scheme!r} in {u!r} (known: {', '.join(SCHEMES)})")
+    return cls(u, target, params)

@@ -206,18 +206,34 @@ def test_raw_itch_beside_the_ticks_reads_back_as_the_same_ticks(tmp_path):
     assert messages == sent["messages"]
 
 
-def test_raw_from_a_source_that_has_none_is_one_line_and_stops_the_others(tmp_path):
-    """--raw with a source that cannot give raw messages: one line naming it, at start, nothing
-    made for it; a live source started beside it is stopped with it (the command ends)."""
+def test_raw_from_a_source_that_has_none_is_one_line_before_anything_starts(tmp_path):
+    """--raw with a source that cannot give raw messages: one line naming it, and no source of the
+    command opened (the live one's port stays free) and nothing made."""
     import socket
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
-    live = f"moldudp64://127.0.0.1:{s.getsockname()[1]}?idle_s=60"
+    live = f"moldudp64://127.0.0.1:{s.getsockname()[1]}?idle_s=600"
     s.close()
     bad = "synthetic://?instruments=2&seed=1&count=1000"
     line = one_line_error(cli("record", live, bad, "--out", str(tmp_path / "b"), "--raw", timeout=120))
     assert bad in line and "--raw" in line
-    assert os.listdir(tmp_path / "b") == [label(live)]  # nothing for the bad one; the live one stopped
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_source_that_fails_at_start_stops_the_others(tmp_path):
+    """A source that fails when opened (here a file that is not there) ends the command with its one
+    line; a live source started beside it, which would wait 600 s for data, is stopped with it."""
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    live = f"moldudp64://127.0.0.1:{s.getsockname()[1]}?idle_s=600"
+    s.close()
+    bad = f"itch:{tmp_path / 'missing.itch'}"
+    res = cli("record", live, bad, "--out", str(tmp_path / "b"), timeout=120)  # (a live one left running: timeout)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "missing.itch" in res.stderr
+    made = os.listdir(tmp_path / "b") if (tmp_path / "b").exists() else []
+    assert label(bad) not in made and set(made) <= {label(live)}
 
 
 def test_two_sources_of_one_label_are_refused_before_anything_starts(tmp_path):
