@@ -21,8 +21,8 @@ import pytest
 from engine.render import CodeTemplate, TemplateError, render
 
 PINNED = {
-    "flat.c": "53239e98b028264f7328d6fa0ca6f0b1b94f94255ad685e47e145651ec113048",
-    "flat_simd.c": "d572d744eecc3e98292d784e70e30eb30a8682245eb27b3b5cbf176ce41e01ce",
+    "flat.c": "a1deca332e5d9b360f3097dc874458a4ef7d73af2749ba028a8eb690f430695f",
+    "flat_simd.c": "b63cdfb23797550e892fe7db506a97c930ef9ba2389ff98ecb872bf282c48f47",
     "hls/emu_abi.cpp": "a25ba46cbdda6883c4fe602a2d26ce44f988e995e3441337bd594222e0d63eac",
     "hls/fixed_types.h": "e758cfa6a53201c65ccf6dec5e77ca2643b0806451211ed7e58aa1815dd38274",
     "hls/kernel.cpp": "acf52f403022cc970bfcf95b6128863ff305294308d0cdf16f7080c9851c619a",

@@ -310,9 +310,10 @@ static void predict_lanes(const float* rows, int n, float* s) {
     nan |= simd_ranks(rows + r * NF, q, nq, q2);
     for (int f = 0; f < 2 * NF; ++f) qt[f][r] = q2[f];
   }
-  for (int f = 0; f < 2 * NF; ++f)
+  for (int f = 0; f < 2 * NF; ++f) {
     for (int r = n; r < LANES; ++r) qt[f][r] = 0;
-  for (int f = 0; f < 2 * NF; ++f) Q[f] = _mm512_load_si512((const void*)qt[f]);
+    Q[f] = _mm512_load_si512((const void*)qt[f]);
+  }
   for (int j = 0; j < 4; ++j) acc[j] = _mm512_set1_ps(g_base_margin);
   if (nan) lanes_walk(Q, acc, 2 * NF);
   else lanes_walk(Q, acc, NF);
