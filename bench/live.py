@@ -29,9 +29,13 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   spread, not kept) but the core's caches, shared with whatever else the host runs. Any path that
   enters Python per frame starts at that floor, which is above the 20 us p99 target on this machine.
 - C floor (`cache_floor`, when gcc is here): a C loop reading 300 random cache lines (a dependent
-  chain), right after 5 ms of spinning and after 5 ms asleep. No Python, no numba: what the machine
-  does to any frame path's memory between two frames (stop 53's EPYC: 1.0 / 17 us p50 / p99 spinning,
-  15 / 49 us asleep, against 3 ns a line warm).
+  chain), right after 5 ms of spinning, 1 ms asleep and 5 ms asleep. No Python, no numba: what the
+  machine does to any frame path's memory between two frames (stop 53's EPYC: 1.0 / 17 us p50 / p99
+  spinning, 15 / 49 us after 5 ms asleep, against 3 ns a line warm). Stop 54 swept the sleep: up to
+  1 ms asleep the lines stay warm (1.1 / 3.4-4.4 us), from 1.5 ms they do not (3-4.5 / 9-25 us at
+  1.5-4 ms, 20-28 / 45-60 us at 5-10 ms). Waking the feed's event loop that often while idle did
+  not carry over to the Python path (a timerfd every 200 us: 14% of a core, no gain; uvloop's timers
+  are whole milliseconds, and one under 1 ms is a spin).
 - cryptofeed paced (`cryptofeed_paced`): the peer on the same FakeBinance at the same pace, its
   bookTicker frames (70% of the capture's, the cheapest), from its receipt stamp (after its websocket
   library read and took apart the frame: less of the path than ours) to its callback.
@@ -577,10 +581,11 @@ int main(int argc, char** argv) {  /* samples, gap us, cache lines, busy (0/1) *
 """
 
 
-def cache_floor(lines=300, samples=400, gap_us=5000):
+def cache_floor(lines=300, samples=400):
     """The floor under any design, Python or not: a C loop that reads `lines` random cache lines
     (a dependent chain, so nothing overlaps: roughly what a frame's path touches), timed right after
-    gap_us of sleeping and of spinning. {asleep, busy: {p50, p99}} in ns, or {} without gcc."""
+    5 ms of spinning, 1 ms asleep and 5 ms asleep. {busy_5ms, asleep_1ms, asleep_5ms: {p50, p99}}
+    in ns, or {} without gcc."""
     import tempfile
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
@@ -591,7 +596,7 @@ def cache_floor(lines=300, samples=400, gap_us=5000):
             f.write(CACHE_LINES_C)
         subprocess.run([cc, "-O2", src, "-o", exe], check=True)
         out = {}
-        for name, busy in (("asleep", 0), ("busy", 1)):
+        for name, gap_us, busy in (("busy_5ms", 5000, 1), ("asleep_1ms", 1000, 0), ("asleep_5ms", 5000, 0)):
             r = subprocess.run([exe, str(samples), str(gap_us), str(lines), str(busy)], check=True,
                                capture_output=True, text=True)
             p50, p99 = (int(x) for x in r.stdout.split())
@@ -634,7 +639,7 @@ def main():
             what = "machine_numba_call" if k.startswith("call_") else "machine_deframe_one_frame"
             metrics.update({f"{what}_{k.removeprefix('call_')}_{p}_ns": x for p, x in v.items()})
         for k, v in cfloor.items():
-            metrics.update({f"machine_c_300_cache_lines_after_5ms_{k}_{p}_ns": x for p, x in v.items()})
+            metrics.update({f"machine_c_300_cache_lines_{k}_{p}_ns": x for p, x in v.items()})
         cf_version = cf.pop("version")
         peers["cryptofeed"] = {f"binance_live_{k}": v for k, v in cf.items()}
         peers["cryptofeed"].update({f"binance_ticker_receipt_to_callback_capture_pace_{k}"
@@ -677,8 +682,9 @@ def main():
                              floor[f"call_after_10ms_{k}"][p], f"after {label}", None, "back to back"))
         if cfloor:
             for p in ("p50", "p99"):
-                rows.append((f"machine: C, 300 lines {p} ns", cfloor["busy"][p], cfloor["asleep"][p],
-                             "after sleep", None, "after 5 ms spinning"))
+                for k in ("1ms", "5ms"):
+                    rows.append((f"machine: C, 300 lines {p} ns", cfloor["busy_5ms"][p], cfloor[f"asleep_{k}"][p],
+                                 f"after {k[0]} ms asleep", None, "after 5 ms spinning"))
         rows.append(("bare ws frames/s (ws_client, numba)", metrics["ws_client_bare_frames_per_s"],
                      metrics["ws_bare_frames_per_s"], "picows", ratios["ws_client_vs_picows_ws_bare_frames_per_s"], ""))
         for name in ("websockets", "aiohttp"):
