@@ -102,7 +102,8 @@ class StrategyThread(threading.Thread):
         self.host = host
         self.ready = threading.Event()
         self.error = None
-        self.tid = None
+        self.looping = False  # set with ready once the loop is entered: an error after it is the run's
+        self.tid = None       # end (the summary's abnormal), not a failure to start
         self.core = None
         self.policy = "SCHED_OTHER"
         self.notes = []
@@ -143,6 +144,7 @@ class StrategyThread(threading.Thread):
             ctl = live.ctl
             ctl[C.CTL_LEASE_NS] = time.monotonic_ns() + LEASE_NS  # armed only now: warm-up may be slow
             self.preempt_start = realtime.preemption(self.tid)
+            self.looping = True
             self.ready.set()
             self._loop(live)
         except BaseException as e:  # reported by the main thread
@@ -892,8 +894,8 @@ class _Run:
         thread.conflate = self.conflate
         thread.start()
         thread.ready.wait()
-        if thread.error:
-            raise thread.error
+        if thread.error is not None and not thread.looping:  # (the loop may already have stopped: the
+            raise thread.error                                 # strategy raised at its first tick)
         from .daemon import LeaseBridge  # (the loop runs: its lease is renewed until the control plane's thread is)
         self.bridge = LeaseBridge(self.ctl_blk.hdr, self.sring.hdr, LEASE_NS, DRAIN_PERIOD_S, thread)
         self.running = True
