@@ -192,7 +192,8 @@ def test_through_a_feed_process_and_ring(tmp_path, shm_name, capture_prefix):
     the capture's."""
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES) as fb:
-        proc = subprocess.Popen(engine_cmd("feed", uri(fb, "usdm"), "--ring", shm_name, "--wait-consumers", "1"),
+        # (idle_s 3: on a loaded machine the fake's stream once stalled past 0.5 s and ended the feed early)
+        proc = subprocess.Popen(engine_cmd("feed", uri(fb, "usdm", idle_s=3), "--ring", shm_name, "--wait-consumers", "1"),
                                 cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE, text=True)
         try:
             got, names = consume_ring(shm_name, proc, timeout=120)
