@@ -469,11 +469,11 @@ def record_sources(uris, out, child_args=(), **kw):
             raise ValueError(f"{labels[lb]} and {u} would both be recorded into {os.path.join(out, lb)}: "
                              "record them with separate commands and --out directories")
         labels[lb] = u
-    if kw.get("raw"):
-        for u in uris:
-            check_raw(u)
     if len(uris) == 1:
         return record_source(uris[0], out, **kw)
+    if kw.get("raw"):  # (before any child starts; one source is checked by record_source)
+        for u in uris:
+            check_raw(u)
     kids = []
     try:
         for u in uris:

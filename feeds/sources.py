@@ -171,7 +171,10 @@ def _describe(s):
 def source_class(u):
     """The class that reads a URI's scheme (what it can do before it is opened, e.g. raw_suffix);
     FeedError (one line) for an unknown scheme."""
-    scheme = split(u)[0]
+    return _class(split(u)[0], u)
+
+
+def _class(scheme, u):
     if scheme not in CLASSES:
         raise FeedError(f"unknown source scheme {scheme!r} in {u!r} (known: {', '.join(SCHEMES)})")
     module, name = CLASSES[scheme]
@@ -181,7 +184,7 @@ def source_class(u):
 def open_source(u):
     """The source a URI names; FeedError (one line) when it cannot be opened."""
     scheme, target, params = split(u)
-    cls = source_class(u)
+    cls = _class(scheme, u)
     if cls is Synthetic:
         try:
             return Synthetic(u)

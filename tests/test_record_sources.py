@@ -206,14 +206,18 @@ def test_raw_itch_beside_the_ticks_reads_back_as_the_same_ticks(tmp_path):
     assert messages == sent["messages"]
 
 
+def _silent_live_source():
+    """A moldudp64 URI on a free loopback port that nothing sends to: it would wait 600 s for data."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return f"moldudp64://127.0.0.1:{s.getsockname()[1]}?idle_s=600"
+
+
 def test_raw_from_a_source_that_has_none_is_one_line_before_anything_starts(tmp_path):
     """--raw with a source that cannot give raw messages: one line naming it, and no source of the
     command opened (the live one's port stays free) and nothing made."""
-    import socket
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    live = f"moldudp64://127.0.0.1:{s.getsockname()[1]}?idle_s=600"
-    s.close()
+    live = _silent_live_source()
     bad = "synthetic://?instruments=2&seed=1&count=1000"
     line = one_line_error(cli("record", live, bad, "--out", str(tmp_path / "b"), "--raw", timeout=120))
     assert bad in line and "--raw" in line
@@ -223,11 +227,7 @@ def test_raw_from_a_source_that_has_none_is_one_line_before_anything_starts(tmp_
 def test_a_source_that_fails_at_start_stops_the_others(tmp_path):
     """A source that fails when opened (here a file that is not there) ends the command with its one
     line; a live source started beside it, which would wait 600 s for data, is stopped with it."""
-    import socket
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    live = f"moldudp64://127.0.0.1:{s.getsockname()[1]}?idle_s=600"
-    s.close()
+    live = _silent_live_source()
     bad = f"itch:{tmp_path / 'missing.itch'}"
     res = cli("record", live, bad, "--out", str(tmp_path / "b"), timeout=120)  # (a live one left running: timeout)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
