@@ -1,0 +1,75 @@
+"""Functions whose SSA form numba must rebuild (variables assigned on several paths, loops, inlined
+callees), for tests/test_numba_ssa.py: its children compile them with the engine's SSA rewrite or
+numba's own and print what they compiled and what it computes."""
+import hashlib
+import sys
+
+import numpy as np
+from numba import njit
+
+
+X = np.array([5, -9, 3, 14, 0, -4, 7, 22, -13, 6, 1, 8], np.int64)
+
+
+@njit(inline="always")
+def _step(x, i, acc, lo, hi):
+    v = x[i]
+    if v > hi:
+        hi = v
+        acc += v * 2
+    elif v < lo:
+        lo = v
+        acc -= v
+    else:
+        t = v + i
+        acc += t if t % 2 == 0 else -t
+    return acc, lo, hi
+
+
+@njit(inline="always")
+def _pass(x, k):
+    acc, lo, hi = 0, x[0], x[0]
+    for i in range(k):
+        acc, lo, hi = _step(x, i, acc, lo, hi)
+        if acc > 1000:
+            acc = acc % 997
+    return acc, lo, hi
+
+
+@njit
+def target(x, k):
+    a, lo, hi = _pass(x, k)
+    b, lo2, hi2 = _pass(x[::-1], k)
+    n = 0
+    while a != b and n < 50:
+        if a > b:
+            a -= hi - lo + 1
+        else:
+            b -= hi2 - lo2 + 1
+        n += 1
+    return a, b, n, lo, hi
+
+
+def main(stock):
+    njit(lambda v: v)(1)  # (numba loads its extensions, the engine's SSA rewrite among them, at its first compile)
+    from numba.core import ssa
+    if stock and hasattr(ssa._run_ssa, "__wrapped__"):
+        ssa._run_ssa = ssa._run_ssa.__wrapped__
+        ssa._run_block_rewrite = ssa._run_block_rewrite.__wrapped__
+    seen = [0]
+    block_pass = ssa._run_ssa_block_pass
+
+    def counting(states, blk, handler):  # each block numba's own handlers go through
+        seen[0] += 1
+        return block_pass(states, blk, handler)
+    ssa._run_ssa_block_pass = counting
+    got = target(X, len(X))
+    llvm = "".join(v for _, v in sorted(target.inspect_llvm().items(), key=lambda kv: str(kv[0])))
+    print(hashlib.sha256(llvm.encode()).hexdigest(), [int(v) for v in got], seen[0], hasattr(ssa._run_ssa, "__wrapped__"))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "python":  # (under NUMBA_DISABLE_JIT=1: what the code computes, no compiler)
+        print([int(v) for v in target(X, len(X))])
+    else:
+        main(sys.argv[1] == "stock")
