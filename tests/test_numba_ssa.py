@@ -25,7 +25,7 @@ def test_every_engine_process_rebuilds_ssa_with_the_index():
 
 def test_the_same_llvm_ir_and_results_as_numbas_own_rebuild_from_fewer_block_rewrites():
     ours, stock = _compile("ours"), _compile("stock")
-    assert ours[3] and not stock[3]  # (the child really compiled each way)
+    assert ours[3] and not stock[3]  # (the child really compiled each way: with both extensions, or neither)
     assert ours[0] == stock[0], "the engine's SSA rebuild changed the compiled code"
     python = subprocess.run([sys.executable, "-m", "tests.helpers.ssa_target", "python"], cwd=ROOT,
                             env=engine_env(NUMBA_DISABLE_JIT="1"), capture_output=True, text=True, timeout=120)

@@ -1,6 +1,7 @@
-"""Functions whose SSA form numba must rebuild (variables assigned on several paths, loops, inlined
-callees), for tests/test_numba_ssa.py: its children compile them with the engine's SSA rewrite or
-numba's own and print what they compiled and what it computes."""
+"""Functions whose SSA form numba must rebuild and whose liveness it must find (variables assigned
+on several paths, loops, inlined callees), for tests/test_numba_ssa.py and test_numba_live_map.py:
+their children compile them with the engine's extensions or numba's own and print what they
+compiled and what it computes."""
 import hashlib
 import sys
 
@@ -51,11 +52,13 @@ def target(x, k):
 
 
 def main(stock):
-    njit(lambda v: v)(1)  # (numba loads its extensions, the engine's SSA rewrite among them, at its first compile)
-    from numba.core import ssa
+    njit(lambda v: v)(1)  # (numba loads its extensions, the engine's among them, at its first compile)
+    from numba.core import analysis, ir_utils, ssa
     if stock and hasattr(ssa._run_ssa, "__wrapped__"):
         ssa._run_ssa = ssa._run_ssa.__wrapped__
         ssa._run_block_rewrite = ssa._run_block_rewrite.__wrapped__
+    if stock and hasattr(analysis.compute_live_map, "__wrapped__"):
+        analysis.compute_live_map = ir_utils.compute_live_map = analysis.compute_live_map.__wrapped__
     seen = [0]
     block_pass = ssa._run_ssa_block_pass
 
@@ -65,11 +68,33 @@ def main(stock):
     ssa._run_ssa_block_pass = counting
     got = target(X, len(X))
     llvm = "".join(v for _, v in sorted(target.inspect_llvm().items(), key=lambda kv: str(kv[0])))
-    print(hashlib.sha256(llvm.encode()).hexdigest(), [int(v) for v in got], seen[0], hasattr(ssa._run_ssa, "__wrapped__"))
+    print(hashlib.sha256(llvm.encode()).hexdigest(), [int(v) for v in got], seen[0],
+          hasattr(ssa._run_ssa, "__wrapped__") and hasattr(analysis.compute_live_map, "__wrapped__"))
+
+
+def check_live_map():
+    """Every live map numba asks for while compiling target: the engine's and numba's own, compared;
+    prints how many there were and how many differed."""
+    njit(lambda v: v)(1)
+    from numba.core import analysis, ir_utils
+    ours = analysis.compute_live_map
+    stock = ours.__wrapped__
+    calls, differ = [0], [0]
+
+    def both(cfg, blocks, use, defs):
+        a, b = ours(cfg, blocks, use, defs), stock(cfg, blocks, use, defs)
+        calls[0] += 1
+        differ[0] += a != b
+        return b
+    analysis.compute_live_map = ir_utils.compute_live_map = both
+    target(X, len(X))
+    print(calls[0], differ[0])
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "python":  # (under NUMBA_DISABLE_JIT=1: what the code computes, no compiler)
         print([int(v) for v in target(X, len(X))])
+    elif sys.argv[1] == "live-map":
+        check_live_map()
     else:
         main(sys.argv[1] == "stock")
