@@ -287,7 +287,7 @@ def level_set(L, book, price, q):
     """Set the quantity at `price` (L2 feeds send absolute sizes); q == 0 removes it.
     Needs has_room(L, book) when the level may be new."""
     L = borrow_all(L)
-    meta, px, qty = L[0], L[1], L[2]
+    qty = L[2]
     j, found = _locate(L, book, price)
     if found:
         return level_add(L, book, price, q - qty[j], np.int64(0))

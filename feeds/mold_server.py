@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from . import files
-from .moldudp64 import HEADER, HEADER_LEN, MAX_PAYLOAD, heartbeat, is_multicast, packet
+from .moldudp64 import HEADER, HEADER_LEN, MAX_PAYLOAD, heartbeat, is_multicast
 from .uri import FeedError, split
 
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from feeds import book, book_deep as deep
+from feeds import book_deep as deep
 from feeds.book import Ladders
 from feeds.book_deep import Deep
 
@@ -18,7 +18,6 @@ def test_deep_book_matches_a_dict(seed):
     rng = np.random.default_rng(seed)
     L, D = Ladders(4, pool=64), Deep(4, cap=64)  # tiny: the ladder and the table both grow
     ref = [dict() for _ in range(4)]
-    spread = 2000
     for step in range(4000):
         b = int(rng.integers(4))
         if rng.random() < 0.003:

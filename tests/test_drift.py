@@ -5,7 +5,6 @@ keeps no distribution says so in one line."""
 import json
 import os
 
-import numpy as np
 import pytest
 
 from models import artifact, dataset, drift

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
-from feeds.itch_writer import directory, message, preamble
+from feeds.itch_writer import message, preamble
 from feeds.uri import FeedError
 
 from tests.helpers.feedutil import check_book_consistent, cli, one_line_error, read_all

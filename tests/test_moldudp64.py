@@ -1,7 +1,6 @@
 """MoldUDP64 over loopback: a real server process, packets dropped on purpose, re-requests."""
 import json
 import socket
-import struct
 import subprocess
 
 import numpy as np

@@ -12,7 +12,6 @@ import types
 
 import numpy as np
 import pyarrow.parquet as pq
-import pytest
 
 from engine.records import SIGNAL_FLAG_MARK, TICK_DTYPE, KIND_QUOTE
 from engine.tickfile import TickFile

@@ -4,7 +4,7 @@ import textwrap
 
 import numpy as np
 
-from engine.records import KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE, TICK_DTYPE
+from engine.records import KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, SIDE_BUY, SIDE_NONE, TICK_DTYPE
 
 # touch only: a mid-return EWMA, the touch imbalance and a trade count; scored on quotes
 TOUCH = '''
