@@ -10,7 +10,9 @@ of a Python int and the same passes run over ints; the result goes back as numba
 Both iterate the same monotone equations from the same start to a fixed point, and the least one
 is unique, so the map is the same set for set (tests/test_numba_live_map.py compares the two on
 every call of a compile). Applied only to the function it was written against (its source, by
-hash); anything else is left alone.
+hash, on numba 0.68); anything else is left alone. numba/parfors imports the function by name
+when it is first imported, and keeps numba's own if that was before (parallel=True only: slower,
+the same).
 """
 import hashlib
 import inspect
@@ -90,10 +92,11 @@ def patched():
 def patch():
     """numba's `numba_extensions` init hook; idempotent. Returns whether the patch is in place.
     numba's modules that imported the function by name get it too."""
+    import numba
     from numba.core import analysis, ir_utils
     if patched():
         return True
-    if source_sha256() != LIVE_MAP_SHA256:
+    if not numba.__version__.startswith("0.68.") or source_sha256() != LIVE_MAP_SHA256:
         return False
     compute_live_map.__wrapped__ = analysis.compute_live_map
     analysis.compute_live_map = compute_live_map

@@ -13,12 +13,14 @@ nodes it needs are added afterwards, by label. `patch()` indexes once, per call 
 `_run_ssa`, which names each block mentions; a rewrite then runs numba's own handlers on the
 blocks that name the variable, in numba's order (so fresh names and phis come out the same), and
 hands the others on as they are. Fixing one variable never changes which other variables a block
-names (its fresh names are new, its phis take only its own definitions), so the index stays true.
+names (its phis take only its own definitions, and its fresh names are new: `Scope.redefine` skips
+the scope's names, so the index is used only when the scope holds every name the blocks mention).
 `_run_ssa` works on its own copy of the blocks, so a phi added to a block handed on never reaches
-the caller's IR. The IR that comes out is the same, so is the machine code (tests/test_numba_ssa.py).
+the caller's blocks. The IR that comes out is the same, so is the machine code
+(tests/test_numba_ssa.py).
 
-Applied only to the source it was written against (numba's ssa.py, by hash); anything else is left
-alone. numba's on-disk cache is unaffected (a process loading the cache compiles nothing).
+Applied only to the source it was written against (numba 0.68, its ssa.py by hash); anything else
+is left alone. numba's on-disk cache is unaffected (a process loading the cache compiles nothing).
 """
 import hashlib
 import inspect
@@ -52,7 +54,9 @@ def _run_ssa(original):
             return original(blocks)
         blocks = _own(blocks)
         outer = getattr(_local, "mentions", None)
-        _local.mentions = _mentions(blocks)
+        mentions = _mentions(blocks)
+        scope = next(iter(blocks.values())).scope.localvars
+        _local.mentions = mentions if all(n in scope for m in mentions.values() for n in m) else None
         try:
             return original(blocks)
         finally:
@@ -69,7 +73,8 @@ def _run_block_rewrite(original):
             return original(blocks, states, handler)
         out = {}
         for label, blk in blocks.items():
-            if name in mentions[label]:
+            m = mentions.get(label)
+            if m is None or name in m:
                 out.update(original({label: blk}, states, handler))
             else:
                 out[label] = blk
@@ -94,10 +99,11 @@ def patched():
 
 def patch():
     """numba's `numba_extensions` init hook; idempotent. Returns whether the patch is in place."""
+    import numba
     from numba.core import ssa
     if patched():
         return True
-    if source_sha256() != SSA_SHA256:
+    if not numba.__version__.startswith("0.68.") or source_sha256() != SSA_SHA256:
         return False
     ssa._run_block_rewrite = _run_block_rewrite(ssa._run_block_rewrite)
     ssa._run_ssa = _run_ssa(ssa._run_ssa)
