@@ -1,17 +1,21 @@
 """Cold compile: what a user waits for the first time a feed or a strategy runs (and after every
-upgrade, which empties the cache), with the engine's inliner copy (engine/numba_inline.py)
-against numba's own in the same run.
+upgrade, which empties the cache), with the engine's compile extensions (the inliner's copy,
+engine/numba_inline.py; the SSA rebuild, engine/numba_ssa.py; liveness over bitsets,
+engine/numba_live_map.py) against numba's own in the same run.
 
 Each cell is a fresh process with an empty numba cache and an empty engine cache
 (XDG_CACHE_HOME), timed from its start to the end of its first batch, so the figure is the
 compile plus a few milliseconds of work:
   - binance: the Binance scanner at depth 10 (the default) over the first 2,000 lines of the
     real spot capture;
+  - binance-live: opening a `binance-live://` source (it compiles the scanner and the one-call
+    read, feeds/binance_read.py, before it connects; no connection is made);
   - itch: the ITCH 5.0 parser + order book at depth 10 over a small synthetic day;
   - dbn: the DBN MBO parser + L3 book at depth 10 over the first batch of the real CME file;
   - strategy: the built-in strategy's host (data-set loop) over 20k synthetic ticks.
-The peer is numba 0.68's own inliner (the extension undone in the child before anything
-compiles). --quick runs itch and dbn only.
+The peer is numba 0.68 as it comes (the extensions undone in the child before anything compiles);
+the middle column undoes only the SSA rebuild and the liveness (stop 55's), so their share shows.
+--quick runs itch and dbn only.
 
 Pairs: two fresh processes started at once on one empty cache, the same workload (two feeds of
 one venue starting together, two test workers), timed until both are done: with the compile lock
@@ -32,12 +36,22 @@ DATA = ROOT.parent / "shared" / "data"
 SPOT = DATA / "binance" / "spot_btcusdt_20240808.gz"
 DBN = DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 
-# undo engine/numba_inline.py's patch (numba applies it when the first function is decorated)
-STOCK = """
-import copy
+# undo engine/numba_ssa.py's and engine/numba_live_map.py's patches (numba applies its extensions
+# at its first compile)
+NUMBA_SSA = """
 from numba import njit
-from numba.core import inline_closurecall as icc
+from numba.core import analysis, ir_utils, ssa
 njit(lambda x: x)(1)
+if hasattr(ssa._run_ssa, "__wrapped__"):
+    ssa._run_ssa = ssa._run_ssa.__wrapped__
+    ssa._run_block_rewrite = ssa._run_block_rewrite.__wrapped__
+if hasattr(analysis.compute_live_map, "__wrapped__"):
+    analysis.compute_live_map = ir_utils.compute_live_map = analysis.compute_live_map.__wrapped__
+"""
+# and engine/numba_inline.py's: numba as it comes
+STOCK = NUMBA_SSA + """
+import copy
+from numba.core import inline_closurecall as icc
 if hasattr(icc.InlineWorker.inline_ir, "__wrapped__"):
     icc.InlineWorker.inline_ir = icc.InlineWorker.inline_ir.__wrapped__
     icc.copy = copy
@@ -56,19 +70,24 @@ from feeds.sources import open_source
 next(iter(open_source({uri!r}).batches()))
 """
 
+OPEN = """
+from feeds.sources import open_source
+open_source({uri!r})
+"""
+
 STRATEGY = """
 from tests.conftest import strategy_rows
 strategy_rows("synthetic://?instruments=4&count=20000&seed=3")
 """
 
 
-def cell(code, stock):
-    """Seconds for a fresh interpreter to run `code` with empty caches."""
+def cell(code, undo=""):
+    """Seconds for a fresh interpreter to run `code` with empty caches (`undo` first)."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, XDG_CACHE_HOME=cache, NUMBA_CACHE_DIR=os.path.join(cache, "numba"),
                    PYTHONPATH=str(ROOT))
         t = time.perf_counter()
-        r = subprocess.run([sys.executable, "-c", (STOCK if stock else "") + code], cwd=ROOT, env=env,
+        r = subprocess.run([sys.executable, "-c", undo + code], cwd=ROOT, env=env,
                            capture_output=True, text=True)
         dt = time.perf_counter() - t
     if r.returncode:
@@ -113,23 +132,26 @@ def workloads(tmp, quick):
                     break
                 g.write(line)
         out["binance"] = FIRST_BATCH.format(uri=f"binance:{cap}?depth=10")
+    out["binance-live"] = OPEN.format(uri="binance-live://usdm?symbols=BTCUSDT&ws=ws://127.0.0.1:9/&rest=http://127.0.0.1:9")
     out["strategy"] = STRATEGY
     return out
 
 
 def main():
     a = _common.args(__doc__)
-    metrics, peers, ratios, rows = {}, {"numba_inliner": {}}, {}, []
+    metrics, peers, ratios, rows = {}, {"numba": {}, "numba_ssa": {}}, {}, []
     with tempfile.TemporaryDirectory() as tmp:
         loads = workloads(tmp, a.quick)
         for name, code in loads.items():
-            ours, stock = cell(code, False), cell(code, True)
-            key = f"{name}_cold_compile_s"
+            ours, own_ssa, stock = cell(code), cell(code, NUMBA_SSA), cell(code, STOCK)
+            key = f"{name.replace('-', '_')}_cold_compile_s"
             metrics[key] = round(ours, 1)
-            peers["numba_inliner"][key] = round(stock, 1)
-            ratios[f"{name}_vs_numba_inliner_cold_compile_s"] = _common.ratio(ours, stock, False)
-            rows.append((name, {"ours s": ours, "numba's inliner s": stock}))
-            print(f"  {name}: {ours:.1f} s (numba's own inliner: {stock:.1f} s)", flush=True)
+            peers["numba"][key], peers["numba_ssa"][key] = round(stock, 1), round(own_ssa, 1)
+            ratios[key.replace("_cold", "_vs_numba_cold")] = _common.ratio(ours, stock, False)
+            ratios[key.replace("_cold", "_vs_numba_ssa_cold")] = _common.ratio(ours, own_ssa, False)
+            rows.append((name, {"ours s": ours, "numba SSA+live s": own_ssa, "numba 0.68 s": stock}))
+            print(f"  {name}: {ours:.1f} s (numba's own SSA rebuild and liveness: {own_ssa:.1f} s; numba as it comes: "
+                  f"{stock:.1f} s)", flush=True)
         name = "binance" if "binance" in loads else "dbn"
         if name in loads:
             (lw, lc), (uw, uc) = pair(loads[name], True), pair(loads[name], False)
@@ -140,7 +162,7 @@ def main():
             ratios[f"{name}_pair_vs_no_compile_lock_cpu_s"] = _common.ratio(lc, uc, False)
             print(f"  {name}, two processes at once: {lw:.1f} s, {lc:.1f} CPU s (both compiling, no lock: "
                   f"{uw:.1f} s, {uc:.1f} CPU s)", flush=True)
-    _common.table("cold compile, start to first batch, one process each", ["ours s", "numba's inliner s"], rows)
+    _common.table("cold compile, start to first batch, one process each", ["ours s", "numba SSA+live s", "numba 0.68 s"], rows)
     _common.save("compile", metrics, peers, ratios,
                  {"what": "a fresh process with empty numba and engine caches, start to its first batch"})
 

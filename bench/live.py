@@ -35,7 +35,9 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   1 ms asleep the lines stay warm (1.1 / 3.4-4.4 us), from 1.5 ms they do not (3-4.5 / 9-25 us at
   1.5-4 ms, 20-28 / 45-60 us at 5-10 ms). Waking the feed's event loop that often while idle did
   not carry over to the Python path (a timerfd every 200 us: 14% of a core, no gain; uvloop's timers
-  are whole milliseconds, and one under 1 ms is a spin).
+  are whole milliseconds, and one under 1 ms is a spin). Stop 55: the event loop spinning, with the
+  feed pinned to one core and the venue to the other, 10.5 / 83 us p50 / p99 (21.5 / 150 as
+  shipped): even a core of its own does not bring this VM's p99 to 20 us.
 - cryptofeed paced (`cryptofeed_paced`): the peer on the same FakeBinance at the same pace, its
   bookTicker frames (70% of the capture's, the cheapest), from its receipt stamp (after its websocket
   library read and took apart the frame: less of the path than ours) to its callback.
