@@ -40,21 +40,15 @@ DBN = DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 # at its first compile)
 NUMBA_SSA = """
 from numba import njit
-from numba.core import analysis, ir_utils, ssa
+from engine import numba_live_map, numba_ssa
 njit(lambda x: x)(1)
-if hasattr(ssa._run_ssa, "__wrapped__"):
-    ssa._run_ssa = ssa._run_ssa.__wrapped__
-    ssa._run_block_rewrite = ssa._run_block_rewrite.__wrapped__
-if hasattr(analysis.compute_live_map, "__wrapped__"):
-    analysis.compute_live_map = ir_utils.compute_live_map = analysis.compute_live_map.__wrapped__
+numba_ssa.unpatch()
+numba_live_map.unpatch()
 """
 # and engine/numba_inline.py's: numba as it comes
 STOCK = NUMBA_SSA + """
-import copy
-from numba.core import inline_closurecall as icc
-if hasattr(icc.InlineWorker.inline_ir, "__wrapped__"):
-    icc.InlineWorker.inline_ir = icc.InlineWorker.inline_ir.__wrapped__
-    icc.copy = copy
+from engine import numba_inline
+numba_inline.unpatch()
 """
 
 NO_LOCK = """

@@ -108,3 +108,11 @@ def patch():
     ssa._run_block_rewrite = _run_block_rewrite(ssa._run_block_rewrite)
     ssa._run_ssa = _run_ssa(ssa._run_ssa)
     return True
+
+
+def unpatch():
+    """numba's own rebuild again (the benchmark's and the tests' peer)."""
+    from numba.core import ssa
+    if patched():
+        ssa._run_ssa = ssa._run_ssa.__wrapped__
+        ssa._run_block_rewrite = ssa._run_block_rewrite.__wrapped__

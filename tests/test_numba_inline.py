@@ -1,8 +1,6 @@
 """engine/numba_inline.py: numba's inliner copies a callee's scope once per inlined call, not once
 per block, in every process of the engine (the numba_extensions entry point), and what it
 compiles still computes the same."""
-import subprocess
-import sys
 
 import numpy as np
 from numba import njit
@@ -10,7 +8,7 @@ from numba.core import ir
 
 from engine import numba_inline
 
-from tests.conftest import ROOT, engine_env
+from tests.conftest import extension_patched
 
 
 @njit(inline="always")
@@ -48,11 +46,8 @@ def _python_branchy(x, k):
 
 
 def test_every_engine_process_compiles_with_the_shared_memo_copy():
-    code = ("from numba import njit\nfrom engine.numba_inline import patched\n"
-            "njit(lambda x: x + 1)(1)\nprint(patched())\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=engine_env(), capture_output=True, text=True,
-                       timeout=120)
-    assert r.stdout.strip() == "True", r.stderr
+    ok, err = extension_patched("engine.numba_inline")
+    assert ok, err
 
 
 def test_an_inlined_callee_shares_one_copied_scope_and_computes_the_same():

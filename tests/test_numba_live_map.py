@@ -4,15 +4,12 @@ is compared in tests/test_numba_ssa.py (its "stock" child undoes this extension 
 import subprocess
 import sys
 
-from tests.conftest import ROOT, engine_env
+from tests.conftest import ROOT, engine_env, extension_patched
 
 
 def test_every_engine_process_finds_liveness_over_bitsets():
-    code = ("from numba import njit\nfrom engine.numba_live_map import patched\n"
-            "njit(lambda x: x + 1)(1)\nprint(patched())\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=engine_env(), capture_output=True, text=True,
-                       timeout=120)
-    assert r.stdout.strip() == "True", r.stderr
+    ok, err = extension_patched("engine.numba_live_map")
+    assert ok, err
 
 
 def test_every_live_map_of_a_compile_equals_numbas_own():

@@ -4,7 +4,7 @@ code as numba's own: children compile tests/helpers/ssa_target.py both ways."""
 import subprocess
 import sys
 
-from tests.conftest import ROOT, engine_env
+from tests.conftest import ROOT, engine_env, extension_patched
 
 
 def _compile(how):
@@ -17,10 +17,8 @@ def _compile(how):
 
 
 def test_every_engine_process_rebuilds_ssa_with_the_index():
-    code = "from numba import njit\nfrom engine.numba_ssa import patched\nnjit(lambda x: x + 1)(1)\nprint(patched())\n"
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=engine_env(), capture_output=True, text=True,
-                       timeout=120)
-    assert r.stdout.strip() == "True", r.stderr
+    ok, err = extension_patched("engine.numba_ssa")
+    assert ok, err
 
 
 def test_the_same_llvm_ir_and_results_as_numbas_own_rebuild_from_fewer_block_rewrites():

@@ -53,12 +53,12 @@ def target(x, k):
 
 def main(stock):
     njit(lambda v: v)(1)  # (numba loads its extensions, the engine's among them, at its first compile)
-    from numba.core import analysis, ir_utils, ssa
-    if stock and hasattr(ssa._run_ssa, "__wrapped__"):
-        ssa._run_ssa = ssa._run_ssa.__wrapped__
-        ssa._run_block_rewrite = ssa._run_block_rewrite.__wrapped__
-    if stock and hasattr(analysis.compute_live_map, "__wrapped__"):
-        analysis.compute_live_map = ir_utils.compute_live_map = analysis.compute_live_map.__wrapped__
+    from numba.core import ssa
+
+    from engine import numba_live_map, numba_ssa
+    if stock:
+        numba_ssa.unpatch()
+        numba_live_map.unpatch()
     seen = [0]
     block_pass = ssa._run_ssa_block_pass
 
@@ -69,7 +69,7 @@ def main(stock):
     got = target(X, len(X))
     llvm = "".join(v for _, v in sorted(target.inspect_llvm().items(), key=lambda kv: str(kv[0])))
     print(hashlib.sha256(llvm.encode()).hexdigest(), [int(v) for v in got], seen[0],
-          hasattr(ssa._run_ssa, "__wrapped__") and hasattr(analysis.compute_live_map, "__wrapped__"))
+          numba_ssa.patched() and numba_live_map.patched())
 
 
 def check_live_map():
