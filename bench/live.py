@@ -6,9 +6,11 @@ the blast server serves the capture's depth diffs and trades under those names),
 get the same bytes. One pass per session: a second pass would apply the capture's first diffs on the
 book its last diffs left (stale levels, a crossed book: neither realistic nor the same work), so each
 measurement is a fresh connection and a fresh book, repeated, and the median is quoted.
-- ours: `binance-live://usdm?...` (feeds/binance_live.py) run in-process and publishing into a real
-  tick ring as the feed process does (feeds/process.py Put: from the socket's read callback, one
-  numba call a read (feeds/binance_read.py), the rest as batches; no consumer): the socket reads,
+- ours: `binance-live://usdm?...` (feeds/binance_live.py, its default reader: auto, native on ws://
+  once synced) run in-process and publishing into a real tick ring as the feed process does
+  (feeds/process.py Put: from the socket's read callback, one numba call a read
+  (feeds/binance_read.py), then from the native reader's thread (feeds/ws_pump.py), the rest as
+  batches; no consumer): the socket reads,
   the numba websocket deframer (feeds/ws_client.py), the numba scanner (JSON, book, ticks) and the
   ring publish; nothing downstream. frames_per_s: the pass's frames over the time from the connection's start to the
   last frame's ticks in the ring (median of the sessions). frame_to_tick_p50/p99/p999_ns: per
@@ -19,7 +21,10 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   1.0, no faults, `paced`), emptied once the first snapshot is placed and its batch recorded (diffs
   held for it would count the REST round trip; emptied at the batch that placed it, the held diffs'
   ticks were recorded just after and were the p99): the per-frame cost a live feed
-  sees, with no queue in front.
+  sees, with no queue in front. Measured three ways in one run: reader=python (the event loop's
+  read callback: the figure quoted before stop 56), reader=native (a thread polls and reads the
+  socket and publishes, no Python per read: the default on ws://) and reader=spin (that thread
+  never sleeps: a whole core).
 - machine floor (`machine_floor`): the numba deframer on one frame, back to back and after 1 ms of
   sleep. On this untuned VM the second is 10-40x the first (a frame at a live pace finds caches and
   branch predictors cold): the paced figures above are mostly that, not our code. And one call of
@@ -74,6 +79,7 @@ import time
 import _common
 import numpy as np
 
+from engine import shm
 from engine.records import KIND_GAP, tick_kinds
 from feeds import binance_scan as S
 
@@ -141,9 +147,9 @@ def into_ring(src):
         ring.unlink()
 
 
-def ours(blast, runs):
-    """`runs` sessions of one pass each (a fresh source: a fresh book); frames/s per run, and the
-    frame_to_tick histogram of all runs pooled."""
+def ours(blast, runs, reader="auto"):
+    """`runs` sessions of one pass each (a fresh source: a fresh book) with the given reader; frames/s
+    per run, and the frame_to_tick histogram of all runs pooled."""
     from feeds.feed_latency import Latencies
     from feeds.process import keep_freed_memory
     from feeds.sources import open_source
@@ -152,7 +158,7 @@ def ours(blast, runs):
     rates, tick_rates = [], []
     for _ in range(runs):
         src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={blast.ws(1)}&rest={blast.rest}"
-                          f"&update=100ms&trades=aggTrade&idle_s=5")
+                          f"&update=100ms&trades=aggTrade&idle_s=5&reader={reader}")
         gc.collect()
         gc.freeze()  # (as feeds/process.py does once its source has started)
         want = blast.per_pass
@@ -169,7 +175,9 @@ def ours(blast, runs):
                 elif frames >= want and not a.buf:
                     break  # everything received and published
             gen.close()  # (closes the connection)
-            ticks, t_end = put.produced, put.last_ns
+            ticks, t_end = put.produced, max(put.last_ns, int(put.ring.hdr[shm.H_HEARTBEAT_NS]))
+            # (the ring's heartbeat: written after every publication, the native reader's too, whose
+            # counts reach the publisher only between event-loop steps)
         st = src.stats()
         if st["frames"] != want or st["stream_gaps"] or st["resyncs"]:
             raise SystemExit(f"ours: {st['frames']} frames of {want}, {st['stream_gaps']} gaps, {st['resyncs']} resyncs")
@@ -452,13 +460,13 @@ def reconnect(capture, drops, every):
     return out
 
 
-def paced(capture, seconds):
+def paced(capture, seconds, reader="python"):
     """Steady state at the capture's pace (FakeBinance, no faults): the source's frame_to_tick
     histogram, emptied when the book is first synced (the snapshot placed), so the diffs held for
     it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns."""
     from feeds.sources import open_source
     with venue(capture) as (ws, rest):
-        src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms")
+        src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&reader={reader}")
         C = src.scanner.state[2]
         synced_at, emptied = None, False
         with into_ring(src) as put:
@@ -630,13 +638,16 @@ def main():
         finally:
             blast.close()
         drops = reconnect(capture, 3 if quick else 6, 150)
-        pace = paced(capture, 10 if quick else 60)
+        pace = paced(capture, 10 if quick else 60)  # (the event loop's read callback: reader=python)
+        pace_native = {r: paced(capture, 10 if quick else 60, r) for r in ("native", "spin")}
         cf_pace = cryptofeed_paced(capture, 10 if quick else 60)
         floor = machine_floor()
         cfloor = cache_floor()
         metrics.update({f"binance_live_{k}": v for k, v in best.items()})
         metrics.update({f"binance_live_frame_to_tick_capture_pace_{k}_ns": pace[k] for k in ("p50", "p99", "p999")})
         metrics["binance_live_frame_to_tick_capture_pace_count"] = pace["count"]
+        for r, v in pace_native.items():
+            metrics.update({f"binance_live_{r}_reader_frame_to_tick_capture_pace_{k}_ns": v[k] for k in ("p50", "p99", "p999")})
         for k, v in floor.items():
             what = "machine_numba_call" if k.startswith("call_") else "machine_deframe_one_frame"
             metrics.update({f"{what}_{k.removeprefix('call_')}_{p}_ns": x for p, x in v.items()})
@@ -668,9 +679,17 @@ def main():
                  ("frame_to_tick p50 ns (flat out)", best["frame_to_tick_p50_ns"], None, "", None, ""),
                  ("frame_to_tick p99 ns (flat out)", best["frame_to_tick_p99_ns"], None, "", None, ""),
                  ("frame_to_tick p99.9 ns (flat out)", best["frame_to_tick_p999_ns"], None, "", None, ""),
-                 ("frame_to_tick p50 ns (paced)", pace["p50"], None, "", None, ""),
+                 ("frame_to_tick p50 ns (paced)", pace["p50"], None, "", None, "reader=python"),
                  ("frame_to_tick p99 ns (paced)", pace["p99"], None, "", None, "<= 20,000"),
-                 ("frame_to_tick p99.9 ns (paced)", pace["p999"], None, "", None, ""),
+                 ("frame_to_tick p99.9 ns (paced)", pace["p999"], None, "", None, "")]
+        for r, v in pace_native.items():
+            rows += [(f"frame_to_tick p50 ns (paced, {r})", v["p50"], pace["p50"], "python", _common.ratio(v["p50"], pace["p50"], False),
+                      "reader=" + r + (" (a core)" if r == "spin" else " (default on ws://)")),
+                     (f"frame_to_tick p99 ns (paced, {r})", v["p99"], pace["p99"], "python", _common.ratio(v["p99"], pace["p99"], False),
+                      "<= 20,000"),
+                     (f"frame_to_tick p99.9 ns (paced, {r})", v["p999"], pace["p999"], "python",
+                      _common.ratio(v["p999"], pace["p999"], False), "")]
+        rows += [
                  ("paced p50 ns, cryptofeed ticker", pace["p50"], cf_pace.get("p50"), "cryptofeed", None,
                   "(its receipt -> callback, bookTicker only)"),
                  ("paced p99 ns, cryptofeed ticker", pace["p99"], cf_pace.get("p99"), "cryptofeed", None, ""),

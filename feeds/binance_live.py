@@ -16,6 +16,12 @@
   snapshot_limit  levels asked of the REST depth snapshot (default 1000)
   idle_s       end the stream when no frame came for this long (default 0: never; for tests and
                bounded recordings)
+  reader       who reads the socket once the books are synced: native, a thread of its own that
+               publishes with no Python per read (feeds/ws_pump.py; frame to tick p50 / p99 ~3x /
+               ~2x less at a live pace here, bench/live.py); spin, the same thread never sleeping
+               (a whole core: for a core set aside for it); python, the event loop's read callback.
+               native and spin read plain ws:// only (TLS is the event loop's: point ws= at a
+               TLS-terminating proxy); auto (default): native on ws://, python on wss://
 
 One websocket connection (combined streams: `<sym>@depth@100ms`, `<sym>@bookTicker`,
 `<sym>@trade` per symbol) feeds the numba scanner of `binance:FILE` (feeds/binance_scan.py): each
@@ -44,7 +50,9 @@ REST errors and bans, frames, feed latency (event time to receive) and frame-to-
 Everything here runs in the feed process (feeds/process.py), never on the strategy core: one
 asyncio loop (uvloop when installed) stepped between batches, the websocket taken apart in numba a
 socket read at a time (feeds/ws_client.py: a client library's per-frame Python call was the limit,
-bench/live.py), aiohttp for REST on a thread and loop of its own (`_start` says why). In a feed process a read's lines are scanned and their ticks
+bench/live.py), aiohttp for REST on a thread and loop of its own (`_start` says why). Once every
+book is synced, a plain ws:// connection is handed to the native reader (`reader`, feeds/ws_pump.py:
+a thread that reads and publishes with no Python per read) and taken back for anything else. In a feed process a read's lines are scanned and their ticks
 published from the read callback itself (`direct`, the process's publisher): stopping the loop
 per frame to hand a batch out cost ~100 us of frame-to-tick at a live pace (p50 ~310 -> ~200 us,
 bench/live.py); lines queued behind a snapshot or a gap line, a rotation's, and every line when
@@ -52,6 +60,7 @@ nobody set `direct` (engine record, tests) go the batch way, in order.
 """
 import asyncio
 import json
+import os
 import random
 import sys
 import threading
@@ -63,7 +72,7 @@ import numpy as np
 
 from . import binance_read, binance_scan as S, uri as U, venues
 from .binance import Scanner, size_divisor
-from . import ws_client
+from . import ws_client, ws_pump
 from .feed_latency import Latencies, record_feed, record_since
 
 MARKETS = {  # (websocket base, REST base, REST prefix, weight budget a minute, depth weight for the limit)
@@ -72,6 +81,7 @@ MARKETS = {  # (websocket base, REST base, REST prefix, weight budget a minute, 
     "coinm": ("wss://dstream.binance.com", "https://dapi.binance.com", "/dapi/v1", 2400),
 }
 UPDATES = ("100ms", "0ms", "250ms", "500ms", "1000ms", "none")
+READERS = ("auto", "python", "native", "spin")
 MAX_STREAMS = 1024  # per connection (the venue's limit)
 OUT_ROWS = 4096
 MAX_FRAME = 1 << 20  # a bigger frame is not market data: the connection is dropped and resynced
@@ -143,13 +153,15 @@ class BinanceLive:
             "trades": (str, "trade"), "book_ticker": (int, 1), "size_unit": (float, venues.BINANCE_SIZE_UNIT),
             "ws": (str, ws), "rest": (str, rest), "silence_s": (float, 10.0), "rotate_s": (float, 84600.0),
             "backoff_s": (float, 0.1), "backoff_max_s": (float, 30.0), "snapshot_limit": (int, 1000),
-            "overlap_s": (float, OVERLAP_S), "idle_s": (float, 0.0)})
+            "overlap_s": (float, OVERLAP_S), "idle_s": (float, 0.0), "reader": (str, "auto")})
         if not p["symbols"]:
             raise U.FeedError(f"{u}: no symbols (binance-live://{market}?symbols=BTCUSDT,ETHUSDT)")
         if p["update"] not in UPDATES:
             raise U.FeedError(f"{u}: update must be one of {', '.join(UPDATES)}, got {p['update']!r}")
         if p["trades"] not in ("trade", "aggTrade", "none"):
             raise U.FeedError(f"{u}: trades must be trade, aggTrade or none, got {p['trades']!r}")
+        if p["reader"] not in READERS:
+            raise U.FeedError(f"{u}: reader must be one of {', '.join(READERS)}, got {p['reader']!r}")
         for k in ("silence_s", "rotate_s", "backoff_s", "backoff_max_s", "overlap_s"):
             if p[k] <= 0:
                 raise U.FeedError(f"{u}: {k} must be > 0, got {p[k]}")
@@ -192,6 +204,12 @@ class BinanceLive:
         self.ban_until = 0.0  # no REST before this (monotonic s): a 429/418's Retry-After
         self.weight = (0, 0)  # (minute, weight used in it as the venue last said)
         self.offset = time.time_ns() - time.monotonic_ns()  # the recorded lines' wall clock
+        tls = p["ws"].lower().startswith("wss:")
+        if tls and p["reader"] in ("native", "spin"):
+            raise U.FeedError(f"{u}: reader={p['reader']} reads the socket itself and needs ws:// (TLS is the event "
+                              f"loop's: point ws= at a TLS-terminating proxy, or use reader=python)")
+        native = p["reader"] in ("native", "spin") or (p["reader"] == "auto" and not tls)
+        self.pump = ws_pump.Pump(p["reader"] == "spin", MAX_FRAME) if native else None
         self._compile()
 
     # -- the source interface --------------------------------------------------------------
@@ -213,6 +231,7 @@ class BinanceLive:
         return {**self.lat.stats(), **self.counts, **self.scanner.stats()}
 
     def resync(self):
+        self._pump_stop()  # (the scanner's state is the pump's while it runs)
         self.scanner.windows.forget()
 
     def stop(self):
@@ -240,6 +259,8 @@ class BinanceLive:
         ws_client.deframe(np.frombuffer(b"\x81\x02{}\x89\x00", np.uint8), 6, np.frombuffer(b"1 ", np.uint8),
                           np.empty(128, np.uint8), MAX_FRAME)
         binance_read.compile_read(MAX_FRAME, sc)
+        if self.pump is not None:
+            self.pump.compile((sc.table(), sc.top, out, binance_read.throwaway_publish(), 0, 0, 1))
         S.needs_snapshot(sc.state[0], sc.state[1], 1)
         t = np.zeros((1, 8), np.int64)
         record_feed(self.lat.counts["feed_latency"], t, 0)
@@ -403,6 +424,7 @@ class BinanceLive:
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.rest_loop))
 
     async def _close(self):
+        self._pump_stop()
         for c in (getattr(self, "active", None), getattr(self, "standby", None)):
             if c is not None and c.transport is not None and not c.closed:
                 c.transport.close()
@@ -472,7 +494,18 @@ class BinanceLive:
     def _wait(self):
         """Run the event loop until the active connection has lines or is lost (its callbacks stop
         the loop) or 50 ms pass. One loop iteration from the socket read to here: a future woken by
-        the read and awaited by a task took three, ~40 us at a live feed's one frame a read."""
+        the read and awaited by a task took three, ~40 us at a live feed's one frame a read.
+        The native reader (reader=native/spin) is started here when it may run, and its counters
+        folded in after."""
+        if self.pump is not None:
+            self._pump_step()
+        try:
+            self._run_loop()
+        finally:
+            if self.pump is not None and self.pump.running:
+                self._pump_fold()
+
+    def _run_loop(self):
         a, loop = self.active, self.loop
         if a.buf or a.closed:
             return
@@ -505,6 +538,7 @@ class BinanceLive:
     async def _tick(self, due):
         """Do what _due said: a lost or silent connection is replaced (a gap line first), an old
         one rotated, the standby switched to."""
+        self._pump_stop()
         a = self.active
         if due == "replace":
             if not a.closed:
@@ -561,6 +595,83 @@ class BinanceLive:
         return data
 
     _done_frames = 0  # frames of the connections that are gone
+    _pump_ended = None  # the connection whose end the native reader saw
+
+    # -- the native reader (feeds/ws_pump.py) --------------------------------------------------
+
+    def _pump_ok(self):
+        """May the native reader take the active connection now? Only in the steady state: a
+        direct publisher with its arrays, no raw recording, no standby, nothing queued or cut, no
+        snapshot wanted or on its way."""
+        a, put = self.active, self.direct
+        proto = a.transport
+        if (self.stopped or self._error is not None or self.raw_sink is not None or self.standby is not None
+                or put is None or not hasattr(put, "live_handles") or a.closed or a.buf or proto is None
+                or proto.closed or proto.transport is None or proto.transport.is_closing() or proto.inbuf
+                or proto.frag is not None or self.asking or self.refresh or a is self._pump_ended):
+            return False
+        return not S.needs_snapshot(self.scanner.state[0], self.scanner.state[1], len(self.symbols))
+
+    def _pump_step(self):
+        """A pump that returned by itself is finished here; one that may run is started."""
+        if self.pump.running and self.pump.result is not None:
+            self._pump_stop()
+        if not self.pump.running and self._pump_ok():
+            put, sc, a = self.direct, self.scanner, self.active
+            P, mask, limit_ns = put.live_handles(self.lat)
+            put.name_instruments()
+            self.pump_conn = a
+            self.pump.start(a.transport, (sc.table(), sc.top, self._direct_out, P, mask, limit_ns, len(self.symbols)),
+                            self.offset, partial(self._pump_returned, a))
+
+    def _pump_returned(self, conn):
+        """(The pump's thread) it returned by itself: wake the event loop, which finishes it."""
+        try:
+            self.loop.call_soon_threadsafe(conn._wake)
+        except RuntimeError:  # (the loop is closed: we are stopping, _close joins the thread)
+            pass
+
+    def _pump_fold(self):
+        """The pump's frames, last read and published ticks into its connection and publisher."""
+        frames, pub = self.pump.take_counts()
+        conn = self.pump_conn
+        conn.frames += frames
+        conn.last = max(conn.last, self.pump.last_s())
+        if pub:
+            self.direct.published(pub)
+
+    def _pump_stop(self):
+        """Stop the native reader (if it runs) and finish its last read the read callback's way:
+        a scan it left, a snapshot wanted, the bytes it did not take apart (a control frame and
+        what follows it, a frame cut at the end) through the connection's own path; then the event
+        loop reads the socket again."""
+        if self.pump is None or not self.pump.running:
+            return
+        res = self.pump.stop()
+        self._pump_fold()
+        conn, pump = self.pump_conn, self.pump
+        proto = conn.transport
+        why, err, n, used, w, st, pos, nt, r, want, now = res
+        try:
+            if why == ws_pump.W_PYTHON:
+                if r != S.R_DONE:  # (as _fused: the scanner's own loop from where the one call stopped)
+                    for batch in self._ticks(pump.lines_ro[:w], self._direct_out, pos, nt):
+                        self.direct(batch, self.lat, self.offset)
+                if r != S.R_DONE or want:
+                    self._want_snapshots()
+                rest = bytes(pump.buf[used:n])
+            else:
+                rest = bytes(pump.buf[:n])  # (a frame cut by the last read)
+            if why in (ws_pump.W_EOF, ws_pump.W_ERROR):  # (never again on this connection: the event loop
+                self._pump_ended = conn                      # must read the end itself and call it lost)
+                if why == ws_pump.W_ERROR and not proto.reason:
+                    proto.reason = f"connection lost ({os.strerror(err)})"
+            if rest and not proto.closed:
+                proto._frames(rest, now)
+        except Exception as e:  # noqa: BLE001 - as in a read callback: batches() raises it again
+            self._callback_failed(conn, e)
+        if not proto.closed and not proto.transport.is_closing():
+            proto.transport.resume_reading()  # (the end of the stream, an error: the event loop sees it)
 
     # -- snapshots ---------------------------------------------------------------------------
 
@@ -582,6 +693,7 @@ class BinanceLive:
         """(This thread) a snapshot's line goes where the active connection's lines are now, unless
         a gap came since it was asked (the next connection asks its own)."""
         if gen == self.gen and not self.stopped:
+            self._pump_stop()  # (its lines go after the pump's, from this thread)
             a = self.active
             a.buf += line
             a._wake()

@@ -45,15 +45,19 @@ def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, 
     return used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, S.needs_snapshot(st_[0], st_[1], nsym)
 
 
+def throwaway_publish():
+    """A PUBLISH handle table over throwaway arrays (for compiling read and its callers)."""
+    from .borrow import handles
+    return handles([np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros((1, 8), np.int64),
+                    np.zeros((1, 8), np.int64), np.zeros(1, np.int8)] + [np.zeros(4, np.int64)] * 4)
+
+
 def compile_read(max_frame, sc):
     """read() compiled (or loaded from the cache) before the first connection, on throwaway arrays
     and sc, a throwaway binance.Scanner."""
-    from .borrow import handles
     frame = np.frombuffer(b"\x81\x02{}", np.uint8)
     lines = np.zeros(256, np.uint8)
     ro = lines.view()
     ro.flags.writeable = False
-    P = handles([np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros((1, 8), np.int64),
-                 np.zeros((1, 8), np.int64), np.zeros(1, np.int8)] + [np.zeros(4, np.int64)] * 4)
     read(frame, len(frame), np.frombuffer(b"1 ", np.uint8), lines, ro, max_frame, sc.table(), sc.top,
-         np.zeros((64, 8), np.int64), P, 0, 0, 0, 0)
+         np.zeros((64, 8), np.int64), throwaway_publish(), 0, 0, 0, 0)

@@ -31,24 +31,27 @@ def uri(fb, market="spot", **extra):
 
 def _compiled():
     """The signatures of every numba function a live run calls from Python."""
-    from feeds import binance_read, binance_scan, feed_latency, ws_client
+    from feeds import binance_read, binance_scan, feed_latency, ws_client, ws_pump
     fns = (binance_scan.scan_packed, ws_client.deframe, feed_latency.record_feed, feed_latency.record_since,
-           binance_read.read, binance_scan.needs_snapshot)
+           binance_read.read, binance_scan.needs_snapshot, ws_pump.pump)
     return {f.__name__: list(f.signatures) for f in fns}
 
 
-def run_live(u, direct=True):
+def run_live(u, direct=True, raw=True):
     """Every tick of a live run in this process until it idles, its raw lines, and the source
     (direct: published from the read callback, else every batch yielded; "ring": as the feed process
     runs it, the read callback publishing through feeds/process.py Put into a real tick ring, one
     numba call a read (feeds/binance_read.py), and the ticks read back from the ring).
     Nothing is compiled once the source is open (it compiles before it connects: a compile of
-    the scanner after is a minute with no frame read, on a cold cache)."""
+    the scanner after is a minute with no frame read, on a cold cache). raw=False: no raw lines
+    (the native reader runs only when nothing records them)."""
     from feeds.sources import open_source
     src = open_source(u)
     before = _compiled()
-    raw, parts = [], []
-    src.raw_sink = lambda data: raw.append(bytes(data))
+    lines, parts = [], []
+    if raw:
+        src.raw_sink = lambda data: lines.append(bytes(data))
+    raw = lines
     src.direct_ticks = 0
 
     def put(t, lat, offset):  # (what the feed process's publish_live does, into a list)
@@ -186,14 +189,16 @@ def test_coinm_follows_the_same_procedure_on_its_own_endpoints(tmp_path):
     synced_tail_equal(got, ref, int(len(ref) * 0.9))
 
 
-def test_through_a_feed_process_and_ring(tmp_path, shm_name, capture_prefix):
+@pytest.mark.parametrize("reader", ["python", "native"])
+def test_through_a_feed_process_and_ring(reader, tmp_path, shm_name, capture_prefix):
     """`engine feed binance-live://...` into a real ring (usdm at x10: flat out, the fake's REST
     snapshot comes late and cut to 1000 levels, and a deep level may differ): the ring's ticks end as
-    the capture's."""
+    the capture's, read by the event loop's callback or by the native reader's thread."""
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES) as fb:
         # (idle_s 3: on a loaded machine the fake's stream once stalled past 0.5 s and ended the feed early)
-        proc = subprocess.Popen(engine_cmd("feed", uri(fb, "usdm", idle_s=3), "--ring", shm_name, "--wait-consumers", "1"),
+        proc = subprocess.Popen(engine_cmd("feed", uri(fb, "usdm", idle_s=3, reader=reader), "--ring", shm_name,
+                                           "--wait-consumers", "1"),
                                 cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE, text=True)
         try:
             got, names = consume_ring(shm_name, proc, timeout=120)
@@ -309,6 +314,63 @@ def test_pings_are_answered(tmp_path):
     assert src.stats()["reconnects"] == 0
 
 
+NATIVE_FAULTS = {  # fault -> (the venue's arguments, the URI's, what the counters must show)
+    "drop": ({"drop_after": 1500}, {}, {"reconnects": 1}),
+    "close-frame": ({"close_after": 1500}, {}, {"reconnects": 1}),
+    "silence": ({"silence_after": 1500, "silence_s": 3.0}, {"silence_s": 1.0, "idle_s": 2.5}, {"silences": None}),
+    "half-open": ({"half_open_after": 1500}, {"silence_s": 1.0, "idle_s": 2.5}, {"silences": None}),
+    "oversized": ({"oversized_at": {1500}}, {}, {"reconnects": 1}),
+    "missing-diff": ({"skip_diffs": {200}}, {}, {"gaps": 1, "resyncs": 1, "reconnects": 0, "snapshots": 2}),
+    "pings": ({"ping_s": 0.2, "pong_timeout_s": 1.0}, {}, {"reconnects": 0}),
+    "rotation": ({"max_conn_s": 1.5}, {"rotate_s": 0.7, "overlap_s": 0.2}, {"gaps": 0, "reconnects": 0, "snapshots": 1}),
+}
+
+
+@pytest.mark.parametrize("reader", ["native", "spin"])
+def test_native_reader_publishes_the_capture(reader, tmp_path):
+    """reader=native (a thread of its own polls and reads the socket) and spin (it never sleeps):
+    into a real ring as a feed process publishes, every frame counted, the capture's ticks once
+    synced, one producer (the ring's sequence unbroken and equal to the publisher's count), most of
+    them published by that thread with no Python per read."""
+    from tests.helpers.fake_binance import FakeBinance
+    with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
+        got, _, src = run_live(uri(fb, reader=reader), direct="ring", raw=False)
+    st = src.stats()
+    assert st["connects"] == 1 and st["reconnects"] == 0 and st["gaps"] == 0 and st["snapshots"] == 1
+    assert st["frames"] == 3999
+    assert src.pump.ticks > len(got) // 2 and src.pump.reads > 1000, (src.pump.ticks, src.pump.reads, len(got))
+    assert not src.pump.running
+    import gzip
+    ref = replayed(b"".join(gzip.open(SPOT).readlines()[:4000]), tmp_path, "spot")
+    synced_tail_equal(got, ref, int(len(ref) * 0.9))
+
+
+@pytest.mark.parametrize("fault", list(NATIVE_FAULTS))
+def test_native_reader_hands_every_fault_back_and_resyncs(fault, capture_prefix):
+    """Each fault with reader=native: the thread hands the connection back to the event loop (a
+    control frame, the end of the stream, a gap that needs a snapshot, a stop for a silence or a
+    rotation), the source does what it does with the Python reader, and the thread takes the
+    connection again once the book is synced: the run ends as the capture, the ring's sequence
+    unbroken, and the thread published ticks after the fault too."""
+    from tests.helpers.fake_binance import FakeBinance
+    venue, extra, want = NATIVE_FAULTS[fault]
+    with FakeBinance(USDM, market="usdm", speed=SPEED if fault != "rotation" else SPEED / 2, max_lines=LINES,
+                     **venue) as fb:
+        got, _, src = run_live(uri(fb, "usdm", reader="native", backoff_s=0.05, **extra), direct="ring", raw=False)
+        pongs = fb.pongs
+    st = src.stats()
+    for k, v in want.items():
+        assert (st[k] >= 1) if v is None else st[k] == v, (k, st)
+    if fault == "pings":
+        assert pongs >= 3
+    if fault == "rotation":
+        assert st["rotations"] >= 2
+    if st["reconnects"]:
+        assert st["stream_gaps"] == st["reconnects"] and (got["kind"] == KIND_GAP).sum() >= 1 and st["snapshots"] >= 2
+    assert src.pump.starts >= 2 and src.pump.ticks > len(got) // 4, (src.pump.starts, src.pump.ticks, len(got))
+    synced_tail_equal(got, capture_prefix["usdm"], 300)
+
+
 def test_unknown_symbol_and_bad_uris_are_one_line(shm_name):
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(USDM, market="usdm", max_lines=100) as fb:
@@ -319,6 +381,8 @@ def test_unknown_symbol_and_bad_uris_are_one_line(shm_name):
     for bad, says in (("binance-live://moon?symbols=X", "market"), ("binance-live://spot", "no symbols"),
                       ("binance-live://spot?symbols=X&update=7ms", "update"),
                       ("binance-live://spot?symbols=X&silence_s=0", "silence_s"),
+                      ("binance-live://spot?symbols=X&reader=fast", "reader"),
+                      ("binance-live://spot?symbols=X&reader=native&ws=wss://example.invalid", "needs ws://"),
                       ("binance-live://spot?symbols=X&frobs=1", "frobs")):
         with pytest.raises(FeedError, match=says):
             open_source(bad)

@@ -1,0 +1,89 @@
+"""The native reader's calls (feeds/netcalls.py) on real sockets: recv_into's bytes, -EAGAIN on an
+empty socket and 0 at the end of the stream; poll_two's mask for the socket and the wake eventfd and
+its timeout; and a Pump blocked in poll stopped by its eventfd, its cut frame handed back."""
+import asyncio
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+from numba import njit
+
+from feeds import netcalls
+from feeds.ws_pump import W_STOPPED
+
+
+@njit(nogil=True)
+def _recv(fd, buf, off, n):
+    return netcalls.recv_into(fd, buf, off, n, netcalls.MSG_DONTWAIT)
+
+
+@njit(nogil=True)
+def _poll(a, b, ms):
+    return netcalls.poll_two(a, b, ms)
+
+
+def test_recv_and_poll_on_a_socket_pair():
+    a, b = socket.socketpair()
+    wake = os.eventfd(0, os.EFD_NONBLOCK)
+    try:
+        buf = np.zeros(16, np.uint8)
+        assert _recv(b.fileno(), buf, 0, 16) == -netcalls.EAGAIN
+        t = time.monotonic()
+        assert _poll(b.fileno(), wake, 50) == 0  # (the timeout: nothing to read)
+        assert time.monotonic() - t >= 0.04
+        a.sendall(b"hello")
+        assert _poll(b.fileno(), wake, -1) == 1
+        assert _recv(b.fileno(), buf, 3, 10) == 5 and bytes(buf[3:8]) == b"hello" and not buf[:3].any()
+        os.eventfd_write(wake, 1)
+        assert _poll(b.fileno(), wake, -1) == 2
+        a.sendall(b"x")
+        assert _poll(b.fileno(), wake, -1) == 3
+        assert _recv(b.fileno(), buf, 0, 16) == 1
+        a.close()
+        assert _poll(b.fileno(), wake, -1) & 1  # (the end of the stream is readable)
+        assert _recv(b.fileno(), buf, 0, 16) == 0
+        assert _recv(-1, buf, 0, 16) == -9  # EBADF
+        assert _poll(-1, -1, 0) == 0  # (negative fds are skipped, as poll(2) says)
+    finally:
+        b.close()
+        os.close(wake)
+
+
+def test_a_blocked_pump_stops_at_once_and_hands_back_a_cut_frame():
+    """A Pump over a websocket-like stream (a real socket pair) with a frame cut short: blocked in
+    poll, stop() wakes it through its eventfd; the cut frame's bytes come back for Python to finish."""
+    from feeds import binance_read
+    from feeds.binance import Scanner
+    from feeds.ws_pump import Pump
+    a, b = socket.socketpair()
+    loop = asyncio.new_event_loop()
+    try:
+        sc = Scanner("x", strict=False, quote=True, size_div=1000, depth=1)
+        pump = Pump(False, 1 << 20)
+        done = []
+        class Proto(asyncio.Protocol):  # (a real transport over b: what Pump pauses and reads beside)
+            def connection_made(self, transport):
+                self.transport = transport
+        _, proto = loop.run_until_complete(loop.create_connection(Proto, sock=b))
+        cut = bytes([0x81, 126, 0, 200]) + b"{" * 50  # (a 200-byte text frame, 50 bytes of it sent)
+        a.sendall(cut)
+        pump.start(proto, (sc.table(), sc.top, np.zeros((64, 8), np.int64), binance_read.throwaway_publish(), 0, 0, 0),
+                   0, lambda: done.append(1))
+        deadline = time.monotonic() + 10
+        while pump.ctl[4] < 1 and time.monotonic() < deadline:  # (C_READS: it read the cut frame)
+            time.sleep(0.01)
+        assert not proto.transport.is_reading() and pump.running and not done
+        res = []
+        stopper = threading.Thread(target=lambda: res.append(pump.stop()), daemon=True)
+        stopper.start()
+        stopper.join(30)  # (a pump that missed its wake would block in poll for good)
+        assert res, "the pump did not wake"
+        why, err, n, *_ = res[0]
+        assert why == W_STOPPED and n == len(cut) and bytes(pump.buf[:n]) == cut
+        assert not pump.running and pump.starts == 1
+    finally:
+        a.close()
+        loop.close()
+        b.close()
