@@ -43,6 +43,11 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   are whole milliseconds, and one under 1 ms is a spin). Stop 55: the event loop spinning, with the
   feed pinned to one core and the venue to the other, 10.5 / 83 us p50 / p99 (21.5 / 150 as
   shipped): even a core of its own does not bring this VM's p99 to 20 us.
+- stalls (`stall_floor`, when gcc is here): a C loop reading the clock back to back; the gaps of
+  10 us and 50 us and more a second are the host taking the core. Stop 56's EPYC: ~360 / ~15 a
+  second, ~0.8-1.5% of the time, on a core nothing else of ours ran on. A frame that such a stall
+  lands in pays it whatever reads it, and the core's caches come back cold: why even the native
+  reader spinning on a core of its own stays over 20 us at p99 here.
 - cryptofeed paced (`cryptofeed_paced`): the peer on the same FakeBinance at the same pace, its
   bookTicker frames (70% of the capture's, the cheapest), from its receipt stamp (after its websocket
   library read and took apart the frame: less of the path than ours) to its callback.
@@ -614,6 +619,47 @@ def cache_floor(lines=300, samples=400):
         return out
 
 
+STALLS_C = r"""
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static uint64_t now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
+int main(int argc, char** argv) {  /* seconds: read the clock back to back; count the gaps */
+  uint64_t t0 = now(), end = t0 + (uint64_t)(atof(argv[1]) * 1e9), prev = t0, n10 = 0, n50 = 0, lost = 0;
+  for (;;) {
+    uint64_t t = now(), d = t - prev;
+    prev = t;
+    if (t > end) break;
+    if (d >= 10000) { ++n10; lost += d; if (d >= 50000) ++n50; }
+  }
+  printf("%lu %lu %lu\n", (unsigned long)n10, (unsigned long)n50, (unsigned long)lost);
+  return 0;
+}
+"""
+
+
+def stall_floor(seconds=5.0):
+    """What the host takes from a spinning core: a C loop reading the clock back to back for
+    `seconds`, counting the gaps of 10 us and more (the core given to something else) and 50 us and
+    more. Any frame path, native or not, that such a gap lands in pays it.
+    {stalls_10us_per_s, stalls_50us_per_s, lost_pct}, or {} without gcc."""
+    import tempfile
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "stalls.c"), os.path.join(d, "stalls")
+        with open(src, "w") as f:
+            f.write(STALLS_C)
+        subprocess.run([cc, "-O2", src, "-o", exe], check=True)
+        r = subprocess.run([exe, str(seconds)], check=True, capture_output=True, text=True)
+    n10, n50, lost = (int(x) for x in r.stdout.split())
+    return {"stalls_10us_per_s": round(n10 / seconds), "stalls_50us_per_s": round(n50 / seconds),
+            "lost_pct": round(100 * lost / (seconds * 1e9), 2)}
+
+
 # -- the run ----------------------------------------------------------------------------------------
 
 def main():
@@ -643,6 +689,7 @@ def main():
         cf_pace = cryptofeed_paced(capture, 10 if quick else 60)
         floor = machine_floor()
         cfloor = cache_floor()
+        stalls = stall_floor(2.0 if quick else 10.0)
         metrics.update({f"binance_live_{k}": v for k, v in best.items()})
         metrics.update({f"binance_live_frame_to_tick_capture_pace_{k}_ns": pace[k] for k in ("p50", "p99", "p999")})
         metrics["binance_live_frame_to_tick_capture_pace_count"] = pace["count"]
@@ -653,6 +700,7 @@ def main():
             metrics.update({f"{what}_{k.removeprefix('call_')}_{p}_ns": x for p, x in v.items()})
         for k, v in cfloor.items():
             metrics.update({f"machine_c_300_cache_lines_{k}_{p}_ns": x for p, x in v.items()})
+        metrics.update({f"machine_spinning_core_{k}": v for k, v in stalls.items()})
         cf_version = cf.pop("version")
         peers["cryptofeed"] = {f"binance_live_{k}": v for k, v in cf.items()}
         peers["cryptofeed"].update({f"binance_ticker_receipt_to_callback_capture_pace_{k}"
@@ -706,6 +754,10 @@ def main():
                 for k in ("1ms", "5ms"):
                     rows.append((f"machine: C, 300 lines {p} ns", cfloor["busy_5ms"][p], cfloor[f"asleep_{k}"][p],
                                  f"after {k[0]} ms asleep", None, "after 5 ms spinning"))
+        if stalls:
+            rows += [("machine: core stalls >= 10 us /s", stalls["stalls_10us_per_s"], None, "", None,
+                      f"a spinning C loop; {stalls['lost_pct']}% of its time"),
+                     ("machine: core stalls >= 50 us /s", stalls["stalls_50us_per_s"], None, "", None, "")]
         rows.append(("bare ws frames/s (ws_client, numba)", metrics["ws_client_bare_frames_per_s"],
                      metrics["ws_bare_frames_per_s"], "picows", ratios["ws_client_vs_picows_ws_bare_frames_per_s"], ""))
         for name in ("websockets", "aiohttp"):

@@ -279,6 +279,8 @@ class BinanceLive:
             last_frames, last_t = 0, time.monotonic()
             while not self.stopped:
                 self._wait()
+                if self.stopped:  # (not one more batch: a caller that stops reading us would leave a
+                    break         # native reader publishing behind its back until we are closed)
                 due = self._due()
                 if due:
                     loop.run_until_complete(self._tick(due))
@@ -652,6 +654,8 @@ class BinanceLive:
         conn, pump = self.pump_conn, self.pump
         proto = conn.transport
         why, err, n, used, w, st, pos, nt, r, want, now = res
+        if pump.error is not None:  # (what the thread raised ends the run, as a read callback's does)
+            self._callback_failed(conn, pump.error)
         try:
             if why == ws_pump.W_PYTHON:
                 if r != S.R_DONE:  # (as _fused: the scanner's own loop from where the one call stopped)

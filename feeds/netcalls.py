@@ -15,7 +15,7 @@ from numba.extending import intrinsic
 
 MSG_DONTWAIT = 0x40
 EAGAIN, EINTR = errno.EAGAIN, errno.EINTR
-POLLIN, POLLERR, POLLHUP = 0x1, 0x8, 0x10
+POLLIN, POLLERR, POLLHUP, POLLNVAL = 0x1, 0x8, 0x10, 0x20
 _I8P, _I16, _I32, _I64 = ir.IntType(8).as_pointer(), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
 
@@ -54,7 +54,8 @@ def recv_into(typingctx, fd, arr, off, n, flags):
 @intrinsic
 def poll_two(typingctx, fd_a, fd_b, timeout_ms):
     """poll() on two fds for input, up to timeout_ms (-1: no limit): a bit mask, 1 when fd_a is
-    readable (or has an error or hang-up), 2 when fd_b is; 0 at the timeout; or -errno."""
+    readable (or has an error or hang-up, or is not open: the read that follows says which), 2 when
+    fd_b is; 0 at the timeout; or -errno."""
     def codegen(context, builder, sig, args):
         pfd = ir.LiteralStructType([_I32, _I16, _I16])  # struct pollfd {int fd; short events, revents;}
         fds = cgutils.alloca_once(builder, pfd, size=2)
@@ -68,7 +69,7 @@ def poll_two(typingctx, fd_a, fd_b, timeout_ms):
         mask = ir.Constant(_I64, 0)
         for k in range(2):
             rev = builder.load(cgutils.gep_inbounds(builder, builder.gep(fds, [ir.Constant(_I32, k)]), 0, 2))
-            hit = builder.icmp_unsigned("!=", builder.and_(rev, ir.Constant(_I16, POLLIN | POLLERR | POLLHUP)),
+            hit = builder.icmp_unsigned("!=", builder.and_(rev, ir.Constant(_I16, POLLIN | POLLERR | POLLHUP | POLLNVAL)),
                                         ir.Constant(_I16, 0))
             mask = builder.or_(mask, builder.select(hit, ir.Constant(_I64, 1 << k), ir.Constant(_I64, 0)))
         got = builder.select(builder.icmp_signed(">", r, ir.Constant(_I64, 0)), mask, r)

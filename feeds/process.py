@@ -14,6 +14,7 @@ where the engine's control plane reads them for /metrics, /status and the run's 
 Live sources: everything is compiled before the source is opened (a live one binds or joins
 when opened, and packets that arrive while a parser compiles overflow the socket's buffer).
 """
+import contextlib
 import ctypes
 import gc
 import signal
@@ -234,6 +235,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
                     counters.write({**src.stats(), **crossed.counts()})
             if stop["flag"] or (deadline and now >= deadline) or (count is not None and put.produced >= count):
                 break
+        _close(batches)  # (the source stops: a live one's reader threads too, before the last counts)
         st = {**src.stats(), **crossed.counts()}
         counters.write(st)  # the last counts, before the ring says finished
         ring.set_state(shm.STATE_FINISHED)
@@ -242,7 +244,16 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
             say(" ".join(f"{k}={v}" for k, v in st.items() if v))
         return put.produced
     finally:
-        if ring.hdr[shm.H_STATE] != shm.STATE_FINISHED:
+        if ring.hdr[shm.H_STATE] != shm.STATE_FINISHED:  # (an error: the source stopped first, its own
+            with contextlib.suppress(Exception):        # error, if any, not put in front of this one)
+                _close(batches)
             ring.set_state(shm.STATE_FINISHED)
         if not keep:
             ring.unlink()
+
+
+def _close(batches):
+    """A source's batches ended (a generator's finally runs now, not when it is collected)."""
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()

@@ -106,7 +106,7 @@ class Pump:
         self.lines_ro = self.lines.view()  # (what the scanner reads when Python finishes a read)
         self.lines_ro.flags.writeable = False
         self.stamp = np.zeros(32, np.uint8)
-        self.thread = self.result = None
+        self.thread = self.result = self.error = None
         self.fd = self.wake_fd = -1
         self.seen = (0, 0)  # (frames, ticks) already folded into the source's counters
         self.starts = self.reads = self.reads_before = self.ticks = 0  # over every run: how much the thread took
@@ -131,14 +131,19 @@ class Pump:
         self.reads_before = self.reads
         self.ctl[:] = 0
         self.seen = (0, 0)
-        self.result = None
+        self.result = self.error = None
         self.starts += 1
         fd, wake = self.fd, self.wake_fd
 
         def run():
-            self.result = pump(fd, wake, self.spin, self.ctl, self.buf, self.stamp, self.lines, offset, self.max_frame,
-                               *args)
-            done()
+            try:
+                self.result = pump(fd, wake, self.spin, self.ctl, self.buf, self.stamp, self.lines, offset,
+                                   self.max_frame, *args)
+            except BaseException as e:  # noqa: BLE001 - handed to the source, which raises it again
+                self.error = e
+                self.result = (W_ERROR, 0, 0, 0, 0, D_MORE, 0, 0, S.R_DONE, False, 0)
+            if self.ctl[C_STOP] == 0:  # (returned by itself: the source's loop must hear of it)
+                done()
         self.thread = threading.Thread(target=run, name="binance-pump", daemon=True)
         self.thread.start()
 
