@@ -387,6 +387,9 @@ class BinanceLive:
                 want = True
             if want or self.refresh:
                 self._want_snapshots()
+            if self.pump is not None and not self.pump.running and self._pump_ok():
+                conn._wake()  # (back to _wait, which hands the connection to the native reader now, not
+                # at its next 50 ms: after a handover its cut frame or a snapshot kept it here)
         except Exception as e:  # noqa: BLE001 - an exception in a read callback only gets logged
             self._callback_failed(conn, e)
             return 0, 0, 0, ws_client.D_MORE, 0, False, 0, 0
