@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from numba import njit
 
 from feeds import netcalls
@@ -51,9 +52,11 @@ def test_recv_and_poll_on_a_socket_pair():
         os.close(wake)
 
 
-def test_a_blocked_pump_stops_at_once_and_hands_back_a_cut_frame():
-    """A Pump over a websocket-like stream (a real socket pair) with a frame cut short: blocked in
-    poll, stop() wakes it through its eventfd; the cut frame's bytes come back for Python to finish."""
+@pytest.mark.parametrize("spin", [False, True], ids=["polling", "spinning"])
+def test_a_waiting_pump_stops_at_once_and_hands_back_a_cut_frame(spin):
+    """A Pump over a websocket-like stream (a real socket pair) with a frame cut short: waiting for
+    more (blocked in poll, or spinning on recv), stop() ends it (the eventfd wakes the poll); the cut
+    frame's bytes come back for Python to finish."""
     from feeds import binance_read
     from feeds.binance import Scanner
     from feeds.ws_pump import Pump
@@ -61,7 +64,7 @@ def test_a_blocked_pump_stops_at_once_and_hands_back_a_cut_frame():
     loop = asyncio.new_event_loop()
     try:
         sc = Scanner("x", strict=False, quote=True, size_div=1000, depth=1)
-        pump = Pump(False, 1 << 20)
+        pump = Pump(spin, 1 << 20)
         done = []
         class Proto(asyncio.Protocol):  # (a real transport over b: what Pump pauses and reads beside)
             def connection_made(self, transport):
