@@ -596,20 +596,31 @@ int main(int argc, char** argv) {  /* samples, gap us, cache lines, busy (0/1) *
 """
 
 
+@contextlib.contextmanager
+def c_program(source):
+    """The path of `source` compiled (gcc -O2) in a directory that lives as long as the block, or
+    None when no C compiler is here."""
+    import tempfile
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "prog.c"), os.path.join(d, "prog")
+        with open(src, "w") as f:
+            f.write(source)
+        subprocess.run([cc, "-O2", src, "-o", exe], check=True)
+        yield exe
+
+
 def cache_floor(lines=300, samples=400):
     """The floor under any design, Python or not: a C loop that reads `lines` random cache lines
     (a dependent chain, so nothing overlaps: roughly what a frame's path touches), timed right after
     5 ms of spinning, 1 ms asleep and 5 ms asleep. {busy_5ms, asleep_1ms, asleep_5ms: {p50, p99}}
     in ns, or {} without gcc."""
-    import tempfile
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        return {}
-    with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "floor.c"), os.path.join(d, "floor")
-        with open(src, "w") as f:
-            f.write(CACHE_LINES_C)
-        subprocess.run([cc, "-O2", src, "-o", exe], check=True)
+    with c_program(CACHE_LINES_C) as exe:
+        if exe is None:
+            return {}
         out = {}
         for name, gap_us, busy in (("busy_5ms", 5000, 1), ("asleep_1ms", 1000, 0), ("asleep_5ms", 5000, 0)):
             r = subprocess.run([exe, str(samples), str(gap_us), str(lines), str(busy)], check=True,
@@ -645,15 +656,9 @@ def stall_floor(seconds=5.0):
     `seconds`, counting the gaps of 10 us and more (the core given to something else) and 50 us and
     more. Any frame path, native or not, that such a gap lands in pays it.
     {stalls_10us_per_s, stalls_50us_per_s, lost_pct}, or {} without gcc."""
-    import tempfile
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        return {}
-    with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "stalls.c"), os.path.join(d, "stalls")
-        with open(src, "w") as f:
-            f.write(STALLS_C)
-        subprocess.run([cc, "-O2", src, "-o", exe], check=True)
+    with c_program(STALLS_C) as exe:
+        if exe is None:
+            return {}
         r = subprocess.run([exe, str(seconds)], check=True, capture_output=True, text=True)
     n10, n50, lost = (int(x) for x in r.stdout.split())
     return {"stalls_10us_per_s": round(n10 / seconds), "stalls_50us_per_s": round(n50 / seconds),

@@ -381,12 +381,7 @@ class BinanceLive:
                 self.raw_sink(memoryview(lines)[:w])
             if pub:
                 put.published(pub)
-            if r != S.R_DONE:  # (what is left: the scanner's own loop, from where the one call stopped)
-                for batch in self._ticks(lines_ro[:w], self._direct_out, pos, nt):
-                    put(batch, self.lat, self.offset)
-                want = True
-            if want or self.refresh:
-                self._want_snapshots()
+            self._finish_read(lines_ro, w, pos, nt, r, want)
             if self.pump is not None and not self.pump.running and self._pump_ok():
                 conn._wake()  # (back to _wait, which hands the connection to the native reader now, not
                 # at its next 50 ms: after a handover its cut frame or a snapshot kept it here)
@@ -394,6 +389,17 @@ class BinanceLive:
             self._callback_failed(conn, e)
             return 0, 0, 0, ws_client.D_MORE, 0, False, 0, 0
         return used, w, frames, st, op, fin, s, ln
+
+    def _finish_read(self, lines_ro, w, pos, nt, r, want):
+        """What one numba call (binance_read.read, from the read callback or the native reader) left
+        of a read: a scan that stopped short (r not R_DONE) finished by the scanner's own loop from
+        where it stopped (out already holding nt ticks), its ticks published; the snapshots wanted."""
+        if r != S.R_DONE:
+            for batch in self._ticks(lines_ro[:w], self._direct_out, pos, nt):
+                self.direct(batch, self.lat, self.offset)
+            want = True
+        if want or self.refresh:
+            self._want_snapshots()
 
     def _emit(self, ticks):
         """Feed latency (wall clock), then ts_recv back on CLOCK_MONOTONIC; after the publisher has
@@ -661,11 +667,7 @@ class BinanceLive:
             self._callback_failed(conn, pump.error)
         try:
             if why == ws_pump.W_PYTHON:
-                if r != S.R_DONE:  # (as _fused: the scanner's own loop from where the one call stopped)
-                    for batch in self._ticks(pump.lines_ro[:w], self._direct_out, pos, nt):
-                        self.direct(batch, self.lat, self.offset)
-                if r != S.R_DONE or want:
-                    self._want_snapshots()
+                self._finish_read(pump.lines_ro, w, pos, nt, r, want)
                 rest = bytes(pump.buf[used:n])
             else:
                 rest = bytes(pump.buf[:n])  # (a frame cut by the last read)
