@@ -573,9 +573,19 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             now = monotonic_ns()
             _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
             stop, state, paused = _commands(ctl, now, paused)
+            killing = load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]  # (idle: a kill still flattens within a park)
+            if (stop or killing) and cst[CS_NPEND] > 0:
+                # a conflation window is flushed here, on the last tick taken, before the loop stops (every
+                # tick taken is decided) or the kill switch moves (replayed after that tick): so a backtest of
+                # the ticks read flushes it at the same tick, on the same side of the kill (left pending,
+                # the backtest scored those ticks one by one: signals the run never made)
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out,
+                                         use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist,
+                                         tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
+                scored += n
             if stop:
                 break
-            if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # (idle: a kill still flattens within a park)
+            if killing:
                 signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0] + 1 if ticks > 0 else 0, sig, signals, gen,
                                        shdr, sdata, smask, spstate)
             gen, addr, rows = _adopt_model(ctl, gen)  # hot swap while idle
@@ -789,9 +799,19 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             now = monotonic_ns()
             _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
             stop, state, paused = _commands(ctl, now, paused)
+            killing = load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]  # (idle: a kill still flattens within a park)
+            if (stop or killing) and cst[CS_NPEND] > 0:
+                # a conflation window is flushed here, on the last tick taken, before the loop stops (every
+                # tick taken is decided) or the kill switch moves (replayed after that tick): so a backtest of
+                # the ticks read flushes it at the same tick, on the same side of the kill (left pending,
+                # the backtest scored those ticks one by one: signals the run never made)
+                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out,
+                                         use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist,
+                                         tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
+                scored += n
             if stop:
                 break
-            if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # (idle: a kill still flattens within a park)
+            if killing:
                 signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0] + 1 if ticks > 0 else 0, sig, signals, gen,
                                        shdr, sdata, smask, spstate)
             gen, addr, rows = _adopt_model(ctl, gen)

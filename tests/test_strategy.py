@@ -195,6 +195,43 @@ def test_a_conflated_backlog_is_replayed_exactly_by_the_backtest(default_model, 
     assert SIGNAL_MARK_WORD == np.int64(SIGNAL_FLAG_MARK) << 32
 
 
+def test_a_stop_inside_a_conflation_window_decides_it_as_the_backtest_does(default_model, shm_name):
+    """The loop is told to stop while a window is pending (a backlog in the ring, one window for all
+    of it, the stop seen at the first housekeeping step): the window is flushed before the loop
+    returns, and a backtest of the ticks it read, given its marks, makes the very same signals. (Left
+    pending, the run made none of them and the backtest scored those ticks one by one: a suite run's
+    recording gave 2 signals the live run never made.)"""
+    from engine.records import SIGNAL_FLAG_MARK
+    host = load_host("microstructure")
+    pred = artifact.load(default_model, strategy=host.strategy)
+    words = _ticks(30_000, 34)
+    cfg = host.loop_cfg(conflate=True, conflate_max=1 << 30, conflate_ns=10**15)  # (a window only the stop ends)
+    args, sr, ctl, _ = _setup(shm_name, words, pred, host, cfg)
+    ctl[C.CTL_CMD] = C.CMD_STOP  # (seen at the first housekeeping step, HOUSEKEEP_EVERY - 1 ticks in)
+    assert host.mod.run_loop(*args) == C.LOOP_STOPPED
+    read = int(ctl[C.L_TICKS])
+    assert 0 < read < len(words)
+    recs = _drain_all(sr)
+    is_mark = (recs["flags"] & SIGNAL_FLAG_MARK) != 0
+    live, marks = recs[~is_mark], recs[is_mark]
+    assert len(marks) == 1 and marks["tick_seq"][0] == read - 1 and len(live) > 0  # one window, flushed at the stop
+    ro = words[:read].copy()
+    ro.flags.writeable = False
+    hs = host.state(4, 0)
+    sigs = np.zeros((1 << 16, SIGNAL_WORDS), np.int64)
+    mk = np.stack([marks["ts_event"].astype(np.int64), marks["tick_seq"].astype(np.int64)], axis=1)
+    parts = BacktestArgs(words=ro, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32),
+                         model=pred.addr, pvals=host.params(), cfg=host.loop_cfg(), sigs=sigs,
+                         margins=np.full(read, np.nan, np.float32), hist=latency.new_counts(), marks=mk,
+                         mrows=pred.rows_addr)
+    _, nsig, scored = host.mod.backtest_loop(*backtest_args(host.mod, parts))
+    bt = sigs[:nsig].copy().view(SIGNAL_DTYPE).ravel()
+    assert nsig == len(live) and scored == ctl[C.L_SCORED]
+    for f in ("tick_seq", "instrument", "position", "prev_position", "mid_px"):
+        assert np.array_equal(bt[f], live[f]), f
+    assert np.array_equal(bt["margin"].view(np.int32), live["margin"].view(np.int32))
+
+
 def test_without_conflation_a_backlog_scores_every_tick(default_model, shm_name):
     host = load_host("microstructure")
     pred = artifact.load(default_model, strategy=host.strategy)
