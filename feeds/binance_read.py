@@ -45,11 +45,23 @@ def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, 
     return used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, S.needs_snapshot(st_[0], st_[1], nsym)
 
 
+_SINK = []  # (the sink's arrays and their table: built once, kept for the process's life)
+
+
 def throwaway_publish():
-    """A PUBLISH handle table over throwaway arrays (for compiling read and its callers)."""
-    from .borrow import handles
-    return handles([np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros((1, 8), np.int64),
-                    np.zeros((1, 8), np.int64), np.zeros(1, np.int8)] + [np.zeros(4, np.int64)] * 4)
+    """A PUBLISH handle table over a sink (for compiling read and its callers): a one-record ring
+    (mask 0), real histograms and a crossed watch, kept alive here. A handle is only an address:
+    over arrays freed on return, one publish through it would write freed memory; this one can
+    take any number of them."""
+    if not _SINK:
+        from engine import latency, shm
+        from .borrow import handles
+        from .crossed import CrossedWatch
+        c = CrossedWatch(0)
+        arrays = [np.zeros(shm.HEADER_WORDS, np.int64), np.zeros(8, np.int64), latency.new_counts(),
+                  latency.new_counts(), c.state, c.since, c.clist, c.cpos, c.c]
+        _SINK.extend((arrays, handles(arrays)))
+    return _SINK[1]
 
 
 def compile_read(max_frame, sc):

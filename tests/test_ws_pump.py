@@ -1,6 +1,7 @@
 """The native reader's calls (feeds/netcalls.py) on real sockets: recv_into's bytes, -EAGAIN on an
 empty socket and 0 at the end of the stream; poll_two's mask for the socket and the wake eventfd and
-its timeout; and a Pump blocked in poll stopped by its eventfd, its cut frame handed back."""
+its timeout; a Pump blocked in poll stopped by its eventfd, its cut frame handed back; and the sink
+read and the pump are compiled with."""
 import asyncio
 import os
 import socket
@@ -90,3 +91,28 @@ def test_a_waiting_pump_stops_at_once_and_hands_back_a_cut_frame(spin):
         a.close()
         loop.close()
         b.close()
+
+
+def test_the_compile_sink_takes_real_publishes():
+    """binance_read.throwaway_publish() (what read and the pump are compiled with) is a real sink,
+    kept alive: reads that publish through it land in its one-record ring and its histograms, the
+    same table every call (over arrays freed on return, one such publish wrote freed memory)."""
+    from engine import shm
+    from feeds import binance_read
+    from feeds.binance import Scanner
+    sc = Scanner("x", strict=False, quote=True, size_div=1000, depth=1)
+    msg = (b'{"stream":"btcusdt@trade","data":{"e":"trade","E":1723161256322,"T":1723161256322,"s":"BTCUSDT",'
+           b'"t":5266583935,"p":"61800.30","q":"0.006","X":"MARKET","m":false}}')
+    frame = np.frombuffer(bytes([0x81, 126, 0, len(msg)]) + msg, np.uint8)
+    lines = np.zeros(4096, np.uint8)
+    ro = lines.view()
+    ro.flags.writeable = False
+    P = binance_read.throwaway_publish()
+    published = 0
+    for _ in range(50):
+        r = binance_read.read(frame, len(frame), np.frombuffer(b"1723161255088176367 ", np.uint8), lines, ro, 1 << 20,
+                              sc.table(), sc.top, np.zeros((64, 8), np.int64), P, 0, 0, 0, 0)
+        published += r[11]
+    hdr, _, feed, f2t = binance_read._SINK[0][:4]
+    assert binance_read.throwaway_publish() is P and published > 0
+    assert hdr[shm.H_WRITE] == published and f2t[0].sum() == published and feed[0].sum() == published
