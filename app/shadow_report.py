@@ -18,8 +18,6 @@ import os
 
 import numpy as np
 
-from engine.records import SIGNAL_FLAG_MARK
-
 _KEY = 1 << 20  # (inst < 2^20: a (tick, instrument) pair in one int64)
 
 
@@ -33,11 +31,9 @@ def shadow_files(sig_path):
 
 
 def decisions(sig_path):
-    """A signal file's decisions (SIGNAL_DTYPE, marks left out), and how many marks it held."""
+    """A signal file's decisions (SIGNAL_DTYPE, marks left out)."""
     from engine.signal_log import read_signals
-    recs = read_signals(sig_path)
-    mark = (recs["flags"] & SIGNAL_FLAG_MARK) != 0
-    return recs[~mark], int(mark.sum())
+    return read_signals(sig_path)
 
 
 def _keys(s):
@@ -97,11 +93,11 @@ def report(sig_path, ticks_path=None, p=None, values=None):
     if not shadows:
         raise ValueError(f"{sig_path}: no shadow signal files beside it ({sig_path.rsplit('.', 1)[0]}.shadow-*.sig): "
                          "was the run given --shadow MODEL?")
-    live, marks = decisions(sig_path)
-    from engine.signal_log import read_kills
-    kills = len(read_kills(sig_path))
-    out = {"live": {"path": sig_path, "signals": int(len(live)), "conflation_marks": marks - kills,
-                    "kill_moves": kills}, "shadows": {}}
+    live = decisions(sig_path)
+    from engine.signal_log import read_kills, read_marks, read_pauses
+    out = {"live": {"path": sig_path, "signals": int(len(live)), "conflation_marks": len(read_marks(sig_path)),
+                    "kill_moves": len(read_kills(sig_path)), "pause_moves": len(read_pauses(sig_path))},
+           "shadows": {}}
     tf = None
     if ticks_path:
         from engine.tickfile import TickFile, TickFileError
@@ -112,7 +108,7 @@ def report(sig_path, ticks_path=None, p=None, values=None):
         out["ticks"] = ticks_path
         out["live"].update(money(tf, live, p, values))
     for name, path in shadows.items():
-        sh, _ = decisions(path)
+        sh = decisions(path)
         row = {"path": path, **compare(live, sh)}
         if tf is not None:
             row.update(money(tf, sh, p, values))
@@ -129,9 +125,9 @@ def lines(rep):
         return f"   pnl {r['pnl']:,.2f} (gross {r['pnl_gross']:,.2f}, fees {r['fees']:,.2f}, {r['fills']:,} fills)" \
             if money else ""
     out = [f"live   {lv['signals']:,} signals{cash(lv)}   ({lv['path']})"]
-    if lv["conflation_marks"] or lv["kill_moves"]:
-        out.append(f"       the live loop conflated ({lv['conflation_marks']:,} windows) or was killed "
-                   f"({lv['kill_moves']:,} moves); the shadows scored every tick")
+    if lv["conflation_marks"] or lv["kill_moves"] or lv["pause_moves"]:
+        out.append(f"       the live loop conflated ({lv['conflation_marks']:,} windows), was killed "
+                   f"({lv['kill_moves']:,} moves) or paused ({lv['pause_moves']:,} moves); the shadows scored every tick")
     for name, r in rep["shadows"].items():
         agree = f"{r['agreement']:.1%}" if r["agreement"] is not None else "n/a"
         corr = f"{r['score_corr']:.4f}" if r["score_corr"] is not None else "n/a"

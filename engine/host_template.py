@@ -32,7 +32,8 @@ from engine.risk import RG_KILLED, RG_MODE, RG_RULES, RULES, flattened, gate, re
 from engine.intrinsics import (borrow, borrow_all, call_predict, call_predict_rows, cpu_pause, f32_bits, load_acquire, load_relaxed,
                                monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
-                            SIGNAL_FLAG_KILLED, SIGNAL_FLAG_MARK, SIGNAL_FLAGS_KILL_MARK, SIGNAL_WORDS,
+                            SIGNAL_FLAG_KILLED, SIGNAL_FLAG_MARK, SIGNAL_FLAGS_KILL_MARK, SIGNAL_FLAGS_PAUSE_MARK,
+                            SIGNAL_WORDS,
                             signal_word_folded, signal_word_ids, signal_word_scores, tick_instrument, tick_kind,
                             tick_price, tick_side, tick_size, tick_word7, w_lo32)
 from engine.strategy_api import (IST_ASK, IST_BID, IST_TRADE_PX, IST_TRADE_SZ, IST_TS_EVENT, IST_TS_RECV, Book,
@@ -62,7 +63,8 @@ assert (I_BID, I_ASK, I_TS_RECV) == (IST_BID, IST_ASK, IST_WIDTH - 1), "strategy
 CS_NPEND, CS_FIRST, CS_FOLDS, CS_MARK, CS_CONFLATED, CS_MARKS, CS_T0 = range(7)
 CS_READ = 7    # run_loop_multi: ticks taken from all rings (the next one's seq in the merged stream)
 CS_BATCHED = 8  # rows flushes scored several in one call (the model's rows function)
-CST_WIDTH = 9
+CS_PAUSED = 9   # backtest_loop: 1 while a live run's pause is replayed (decide nothing)
+CST_WIDTH = 10
 CFG_TAP = 11   # run_loop_multi: 1 = publish every tick taken into the tap ring (engine run --record)
 CFG_MERGE_WINDOW_NS = 12  # run_loop_multi: how long the oldest ready tick waits for a silent ring (0: never)
 # rst: run_loop_multi's counters per ring, int64 [rings, RS_WIDTH] (the control plane reads them)
@@ -244,16 +246,7 @@ def _kill_switch(ctl, ist, rb, rg, tick, after, sig, signals, gen, shdr, sdata, 
     code = load_relaxed(ctl, C.CTL_KILL)
     rg[RG_KILLED] = code
     store_relaxed(ctl, C.L_KILLED, code)
-    for w in range(SIGNAL_WORDS):
-        sig[w] = 0
-    sig[0] = signals
-    sig[1] = tick[0]
-    sig[2] = after
-    sig[4] = monotonic_ns()
-    sig[5] = realtime_ns()
-    sig[7] = code
-    sig[11] = signal_word_folded(0, SIGNAL_FLAGS_KILL_MARK)
-    sigring.push(shdr, sdata, smask, spstate, sig)
+    _move_mark(sig, signals, tick, after, code, SIGNAL_FLAGS_KILL_MARK, shdr, sdata, smask, spstate)
     if code == 0:
         return signals
     for i in range(ist.shape[0]):
@@ -263,6 +256,22 @@ def _kill_switch(ctl, ist, rb, rg, tick, after, sig, signals, gen, shdr, sdata, 
             sigring.push(shdr, sdata, smask, spstate, sig)
             signals += 1
     return signals
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _move_mark(sig, signals, tick, after, value, flags, shdr, sdata, smask, spstate):
+    """A kill or pause mark (engine/records.py) into the signal stream: tick_seq the last tick taken,
+    ts_event `after` (the seq of the first tick the loop takes from here), position `value`."""
+    for w in range(SIGNAL_WORDS):
+        sig[w] = 0
+    sig[0] = signals
+    sig[1] = tick[0]
+    sig[2] = after
+    sig[4] = monotonic_ns()
+    sig[5] = realtime_ns()
+    sig[7] = value
+    sig[11] = signal_word_folded(0, flags)
+    sigring.push(shdr, sdata, smask, spstate, sig)
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -348,6 +357,18 @@ def _commands(ctl, now, paused):
     if now > load_relaxed(ctl, C.CTL_LEASE_NS) and now - load_relaxed(ctl, C.L_RESUMED_NS) > C.LEASE_GRACE_NS:
         return True, C.LOOP_LEASE_EXPIRED, paused
     return False, C.LOOP_STOPPED, paused
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _paused_at_start(ctl, ticks, tick, sig, signals, shdr, sdata, smask, spstate):
+    """A loop (re-)entered while `engine ctl pause` stands starts paused, and says so with a pause
+    mark (a backtest given the marks pauses there too; a repeated one changes nothing)."""
+    if load_acquire(ctl, C.CTL_CMD) != C.CMD_PAUSE:
+        return False
+    store_relaxed(ctl, C.L_STATE, C.LOOP_PAUSED)
+    _move_mark(sig, signals, tick, tick[0] + 1 if ticks > 0 else 0, 1, SIGNAL_FLAGS_PAUSE_MARK, shdr, sdata, smask,
+               spstate)
+    return True
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -565,26 +586,30 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
     t_last = monotonic_ns()
     state = C.LOOP_STOPPED
     store_relaxed(ctl, C.L_STATE, C.LOOP_RUNNING)
-    paused = False
+    paused = _paused_at_start(ctl, ticks, tick, sig, signals, shdr, sdata, smask, spstate)
     it = 0
     while True:
         it += 1
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
             _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
+            was = paused
             stop, state, paused = _commands(ctl, now, paused)
             killing = load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]  # (idle: a kill still flattens within a park)
-            if (stop or killing) and cst[CS_NPEND] > 0:
+            if (stop or killing or paused != was) and cst[CS_NPEND] > 0:
                 # a conflation window is flushed here, on the last tick taken, before the loop stops (every
-                # tick taken is decided) or the kill switch moves (replayed after that tick): so a backtest of
-                # the ticks read flushes it at the same tick, on the same side of the kill (left pending,
-                # the backtest scored those ticks one by one: signals the run never made)
+                # tick taken is decided), pauses or the kill switch moves (both replayed after that tick): so
+                # a backtest of the ticks read flushes it at the same tick, on the same side of the move
+                # (left pending, the backtest scored those ticks one by one: signals the run never made)
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out,
                                          use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist,
                                          tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             if stop:
                 break
+            if paused != was:  # (a pause mark: the backtest pauses at the same place)
+                _move_mark(sig, signals, tick, tick[0] + 1 if ticks > 0 else 0, 1 if paused else 0,
+                           SIGNAL_FLAGS_PAUSE_MARK, shdr, sdata, smask, spstate)
             if killing:
                 signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0] + 1 if ticks > 0 else 0, sig, signals, gen,
                                        shdr, sdata, smask, spstate)
@@ -791,26 +816,30 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
     t_last = monotonic_ns()
     state = C.LOOP_STOPPED
     store_relaxed(ctl, C.L_STATE, C.LOOP_RUNNING)
-    paused = False
+    paused = _paused_at_start(ctl, ticks, tick, sig, signals, shdr, sdata, smask, spstate)
     it = 0
     while True:
         it += 1
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
             _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
+            was = paused
             stop, state, paused = _commands(ctl, now, paused)
             killing = load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]  # (idle: a kill still flattens within a park)
-            if (stop or killing) and cst[CS_NPEND] > 0:
+            if (stop or killing or paused != was) and cst[CS_NPEND] > 0:
                 # a conflation window is flushed here, on the last tick taken, before the loop stops (every
-                # tick taken is decided) or the kill switch moves (replayed after that tick): so a backtest of
-                # the ticks read flushes it at the same tick, on the same side of the kill (left pending,
-                # the backtest scored those ticks one by one: signals the run never made)
+                # tick taken is decided), pauses or the kill switch moves (both replayed after that tick): so
+                # a backtest of the ticks read flushes it at the same tick, on the same side of the move
+                # (left pending, the backtest scored those ticks one by one: signals the run never made)
                 signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out,
                                          use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist,
                                          tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
                 scored += n
             if stop:
                 break
+            if paused != was:  # (a pause mark: the backtest pauses at the same place)
+                _move_mark(sig, signals, tick, tick[0] + 1 if ticks > 0 else 0, 1 if paused else 0,
+                           SIGNAL_FLAGS_PAUSE_MARK, shdr, sdata, smask, spstate)
             if killing:
                 signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0] + 1 if ticks > 0 else 0, sig, signals, gen,
                                        shdr, sdata, smask, spstate)
@@ -965,7 +994,7 @@ def backtest_loop(words, start, fstate, book, ist, prow, ptick, plist, cst, frow
             k += 1  # (a mark for ticks this file does not have)
         cst[CS_MARK] = k
         inside = k < nmarks and marks[k, 0] <= tick[0]
-        if inst >= 0:
+        if inst >= 0 and cst[CS_PAUSED] == 0:  # (paused as the live run was: features kept, nothing decided)
             if inside:
                 _stash(ist, prow, ptick, plist, cst, inst, row, tick, i)
             else:

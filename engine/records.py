@@ -113,6 +113,13 @@ SIGNAL_RULES_SHIFT = 8
 # --conflate-as-recorded` replays the kill at the same place (signal_log.read_kills); readers of
 # signals leave it out as every mark.
 SIGNAL_FLAGS_KILL_MARK = SIGNAL_FLAG_MARK | SIGNAL_FLAG_KILLED
+# A pause mark (flags MARK | PAUSED) travels with the signals when `engine ctl pause/resume` moves the
+# loop: position = 1 paused, 0 resumed; tick_seq = the last tick taken before it, ts_event = the seq
+# of the first tick taken after it (as a kill mark's). A paused loop reads ticks and keeps its
+# features but decides nothing; `engine backtest --conflate-as-recorded` pauses at the same place
+# (signal_log.read_pauses), so a recording that spans a pause still gives the run's signals.
+SIGNAL_FLAG_PAUSED = 16
+SIGNAL_FLAGS_PAUSE_MARK = SIGNAL_FLAG_MARK | SIGNAL_FLAG_PAUSED
 
 assert TICK_DTYPE.itemsize == 64, TICK_DTYPE.itemsize
 assert SIGNAL_DTYPE.itemsize == 128, SIGNAL_DTYPE.itemsize

@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from .records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, SIGNAL_FLAGS_KILL_MARK
+from .records import SIGNAL_DTYPE, SIGNAL_FLAG_KILLED, SIGNAL_FLAG_MARK, SIGNAL_FLAG_PAUSED, SIGNAL_FLAGS_KILL_MARK, \
+    SIGNAL_FLAGS_PAUSE_MARK
 
 RECORD = SIGNAL_DTYPE.itemsize
 VERSION = 6  # 1: 64-byte records, before positions in units; 2: no completion flags; 3: no decision; 4: no wanted;
@@ -193,7 +194,7 @@ def read_signals(path):
 def read_marks(path):
     """A live run's conflation marks: int64 [m, 2] (first tick seq of a window, flush tick seq)."""
     recs = read_records(path)
-    m = recs[(recs["flags"] & SIGNAL_FLAGS_KILL_MARK) == SIGNAL_FLAG_MARK]
+    m = recs[(recs["flags"] & (SIGNAL_FLAG_MARK | SIGNAL_FLAG_KILLED | SIGNAL_FLAG_PAUSED)) == SIGNAL_FLAG_MARK]
     return np.stack([m["ts_event"].astype(np.int64), m["tick_seq"].astype(np.int64)], axis=1) if len(m) else \
         np.zeros((0, 2), np.int64)
 
@@ -205,6 +206,14 @@ def read_kills(path):
     m = recs[(recs["flags"] & SIGNAL_FLAGS_KILL_MARK) == SIGNAL_FLAGS_KILL_MARK]
     return np.stack([m["ts_event"], m["tick_seq"].astype(np.int64), m["position"]], axis=1).astype(np.int64) \
         if len(m) else np.zeros((0, 3), np.int64)
+
+
+def read_pauses(path):
+    """A live run's pauses and resumes (pause marks, engine/records.py): int64 [p, 2] (the seq of the
+    first tick after it, 1 paused or 0 resumed)."""
+    recs = read_records(path)
+    m = recs[(recs["flags"] & SIGNAL_FLAGS_PAUSE_MARK) == SIGNAL_FLAGS_PAUSE_MARK]
+    return np.stack([m["ts_event"], m["position"]], axis=1).astype(np.int64) if len(m) else np.zeros((0, 2), np.int64)
 
 
 def read_records(path):

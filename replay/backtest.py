@@ -53,11 +53,12 @@ def file_depth(tf):
 PROGRESS_CHUNK = 1 << 20  # ticks per loop call when a progress bar is shown
 
 
-def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None, kills=None):
+def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None, kills=None, pauses=None):
     """Backtest one tick file (a path, or a TickFile already open) with a loaded model
     (models.artifact.load) and a compiled strategy host; returns FileResult. marks: a live run's
     conflation marks (engine.signal_log.read_marks) to replay its conflation exactly; kills: its
-    kill switch moves (engine.signal_log.read_kills), replayed where the loop made them. progress:
+    kill switch moves (engine.signal_log.read_kills), pauses: its pauses and resumes
+    (engine.signal_log.read_pauses), each replayed where the loop made it. progress:
     a bar on stderr (ticks/s, ETA) when it is a terminal. risk: the gate's limits (engine/risk.py
     Limits; None: none), applied as the live loop applies them."""
     if isinstance(src, TickFile):
@@ -87,8 +88,9 @@ def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None, kills=
     step = PROGRESS_CHUNK if bar is not None else len(words)
     parts = BacktestArgs(words=words, state=hs.loop_arrays(), row=row, out=out, model=pred.addr, pvals=pvals, cfg=cfg,
                          sigs=sigs, margins=margins, hist=hist, marks=marks, mrows=pred.rows_addr)
-    kills, at = _kill_places(words, kills)
-    k = 0
+    kills, at = _places(words, kills, 3)
+    pauses, pat = _places(words, pauses, 2)
+    k = q = 0
     while True:
         if k < len(kills) and at[k] <= i:  # the kill switch moved before this tick: as the loop did
             ref = words[min(np.searchsorted(words[:, 0], kills[k, 1]), len(words) - 1)] if len(words) else \
@@ -98,9 +100,13 @@ def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None, kills=
             total += nsig
             k += 1
             continue
+        if q < len(pauses) and pat[q] <= i:  # paused (or resumed) before this tick
+            hs.cst[host.mod.CS_PAUSED] = pauses[q, 1]
+            q += 1
+            continue
         if i >= len(words):
             break
-        stop = min(i + step, at[k] if k < len(kills) else len(words))
+        stop = min(i + step, at[k] if k < len(kills) else len(words), pat[q] if q < len(pauses) else len(words))
         # (a slice of the mapped file: the loop stops at its end, the bar moves, nothing is copied)
         j, nsig, sc = host.mod.backtest_loop(*backtest_args(host.mod, parts._replace(words=words[:stop], start=i,
                                                                                      base=total)))
@@ -118,17 +124,18 @@ def run_file(src, pred, host, cfg, marks=None, progress=False, risk=None, kills=
     return FileResult(str(path), tf.instruments, len(words), scored, signals, margins, hist, notes, blocked(hs.rg))
 
 
-def _kill_places(words, kills):
-    """(kills int64 [k, 3], the index of the tick each came before) for run_file; the file's ticks
-    must be in seq order (a recording, a converted file) for a seq to say where."""
-    kills = np.zeros((0, 3), np.int64) if kills is None else np.asarray(kills, np.int64).reshape(-1, 3)
-    if not len(kills):
-        return kills, np.zeros(0, np.int64)
+def _places(words, moves, width):
+    """(moves int64 [k, width], the index of the tick each came before: column 0 names that tick's seq)
+    for run_file's kill switch moves and pauses; the file's ticks must be in seq order (a recording,
+    a converted file) for a seq to say where."""
+    moves = np.zeros((0, width), np.int64) if moves is None else np.asarray(moves, np.int64).reshape(-1, width)
+    if not len(moves):
+        return moves, np.zeros(0, np.int64)
     seqs = words[:, 0]
     if len(seqs) > 1 and (np.diff(seqs) < 0).any():
-        raise ValueError("the run's kill switch moves name ticks by seq, and this file's ticks are not in seq order: "
-                         "backtest the run's recording (--record)")
-    return kills, np.searchsorted(seqs, kills[:, 0])
+        raise ValueError("the run's kill switch moves and pauses name ticks by seq, and this file's ticks are not in "
+                         "seq order: backtest the run's recording (--record)")
+    return moves, np.searchsorted(seqs, moves[:, 0])
 
 
 def _bar(path, n, progress):

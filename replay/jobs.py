@@ -25,6 +25,7 @@ class Params:
     extra: dict = field(default_factory=dict)
     marks: object = None              # int64 [m, 2]: a live run's conflation marks (--conflate-as-recorded)
     kills: object = None              # int64 [k, 3]: its kill switch moves (engine.signal_log.read_kills)
+    pauses: object = None             # int64 [p, 2]: its pauses and resumes (engine.signal_log.read_pauses)
     risk: object = None               # engine.risk.Limits: the gate's limits (--risk-*), None: none
     # execution (replay/execsim.py, replay/l3.py)
     orders: str = "strategy"          # taker | maker | strategy (its `maker` param; taker without one)
@@ -169,7 +170,7 @@ def backtest_one(path, p, k=0, progress=False, looped=None):
         check = ex.submit(tf.verify)
         mids = ex.submit(MidIndex, tf.words)
         t0 = time.perf_counter()
-        res = run_file(tf, pred, host, cfg, p.marks, progress=progress, risk=p.risk, kills=p.kills)
+        res = run_file(tf, pred, host, cfg, p.marks, progress=progress, risk=p.risk, kills=p.kills, pauses=p.pauses)
         loop_s = time.perf_counter() - t0
         try:
             check.result()

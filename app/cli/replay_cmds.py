@@ -56,24 +56,25 @@ def cmd_backtest(a):
         raise ValueError(f"--horizons-ms needs positive milliseconds, got {a.horizons_ms!r}")
     if a.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {a.workers}")
-    marks = kills = None
+    marks = kills = pauses = None
     if a.conflate_as_recorded:
-        from engine.signal_log import SignalLogError, read_kills, read_marks
+        from engine.signal_log import SignalLogError, read_kills, read_marks, read_pauses
         if len(a.files) != 1:
             raise ValueError("--conflate-as-recorded replays one live run: give the one tick file it read")
         try:
             marks, kills = read_marks(a.conflate_as_recorded), read_kills(a.conflate_as_recorded)
+            pauses = read_pauses(a.conflate_as_recorded)
         except (OSError, SignalLogError) as e:
             raise ValueError(f"--conflate-as-recorded {a.conflate_as_recorded}: {getattr(e, 'strerror', None) or e}") \
                 from None
-        print(f"[backtest] replaying {len(marks):,} conflation windows and {len(kills):,} kill switch moves from "
-              f"{a.conflate_as_recorded}", file=sys.stderr, flush=True)
+        print(f"[backtest] replaying {len(marks):,} conflation windows, {len(kills):,} kill switch moves and "
+              f"{len(pauses):,} pause moves from {a.conflate_as_recorded}", file=sys.stderr, flush=True)
         from engine.signal_log import status
         note = status(a.conflate_as_recorded)["note"]  # a run cut short: its marks stop there too
         if note:
             print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
     p = _backtest_params(a, hz, marks)
-    p.kills = kills
+    p.kills, p.pauses = kills, pauses
     from .run_cmds import check_mode
     check_mode(a)
     merged = None
@@ -240,8 +241,9 @@ def _add_backtest(sub):
     bt.add_argument("--conflate-as-recorded", default=None, metavar="SIGNALS.sig",
                     help="replay a live run over this file (`engine run --feed tickfile:F --signals-out S.sig`, "
                          "or the recording of `engine run --record F`) as it ran, from the marks in its signal file: its "
-                         "conflation (the same ticks folded unscored, the same flush points) and its kill switch "
-                         "(killed and resumed before the same ticks), so the signals are identical")
+                         "conflation (the same ticks folded unscored, the same flush points), its kill switch "
+                         "(killed and resumed before the same ticks) and its pauses (`engine ctl pause/resume`: "
+                         "nothing decided between the same ticks), so the signals are identical")
     bt.add_argument("--quiet", action=Flag, help="no progress lines")
     bt.add_argument("--json", action=Flag, help="print the summary as one JSON object")
     verify_key_arg(bt)
