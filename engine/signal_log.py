@@ -191,29 +191,46 @@ def read_signals(path):
     return recs[(recs["flags"] & SIGNAL_FLAG_MARK) == 0]
 
 
-def read_marks(path):
-    """A live run's conflation marks: int64 [m, 2] (first tick seq of a window, flush tick seq)."""
-    recs = read_records(path)
+def _records(src):
+    """A signal file's records: src a path, or records read_records already gave."""
+    return src if isinstance(src, np.ndarray) else read_records(src)
+
+
+def read_marks(src):
+    """A live run's conflation marks: int64 [m, 2] (first tick seq of a window, flush tick seq). src: a
+    signal file, or its records (read_records)."""
+    recs = _records(src)
     m = recs[(recs["flags"] & (SIGNAL_FLAG_MARK | SIGNAL_FLAG_KILLED | SIGNAL_FLAG_PAUSED)) == SIGNAL_FLAG_MARK]
     return np.stack([m["ts_event"].astype(np.int64), m["tick_seq"].astype(np.int64)], axis=1) if len(m) else \
         np.zeros((0, 2), np.int64)
 
 
-def read_kills(path):
+def read_kills(src):
     """A live run's kill switch moves (kill marks, engine/records.py): int64 [k, 3] (the seq of the
     first tick after it, the seq of the tick its flattening signals name, the reason: 0 resumed)."""
-    recs = read_records(path)
+    recs = _records(src)
     m = recs[(recs["flags"] & SIGNAL_FLAGS_KILL_MARK) == SIGNAL_FLAGS_KILL_MARK]
     return np.stack([m["ts_event"], m["tick_seq"].astype(np.int64), m["position"]], axis=1).astype(np.int64) \
         if len(m) else np.zeros((0, 3), np.int64)
 
 
-def read_pauses(path):
+def read_pauses(src):
     """A live run's pauses and resumes (pause marks, engine/records.py): int64 [p, 2] (the seq of the
     first tick after it, 1 paused or 0 resumed)."""
-    recs = read_records(path)
+    recs = _records(src)
     m = recs[(recs["flags"] & SIGNAL_FLAGS_PAUSE_MARK) == SIGNAL_FLAGS_PAUSE_MARK]
     return np.stack([m["ts_event"], m["position"]], axis=1).astype(np.int64) if len(m) else np.zeros((0, 2), np.int64)
+
+
+def model_swaps(src):
+    """[(model generation, tick seq of its first decision)] of a live run, in order: more than one
+    when a reload swapped the model mid-run (`engine ctl reload`)."""
+    recs = _records(src)
+    d = recs[(recs["flags"] & SIGNAL_FLAG_MARK) == 0]
+    gens = d["model_gen"].astype(np.int64)
+    at = np.flatnonzero(np.diff(gens) != 0) + 1 if len(gens) else np.zeros(0, np.int64)
+    return [(int(gens[i]), int(d["tick_seq"][i])) for i in np.concatenate([[0], at]).astype(np.int64)] if len(gens) \
+        else []
 
 
 def read_records(path):

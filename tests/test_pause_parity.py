@@ -1,8 +1,9 @@
 """A paused run and its backtest: `engine ctl pause` stops decisions (features still fed), each pause
 and resume is a mark in the signal file, and `engine backtest REC --conflate-as-recorded RUN.sig` of
 the run's recording pauses between the same ticks, so it gives the run's signals (without the
-marks it decided through the pause: signals the run never made). `engine shadow report` counts each
-kind of mark for what it is."""
+marks it decided through the pause: signals the run never made). A model swapped mid-run is said
+by the backtest (it scores with one model). `engine shadow report` counts each kind of mark for what
+it is."""
 import json
 
 import numpy as np
@@ -10,7 +11,7 @@ import pyarrow.parquet as pq
 
 from engine.records import (SIGNAL_FLAG_MARK, SIGNAL_FLAGS_KILL_MARK, SIGNAL_FLAGS_PAUSE_MARK, SIGNAL_WORDS,
                             signal_word_folded)
-from engine.signal_log import SignalLog, read_kills, read_marks, read_pauses, read_signals
+from engine.signal_log import SignalLog, model_swaps, read_kills, read_marks, read_pauses, read_signals
 from tests.conftest import strategy_core
 from tests.helpers.feedutil import cli
 
@@ -37,6 +38,10 @@ def test_a_pause_is_replayed_by_the_backtest_of_the_recording(tmp_path, default_
         assert r.returncode == 0, r.stderr
         n = d.status()["counters"]["signals"]
         wait_until(lambda: d.status()["counters"]["signals"] > n + 50, "signals after the resume")
+        r = cli("ctl", "reload", "--name", name)  # (the same model again: generation 2, the same scores)
+        assert r.returncode == 0, r.stderr
+        n = d.status()["counters"]["signals"]
+        wait_until(lambda: d.status()["counters"]["signals"] > n + 50, "signals after the reload")
     finally:
         d.stop()
     pauses = read_pauses(d.sig_path)
@@ -48,6 +53,10 @@ def test_a_pause_is_replayed_by_the_backtest_of_the_recording(tmp_path, default_
     b = cli("backtest", str(rec), "--out", str(tmp_path / "bt"), "--quiet", "--conflate-as-recorded", str(d.sig_path),
             timeout=600)
     assert b.returncode == 0 and "2 pause moves" in b.stderr, b.stderr
+    swaps = model_swaps(d.sig_path)  # the reload: said, since a backtest scores with one model
+    assert [g for g, _ in swaps] == [1, 2] and swaps[1][1] > pauses[1, 0], swaps
+    assert f"the run swapped models (generation 1 from tick {swaps[0][1]:,}, generation 2 from tick {swaps[1][1]:,})" \
+        in b.stderr, b.stderr
     bt = pq.read_table(tmp_path / "bt" / "signals.parquet")
     assert bt.num_rows == len(recs)
     for col in ("seq", "tick_seq", "instrument", "position", "prev_position", "wanted", "flags", "margin"):

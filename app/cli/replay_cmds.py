@@ -58,12 +58,12 @@ def cmd_backtest(a):
         raise ValueError(f"--workers must be >= 1, got {a.workers}")
     marks = kills = pauses = None
     if a.conflate_as_recorded:
-        from engine.signal_log import SignalLogError, read_kills, read_marks, read_pauses
+        from engine.signal_log import SignalLogError, model_swaps, read_kills, read_marks, read_pauses, read_records
         if len(a.files) != 1:
             raise ValueError("--conflate-as-recorded replays one live run: give the one tick file it read")
         try:
-            marks, kills = read_marks(a.conflate_as_recorded), read_kills(a.conflate_as_recorded)
-            pauses = read_pauses(a.conflate_as_recorded)
+            recs = read_records(a.conflate_as_recorded)
+            marks, kills, pauses, swaps = read_marks(recs), read_kills(recs), read_pauses(recs), model_swaps(recs)
         except (OSError, SignalLogError) as e:
             raise ValueError(f"--conflate-as-recorded {a.conflate_as_recorded}: {getattr(e, 'strerror', None) or e}") \
                 from None
@@ -73,6 +73,11 @@ def cmd_backtest(a):
         note = status(a.conflate_as_recorded)["note"]  # a run cut short: its marks stop there too
         if note:
             print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
+        if len(swaps) > 1:  # (one model here: its signals are the run's only where the run scored with it)
+            print(f"[backtest] warning: {a.conflate_as_recorded}: the run swapped models "
+                  f"({', '.join(f'generation {g} from tick {t:,}' for g, t in swaps)}); this backtest scores "
+                  "every tick with one model, so only that model's stretch of the run can match",
+                  file=sys.stderr, flush=True)
     p = _backtest_params(a, hz, marks)
     p.kills, p.pauses = kills, pauses
     from .run_cmds import check_mode
