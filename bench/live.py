@@ -21,10 +21,12 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   1.0, no faults, `paced`), emptied once the first snapshot is placed and its batch recorded (diffs
   held for it would count the REST round trip; emptied at the batch that placed it, the held diffs'
   ticks were recorded just after and were the p99): the per-frame cost a live feed
-  sees, with no queue in front. Measured three ways in one run: reader=python (the event loop's
+  sees, with no queue in front. Measured four ways in one run: reader=python (the event loop's
   read callback: the figure quoted before stop 56), reader=native (a thread polls and reads the
-  socket and publishes, no Python per read: the default on ws://) and reader=spin (that thread
-  never sleeps: a whole core).
+  socket and publishes, no Python per read: the default on ws://), reader=spin (that thread
+  never sleeps: a whole core) and spin_own_core (reader=spin&reader_core=the last CPU, with the
+  venue's process and this one's other threads moved off it: as near a core set aside for the
+  reader as this VM allows; its host still takes that core, stall_floor below).
 - machine floor (`machine_floor`): the numba deframer on one frame, back to back and after 1 ms of
   sleep. On this untuned VM the second is 10-40x the first (a frame at a live pace finds caches and
   branch predictors cold): the paced figures above are mostly that, not our code. And one call of
@@ -404,10 +406,13 @@ def bare_aiohttp(url, want):
 
 # -- reconnect --------------------------------------------------------------------------------------
 
-def _venue(capture, faults, pipe):
+def _venue(capture, faults, pipe, cpus=None):
     """FakeBinance (usdm, the capture's pace, `faults` its fault arguments) in a process of its own
-    (its aiohttp thread must not share the source's GIL); serves until the pipe closes."""
+    (its aiohttp thread must not share the source's GIL), on `cpus` when given; serves until the
+    pipe closes."""
     from tests.helpers.fake_binance import FakeBinance
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     with FakeBinance(capture, market="usdm", speed=1.0, **faults) as fb:
         pipe.send((fb.ws_url, fb.rest_url))
         try:
@@ -417,12 +422,13 @@ def _venue(capture, faults, pipe):
 
 
 @contextlib.contextmanager
-def venue(capture, **faults):
-    """(websocket URL, REST URL) of a `_venue` process that lives as long as the block."""
+def venue(capture, cpus=None, **faults):
+    """(websocket URL, REST URL) of a `_venue` process (on `cpus` when given) that lives as long as
+    the block."""
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     mine, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_venue, args=(str(capture), faults, theirs), daemon=True)
+    proc = ctx.Process(target=_venue, args=(str(capture), faults, theirs, cpus), daemon=True)
     proc.start()
     try:
         yield mine.recv()
@@ -465,30 +471,52 @@ def reconnect(capture, drops, every):
     return out
 
 
-def paced(capture, seconds, reader="python"):
+def paced(capture, seconds, reader="python", core=-1):
     """Steady state at the capture's pace (FakeBinance, no faults): the source's frame_to_tick
     histogram, emptied when the book is first synced (the snapshot placed), so the diffs held for
-    it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns."""
+    it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns. core >= 0: the
+    native reader on that CPU (reader_core=), the venue and this thread on the others (a core
+    set aside for the reader, as far as an untuned VM can)."""
+    with _cpus_but(core) as others, venue(capture, others) as (ws, rest):
+        return _paced(ws, rest, seconds, f"{reader}&reader_core={core}" if core >= 0 else reader)
+
+
+@contextlib.contextmanager
+def _cpus_but(core):
+    """This thread on every CPU but `core` for the block (yields that set; None and no change for -1)."""
+    if core < 0:
+        yield None
+        return
+    was = os.sched_getaffinity(0)
+    others = was - {core}
+    os.sched_setaffinity(0, others)
+    try:
+        yield others
+    finally:
+        os.sched_setaffinity(0, was)
+
+
+def _paced(ws, rest, seconds, reader):
+    """paced's session on a venue already up (reader: the URI's reader= value and what follows)."""
     from feeds.sources import open_source
-    with venue(capture) as (ws, rest):
-        src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&reader={reader}")
-        C = src.scanner.state[2]
-        synced_at, emptied = None, False
-        with into_ring(src) as put:
-            gen = src.batches()
-            for b in gen:
-                if len(b):
-                    put.batch(b)
-                if synced_at is None and int(C[I_SNAPS]):
-                    synced_at = time.monotonic()
-                    gc.freeze()  # (as feeds/process.py does once its source has started)
-                elif synced_at is not None and not emptied:  # (at the next batch: a yielded batch's
-                    src.lat.counts["frame_to_tick"][:] = 0   # frame_to_tick is recorded when the
-                    emptied = True                           # next one is asked for: the held diffs')
-                elif synced_at is not None and time.monotonic() - synced_at > seconds:
-                    break
-            gen.close()
-        return src.lat.percentiles_ns("frame_to_tick")
+    src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&reader={reader}")
+    C = src.scanner.state[2]
+    synced_at, emptied = None, False
+    with into_ring(src) as put:
+        gen = src.batches()
+        for b in gen:
+            if len(b):
+                put.batch(b)
+            if synced_at is None and int(C[I_SNAPS]):
+                synced_at = time.monotonic()
+                gc.freeze()  # (as feeds/process.py does once its source has started)
+            elif synced_at is not None and not emptied:  # (at the next batch: a yielded batch's
+                src.lat.counts["frame_to_tick"][:] = 0   # frame_to_tick is recorded when the
+                emptied = True                           # next one is asked for: the held diffs')
+            elif synced_at is not None and time.monotonic() - synced_at > seconds:
+                break
+        gen.close()
+    return src.lat.percentiles_ns("frame_to_tick")
 
 
 def cryptofeed_paced(capture, seconds):
@@ -691,6 +719,8 @@ def main():
         drops = reconnect(capture, 3 if quick else 6, 150)
         pace = paced(capture, 10 if quick else 60)  # (the event loop's read callback: reader=python)
         pace_native = {r: paced(capture, 10 if quick else 60, r) for r in ("native", "spin")}
+        own = max(os.sched_getaffinity(0))  # (spin on a CPU of its own: the venue and Python on the others)
+        pace_native["spin_own_core"] = paced(capture, 10 if quick else 60, "spin", core=own)
         cf_pace = cryptofeed_paced(capture, 10 if quick else 60)
         floor = machine_floor()
         cfloor = cache_floor()
@@ -737,7 +767,8 @@ def main():
                  ("frame_to_tick p99.9 ns (paced)", pace["p999"], None, "", None, "")]
         for r, v in pace_native.items():
             rows += [(f"frame_to_tick p50 ns (paced, {r})", v["p50"], pace["p50"], "python", _common.ratio(v["p50"], pace["p50"], False),
-                      "reader=" + r + (" (a core)" if r == "spin" else " (default on ws://)")),
+                      {"native": "reader=native (default on ws://)", "spin": "reader=spin (a core)",
+                       "spin_own_core": f"reader=spin&reader_core={own}, all else off it"}[r]),
                      (f"frame_to_tick p99 ns (paced, {r})", v["p99"], pace["p99"], "python", _common.ratio(v["p99"], pace["p99"], False),
                       "<= 20,000"),
                      (f"frame_to_tick p99.9 ns (paced, {r})", v["p999"], pace["p999"], "python",

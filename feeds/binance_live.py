@@ -22,6 +22,8 @@
                (a whole core: for a core set aside for it); python, the event loop's read callback.
                native and spin read plain ws:// only (TLS is the event loop's: point ws= at a
                TLS-terminating proxy); auto (default): native on ws://, python on wss://
+  reader_core  the CPU the native reader's thread runs on (default: wherever the feed process may
+               run); with reader=spin, give it a core of its own, kept clear of everything else
 
 One websocket connection (combined streams: `<sym>@depth@100ms`, `<sym>@bookTicker`,
 `<sym>@trade` per symbol) feeds the numba scanner of `binance:FILE` (feeds/binance_scan.py): each
@@ -153,7 +155,8 @@ class BinanceLive:
             "trades": (str, "trade"), "book_ticker": (int, 1), "size_unit": (float, venues.BINANCE_SIZE_UNIT),
             "ws": (str, ws), "rest": (str, rest), "silence_s": (float, 10.0), "rotate_s": (float, 84600.0),
             "backoff_s": (float, 0.1), "backoff_max_s": (float, 30.0), "snapshot_limit": (int, 1000),
-            "overlap_s": (float, OVERLAP_S), "idle_s": (float, 0.0), "reader": (str, "auto")})
+            "overlap_s": (float, OVERLAP_S), "idle_s": (float, 0.0), "reader": (str, "auto"),
+            "reader_core": (int, -1)})
         if not p["symbols"]:
             raise U.FeedError(f"{u}: no symbols (binance-live://{market}?symbols=BTCUSDT,ETHUSDT)")
         if p["update"] not in UPDATES:
@@ -209,7 +212,15 @@ class BinanceLive:
             raise U.FeedError(f"{u}: reader={p['reader']} reads the socket itself and needs ws:// (TLS is the event "
                               f"loop's: point ws= at a TLS-terminating proxy, or use reader=python)")
         native = p["reader"] in ("native", "spin") or (p["reader"] == "auto" and not tls)
-        self.pump = ws_pump.Pump(p["reader"] == "spin", MAX_FRAME) if native else None
+        if p["reader_core"] >= 0:
+            allowed = sorted(os.sched_getaffinity(0))
+            if not native:
+                raise U.FeedError(f"{u}: reader_core pins the native reader, and this source reads with the event loop "
+                                  f"(reader={p['reader']}{', wss://' if tls else ''})")
+            if p["reader_core"] not in allowed:
+                raise U.FeedError(f"{u}: reader_core={p['reader_core']} is not a CPU this process may run on "
+                                  f"({', '.join(map(str, allowed))})")
+        self.pump = ws_pump.Pump(p["reader"] == "spin", MAX_FRAME, p["reader_core"]) if native else None
         self._compile()
 
     # -- the source interface --------------------------------------------------------------

@@ -98,8 +98,8 @@ def pump(fd, wake_fd, spin, ctl, buf, stamp, lines, offset, max_frame, H, top, o
 class Pump:
     """The thread that runs pump over one connection at a time, and its buffers (kept between runs)."""
 
-    def __init__(self, spin, max_frame):
-        self.spin, self.max_frame = bool(spin), max_frame
+    def __init__(self, spin, max_frame, core=-1):
+        self.spin, self.max_frame, self.core = bool(spin), max_frame, core  # (core: the thread's CPU, -1 any)
         self.ctl = np.zeros(8, np.int64)
         self.buf = np.empty(max_frame + 2 * READ_MAX, np.uint8)
         self.lines = np.empty(len(self.buf) + LINE_EXTRA * (len(self.buf) // 2 + 1), np.uint8)
@@ -137,6 +137,8 @@ class Pump:
 
         def run():
             try:
+                if self.core >= 0:  # (this thread only: Linux applies it to the caller)
+                    os.sched_setaffinity(0, (self.core,))
                 self.result = pump(fd, wake, self.spin, self.ctl, self.buf, self.stamp, self.lines, offset,
                                    self.max_frame, *args)
             except BaseException as e:  # noqa: BLE001 - handed to the source, which raises it again

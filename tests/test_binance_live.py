@@ -361,10 +361,10 @@ def test_native_reader_hands_every_fault_back_and_resyncs(fault, capture_prefix)
     st = src.stats()
     for k, v in want.items():
         assert (st[k] >= 1) if v is None else st[k] == v, (k, st)
-    if fault in ("pings", "missing-diff", "rotation"):  # (nothing cut off: every frame sent was taken once,
-        assert st["frames"] == sent, (st["frames"], sent)  # pings and rotations among them)
-    else:
-        assert st["frames"] <= sent
+    if fault in ("pings", "missing-diff"):  # (nothing cut off: every frame sent was taken once, pings among them)
+        assert st["frames"] == sent, (st["frames"], sent)
+    else:  # (a rotation closes the old connection unread past the switch: frames the standby also carries,
+        assert st["frames"] <= sent  # a few of them on a loaded machine; its ticks are checked below)
     if fault == "pings":
         assert pongs >= 3 and st["gaps"] == 0 and st["snapshots"] == 1
     if fault == "rotation":
@@ -418,6 +418,9 @@ def test_unknown_symbol_and_bad_uris_are_one_line(shm_name):
                       ("binance-live://spot?symbols=X&silence_s=0", "silence_s"),
                       ("binance-live://spot?symbols=X&reader=fast", "reader"),
                       ("binance-live://spot?symbols=X&reader=native&ws=wss://example.invalid", "needs ws://"),
+                      ("binance-live://spot?symbols=X&reader_core=4096&ws=ws://127.0.0.1:9", "reader_core=4096 is not a CPU"),
+                      ("binance-live://spot?symbols=X&reader=python&reader_core=0", "reader_core pins the native"),
+                      ("binance-live://spot?symbols=X&reader_core=0&ws=wss://example.invalid", "wss://"),
                       ("binance-live://spot?symbols=X&frobs=1", "frobs")):
         with pytest.raises(FeedError, match=says):
             open_source(bad)

@@ -65,7 +65,8 @@ def test_a_waiting_pump_stops_at_once_and_hands_back_a_cut_frame(spin):
     loop = asyncio.new_event_loop()
     try:
         sc = Scanner("x", strict=False, quote=True, size_div=1000, depth=1)
-        pump = Pump(spin, 1 << 20)
+        core = sorted(os.sched_getaffinity(0))[-1]
+        pump = Pump(spin, 1 << 20, core)  # (reader_core=: the thread pins itself there)
         done = []
         class Proto(asyncio.Protocol):  # (a real transport over b: what Pump pauses and reads beside)
             def connection_made(self, transport):
@@ -73,12 +74,14 @@ def test_a_waiting_pump_stops_at_once_and_hands_back_a_cut_frame(spin):
         _, proto = loop.run_until_complete(loop.create_connection(Proto, sock=b))
         cut = bytes([0x81, 126, 0, 200]) + b"{" * 50  # (a 200-byte text frame, 50 bytes of it sent)
         a.sendall(cut)
-        pump.start(proto, (sc.table(), sc.top, np.zeros((64, 8), np.int64), binance_read.throwaway_publish(), 0, 0, 0),
-                   0, lambda: done.append(1))
+        args = (sc.table(), sc.top, np.zeros((64, 8), np.int64), binance_read.throwaway_publish(), 0, 0, 0)
+        pump.compile(args)  # (as the source does before its first connection: a cold cache compiles here, not in
+        pump.start(proto, args, 0, lambda: done.append(1))  # the thread while the deadlines below run)
         deadline = time.monotonic() + 10
         while pump.ctl[4] < 1 and time.monotonic() < deadline:  # (C_READS: it read the cut frame)
             time.sleep(0.01)
         assert not proto.transport.is_reading() and pump.running and not done
+        assert os.sched_getaffinity(pump.thread.native_id) == {core}
         res = []
         stopper = threading.Thread(target=lambda: res.append(pump.stop()), daemon=True)
         stopper.start()
