@@ -477,32 +477,31 @@ def paced(capture, seconds, reader="python", core=-1):
     it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns. core >= 0: the
     native reader on that CPU (reader_core=), the venue and this thread on the others (a core
     set aside for the reader, as far as an untuned VM can)."""
-    with _cpus_but(core) as others, venue(capture, others) as (ws, rest):
-        return _paced(ws, rest, seconds, f"{reader}&reader_core={core}" if core >= 0 else reader)
+    others = os.sched_getaffinity(0) - {core} if core >= 0 else None
+    with venue(capture, others) as (ws, rest):
+        return _paced(ws, rest, seconds, f"{reader}&reader_core={core}" if core >= 0 else reader, others)
 
 
 @contextlib.contextmanager
-def _cpus_but(core):
-    """This thread on every CPU but `core` for the block (yields that set; None and no change for -1)."""
-    if core < 0:
-        yield None
-        return
+def _on(cpus):
+    """This thread on `cpus` for the block (None: no change)."""
     was = os.sched_getaffinity(0)
-    others = was - {core}
-    os.sched_setaffinity(0, others)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     try:
-        yield others
+        yield
     finally:
         os.sched_setaffinity(0, was)
 
 
-def _paced(ws, rest, seconds, reader):
-    """paced's session on a venue already up (reader: the URI's reader= value and what follows)."""
+def _paced(ws, rest, seconds, reader, cpus=None):
+    """paced's session on a venue already up (reader: the URI's reader= value and what follows; cpus:
+    this thread's CPUs once the source is open)."""
     from feeds.sources import open_source
     src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&reader={reader}")
     C = src.scanner.state[2]
     synced_at, emptied = None, False
-    with into_ring(src) as put:
+    with _on(cpus), into_ring(src) as put:
         gen = src.batches()
         for b in gen:
             if len(b):
