@@ -30,12 +30,6 @@ def shadow_files(sig_path):
     return out
 
 
-def decisions(sig_path):
-    """A signal file's decisions (SIGNAL_DTYPE, marks left out)."""
-    from engine.signal_log import read_signals
-    return read_signals(sig_path)
-
-
 def _keys(s):
     return s["tick_seq"].astype(np.int64) * _KEY + s["instrument"].astype(np.int64)
 
@@ -93,11 +87,11 @@ def report(sig_path, ticks_path=None, p=None, values=None):
     if not shadows:
         raise ValueError(f"{sig_path}: no shadow signal files beside it ({sig_path.rsplit('.', 1)[0]}.shadow-*.sig): "
                          "was the run given --shadow MODEL?")
-    live = decisions(sig_path)
-    from engine.signal_log import read_kills, read_marks, read_pauses
-    out = {"live": {"path": sig_path, "signals": int(len(live)), "conflation_marks": len(read_marks(sig_path)),
-                    "kill_moves": len(read_kills(sig_path)), "pause_moves": len(read_pauses(sig_path))},
-           "shadows": {}}
+    from engine.signal_log import read_kills, read_marks, read_pauses, read_records, read_signals
+    recs = read_records(sig_path)  # (once: the decisions and each kind of mark)
+    live = read_signals(recs)
+    out = {"live": {"path": sig_path, "signals": int(len(live)), "conflation_marks": len(read_marks(recs)),
+                    "kill_moves": len(read_kills(recs)), "pause_moves": len(read_pauses(recs))}, "shadows": {}}
     tf = None
     if ticks_path:
         from engine.tickfile import TickFile, TickFileError
@@ -108,7 +102,7 @@ def report(sig_path, ticks_path=None, p=None, values=None):
         out["ticks"] = ticks_path
         out["live"].update(money(tf, live, p, values))
     for name, path in shadows.items():
-        sh = decisions(path)
+        sh = read_signals(path)
         row = {"path": path, **compare(live, sh)}
         if tf is not None:
             row.update(money(tf, sh, p, values))

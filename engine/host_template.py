@@ -259,19 +259,6 @@ def _kill_switch(ctl, ist, rb, rg, tick, after, sig, signals, gen, shdr, sdata, 
 
 
 @njit(nogil=True, inline="always", cache=True)
-def _moved(ctl, ist, rb, rg, tick, ticks, pausing, paused, killing, sig, signals, gen, shdr, sdata, smask, spstate):
-    """A housekeeping step's moves, after the last tick taken: a pause mark if `engine ctl pause/resume`
-    moved the loop, then the kill switch if it moved (each replayed there by a backtest given the
-    marks). Returns the signal count."""
-    after = tick[0] + 1 if ticks > 0 else 0
-    if pausing:
-        _move_mark(sig, signals, tick, after, int(paused), SIGNAL_FLAGS_PAUSE_MARK, shdr, sdata, smask, spstate)
-    if killing:
-        signals = _kill_switch(ctl, ist, rb, rg, tick, after, sig, signals, gen, shdr, sdata, smask, spstate)
-    return signals
-
-
-@njit(nogil=True, inline="always", cache=True)
 def _move_mark(sig, signals, tick, after, value, flags, shdr, sdata, smask, spstate):
     """A kill or pause mark (engine/records.py) into the signal stream: tick_seq the last tick taken,
     ts_event `after` (the seq of the first tick the loop takes from here), position `value`."""
@@ -471,6 +458,36 @@ def _score_rows(mrows, prow, plist, cst, n, frows, fout):
     return t0, monotonic_ns()
 
 
+@njit(nogil=True, cache=True)
+def _housekeep_moves(ctl, now, paused, ticks, scored, fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout,
+                     out, use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem,
+                     ubook, uist, shared, targets, dsig, rlim, rb, rg):
+    """Both loops' housekeeping step: the control block's command (_commands), then what moved.
+    A pending conflation window is flushed first, on the last tick taken, when the loop stops (every
+    tick taken is decided), pauses or the kill switch moves (both replayed after that tick): so a
+    backtest of the ticks read flushes it at the same tick, on the same side of the move (left
+    pending, the backtest scored those ticks one by one: signals the run never made). Then, unless
+    stopping, a pause mark if `engine ctl pause/resume` moved the loop and the kill switch if it
+    moved (idle too: a kill still flattens within a park), each replayed there by a backtest given
+    the marks. Returns (stop?, exit state, paused, signals, scored)."""
+    was = paused
+    stop, state, paused = _commands(ctl, now, paused)
+    killing = load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]
+    if (stop or killing or paused != was) and cst[CS_NPEND] > 0:
+        signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out, use_sigmoid,
+                                 params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook,
+                                 uist, shared, targets, dsig, rlim, rb, rg)
+        scored += n
+    if stop:
+        return stop, state, paused, signals, scored
+    after = tick[0] + 1 if ticks > 0 else 0
+    if paused != was:
+        _move_mark(sig, signals, tick, after, int(paused), SIGNAL_FLAGS_PAUSE_MARK, shdr, sdata, smask, spstate)
+    if killing:
+        signals = _kill_switch(ctl, ist, rb, rg, tick, after, sig, signals, gen, shdr, sdata, smask, spstate)
+    return stop, state, paused, signals, scored
+
+
 @njit(nogil=True, inline="always", cache=True)
 def _order_pending(plist, ptick, n):
     """Sort the pending instruments by the seq of their latest tick (insertion sort: n is the few
@@ -492,10 +509,7 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout,
     When the window spans more than its first tick, a mark goes first into the signal stream
     (word 1: the last tick folded before this flush, word 2: the window's first tick, word 11:
     ticks folded, flags SIGNAL_FLAG_MARK) so a backtest can replay the same flush points. Returns
-    (signals, scored). A housekeeping step calls it too, on the last tick taken, before the loop stops
-    (every tick taken is decided), pauses or the kill switch moves (both replayed after that tick): so
-    a backtest of the ticks read flushes the window at the same tick, on the same side of the move
-    (left pending, the backtest scored those ticks one by one: signals the run never made)."""
+    (signals, scored). A housekeeping step calls it too (_housekeep_moves)."""
     n = cst[CS_NPEND]
     if cst[CS_FIRST] != last[0]:
         for w in range(SIGNAL_WORDS):
@@ -609,18 +623,12 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
             _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
-            was = paused
-            stop, state, paused = _commands(ctl, now, paused)
-            killing = load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]  # (idle: a kill still flattens within a park)
-            if (stop or killing or paused != was) and cst[CS_NPEND] > 0:  # (_flush_live says why)
-                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out,
-                                         use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist,
-                                         tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
-                scored += n
+            stop, state, paused, signals, scored = _housekeep_moves(
+                ctl, now, paused, ticks, scored, fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out,
+                use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist,
+                shared, targets, dsig, rlim, rb, rg)
             if stop:
                 break
-            signals = _moved(ctl, ist, rb, rg, tick, ticks, paused != was, paused, killing, sig, signals, gen, shdr,
-                             sdata, smask, spstate)
             gen, addr, rows = _adopt_model(ctl, gen)  # hot swap while idle
             if addr:
                 model, mrows = addr, rows
@@ -831,18 +839,12 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
         if (it & (HOUSEKEEP_EVERY - 1)) == 0:
             now = monotonic_ns()
             _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg)
-            was = paused
-            stop, state, paused = _commands(ctl, now, paused)
-            killing = load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]  # (idle: a kill still flattens within a park)
-            if (stop or killing or paused != was) and cst[CS_NPEND] > 0:  # (_flush_live says why)
-                signals, n = _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out,
-                                         use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist,
-                                         tick, uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
-                scored += n
+            stop, state, paused, signals, scored = _housekeep_moves(
+                ctl, now, paused, ticks, scored, fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout, out,
+                use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist, tick, uids, umem, ubook, uist,
+                shared, targets, dsig, rlim, rb, rg)
             if stop:
                 break
-            signals = _moved(ctl, ist, rb, rg, tick, ticks, paused != was, paused, killing, sig, signals, gen, shdr,
-                             sdata, smask, spstate)
             gen, addr, rows = _adopt_model(ctl, gen)
             if addr:
                 model, mrows = addr, rows

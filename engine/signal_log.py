@@ -185,9 +185,10 @@ def status(path):
     return out
 
 
-def read_signals(path):
-    """The signals of a signal file (SIGNAL_DTYPE), conflation marks left out."""
-    recs = read_records(path)
+def read_signals(src):
+    """The signals of a signal file (SIGNAL_DTYPE), marks left out. src: a signal file, or its records
+    (read_records)."""
+    recs = _records(src)
     return recs[(recs["flags"] & SIGNAL_FLAG_MARK) == 0]
 
 
@@ -225,12 +226,12 @@ def read_pauses(src):
 def model_swaps(src):
     """[(model generation, tick seq of its first decision)] of a live run, in order: more than one
     when a reload swapped the model mid-run (`engine ctl reload`)."""
-    recs = _records(src)
-    d = recs[(recs["flags"] & SIGNAL_FLAG_MARK) == 0]
+    d = read_signals(src)
+    if not len(d):
+        return []
     gens = d["model_gen"].astype(np.int64)
-    at = np.flatnonzero(np.diff(gens) != 0) + 1 if len(gens) else np.zeros(0, np.int64)
-    return [(int(gens[i]), int(d["tick_seq"][i])) for i in np.concatenate([[0], at]).astype(np.int64)] if len(gens) \
-        else []
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(gens)) + 1))
+    return [(int(gens[i]), int(d["tick_seq"][i])) for i in starts]
 
 
 def read_records(path):
