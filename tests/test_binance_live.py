@@ -4,6 +4,7 @@ of its own recording exactly and the capture's once synced; every fault (drop, c
 silence, half-open, missing and duplicated diffs, a stale snapshot, malformed and oversized frames,
 429/418, the 24-hour rotation) ends in a resynced book, each gap counted; bad symbols are one line."""
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -24,7 +25,9 @@ SPEED = 10.0  # its pace: recorded x10 (flat out, the fake's REST waits behind i
 
 
 def uri(fb, market="spot", **extra):
-    q = {"symbols": "BTCUSDT", "ws": fb.ws_url, "rest": fb.rest_url, "idle_s": 0.5,
+    q = {"symbols": "BTCUSDT", "ws": fb.ws_url, "rest": fb.rest_url, "idle_s": 60,  # (a safety net: run_live
+         # ends a run when the venue has played its capture; idle_s 0.5 ended a loaded CI run before
+         # the fault it was testing, the venue stalled for longer than that)
          **({"update": "0ms"} if market == "usdm" else {}), **extra}
     return f"binance-live://{market}?" + "&".join(f"{k}={v}" for k, v in q.items())
 
@@ -37,8 +40,9 @@ def _compiled():
     return {f.__name__: list(f.signatures) for f in fns}
 
 
-def run_live(u, direct=True, raw=True):
-    """Every tick of a live run in this process until it idles, its raw lines, and the source
+def run_live(fb, u, direct=True, raw=True):
+    """Every tick of a live run in this process until the venue fb has played its capture and the
+    source has read nothing more for QUIET_S, its raw lines, and the source
     (direct: published from the read callback, else every batch yielded; "ring": as the feed process
     runs it, the read callback publishing through feeds/process.py Put into a real tick ring, one
     numba call a read (feeds/binance_read.py), and the ticks read back from the ring).
@@ -53,6 +57,7 @@ def run_live(u, direct=True, raw=True):
         src.raw_sink = lambda data: lines.append(bytes(data))
     raw = lines
     src.direct_ticks = 0
+    threading.Thread(target=_stop_after_the_venue, args=(fb, src), daemon=True).start()
 
     def put(t, lat, offset):  # (what the feed process's publish_live does, into a list)
         from feeds.feed_latency import record_feed, record_since
@@ -70,6 +75,23 @@ def run_live(u, direct=True, raw=True):
     assert _compiled() == before
     ticks = np.concatenate(parts).view(TICK_DTYPE).reshape(-1) if parts else np.zeros(0, TICK_DTYPE)
     return ticks, b"".join(raw), src
+
+
+QUIET_S = 0.5
+
+
+def _stop_after_the_venue(fb, src):
+    """Stop src once fb has sent its last frame and src has read nothing for QUIET_S since (and
+    holds no line unread): the end of a run is the venue's, not a pause of a loaded machine's."""
+    fb.done.wait()
+    last, since = -1, time.monotonic()
+    while not src.stopped:
+        n = src._frames()
+        if n != last or src.active.buf:
+            last, since = n, time.monotonic()
+        elif time.monotonic() - since > QUIET_S:
+            src.stop()
+        time.sleep(0.05)
 
 
 def _run_into_ring(src, raw, before):
@@ -152,7 +174,7 @@ def test_live_run_is_its_recording_and_the_capture_once_synced(direct, tmp_path)
     callback (a feed process) or every batch is yielded (engine record)."""
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
-        got, raw, src = run_live(uri(fb), direct=direct)
+        got, raw, src = run_live(fb, uri(fb), direct=direct)
     same_as_its_recording(got, raw, src, tmp_path)
     assert (src.direct_ticks > len(got) // 2) if direct else src.direct_ticks == 0, (src.direct_ticks, len(got))
     st = src.stats()
@@ -178,7 +200,7 @@ def test_coinm_follows_the_same_procedure_on_its_own_endpoints(tmp_path):
     cap = tmp_path / "coinm.binance"
     cap.write_bytes(lines.replace(b"BTCUSDT", b"BTCUSD_PERP").replace(b"btcusdt", b"btcusd_perp"))
     with FakeBinance(cap, market="coinm", speed=SPEED) as fb:
-        got, raw, src = run_live(uri(fb, "coinm", symbols="BTCUSD_PERP", update="0ms"))  # (the capture's stream)
+        got, raw, src = run_live(fb, uri(fb, "coinm", symbols="BTCUSD_PERP", update="0ms"))  # (the capture's stream)
     same_as_its_recording(got, raw, src, tmp_path, "coinm")
     st = src.stats()
     assert st["connects"] == 1 and st["gaps"] == 0 and st["snapshots"] == 1 and st["depth_applied"] > 100
@@ -227,7 +249,7 @@ def test_lost_connection_is_one_gap_then_a_new_book(fault, counter, tmp_path, ca
     from tests.helpers.fake_binance import FakeBinance
     silent = counter == "silences"
     with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES, **fault) as fb:
-        got, raw, src = run_live(uri(fb, "usdm", silence_s=1.0 if silent else 5.0, idle_s=5.0 if silent else 0.5,
+        got, raw, src = run_live(fb, uri(fb, "usdm", silence_s=1.0 if silent else 5.0, idle_s=5.0 if silent else 0.5,
                                      backoff_s=0.05))  # (idle_s: 2.5 s ended a loaded suite run before the
         # new connection's first frame came: 1 s of silence, then connect and snapshot on a starved machine)
         conns = fb.connections
@@ -244,7 +266,7 @@ def test_lost_connection_is_one_gap_then_a_new_book(fault, counter, tmp_path, ca
 def test_missing_diff_is_a_gap_and_a_new_snapshot(tmp_path, capture_prefix):
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES, skip_diffs={200}) as fb:
-        got, raw, src = run_live(uri(fb, "usdm"))
+        got, raw, src = run_live(fb, uri(fb, "usdm"))
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
     st = src.stats()
     assert st["gaps"] == 1 and st["resyncs"] == 1 and st["reconnects"] == 0 and st["snapshots"] == 2
@@ -256,7 +278,7 @@ def test_duplicated_diff_and_malformed_frame_are_dropped_and_counted(tmp_path, c
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES, dup_diffs={100, 300},
                      malformed_at={2000}) as fb:
-        got, raw, src = run_live(uri(fb, "usdm"))
+        got, raw, src = run_live(fb, uri(fb, "usdm"))
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
     st = src.stats()
     assert st["depth_duplicates"] == 2 and st["bad_lines"] == 1 and st["gaps"] == 0
@@ -268,7 +290,7 @@ def test_stale_snapshot_is_asked_again(tmp_path, capture_prefix):
     1000 behind is 100 events) is a gap and a new snapshot."""
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(SPOT, market="spot", speed=SPEED, max_lines=LINES, stale_snapshot=True) as fb:
-        got, raw, src = run_live(uri(fb, "spot"))
+        got, raw, src = run_live(fb, uri(fb, "spot"))
         depth_calls = [c for c in fb.rest_calls if c[0].endswith("/depth")]
     same_as_its_recording(got, raw, src, tmp_path, "spot")
     st = src.stats()
@@ -282,7 +304,7 @@ def test_rest_limits_back_off_as_the_venue_says(status, tmp_path):
     gives; then the snapshot comes and the book syncs."""
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=3000, rest_status=[status], retry_after=1) as fb:
-        got, raw, src = run_live(uri(fb, "usdm"))
+        got, raw, src = run_live(fb, uri(fb, "usdm"))
         calls = list(fb.rest_calls)
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
     st = src.stats()
@@ -296,7 +318,7 @@ def test_rotation_before_the_venue_limit_makes_no_gap(tmp_path, capture_prefix):
     0.7 s (a second connection beside the first, then the switch): no gap, no resync, every tick once."""
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(USDM, market="usdm", speed=SPEED / 2, max_lines=LINES, max_conn_s=1.5) as fb:
-        got, raw, src = run_live(uri(fb, "usdm", rotate_s=0.7, overlap_s=0.2))
+        got, raw, src = run_live(fb, uri(fb, "usdm", rotate_s=0.7, overlap_s=0.2))
         conns = fb.connections
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
     st = src.stats()
@@ -309,7 +331,7 @@ def test_rotation_before_the_venue_limit_makes_no_gap(tmp_path, capture_prefix):
 def test_pings_are_answered(tmp_path):
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(USDM, market="usdm", speed=2.0, max_lines=800, ping_s=0.2, pong_timeout_s=1.0) as fb:
-        got, raw, src = run_live(uri(fb, "usdm"))
+        got, raw, src = run_live(fb, uri(fb, "usdm"))
         pongs, reasons = fb.pongs, fb.closed_reasons
     assert pongs >= 3 and not [r for r in reasons if r[1] == "pong_timeout"]
     assert src.stats()["reconnects"] == 0
@@ -318,8 +340,8 @@ def test_pings_are_answered(tmp_path):
 NATIVE_FAULTS = {  # fault -> (the venue's arguments, the URI's, what the counters must show)
     "drop": ({"drop_after": 1500}, {}, {"reconnects": 1}),
     "close-frame": ({"close_after": 1500}, {}, {"reconnects": 1}),
-    "silence": ({"silence_after": 1500, "silence_s": 3.0}, {"silence_s": 1.0, "idle_s": 5.0}, {"silences": None}),
-    "half-open": ({"half_open_after": 1500}, {"silence_s": 1.0, "idle_s": 5.0}, {"silences": None}),
+    "silence": ({"silence_after": 1500, "silence_s": 3.0}, {"silence_s": 1.0}, {"silences": None}),
+    "half-open": ({"half_open_after": 1500}, {"silence_s": 1.0}, {"silences": None}),
     "oversized": ({"oversized_at": {1500}}, {}, {"reconnects": 1}),
     "missing-diff": ({"skip_diffs": {200}}, {}, {"gaps": 1, "resyncs": 1, "reconnects": 0, "snapshots": 2}),
     "pings": ({"ping_s": 0.2, "pong_timeout_s": 1.0}, {}, {"reconnects": 0}),
@@ -335,7 +357,7 @@ def test_native_reader_publishes_the_capture(tmp_path):
     them published by that thread with no Python per read."""
     from tests.helpers.fake_binance import FakeBinance
     with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
-        got, _, src = run_live(uri(fb, reader="native"), direct="ring", raw=False)
+        got, _, src = run_live(fb, uri(fb, reader="native"), direct="ring", raw=False)
     st = src.stats()
     assert st["connects"] == 1 and st["reconnects"] == 0 and st["gaps"] == 0 and st["snapshots"] == 1
     assert st["frames"] == 3999
@@ -357,7 +379,7 @@ def test_native_reader_hands_every_fault_back_and_resyncs(fault, capture_prefix)
     venue, extra, want = NATIVE_FAULTS[fault]
     with FakeBinance(USDM, market="usdm", speed=SPEED if fault != "rotation" else SPEED / 2, max_lines=LINES,
                      **venue) as fb:
-        got, _, src = run_live(uri(fb, "usdm", reader="native", backoff_s=0.05, **extra), direct="ring", raw=False)
+        got, _, src = run_live(fb, uri(fb, "usdm", reader="native", backoff_s=0.05, **extra), direct="ring", raw=False)
         pongs, sent = fb.pongs, fb.frames_sent
     st = src.stats()
     for k, v in want.items():
