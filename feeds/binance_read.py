@@ -33,7 +33,11 @@ def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, 
     is not published and lines[pos:written] not scanned), the ticks published, and whether a symbol
     needs a snapshot (binance_scan.needs_snapshot)."""
     used, w, frames, st, op, fin, s, ln = deframe(b, n, stamp, lines, max_frame)
-    pos, nt, r = S.scan_packed(lines_ro, 0, w, False, H, top, out, 0)
+    # (np.int64 / np.bool_, not 0 / False: numba types a constant as a literal and compiled the
+    # whole scanner a second time for Literal[int](0), Literal[bool](False), 72 s of a cold start
+    # here; these are the types binance.Scanner.scan calls it with, so read reuses that compile)
+    zero = np.int64(0)
+    pos, nt, r = S.scan_packed(lines_ro, zero, w, np.bool_(False), H, top, out, zero)
     pub = 0
     if r == S.R_DONE and nt > 0:
         hdr, data, fc, f2t, cstate, since, clist, cpos, c = arrays_at(P, 0, PUBLISH)

@@ -517,6 +517,9 @@ class DbnFile:
     def _apply(self, data, pos, out, n):
         if len(out) < PENDING + 4 + 2 * depth.room(self.depth):
             raise ValueError(f"a tick buffer of {len(out)} rows cannot hold one record's ticks at depth {self.depth}")
+        if data.flags.writeable:  # (one compiled parse: a file's chunks are bytes, read-only; dbn-live's
+            data = data.view()     # receive buffer is not, and parse was compiled twice, ~20 s cold)
+            data.flags.writeable = False
         while True:
             pos, n, st = parse(data, pos, len(data), self.cfg, self.ids, self.idx, self.ladders.arrays(),
                                self.orders.arrays(), self.top, self.pend, self.npend, self.windows.arrays(),

@@ -175,3 +175,48 @@ def test_the_default_model_trains_on_one_thread():
     X, y, k = default_rows(host, ticks=20_000)
     b, _ = train_default(host, X, y, k)
     assert json.loads(b.save_config())["learner"]["generic_param"]["nthread"] == str(DEFAULT["threads"]) == "1"
+
+
+_SCAN_CALL = """
+import os
+from numba.core import dispatcher
+from feeds import binance_read, binance_scan as S
+from feeds.binance_live import MAX_FRAME, Scanner
+get = dispatcher.Dispatcher.get_call_template
+
+def typed(self, args, kws):  # the types read calls the scanner with, then out before it compiles it
+    if self.py_func is S.scan_packed.py_func:
+        print(" ".join(str(a) for a in args), flush=True)
+        os._exit(0)
+    return get(self, args, kws)
+dispatcher.Dispatcher.get_call_template = typed
+binance_read.compile_read(MAX_FRAME, Scanner("x", strict=False, quote=True, size_div=1000, depth=1))
+os._exit(3)
+"""
+
+
+def test_the_live_read_calls_the_scanner_with_the_file_readers_types(tmp_path):
+    """feeds/binance_read.py read calls the Binance scanner with the types binance:FILE does, so a
+    cold start compiles the scanner once (numba types a constant argument as a literal: `0, False`
+    there compiled all of it a second time, ~70 s). Typed in a fresh process on an empty cache, up to
+    that call."""
+    r = subprocess.run([sys.executable, "-c", _SCAN_CALL], cwd=ROOT, env=_env(tmp_path / "cache"),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("readonly array(uint8, 1d, C) int64 int64 bool ") and "Literal" not in r.stdout, r.stdout
+
+
+def test_dbn_live_and_dbn_files_share_one_parser_compile():
+    """dbn-live parses a writable receive buffer, a file's chunks are read-only bytes: the parser
+    gets a read-only view of either, so numba compiles it once for both."""
+    from feeds import dbn
+    from tests.conftest import SHARED_DATA
+    paths = sorted((SHARED_DATA / "dbn").glob("*.dbn.zst")) if (SHARED_DATA / "dbn").is_dir() else []
+    if not paths:
+        import pytest
+        pytest.skip("../shared/data is not here (a user's clone); CI has it")
+    from feeds.sources import open_source
+    src = open_source(f"dbn:{paths[0]}")
+    next(iter(src.batches()))
+    src._apply(np.zeros(64, np.uint8)[:0], 0, np.zeros((src.OUT_ROWS, 8), np.int64), 0)
+    assert [s[0].mutable for s in dbn.parse.signatures] == [False], dbn.parse.signatures
