@@ -141,7 +141,13 @@ def run_multi_args(mod, rings: MultiTickView, live: LiveArgs) -> tuple:
 
 
 def backtest_args(mod, parts: BacktestArgs) -> tuple:
-    """backtest_loop's arguments, in its order (mod: the strategy's host module)."""
+    """backtest_loop's arguments, in its order (mod: the strategy's host module). The ticks always
+    read-only, as a mapped file's are: numba compiles a writable array apart, and a shadow's buffer
+    (app/shadow.py) compiled the whole loop a second time, in the running engine."""
+    if isinstance(parts.words, np.ndarray) and parts.words.flags.writeable:
+        words = parts.words.view()
+        words.flags.writeable = False
+        parts = parts._replace(words=words)
     return _flat(mod.backtest_loop, parts)
 
 

@@ -78,3 +78,13 @@ def test_no_caller_spells_the_argument_list():
                             and v.func.attr == "loop_arrays"):
                         bad.append(f"{p.relative_to(ROOT)}:{n.lineno}")
     assert bad == []
+
+
+def test_backtest_ticks_are_passed_read_only():
+    """A writable tick array (a shadow's buffer) reaches backtest_loop read-only, as a mapped file's
+    ticks do: one compile of the loop, not a second for the writable type in a running engine."""
+    import numpy as np
+    words = np.zeros((4, 8), np.int64)
+    args = backtest_args(T, _sentinels(BacktestArgs)._replace(words=words))
+    got = args[_def_params("backtest_loop").index("words")]
+    assert not got.flags.writeable and np.shares_memory(got, words) and words.flags.writeable
