@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .readonly import read_only
+
 NO_MARKS = np.zeros((0, 2), np.int64)  # backtest_loop: no live conflation to replay
 
 
@@ -144,10 +146,8 @@ def backtest_args(mod, parts: BacktestArgs) -> tuple:
     """backtest_loop's arguments, in its order (mod: the strategy's host module). The ticks always
     read-only, as a mapped file's are: numba compiles a writable array apart, and a shadow's buffer
     (app/shadow.py) compiled the whole loop a second time, in the running engine."""
-    if isinstance(parts.words, np.ndarray) and parts.words.flags.writeable:
-        words = parts.words.view()
-        words.flags.writeable = False
-        parts = parts._replace(words=words)
+    if isinstance(parts.words, np.ndarray):
+        parts = parts._replace(words=read_only(parts.words))
     return _flat(mod.backtest_loop, parts)
 
 

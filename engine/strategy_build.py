@@ -31,6 +31,7 @@ import numpy as np
 
 from . import defaults, risk
 from .loop_args import HostArrays, LiveArgs, SignalView, TickView, run_args
+from .readonly import read_only
 from .records import SIGNAL_WORDS
 from .render import render
 from .strategy_errors import compile_error, return_type_error
@@ -377,8 +378,7 @@ def build(s, check=None):
     mod = _import_host(name, path)
     host = Host(s, mod)
     hs = host.state(1, max(s.depth, 1)).arrays()
-    mapped = np.zeros(8, np.int64)
-    mapped.flags.writeable = False  # backtests read ticks straight from the read-only mapped file
+    mapped = read_only(np.zeros(8, np.int64))  # backtests read ticks straight from the read-only mapped file
     for tick in (np.zeros(8, np.int64), mapped):
         try:
             mod.probe(*hs, *risk.new_state(1), tick, host.new_row(), host.params(), np.zeros(1, np.float32),

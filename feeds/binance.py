@@ -53,6 +53,8 @@ book_ticker=check the ticks are byte for byte those of the orjson reader it repl
 import numba
 import numpy as np
 
+from engine.readonly import read_only
+
 from . import binance_scan as S, depth, files, uri as U, venues
 from .borrow import handles
 from .book import Ladders
@@ -187,9 +189,8 @@ class Scanner:
         """Run buf[pos:] through the scanner, yielding full tick batches (out[:k]; self.n ticks are
         left in out when it returns); returns where it stopped (the start of an unfinished line)."""
         G = self.state[1]
-        if buf.flags.writeable:  # one compiled scan: a capture's chunks are bytes (read-only), a live
-            buf = buf.view()      # feed's a bytearray; typed apart, the first live batch compiled anew
-            buf.flags.writeable = False
+        buf = read_only(buf)  # one compiled scan: a capture's chunks are bytes (read-only), a live
+        # feed's a bytearray; typed apart, the first live batch compiled anew
         while True:
             pos, self.n, r = S.scan_packed(buf, pos, len(buf), final, self.table(), self.top, out, self.n)
             if r == S.R_DONE:

@@ -12,6 +12,8 @@ bad line, a control frame) comes back to Python, which finishes the read the two
 import numpy as np
 from numba import njit, types
 
+from engine.readonly import read_only
+
 from . import binance_scan as S
 from .borrow import arrays_at
 from .crossed import _scan as crossed_scan
@@ -73,7 +75,5 @@ def compile_read(max_frame, sc):
     and sc, a throwaway binance.Scanner."""
     frame = np.frombuffer(b"\x81\x02{}", np.uint8)
     lines = np.zeros(256, np.uint8)
-    ro = lines.view()
-    ro.flags.writeable = False
-    read(frame, len(frame), np.frombuffer(b"1 ", np.uint8), lines, ro, max_frame, sc.table(), sc.top,
+    read(frame, len(frame), np.frombuffer(b"1 ", np.uint8), lines, read_only(lines), max_frame, sc.table(), sc.top,
          np.zeros((64, 8), np.int64), throwaway_publish(), 0, 0, 0, 0)

@@ -27,6 +27,7 @@ import struct
 import numpy as np
 from numba import njit
 
+from engine.readonly import read_only
 from engine.records import KIND_TRADE, MAX_INSTRUMENTS, SIDE_BUY, SIDE_NONE, SIDE_SELL
 
 from . import book, depth, files, uri as U, venues
@@ -522,9 +523,8 @@ class DbnFile:
     def _apply(self, data, pos, out, n):
         if len(out) < PENDING + 4 + 2 * depth.room(self.depth):
             raise ValueError(f"a tick buffer of {len(out)} rows cannot hold one record's ticks at depth {self.depth}")
-        if data.flags.writeable:  # (one compiled parse: a file's chunks are bytes, read-only; dbn-live's
-            data = data.view()     # receive buffer is not, and parse was compiled twice, ~20 s cold)
-            data.flags.writeable = False
+        data = read_only(data)  # (one compiled parse: a file's chunks are bytes, dbn-live's receive buffer
+        # is writable, and parse was compiled for each, 5 s more on a cold cache both use)
         while True:
             pos, n, st = parse(data, pos, len(data), self.cfg, self.ids, self.idx, self.ladders.arrays(),
                                self.orders.arrays(), self.top, self.pend, self.npend, self.windows.arrays(),

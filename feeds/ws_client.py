@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 import numpy as np
 from numba import njit
 
+from engine.readonly import read_only
+
 from .borrow import data_ptr, load_u64, store_u64
 from .jscan import byte_mask
 
@@ -226,8 +228,7 @@ class WsProtocol(asyncio.Protocol):
             need = len(rest) + LINE_EXTRA * (len(rest) // 2 + 1)
             if len(self.out) < need:  # (kept: a new one per read was a page fault per 4 KiB)
                 self.out = np.empty(max(need, 2 * len(self.out)), np.uint8)
-                self.out_ro = self.out.view()
-                self.out_ro.flags.writeable = False
+                self.out_ro = read_only(self.out)
             out = self.out
             res = self.fused(rest, stamp, out, self.out_ro) if self.fused is not None else None
             if res is None:

@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from engine.intrinsics import cpu_pause, load_acquire, monotonic_ns, store_relaxed
+from engine.readonly import read_only
 from . import binance_read, binance_scan as S
 from .netcalls import EAGAIN, EINTR, MSG_DONTWAIT, poll_two, readonly, recv_into
 from .ws_client import D_MORE, LINE_EXTRA
@@ -103,8 +104,7 @@ class Pump:
         self.ctl = np.zeros(8, np.int64)
         self.buf = np.empty(max_frame + 2 * READ_MAX, np.uint8)
         self.lines = np.empty(len(self.buf) + LINE_EXTRA * (len(self.buf) // 2 + 1), np.uint8)
-        self.lines_ro = self.lines.view()  # (what the scanner reads when Python finishes a read)
-        self.lines_ro.flags.writeable = False
+        self.lines_ro = read_only(self.lines)  # (what the scanner reads when Python finishes a read)
         self.stamp = np.zeros(32, np.uint8)
         self.thread = self.result = self.error = None
         self.fd = self.wake_fd = -1

@@ -151,8 +151,7 @@ def _bar(path, n, progress):
 def warm_up(pred, host, cfg):
     """Compile (or load from cache) and run the loop once on a scratch tick, so a timed run times
     the loop and not the JIT."""
-    w = np.zeros((1, 8), np.int64)
-    w.flags.writeable = False  # mapped files are read-only: numba compiles that type separately
+    w = np.zeros((1, 8), np.int64)  # (passed read-only, as a mapped file's ticks: backtest_args)
     hs = host.state(1, max(host.strategy.depth, 1))
     rows = 2 * max(1, len(host.strategy.universe))  # (backtest_loop's room for one instrument's flush)
     host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
