@@ -477,9 +477,28 @@ def paced(capture, seconds, reader="python", core=-1):
     it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns. core >= 0: the
     native reader on that CPU (reader_core=), the venue and this thread on the others (a core
     set aside for the reader, as far as an untuned VM can)."""
+    from feeds.sources import open_source
     others = os.sched_getaffinity(0) - {core} if core >= 0 else None
     with venue(capture, others) as (ws, rest):
-        return _paced(ws, rest, seconds, f"{reader}&reader_core={core}" if core >= 0 else reader, others)
+        src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&reader={reader}"
+                          + (f"&reader_core={core}" if core >= 0 else ""))
+        C = src.scanner.state[2]
+        synced_at, emptied = None, False
+        with _on(others), into_ring(src) as put:  # (the source opened first: reader_core is checked
+            gen = src.batches()                    # against this process's CPUs)
+            for b in gen:
+                if len(b):
+                    put.batch(b)
+                if synced_at is None and int(C[I_SNAPS]):
+                    synced_at = time.monotonic()
+                    gc.freeze()  # (as feeds/process.py does once its source has started)
+                elif synced_at is not None and not emptied:  # (at the next batch: a yielded batch's
+                    src.lat.counts["frame_to_tick"][:] = 0   # frame_to_tick is recorded when the
+                    emptied = True                           # next one is asked for: the held diffs')
+                elif synced_at is not None and time.monotonic() - synced_at > seconds:
+                    break
+            gen.close()
+    return src.lat.percentiles_ns("frame_to_tick")
 
 
 @contextlib.contextmanager
@@ -492,30 +511,6 @@ def _on(cpus):
         yield
     finally:
         os.sched_setaffinity(0, was)
-
-
-def _paced(ws, rest, seconds, reader, cpus=None):
-    """paced's session on a venue already up (reader: the URI's reader= value and what follows; cpus:
-    this thread's CPUs once the source is open)."""
-    from feeds.sources import open_source
-    src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&reader={reader}")
-    C = src.scanner.state[2]
-    synced_at, emptied = None, False
-    with _on(cpus), into_ring(src) as put:
-        gen = src.batches()
-        for b in gen:
-            if len(b):
-                put.batch(b)
-            if synced_at is None and int(C[I_SNAPS]):
-                synced_at = time.monotonic()
-                gc.freeze()  # (as feeds/process.py does once its source has started)
-            elif synced_at is not None and not emptied:  # (at the next batch: a yielded batch's
-                src.lat.counts["frame_to_tick"][:] = 0   # frame_to_tick is recorded when the
-                emptied = True                           # next one is asked for: the held diffs')
-            elif synced_at is not None and time.monotonic() - synced_at > seconds:
-                break
-        gen.close()
-    return src.lat.percentiles_ns("frame_to_tick")
 
 
 def cryptofeed_paced(capture, seconds):

@@ -72,6 +72,8 @@ from urllib.parse import quote
 
 import numpy as np
 
+from engine import realtime
+
 from . import binance_read, binance_scan as S, uri as U, venues
 from .binance import Scanner, size_divisor
 from . import ws_client, ws_pump
@@ -213,7 +215,7 @@ class BinanceLive:
                               f"loop's: point ws= at a TLS-terminating proxy, or use reader=python)")
         native = p["reader"] in ("native", "spin") or (p["reader"] == "auto" and not tls)
         if p["reader_core"] >= 0:
-            allowed = sorted(os.sched_getaffinity(0))
+            allowed = realtime.available_cpus()
             if not native:
                 raise U.FeedError(f"{u}: reader_core pins the native reader, and this source reads with the event loop "
                                   f"(reader={p['reader']}{', wss://' if tls else ''})")
