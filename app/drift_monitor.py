@@ -17,6 +17,7 @@ import threading
 
 import numpy as np
 
+from engine.readonly import read_only
 from models import drift
 
 from .tap_reader import BATCH, TapReader
@@ -42,7 +43,7 @@ class DriftMonitor(TapReader):
         self.last_whole = None  # (model id, whole-run tracker) of the last model that binned rows
         self.lock = threading.Lock()
         self._follow()
-        host.mod.featurize_loop(self.buf[:0], *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid, self.idx,
+        host.mod.featurize_loop(read_only(self.buf[:0]), *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid, self.idx,
                                 self.row)  # (no ticks: compiled or loaded now, not later under the run's GIL)
 
     def _follow(self):
@@ -66,7 +67,7 @@ class DriftMonitor(TapReader):
         n = self.poll()
         if not n:
             return 0
-        m = self.host.mod.featurize_loop(self.buf[:n], *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid,
+        m = self.host.mod.featurize_loop(read_only(self.buf[:n]), *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid,
                                          self.idx, self.row)
         pred = self._follow()
         if m and self.tracker is not None:

@@ -29,7 +29,7 @@ from numba import njit
 from engine import control as C
 from engine import latency, levelbook, shm, sigring, tickring
 from engine.risk import RG_KILLED, RG_MODE, RG_RULES, RULES, flattened, gate, record_refused, signal_flags
-from engine.intrinsics import (borrow, borrow_all, call_predict, call_predict_rows, cpu_pause, f32_bits, load_acquire, load_relaxed,
+from engine.intrinsics import (borrow, borrow_all, borrow_ro, call_predict, call_predict_rows, cpu_pause, f32_bits, load_acquire, load_relaxed,
                                monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
                             SIGNAL_FLAG_KILLED, SIGNAL_FLAG_MARK, SIGNAL_FLAGS_KILL_MARK, SIGNAL_FLAGS_PAUSE_MARK,
@@ -142,11 +142,11 @@ def host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, sha
     if UNIVERSE_N > 0 and me < 0:  # outside the universe: its book is kept, on_tick is not called
         return -1
     if DEPTH == 0:
-        scored = call_on_tick(fstate[inst], Book(_EMPTY, _EMPTY, _EMPTY, _EMPTY), tick, row, params, inst, me,
+        scored = call_on_tick(fstate[inst], Book(_EMPTY, _EMPTY, _EMPTY, _EMPTY), borrow_ro(tick), row, params, inst, me,
                               uids, ubook, uist, shared)
     else:
         scored = call_on_tick(fstate[inst], Book(book[inst, 0, PX, :DEPTH], book[inst, 0, SZ, :DEPTH],
-                                                 book[inst, 1, PX, :DEPTH], book[inst, 1, SZ, :DEPTH]), tick, row,
+                                                 book[inst, 1, PX, :DEPTH], book[inst, 1, SZ, :DEPTH]), borrow_ro(tick), row,
                               params, inst, me, uids, ubook, uist, shared)
     return scored
 
@@ -452,7 +452,8 @@ def _score_rows(mrows, prow, plist, cst, n, frows, fout):
         return 0, 0
     t0 = monotonic_ns()
     for j in range(n):
-        frows[j, :] = prow[plist[j]]
+        for f in range(prow.shape[1]):  # (element by element: a slice copy compiles numba's shape-error
+            frows[j, f] = prow[plist[j], f]  # message, ~2 s of every strategy's first compile)
     call_predict_rows(mrows, frows[:n], n, fout)
     cst[CS_BATCHED] += n
     return t0, monotonic_ns()
@@ -526,14 +527,14 @@ def _flush_live(fstate, ist, prow, ptick, plist, cst, model, mrows, frows, fout,
     t0, t_model = _score_rows(mrows, prow, plist, cst, n, frows, fout)  # several rows ready: one call
     for j in range(n):
         inst = plist[j]
-        if t_model:
-            signals = _decide_emit(fout[j], fstate, ist, inst, ptick[inst], ist[inst, I_FOLD], use_sigmoid, params, sig,
-                                   signals, gen, shdr, sdata, smask, spstate, hist, t0, t_model, uids, umem, ubook, uist,
-                                   shared, targets, dsig, rlim, rb, rg)
-        else:
-            signals = _score_emit(model, prow[inst], out, fstate, ist, inst, ptick[inst], ist[inst, I_FOLD],
-                                  use_sigmoid, params, sig, signals, gen, shdr, sdata, smask, spstate, hist,
-                                  monotonic_ns(), uids, umem, ubook, uist, shared, targets, dsig, rlim, rb, rg)
+        margin, t_row, t_done = fout[j], t0, t_model
+        if not t_model:  # (a row a call: _score_emit's steps, with one _decide_emit below for both ways,
+            t_row = monotonic_ns()  # not two: each is the whole decision inlined, compiled per strategy)
+            call_predict(model, prow[inst], out)
+            margin, t_done = out[0], monotonic_ns()
+        signals = _decide_emit(margin, fstate, ist, inst, ptick[inst], ist[inst, I_FOLD], use_sigmoid, params, sig,
+                               signals, gen, shdr, sdata, smask, spstate, hist, t_row, t_done, uids, umem, ubook, uist,
+                               shared, targets, dsig, rlim, rb, rg)
         ist[inst, I_PEND] = 0
     cst[CS_NPEND] = 0
     cst[CS_FOLDS] = 0

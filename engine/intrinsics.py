@@ -273,6 +273,22 @@ def borrow(typingctx, a):
 
 
 @intrinsic
+def borrow_ro(typingctx, a):
+    """borrow(a) typed read-only: what the loops give on_tick of their tick (engine/host_template.py
+    host_step). A backtest's tick comes read-only from the mapped file, the live loops' from a
+    writable buffer: so the strategy's functions see one type and are compiled once, not once per
+    loop kind, and a write to the tick fails to compile in every loop alike. No code, no count."""
+    if not isinstance(a, types.Array):
+        return None
+    ro = a.copy(readonly=True)
+
+    def codegen(context, builder, sig, args):
+        return borrowed_array(context, builder, a, args[0])  # (the same struct: readonly is a typing flag)
+
+    return ro(a), codegen
+
+
+@intrinsic
 def borrow_all(typingctx, t):
     """borrow() of every array in a tuple of arrays. At the top of a function that is called (not
     inlined) with such tuples: its arrays then have no count to keep, where otherwise every

@@ -34,7 +34,8 @@ The file defines:
           book    Book(bid_px, bid_sz, ask_px, ask_sz): this instrument's book as of this
                   tick, int64 arrays of length DEPTH, best level first, 0 where a level is
                   empty; prices at 1e-9 (PRICE_SCALE), sizes in the tick record's size units
-          tick    int64[8], the 64-byte tick record (engine/records.py); read it with the
+          tick    int64[8], the 64-byte tick record (engine/records.py), read-only in every
+                  loop (a backtest reads it from the mapped file); read it with the
                   accessors this module exports (kind(tick), price(tick), bid_px(tick), ...:
                   engine/records.py's tick_kind, tick_price, ... by their short names)
           row     float32[len(FEATURES)], the feature row to fill

@@ -34,7 +34,7 @@ from .loop_args import HostArrays, LiveArgs, SignalView, TickView, run_args
 from .readonly import read_only
 from .records import SIGNAL_WORDS
 from .render import render
-from .strategy_errors import compile_error, return_type_error
+from .strategy_errors import READONLY_WRITE, compile_error, readonly_error, return_type_error
 from .strategy_load import StrategyError
 
 TEMPLATE = Path(__file__).with_name("host_template.py")
@@ -327,7 +327,7 @@ class Host:
         inst = np.empty(n, np.int64)
         mid = np.empty(n, np.float64)
         idx = np.empty(n, np.int64)
-        m = self.mod.featurize_loop(words, *hs.arrays(), self.params(), X, inst, mid, idx, self.new_row())
+        m = self.mod.featurize_loop(read_only(words), *hs.arrays(), self.params(), X, inst, mid, idx, self.new_row())
         return X[:m], inst[:m], mid[:m], idx[:m]
 
 
@@ -378,21 +378,17 @@ def build(s, check=None):
     mod = _import_host(name, path)
     host = Host(s, mod)
     hs = host.state(1, max(s.depth, 1)).arrays()
-    mapped = read_only(np.zeros(8, np.int64))  # backtests read ticks straight from the read-only mapped file
-    for tick in (np.zeros(8, np.int64), mapped):
-        try:
-            mod.probe(*hs, *risk.new_state(1), tick, host.new_row(), host.params(), np.zeros(1, np.float32),
-                      np.zeros(16, np.int64))
-        except (errors.NumbaError, errors.UnsupportedBytecodeError) as e:  # (the latter is no NumbaError)
-            if s.universe and tick.flags.writeable and "readonly" in str(e).lower():
-                raise StrategyError(f"{s.path}: on_tick writes to what `u` shows of the members (their books and "
-                                    "columns are read-only); keep what you need in state or u.shared") from None
-            if not tick.flags.writeable and "readonly" in str(e).lower():
-                raise StrategyError(f"{s.path}: on_tick writes to `tick`, which is read-only (backtests read it "
-                                    "from the mapped file); copy what you need into state") from None
-            # a function that compiled alone but returns the wrong type (None on some path) fails
-            # in the host's call: say that, not the host's cast
-            raise _return_types_error(s) or compile_error(e, s) from None
+    # every loop gives on_tick the tick read-only (host_step's borrow_ro), so one probe, with the
+    # backtest's read-only ticks, compiles the strategy's functions as every loop calls them
+    try:
+        mod.probe(*hs, *risk.new_state(1), read_only(np.zeros(8, np.int64)), host.new_row(), host.params(),
+                  np.zeros(1, np.float32), np.zeros(16, np.int64))
+    except (errors.NumbaError, errors.UnsupportedBytecodeError) as e:  # (the latter is no NumbaError)
+        if READONLY_WRITE in str(e).lower():
+            raise readonly_error(e, s) from None
+        # a function that compiled alone but returns the wrong type (None on some path) fails
+        # in the host's call: say that, not the host's cast
+        raise _return_types_error(s) or compile_error(e, s) from None
     err = _return_types_error(s)
     if err is not None:
         raise err

@@ -33,6 +33,9 @@ _RAISED = re.compile(r"\s*Raised from \S+ \(\d+\)")
 _PHI = re.compile(r" for '\$[^']*', defined at \S+ \(\d+\)")
 _IR_NAME = re.compile(r"Return of: IR name '[^']*', type")
 BOOK_FIELDS = "bid_px, bid_sz, ask_px, ask_sz"
+# numba's error for a write to a read-only array (the word "readonly" alone is in any signature
+# that shows the tick's type)
+READONLY_WRITE = "cannot modify readonly array"
 
 
 
@@ -160,7 +163,7 @@ def _hint(msg, fname, s):
     if m:
         return (f"numba cannot compile {m.group(2)}.{m.group(1)}: inside on_tick/decide use numbers, numpy arrays, "
                 "math and the numpy functions numba supports")
-    if "readonly" in msg.lower():
+    if READONLY_WRITE in msg.lower():
         return "book and tick are read-only (the engine's own, or the mapped file): copy what you need into state"
     if re.search(r"Unsupported array index type (unicode_type|Literal\[str\])", msg):
         return ("arrays are indexed by integers: state[0], row[1]; to name columns, define module-level "
@@ -221,6 +224,35 @@ def compile_error(e, s):
         want = {"decide": r"Literal\[int\]\(-?\d+\)|u?int\d+", "on_tick": r"Literal\[bool\]\(\w+\)|bool"}.get(fname)
         line = next((n for n, ty, _ in returns if want and not re.fullmatch(want, ty)), line)
     return _block(path, line, f"{fname} does not compile: {reason[0]}", reason[1:], _hint(msg, fname, s))
+
+
+def _written_root(path, line):
+    """The name an item assignment on that line writes through (`tick[3] = 0`: tick; `u.ist[0, 0] += 1`:
+    u), or None."""
+    for n in ast.walk(_tree(path)):
+        if isinstance(n, (ast.Assign, ast.AugAssign)) and n.lineno == line:
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                while isinstance(t, (ast.Subscript, ast.Attribute)):
+                    t = t.value
+                if isinstance(t, ast.Name):
+                    return t.id
+    return None
+
+
+def readonly_error(e, s):
+    """on_tick wrote to what it may only read: `tick` (read-only in every loop, as a backtest reads
+    it from the mapped file) or, with a UNIVERSE, what `u` shows of the members. Told apart by what
+    the line numba names writes through (the tick is on_tick's third parameter)."""
+    locs = _locations(_ANSI.sub("", str(e)), s)
+    path, line = locs[0] if locs else (s.path, 0)
+    fn = _function(s.path, "on_tick")
+    tick = fn.args.args[2].arg if fn is not None and len(fn.args.args) > 2 else "tick"
+    where = f"{path}:{line}" if line else path
+    if s.universe and (_written_root(path, line) if line else None) != tick:
+        return StrategyError(f"{where}: on_tick writes to what `u` shows of the members (their books and "
+                             "columns are read-only); keep what you need in state or u.shared")
+    return StrategyError(f"{where}: on_tick writes to `tick`, which is read-only (backtests read it from the "
+                         "mapped file); copy what you need into state")
 
 
 def _falls_through(stmts):

@@ -88,3 +88,16 @@ def test_backtest_ticks_are_passed_read_only():
     args = backtest_args(T, _sentinels(BacktestArgs)._replace(words=words))
     got = args[_def_params("backtest_loop").index("words")]
     assert not got.flags.writeable and np.shares_memory(got, words) and words.flags.writeable
+
+
+def test_the_template_copies_arrays_element_by_element():
+    """Every strategy compiles the template anew (its host module). A slice copy (`a[j, :] = b[i]`)
+    brings numba's shape-mismatch error with it (its message formatting: ~2 s of each first
+    compile, stop 59); a slice filled with a number does not."""
+    def has_slice(node):
+        parts = node.elts if isinstance(node, ast.Tuple) else [node]
+        return any(isinstance(p, ast.Slice) for p in parts)
+    bad = [n.lineno for n in ast.walk(ast.parse(TEMPLATE.read_text())) if isinstance(n, ast.Assign)
+           and any(isinstance(t, ast.Subscript) and has_slice(t.slice) for t in n.targets)
+           and not isinstance(n.value, (ast.Constant, ast.UnaryOp))]
+    assert bad == [], f"engine/host_template.py lines {bad}: copy element by element"

@@ -62,6 +62,24 @@ def _ticks(n, seed):
     return words
 
 
+def test_the_strategy_is_compiled_for_one_tick_type(tmp_path):
+    """The loops give on_tick their tick read-only (host_step's borrow_ro): a backtest's comes
+    read-only from the mapped file, the live loops' and the data-set loop's from writable arrays,
+    and on_tick is compiled once for all of them, by build's one probe."""
+    f = tmp_path / f"one_type_{tmp_path.name[-12:]}.py"  # (a strategy of its own: compiled here, not cached)
+    f.write_text("from numba import njit\nFEATURES = ('a',)\nDEPTH = 0\nSTATE = 1\nPARAMS = {}\n\n"
+                 "@njit\ndef on_tick(state, book, tick, row, params):\n    row[0] = tick[3]\n    return True\n")
+    host = load_host(str(f))
+    mod = host.mod
+    assert [sig[list(mod.probe.py_func.__code__.co_varnames).index("tick")].mutable
+            for sig in mod.probe.signatures] == [False]
+    words = _ticks(100, 5)  # writable, as the drift monitor's buffer
+    mod.featurize_loop(words, *host.state(4, 0).arrays(), host.params(), np.empty((100, 1), np.float32),
+                       *(np.empty(100, t) for t in (np.int64, np.float64, np.int64)), host.new_row())
+    assert mod.featurize_loop.signatures[0][0].mutable  # (the loop itself took the writable array)
+    assert [sig[2].mutable for sig in mod.on_tick.signatures] == [False], mod.on_tick.signatures
+
+
 def test_loop_emits_exactly_the_offline_signals(default_model, shm_name):
     host = load_host("microstructure")
     pred = artifact.load(default_model, strategy=host.strategy)

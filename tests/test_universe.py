@@ -254,6 +254,11 @@ def test_binding_errors_are_one_line_before_the_run(tmp_path):
     assert "takes 5 arguments" in err() and "names a UNIVERSE" in err()
     write('("SYN0000", "SYN0001")')
     assert "--universe binds roles, and its UNIVERSE is a tuple" in err("--universe", "a=SYN0000")
+    # what on_tick may not write (one probe compile with the loops' read-only tick; told apart after)
+    write('("SYN0000", "SYN0001")', ret="u.ist[0, 0] = 1\n                return u.me")
+    assert "on_tick writes to what `u` shows of the members" in err()
+    write('("SYN0000", "SYN0001")', ret="tick[3] = 0\n                return u.me")
+    assert "on_tick writes to `tick`, which is read-only" in err()
     # no default model (the synthetic market has none of its members); a failed --merge leaves no OUT
     a, b = converted("synthetic://?instruments=2&count=2000&seed=6"), converted("synthetic://?instruments=1&count=2000&seed=7")
     write('("SYNTHETIC:SYN0000", "SYNTHETIC:SYN0000@tickfile-2")')  # (the same symbol in two inputs)
