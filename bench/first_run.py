@@ -16,7 +16,10 @@ edit of the working tree meanwhile would name a new cache). The cases:
     built-in strategy and its default model (cold: the model is built first, as a new user's
     first backtest does);
   - run 10 s: `make run`'s command, `engine run --core C --duration 10` (no HTTP, no zmq), the
-    default model built first when cold.
+    default model built first when cold;
+  - `edited` (backtest and run): after `warm`, the same command with `--strategy` a copy of the
+    built-in strategy with one comment line added: what a quant waits after each edit of a
+    strategy (its host compiled, its default model built; the engine's shared code cached).
 Wall seconds, and the CPU seconds (user + system, all threads) beside them: on a busy machine
 the CPU figure is the steadier one. --quick: the built-in strategy's model only for the models;
 --busy N: with N processes spinning meanwhile; --only PREFIX: some of the cases.
@@ -37,8 +40,8 @@ DATA = ROOT.parent / "shared" / "data"
 SPOT = DATA / "binance" / "spot_btcusdt_20240808.gz"
 DBN = DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 ENGINE = [sys.executable, "-m", "app"]
-STRATEGIES = ("microstructure", "depth_imbalance", "touch_imbalance")
-PACKAGES = ("engine", "feeds", "models", "replay", "strategies", "fpga")
+STRATEGIES = ("microstructure", "depth_imbalance", "touch_imbalance")  # (the first is the built-in one)
+PACKAGES = ("app", "engine", "feeds", "models", "replay", "strategies", "fpga")
 
 MODEL = """
 import sys
@@ -88,6 +91,16 @@ def cases(tmp, quick):
     return out
 
 
+def edited_strategy(cache, tree):
+    """A copy of the built-in strategy with a comment added: a new strategy hash, the same code."""
+    path = os.path.join(cache, "work", "edited.py")
+    with open(os.path.join(tree, "strategies", f"{STRATEGIES[0]}.py")) as f:
+        source = f.read()
+    with open(path, "w") as f:
+        f.write(source + f"\n# edited {time.time_ns()}\n")
+    return path
+
+
 def fresh_cache(tmp):
     cache = tempfile.mkdtemp(dir=tmp)
     os.mkdir(os.path.join(cache, "work"))
@@ -111,7 +124,7 @@ def notices(stderr):
 
 def options(p):
     p.add_argument("--tree", help="run these sources instead of a copy of the working tree's (e.g. an "
-                                  "older commit's: git archive HEAD~3 engine feeds models replay strategies "
+                                  "older commit's: git archive HEAD~3 app engine feeds models replay strategies "
                                   "fpga | tar -x -C DIR)")
     p.add_argument("--only", help="only the cases whose name starts with this (model, convert, backtest, run)")
     p.add_argument("--busy", type=int, default=0, help="N processes spinning on the CPUs meanwhile (other work "
@@ -148,22 +161,29 @@ def main():
                 p = os.path.join(cache, "work", f)
                 shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
             figures["warm"] = timed(cmd, cache, tree)
+            if name.startswith(("backtest", "run")):
+                for f in outputs:
+                    p = os.path.join(cache, "work", f)
+                    shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+                figures["edited"] = timed(cmd + ["--strategy", edited_strategy(cache, tree)], cache, tree)
             shutil.rmtree(cache)
             print(f"  {name}: " + ", ".join(f"{k} {w:.1f} s (CPU {c:.1f} s)" for k, (w, c, _) in figures.items()),
                   flush=True)
-            said = notices(figures["cold"][2])
-            if said:
-                print("    cold, compiled: " + "; ".join(said), flush=True)
+            for k in ("cold", "edited"):
+                said = notices(figures[k][2]) if k in figures else []
+                if said:
+                    print(f"    {k}, compiled: " + "; ".join(said), flush=True)
             key = name.replace(" ", "_")
             for k, (w, c, _) in figures.items():
                 metrics[f"{key}_{k.replace(' ', '_')}_s"] = round(w, 1)
                 metrics[f"{key}_{k.replace(' ', '_')}_cpu_s"] = round(c, 1)
             rows.append((name, {k: (w, c) for k, (w, c, _) in figures.items()}))
-    print("\nfirst run (cold) and every run after (warm), one process each: wall s (CPU s)")
-    print(f"  {'':<26}{'cold':>18}{'numba warm':>18}{'warm':>18}")
+    print("\nfirst run (cold), every run after (warm) and after an edit of the strategy (edited), one process "
+          "each: wall s (CPU s)")
+    print(f"  {'':<26}{'cold':>18}{'numba warm':>18}{'warm':>18}{'edited':>18}")
     for name, f in rows:
         cells = "".join(f"{f'{f[k][0]:.1f} ({f[k][1]:.1f})' if k in f else '-':>18}"
-                        for k in ("cold", "numba warm", "warm"))
+                        for k in ("cold", "numba warm", "warm", "edited"))
         print(f"  {name:<26}{cells}")
     _common.save("first_run", metrics, {}, {},
                  {"what": "the real command in a fresh process with an empty cache directory per case; warm: again",
