@@ -145,9 +145,9 @@ def host_step(fstate, book, ist, tick, row, params, uids, umem, ubook, uist, sha
         scored = call_on_tick(fstate[inst], Book(_EMPTY, _EMPTY, _EMPTY, _EMPTY), borrow_ro(tick), row, params, inst, me,
                               uids, ubook, uist, shared)
     else:
-        scored = call_on_tick(fstate[inst], Book(book[inst, 0, PX, :DEPTH], book[inst, 0, SZ, :DEPTH],
-                                                 book[inst, 1, PX, :DEPTH], book[inst, 1, SZ, :DEPTH]), borrow_ro(tick), row,
-                              params, inst, me, uids, ubook, uist, shared)
+        scored = call_on_tick(fstate[inst], Book(borrow_ro(book[inst, 0, PX, :DEPTH]), borrow_ro(book[inst, 0, SZ, :DEPTH]),
+                                                 borrow_ro(book[inst, 1, PX, :DEPTH]), borrow_ro(book[inst, 1, SZ, :DEPTH])),
+                              borrow_ro(tick), row, params, inst, me, uids, ubook, uist, shared)
     return scored
 
 

@@ -33,7 +33,8 @@ The file defines:
           state   float64[STATE], this instrument's columns (zero at start and after a gap)
           book    Book(bid_px, bid_sz, ask_px, ask_sz): this instrument's book as of this
                   tick, int64 arrays of length DEPTH, best level first, 0 where a level is
-                  empty; prices at 1e-9 (PRICE_SCALE), sizes in the tick record's size units
+                  empty; prices at 1e-9 (PRICE_SCALE), sizes in the tick record's size units;
+                  read-only (the engine's own book)
           tick    int64[8], the 64-byte tick record (engine/records.py), read-only in every
                   loop (a backtest reads it from the mapped file); read it with the
                   accessors this module exports (kind(tick), price(tick), bid_px(tick), ...:

@@ -240,19 +240,29 @@ def _written_root(path, line):
 
 
 def readonly_error(e, s):
-    """on_tick wrote to what it may only read: `tick` (read-only in every loop, as a backtest reads
-    it from the mapped file) or, with a UNIVERSE, what `u` shows of the members. Told apart by what
-    the line numba names writes through (the tick is on_tick's third parameter)."""
+    """on_tick wrote to what it may only read: `tick` (a backtest reads it from the mapped file),
+    `book` (the engine's: every later tick reads it) or, with a UNIVERSE, what `u` shows of the
+    members. Told apart by what the line numba names writes through (on_tick's parameters by
+    position: state, book, tick, row, params, u)."""
     locs = _locations(_ANSI.sub("", str(e)), s)
     path, line = locs[0] if locs else (s.path, 0)
     fn = _function(s.path, "on_tick")
-    tick = fn.args.args[2].arg if fn is not None and len(fn.args.args) > 2 else "tick"
+    names = [a.arg for a in fn.args.args] if fn is not None else []
+    book, tick, u = (names[k] if len(names) > k else None for k in (1, 2, 5))
+    root = _written_root(path, line) if line else None
     where = f"{path}:{line}" if line else path
-    if s.universe and (_written_root(path, line) if line else None) != tick:
+    if root is not None and root == book:
+        return StrategyError(f"{where}: on_tick writes to `book`, which is read-only (the engine's book, which "
+                             "every later tick reads); copy what you need into state")
+    if root is not None and root == tick:
+        return StrategyError(f"{where}: on_tick writes to `tick`, which is read-only (backtests read it from the "
+                             "mapped file); copy what you need into state")
+    if s.universe and root is not None and root == u:
         return StrategyError(f"{where}: on_tick writes to what `u` shows of the members (their books and "
                              "columns are read-only); keep what you need in state or u.shared")
-    return StrategyError(f"{where}: on_tick writes to `tick`, which is read-only (backtests read it from the "
-                         "mapped file); copy what you need into state")
+    return StrategyError(f"{where}: on_tick writes to an array it may only read (`tick`, `book`"
+                         + (", what `u` shows of the members" if s.universe else "")
+                         + "); copy what you need into state")
 
 
 def _falls_through(stmts):

@@ -168,6 +168,8 @@ BROKEN = {
     "import_error": ("import numpy_does_not_exist\n", "ModuleNotFoundError"),
     "writes_tick": ('from numba import njit\nFEATURES = ("a",)\nDEPTH = 0\nSTATE = 1\nPARAMS = {}\n'
                     '@njit\ndef on_tick(s, b, t, r, p):\n    t[3] = 0\n    return True\n', "writes to `tick`"),
+    "writes_book": ('from numba import njit\nFEATURES = ("a",)\nDEPTH = 2\nSTATE = 1\nPARAMS = {}\n'
+                    '@njit\ndef on_tick(s, b, t, r, p):\n    b.bid_sz[0] += 1\n    return True\n', "writes to `book`"),
 }
 
 
