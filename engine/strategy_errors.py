@@ -163,8 +163,6 @@ def _hint(msg, fname, s):
     if m:
         return (f"numba cannot compile {m.group(2)}.{m.group(1)}: inside on_tick/decide use numbers, numpy arrays, "
                 "math and the numpy functions numba supports")
-    if READONLY_WRITE in msg.lower():
-        return "book and tick are read-only (the engine's own, or the mapped file): copy what you need into state"
     if re.search(r"Unsupported array index type (unicode_type|Literal\[str\])", msg):
         return ("arrays are indexed by integers: state[0], row[1]; to name columns, define module-level "
                 "constants (S_MID = 0) and write state[S_MID]")
@@ -248,21 +246,18 @@ def readonly_error(e, s):
     path, line = locs[0] if locs else (s.path, 0)
     fn = _function(s.path, "on_tick")
     names = [a.arg for a in fn.args.args] if fn is not None else []
-    book, tick, u = (names[k] if len(names) > k else None for k in (1, 2, 5))
+    said = {1: "`book`, which is read-only (the engine's book, which every later tick reads); copy what you need "
+               "into state",
+            2: "`tick`, which is read-only (backtests read it from the mapped file); copy what you need into state"}
+    if s.universe:
+        said[5] = ("what `u` shows of the members (their books and columns are read-only); keep what you need in "
+                   "state or u.shared")
     root = _written_root(path, line) if line else None
+    what = next((said[k] for k in said if k < len(names) and names[k] == root), None)
     where = f"{path}:{line}" if line else path
-    if root is not None and root == book:
-        return StrategyError(f"{where}: on_tick writes to `book`, which is read-only (the engine's book, which "
-                             "every later tick reads); copy what you need into state")
-    if root is not None and root == tick:
-        return StrategyError(f"{where}: on_tick writes to `tick`, which is read-only (backtests read it from the "
-                             "mapped file); copy what you need into state")
-    if s.universe and root is not None and root == u:
-        return StrategyError(f"{where}: on_tick writes to what `u` shows of the members (their books and "
-                             "columns are read-only); keep what you need in state or u.shared")
-    return StrategyError(f"{where}: on_tick writes to an array it may only read (`tick`, `book`"
-                         + (", what `u` shows of the members" if s.universe else "")
-                         + "); copy what you need into state")
+    unplaced = ("an array it may only read (`tick`, `book`" + (", what `u` shows of the members" if s.universe else "")
+                + "); copy what you need into state")
+    return StrategyError(f"{where}: on_tick writes to {what or unplaced}")
 
 
 def _falls_through(stmts):
