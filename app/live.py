@@ -26,7 +26,7 @@ from models.artifact import uses_sigmoid
 
 from engine import control as C
 from engine import defaults, latency, realtime, ring_info, risk, shm, sigring, waits, warmup
-from engine.loop_args import LiveArgs, SignalView, TickView, run_args, run_multi_args
+from engine.loop_args import LiveArgs, SignalView, TickView, new_tick, run_args, run_multi_args
 from engine.records import MAX_INSTRUMENTS, SIGNAL_WORDS  # feature state for every index a ring may carry
 from engine.signal_log import SignalLog
 from engine.tickring import TickConsumer
@@ -252,10 +252,12 @@ class MultiStrategyThread(StrategyThread):
             ctl[C.CTL_CMD] = C.CMD_RUN
 
 
-def _spawn_feed(cfg, ring_name, uri):
+def _spawn_feed(cfg, ring_name, uri, run_clock=False):
     cmd = [sys.executable, "-m", "app", "feed", uri, "--ring", ring_name,
            "--capacity", str(cfg.ring_capacity), "--wait-consumers", "1", "--wait-timeout", "0", "--die-with-parent",
            "--crossed-after", f"{cfg.crossed_after:g}"]
+    if run_clock:  # one of several files: paced on the clock the run sets in every file's ring
+        cmd += ["--run-clock"]
     if cfg.keep_rings:
         cmd += ["--keep"]  # the feed removes its ring on exit unless told to keep it
     if "rate=" not in uri:  # (the built-in synthetic source, or a URI without a rate of its own)
@@ -564,6 +566,7 @@ class _Run:
                 raise ValueError("--ring attaches to an existing tick ring; --feed spawns a feed: give one of them")
             self.ring_name = cfg.ring
             self.ring_names, self.feed_uris, self.id_blocks, self.src_finite = [cfg.ring], [None], None, [True]
+            self.ordered = [False]
             probe = TickConsumer(self.ring_name)  # it must exist and be a tick ring (clear error otherwise)
             self.levels = int(getattr(probe, "depth", 0))
             self.n_inst = MAX_INSTRUMENTS  # whatever the producer publishes
@@ -602,6 +605,8 @@ class _Run:
                 self.n_inst = int((self.id_blocks[0] + self.id_blocks[1]).max())
             # a source with an end (a file, a counted simulation) ends the run once it is played (every one of them)
             self.src_finite = [not x.live and (not isinstance(x, Synthetic) or x.params.count > 0) for x in srcs]
+            # files: read in receive-time order on the run's one clock (live sources: as they arrive)
+            self.ordered = [not x.live and not isinstance(x, Synthetic) for x in srcs]
             self.finite = all(self.src_finite)
         # an incomplete tick file (a killed recorder): its unchecked records, in the summary too
         self.input_warnings = [] if cfg.ring else [w for x in srcs for w in getattr(getattr(x, "file", None),
@@ -763,7 +768,7 @@ class _Run:
             log(f"warning: {msg}; running without locked memory")
         self.row = self.host.new_row()
         self.out = np.zeros(1, np.float32)
-        self.tick = np.zeros(8, np.int64)
+        self.tick = new_tick()
         self.sig = np.zeros(SIGNAL_WORDS, np.int64)
         self.pvals = self.host.params()
         self.drain_buf = np.zeros((4096, SIGNAL_WORDS), np.int64)
@@ -849,8 +854,8 @@ class _Run:
     def start_feed(self):
         """The feed process (unless attached to a ring), once its ring is there."""
         if not self.cfg.ring:
-            for rn, uri in zip(self.ring_names, self.feed_uris):
-                self.procs.append(_spawn_feed(self.cfg, rn, uri))
+            for rn, uri, ordered in zip(self.ring_names, self.feed_uris, self.ordered):
+                self.procs.append(_spawn_feed(self.cfg, rn, uri, run_clock=ordered and self.multi))
                 self.proc = self.procs[0]
                 _wait_ring(shm.ring_path(rn), self.procs[-1])
 
@@ -862,7 +867,8 @@ class _Run:
             from .multi_rings import MultiRings
             offsets, blocks = self.id_blocks if self.id_blocks is not None else (
                 np.zeros(1, np.int64), np.full(1, MAX_INSTRUMENTS, np.int64))  # (--ring: the ring's own ids)
-            self.rings = MultiRings(self.ring_names, self.labels, offsets, blocks, self.host.mod.RS_WIDTH, tap=self.tap)
+            self.rings = MultiRings(self.ring_names, self.labels, offsets, blocks, self.host.mod.RS_WIDTH, tap=self.tap,
+                                    ordered=self.ordered if self.multi else None, rs_ordered=self.host.mod.RS_ORDERED)
             if cfg.record:
                 from .run_record import TapRecorder
                 self.recorder = TapRecorder(self.tap, cfg.record, lambda: self.rings.table(self.multi),

@@ -1,7 +1,8 @@
 """Several sources in one run (`engine run --feed A --feed B`): each source has its own feed process
 and tick ring, as a single source does, and one strategy loop reads them all (host_template
-run_loop_multi: the ready tick with the smallest receive time first, waiting on a quiet ring only
-within --merge-window-us).
+run_loop_multi: files merged in receive-time order on the run's one clock, which `set_clock` sets
+in their rings; live rings' ready ticks the oldest first, waiting on a quiet one only within
+--merge-window-us).
 
 Instrument ids are global to the run: ring k's local id + offsets[k]. A source whose instruments
 are all known when it is opened (a tick file, the synthetic market) gets exactly as many ids as
@@ -77,12 +78,16 @@ class MultiRings:
     """The loop's view of every source's ring: consumers, id blocks, held ticks, per-ring counters,
     and the tap ring (--record) it publishes what it took into."""
 
-    def __init__(self, ring_names_, labels_, offsets, blocks, rst_width, tap=None):
+    def __init__(self, ring_names_, labels_, offsets, blocks, rst_width, tap=None, ordered=None, rs_ordered=None):
         self.ring_names, self.labels = list(ring_names_), list(labels_)
         self.offsets, self.blocks = offsets, blocks
         k = len(self.ring_names)
         self.heads = np.zeros((k, 8), np.int64)
         self.rst = np.zeros((k, rst_width), np.int64)
+        # file rings: merged in receive-time order on one clock (host_template _take_next, RS_ORDERED)
+        self.ordered = list(ordered or [False] * k)
+        if rs_ordered is not None:
+            self.rst[:, rs_ordered] = self.ordered
         self.consumers = [None] * k
         self.reattached = [0] * k
         self.tap = tap or TickRing.__new__(TickRing)  # (no tap: a 2-slot scratch ring the loop never writes)
@@ -98,6 +103,18 @@ class MultiRings:
             warmup.prefault(c.data)
             c.claim(start=start, backpressure=backpressure)
             self.consumers[k] = c
+        self.set_clock()
+
+    def set_clock(self):
+        """The run's one clock for its file rings (their feeds wait for it: feeds/process.py
+        run_clock): the earliest first receive time among them is due now, so files of the same
+        day play side by side as they were received."""
+        files = [c for c, o in zip(self.consumers, self.ordered) if o]
+        firsts = [c.first_recv for c in files if c.first_recv]
+        if files:
+            data0, mono0 = (min(firsts) if firsts else 0), time.monotonic_ns()
+            for c in files:
+                c.set_anchor(data0, mono0)
 
     def view(self):
         cs = self.consumers
@@ -190,7 +207,7 @@ def compile_multi(host, k):
     types of a real run, before anything goes real time: it returns at once (CMD_STOP)."""
     from engine import control as C
     from engine import defaults, latency
-    from engine.loop_args import LiveArgs, SignalView, run_multi_args
+    from engine.loop_args import LiveArgs, SignalView, new_tick, run_multi_args
     mod = host.mod
     cap = 16
     ctl = np.zeros(shm.HEADER_WORDS, np.int64)
@@ -207,6 +224,6 @@ def compile_multi(host, k):
     signals = SignalView(shdr=np.zeros(shm.HEADER_WORDS, np.int64), sdata=np.zeros(cap * 16, np.int64),
                          smask=cap - 1, spstate=np.zeros(4, np.int64))
     live = LiveArgs(signals=signals, ctl=ctl, hist=latency.new_counts(), state=hs.loop_arrays(),
-                    row=host.new_row(), out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64),
+                    row=host.new_row(), out=np.zeros(1, np.float32), tick=new_tick(),
                     sig=np.zeros(16, np.int64), pvals=host.params(), cfg=host.loop_cfg())
     mod.run_loop_multi(*run_multi_args(mod, rings, live))

@@ -34,7 +34,9 @@ def as_json(res):
         # messages for the feed)
         "ticks": c["ticks"], "signals": c["signals"], "gaps": c["gaps"] + c["feed_gaps"],
         "drops": res.drops, "core": res.core, "policy": res.policy, "backend": res.backend,
-        "latency_ns": {s: {c: res.latency[s][c] for c in COLS} for s in STAGES},
+        # (a stage that timed nothing has no figures: None, not 0; a file read flat out has no ring time)
+        "latency_ns": {s: {**{c: res.latency[s][c] if res.latency[s]["count"] else None for c in COLS},
+                           "count": res.latency[s]["count"]} for s in STAGES},
         # extras beyond the required keys
         "lost": c["lost"] + c["feed_lost"], "losses": _losses(res), "feed_counters": res.feed_counters,
         "scored": c["scored"], "elapsed_s": round(elapsed_s, 3),
@@ -90,8 +92,8 @@ def table(res):
                      + (f"; kills: {', '.join(f'{r} {n:,}' for r, n in kills.items())}" if kills else ""))
     pp = getattr(res, "paper", None)
     if pp is not None:
-        lines.append(f"  paper: pnl net {pp['pnl']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "
-                     f"{pp['fills']:,} fills -> {pp['out']}")
+        from app.paper_status import summary_line  # (money per currency, never one sum)
+        lines.append(summary_line(pp))
     dr = getattr(res, "drift", None)
     if dr is not None:
         lines.append("  " + drift_line(dr))
@@ -99,6 +101,9 @@ def table(res):
         lines.append(f"  shadow {sh['name']}: {sh['signals']:,} signals on {sh['ticks']:,} ticks (model "
                      f"{sh['model_id']}) -> {sh['signals_out']}")
     lines.append(percentile_table(res.latency))
+    if c["ticks"] and not res.latency["ring"]["count"]:
+        lines.append("  ring, tick_to_signal: not measured: files read flat out (--max) keep their own receive "
+                     "times and had no time to be due at; --speed N measures them against the replay's pace")
     for sw in res.swaps:
         lines.append(f"  model swap: generation {sw['generation']} ({sw['backend']}) adopted "
                      f"{sw['adopted_after_us']:.1f} us after publication" if sw.get("ok") else
@@ -190,7 +195,8 @@ def percentile_table(lat):
     """The per-stage percentile table (ns) of a latency summary: each column as wide as its widest
     cell, two spaces apart, so large numbers never run together."""
     head = ("latency (ns)", *COLS, "count")
-    rows = [(s, *(f"{lat[s][k]:,}" for k in (*COLS, "count"))) for s in STAGES]
+    rows = [(s, *(f"{lat[s][k]:,}" if lat[s]["count"] or k == "count" else "-" for k in (*COLS, "count")))
+            for s in STAGES]
     w = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
     return "\n".join("  " + r[0].ljust(w[0]) + "".join(f"  {v:>{w[i + 1]}}" for i, v in enumerate(r[1:]))
                      for r in (head, *rows))

@@ -23,7 +23,7 @@ from numba import njit
 
 from engine import control as C
 from engine import shm, sigring, tickring
-from engine.loop_args import LiveArgs, SignalView, TickView, run_args, run_multi_args
+from engine.loop_args import LiveArgs, SignalView, TickView, new_tick, run_args, run_multi_args
 from engine.strategy_build import load_host
 from engine.tickring import TickConsumer, TickRing
 from models import artifact
@@ -79,7 +79,7 @@ def run_once(host, pred, words, k, tap, tag):
     cfg = host.loop_cfg(exit_on_eof=True, sigmoid=artifact.uses_sigmoid(pred))
     cfg[mod.CFG_TAP] = 1.0 if tap else 0.0
     live = LiveArgs(signals=SignalView.of(sring), ctl=ctl, hist=blk.hist, state=hs.loop_arrays(), row=host.new_row(),
-                    out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64), sig=np.zeros(16, np.int64),
+                    out=np.zeros(1, np.float32), tick=new_tick(), sig=np.zeros(16, np.int64),
                     pvals=host.params(), cfg=cfg)
     try:
         if k == 0:

@@ -70,12 +70,12 @@ def main():
     lat = held["latency_ns"]["tick_to_signal"]
     metrics = {"soak_rate_ticks_per_s": round(good), "soak_seconds": soak_s, "ticks": held["ticks"],
                "gaps": held["gaps"], "signal_drops": held["drops"], "policy": held["policy"],
-               **{f"tick_to_signal_{k.replace('.', '')}_ns": v for k, v in lat.items()}}
+               **{f"tick_to_signal_{k.replace('.', '')}_ns": v for k, v in lat.items() if k != "count"}}
     for stage, v in held["latency_ns"].items():
         metrics[f"{stage}_p99_ns"] = v["p99"]
     print(f"\nheld {good:,.0f} ticks/s for {soak_s} s on core {core} ({held['policy']}): no gap, no drop")
     from app.run_summary import percentile_table
-    print(percentile_table({k: {**v, "count": held["ticks"]} for k, v in held["latency_ns"].items()}))
+    print(percentile_table(held["latency_ns"]))
     _common.save("soak", metrics, {}, {}, {"probes": probes, "rt_throttling_off": rt})
 
 

@@ -19,7 +19,7 @@ Per tick in the live loop: poll the ring -> host_step (book, state, row) -> mode
 function pointer -> host_decide -> signal -> five latencies. No Python object, allocation, lock,
 log line or system call per tick. Every 1024 iterations: control command, lease, heartbeat,
 counters, model swap, end of stream. run_loop_multi is the same loop over several rings (one per
-source): it takes the ready tick with the smallest receive time and maps its instrument to the run's.
+source): files merged in receive-time order, live rings as ticks arrive; ids mapped to the run's.
 """
 # The generated header defines: on_tick, decide, DEPTH, STATE, NFEAT, Params, make_params.
 # ==== host body ====
@@ -28,6 +28,7 @@ from numba import njit
 
 from engine import control as C
 from engine import latency, levelbook, shm, sigring, tickring
+from engine.loop_args import T_ORIGIN
 from engine.risk import RG_KILLED, RG_MODE, RG_RULES, RULES, flattened, gate, record_refused, signal_flags
 from engine.intrinsics import (borrow, borrow_all, borrow_ro, call_predict, call_predict_rows, cpu_pause, f32_bits, load_acquire, load_relaxed,
                                monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
@@ -70,6 +71,7 @@ CFG_MERGE_WINDOW_NS = 12  # run_loop_multi: how long the oldest ready tick waits
 # rst: run_loop_multi's counters per ring, int64 [rings, RS_WIDTH] (the control plane reads them)
 RS_TICKS, RS_HELD, RS_FEED_GAPS, RS_FEED_LOST, RS_UNMAPPED = range(5)
 RS_SINCE = 5   # when the ring's held tick was taken from it (monotonic ns; with a merge window only)
+RS_ORDERED = 6  # 1: a file's ring, merged with the other files in receive-time order (_take_next)
 RS_WIDTH = 8
 POLL_SKIP = 3  # run_loop_multi: a tick of an instrument past its ring's block of ids, skipped
 PX, SZ, NO_LEVEL = levelbook.PX, levelbook.SZ, levelbook.NO_LEVEL
@@ -177,13 +179,15 @@ def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, 
 
 @njit(nogil=True, inline="always", cache=True)
 def _gated(ist, inst, prev, want, tick, rlim, rb, rg):
-    """engine/risk.py's gate on a decision, with the mid the signal records, on the deciding tick's
-    exchange time: the one clock a live run and a backtest of its ticks share (a replay's receive
-    times are its own, a flat-out one's a blur), so the rate and flip rules cut the same decisions
-    in both. Returns (target, rules that cut it)."""
+    """engine/risk.py's gate on a decision, with the mid the signal records, on the instrument's own
+    exchange time: the clock a live run and a backtest of its ticks share, so the rate and flip
+    rules cut the same decisions in both. A UNIVERSE member may be decided on another member's
+    tick, of another venue whose exchange clock is not its own: its own last tick's time then
+    (kept for every instrument of a UNIVERSE run). Returns (target, rules that cut it)."""
     bid = ist[inst, I_BID]
     ask = ist[inst, I_ASK]
-    return gate(rlim, rb, rg, inst, prev, want, (bid + ask) // 2 if bid > 0 and ask > 0 else 0, tick[1], rg[RG_MODE])
+    t = ist[inst, I_TS_EVENT] if UNIVERSE_N > 0 and ist[inst, I_TS_EVENT] > 0 else tick[1]
+    return gate(rlim, rb, rg, inst, prev, want, (bid + ask) // 2 if bid > 0 and ask > 0 else 0, t, rg[RG_MODE])
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -401,7 +405,7 @@ def _stash(ist, prow, ptick, plist, cst, inst, row, tick, idx):
     ist[inst, I_PIDX] = idx
     for f in range(row.shape[0]):
         prow[inst, f] = row[f]
-    for k in range(8):
+    for k in range(tick.shape[0]):  # (a live loop's: its T_ORIGIN too)
         ptick[inst, k] = tick[k]
 
 
@@ -438,7 +442,8 @@ def _decide_emit(margin, fstate, ist, inst, tick, folded, use_sigmoid, params, s
     t_emit = monotonic_ns()
     latency.record(hist, latency.ST_MODEL, t_model - t0)
     latency.record(hist, latency.ST_EMIT, t_emit - t_model)
-    latency.record(hist, latency.ST_TOTAL, t_emit - tick[2])
+    if tick[T_ORIGIN] > 0:  # (a replay read flat out has no time it reached us: not measured)
+        latency.record(hist, latency.ST_TOTAL, t_emit - tick[T_ORIGIN])
     return signals
 
 
@@ -671,7 +676,9 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
             host_reset(fstate, book, ist, shared)  # a gap voids every instrument's state and book
             continue
         ticks += 1
-        latency.record(hist, latency.ST_RING, t_deq - tick[2])
+        tick[T_ORIGIN] = tickring.origin(thdr, tick[2])
+        if tick[T_ORIGIN] > 0:
+            latency.record(hist, latency.ST_RING, t_deq - tick[T_ORIGIN])
         _count_feed_gap(ctl, tick)
         if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # the kill switch: before this tick moves anything
             signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0], sig, signals, gen, shdr, sdata, smask, spstate)
@@ -719,25 +726,49 @@ def run_loop(thdr, tdata, tmask, slot_base, shdr, sdata, smask, spstate, ctl, hi
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _file_done(hdr, slot_base):
+    """A file ring whose feed marked the end of its stream, every tick of it taken."""
+    return (load_acquire(hdr, shm.H_STATE) == shm.STATE_FINISHED
+            and load_relaxed(hdr, slot_base + shm.C_CURSOR) >= load_acquire(hdr, shm.H_WRITE))
+
+
+@njit(nogil=True, inline="always", cache=True)
 def _take_next(thdrs, tdatas, tmasks, slot_bases, blocks, heads, rst, tick, window):
-    """Poll every ring that holds no tick yet (heads[k]: the one it holds), then take, among the
-    rings holding one, the tick with the smallest receive time (ties: the first ring) into `tick`;
-    one whose instrument is at or past its ring's block is taken but not into `tick`, which keeps
-    the last tick the run took (POLL_SKIP: a kill mark or a flush then names that one).
-    The merge window: while a ring is empty and its feed has not finished, that tick waits until it
-    has been held `window` ns (a tick the silent ring received earlier may still be on its way:
-    a live feed publishes a frame's ticks after parsing them); then it goes anyway. window 0: never
-    waits, an empty ring (or one whose feed died) is passed over. Returns (ring, POLL_TICK),
-    (ring, POLL_GAP) when a ring was lapped (its gap tick, taken at once), (ring, POLL_SKIP), or
-    (-1, POLL_EMPTY)."""
-    best = -1
+    """Poll every ring that holds no tick yet (heads[k]: the one it holds), then take the next tick
+    into `tick`; one whose instrument is at or past its ring's block is taken but not into `tick`,
+    which keeps the last tick the run took (POLL_SKIP: a kill mark or a flush then names that one).
+    Live rings (arrival order): among those holding a tick, the smallest receive time (ties: the
+    first ring), taken before any file's. The merge window: while a live ring is empty and its feed
+    has not finished, that tick waits until it has been held `window` ns (a tick the silent ring
+    received earlier may still be on its way: a live feed publishes a frame's ticks after parsing
+    them); then it goes anyway. window 0: never waits.
+    File rings (RS_ORDERED; their ticks keep the data's receive times): merged exactly as
+    engine/universe.py _merge merges the files (`engine backtest --merge`): every file's next tick
+    must be known, held or announced by its feed while it waits to publish it (tickring.head), and
+    the smallest (ties: the first ring) is taken once published. A file whose next tick is not
+    known (its feed is reading) holds the files back: a file can wait.
+    Returns (ring, POLL_TICK), (ring, POLL_GAP) when a ring was lapped (its gap tick, taken at
+    once), (ring, POLL_SKIP), or (-1, POLL_EMPTY)."""
+    best = -1  # live rings
     best_ts = np.int64(0)
     silent = False
+    fbest = -1  # file rings
+    fbest_ts = np.int64(0)
+    fheld = False
+    unknown = False
     for k in range(len(thdrs)):
+        ordered = rst[k, RS_ORDERED] != 0
         if rst[k, RS_HELD] == 0:
             st = tickring.poll(thdrs[k], tdatas[k], tmasks[k], slot_bases[k], heads[k])
             if st == tickring.POLL_EMPTY:
-                if window > 0 and load_acquire(thdrs[k], shm.H_STATE) != shm.STATE_FINISHED:
+                if ordered:
+                    known, ts = tickring.head(thdrs[k], tdatas[k], tmasks[k], slot_bases[k])
+                    if known:
+                        if fbest < 0 or ts < fbest_ts:
+                            fbest, fbest_ts, fheld = k, ts, False
+                    elif not _file_done(thdrs[k], slot_bases[k]):
+                        unknown = True
+                elif window > 0 and load_acquire(thdrs[k], shm.H_STATE) != shm.STATE_FINISHED:
                     silent = True
                 continue
             if st == tickring.POLL_GAP:
@@ -748,13 +779,18 @@ def _take_next(thdrs, tdatas, tmasks, slot_bases, blocks, heads, rst, tick, wind
             if window > 0:
                 rst[k, RS_SINCE] = monotonic_ns()
         ts = heads[k, 2]
-        if best < 0 or ts < best_ts:
+        if ordered:
+            if fbest < 0 or ts < fbest_ts:
+                fbest, fbest_ts, fheld = k, ts, True
+        elif best < 0 or ts < best_ts:
             best = k
             best_ts = ts
+    if best >= 0 and silent and monotonic_ns() - rst[best, RS_SINCE] < window:
+        best = -1  # (held: as for an empty ring)
     if best < 0:
-        return -1, tickring.POLL_EMPTY
-    if silent and monotonic_ns() - rst[best, RS_SINCE] < window:
-        return -1, tickring.POLL_EMPTY  # (held: the loop waits as for an empty ring)
+        if fbest < 0 or not fheld or unknown:
+            return -1, tickring.POLL_EMPTY
+        best = fbest
     rst[best, RS_HELD] = 0
     if tick_instrument(heads[best]) >= blocks[best]:
         return best, POLL_SKIP
@@ -781,6 +817,7 @@ def _next_tick(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rst, t
     if st == tickring.POLL_TICK:
         local = tick_instrument(tick)
         tick[7] = tick_word7(w_lo32(tick[7]), local + offsets[k], tick_kind(tick), tick_side(tick))
+        tick[T_ORIGIN] = tickring.origin(thdrs[k], tick[2])
         rst[k, RS_TICKS] += 1
         if tick_kind(tick) == KIND_GAP:
             rst[k, RS_FEED_GAPS] += 1
@@ -889,7 +926,8 @@ def run_loop_multi(thdrs, tdatas, tmasks, slot_bases, offsets, blocks, heads, rs
             host_reset(fstate, book, ist, shared)
             continue
         ticks += 1
-        latency.record(hist, latency.ST_RING, t_deq - tick[2])
+        if tick[T_ORIGIN] > 0:  # (_next_tick: from its ring's clock)
+            latency.record(hist, latency.ST_RING, t_deq - tick[T_ORIGIN])
         _count_feed_gap(ctl, tick)
         if load_relaxed(ctl, C.CTL_KILL) != rg[RG_KILLED]:  # the kill switch: before this tick moves anything
             signals = _kill_switch(ctl, ist, rb, rg, tick, tick[0], sig, signals, gen, shdr, sdata, smask, spstate)

@@ -17,6 +17,16 @@ import numpy as np
 from .readonly import read_only
 
 NO_MARKS = np.zeros((0, 2), np.int64)  # backtest_loop: no live conflation to replay
+# The live loops' tick buffer (LiveArgs.tick, HostArrays.ptick's rows): the record's 8 words, then
+# T_ORIGIN, when the tick reached the loop's side on CLOCK_MONOTONIC (engine/tickring.py origin;
+# 0: not known, a replay read flat out), where its ring and tick_to_signal latencies start.
+T_ORIGIN = 8
+LOOP_TICK_WORDS = 9
+
+
+def new_tick():
+    """A live loop's tick buffer (numba does not check bounds: never a record-sized one)."""
+    return np.zeros(LOOP_TICK_WORDS, np.int64)
 
 
 class TickView(NamedTuple):
@@ -134,12 +144,23 @@ class BacktestArgs(NamedTuple):
 
 def run_args(mod, ring: TickView, live: LiveArgs) -> tuple:
     """run_loop's arguments, in its order (mod: the strategy's host module)."""
+    _check_tick(live)
     return _flat(mod.run_loop, ring, live)
 
 
 def run_multi_args(mod, rings: MultiTickView, live: LiveArgs) -> tuple:
     """run_loop_multi's arguments, in its order."""
+    _check_tick(live)
     return _flat(mod.run_loop_multi, rings, live)
+
+
+def _check_tick(live):
+    tick, ptick = live.tick, getattr(live.state, "ptick", None)
+    if not isinstance(tick, np.ndarray) or not isinstance(ptick, np.ndarray):
+        return  # (engine/loop_args' own tests pass names, not arrays)
+    if tick.shape != (LOOP_TICK_WORDS,) or ptick.shape[1] < LOOP_TICK_WORDS:
+        raise ValueError(f"a live loop's tick buffers hold {LOOP_TICK_WORDS} words (engine/loop_args.py new_tick), "
+                         f"got tick {tick.shape} and ptick {ptick.shape}")
 
 
 def backtest_args(mod, parts: BacktestArgs) -> tuple:

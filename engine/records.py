@@ -46,8 +46,9 @@ SIDE_SELL = 2
 TICK_DTYPE = np.dtype([
     ("seq", "<u8"),         # ring/file sequence number, dense from 0; also the slot's publish word
     ("ts_event", "<i8"),    # exchange time, ns since the Unix epoch
-    ("ts_recv", "<i8"),     # receive time, ns; live feeds stamp CLOCK_MONOTONIC at publish,
-                            # so the strategy loop measures the ring hop on the same clock
+    ("ts_recv", "<i8"),     # receive time, ns: a file's own (kept when it is replayed: the ring
+                            # header's clock says when it was due); live feeds stamp their arrival
+                            # on CLOCK_MONOTONIC (engine/tickring.py origin)
     ("price", "<i8"),       # trade price (1e-9 fixed point); for KIND_GAP the count of lost ticks
     ("bid_px", "<i8"),      # best bid price after this event (1e-9), 0 when the side is empty;
                             # for a trade, the touch once the trade has taken liquidity
@@ -70,7 +71,7 @@ SIGNAL_DTYPE = np.dtype([
     ("seq", "<u8"),         # signal sequence number, dense from 0 per run
     ("tick_seq", "<u8"),    # seq of the tick that triggered it
     ("ts_event", "<i8"),    # that tick's exchange time, ns since epoch
-    ("ts_recv", "<i8"),     # that tick's receive time (CLOCK_MONOTONIC ns when live)
+    ("ts_recv", "<i8"),     # that tick's receive time (CLOCK_MONOTONIC ns from a live source)
     ("ts_signal", "<i8"),   # CLOCK_MONOTONIC ns when the signal was written (backtests: ts_recv)
     ("ts_wall", "<i8"),     # CLOCK_REALTIME ns when the signal was written (backtests: 0)
     ("mid_px", "<i8"),      # mid price at the decision, 1e-9 fixed point (rounded down)

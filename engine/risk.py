@@ -253,8 +253,8 @@ def _cap(out, limit):
 
 @njit(nogil=True, inline="always", cache=True)
 def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
-    """What instrument inst's decision from prev to want may become at time t (ns, the deciding
-    tick's exchange time: engine/host_template.py _gated says why), its mid in price units (0:
+    """What instrument inst's decision from prev to want may become at time t (ns, the instrument's
+    own latest exchange time: engine/host_template.py _gated says why), its mid in price units (0:
     unknown): (target, rules cut). target == prev: nothing goes out (refused, or nothing left). A
     target that goes out is committed (its rate spent, its reversal time and notional kept).
 
@@ -265,12 +265,17 @@ def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
         return want, 0
     n = rlim.shape[0] - 1
     sp = _sign(prev)
+    # the instrument's own clock, which never runs back: t is its own exchange time, and where
+    # several venues' ticks interleave (a UNIVERSE) another venue's later tick may carry an earlier
+    # one; a limit that binds nothing (min_flip 0) must then cut nothing
+    clk = max(float(t), rb[inst, RB_CLOCK])
+    rb[inst, RB_CLOCK] = clk
     add = not _reduces(prev, want)  # (a reduction passes every rule but rate)
     k = add & (rg[RG_KILLED] != 0)
     cut = prev if _sign(want) == sp else 0
     out = cut if k else want
     rules = np.int64(k) << R_KILLED
-    f = add & (_sign(out) * sp < 0) & (t - rb[inst, RB_FLIP_NS] < rlim[inst, RL_MIN_FLIP_NS])
+    f = add & (_sign(out) * sp < 0) & (clk - rb[inst, RB_FLIP_NS] < rlim[inst, RL_MIN_FLIP_NS])
     out = 0 if f else out
     rules |= np.int64(f) << R_FLIP
     p = add & (abs(out) > rlim[inst, RL_MAX_POS])
@@ -298,9 +303,8 @@ def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
     if rlim[inst, RL_INTERVAL_NS] > 0 or rlim[n, RL_INTERVAL_NS] > 0:
         # the rate as a GCRA: a token bucket kept as the time it is full again (one compare and
         # one add; exact in ns, where refilling tokens by elapsed time x rate drifts with rounding)
-        tf = float(t)
-        ci = max(tf, rb[inst, RB_CLOCK])
-        cn = max(tf, rb[n, RB_CLOCK])
+        ci = clk
+        cn = max(float(t), rb[n, RB_CLOCK])
         ti = rb[inst, RB_TAT]
         tn = rb[n, RB_TAT]
         ok = (ti - ci <= rlim[inst, RL_TAU_NS]) & (tn - cn <= rlim[n, RL_TAU_NS])
@@ -308,7 +312,6 @@ def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
         out = prev if r else out
         rules |= np.int64(r) << R_RATE
         spend = out != prev  # (a signal's worth, down to an empty bucket at most)
-        rb[inst, RB_CLOCK] = ci
         rb[n, RB_CLOCK] = cn
         x = min(max(ti, ci) + rlim[inst, RL_INTERVAL_NS], ci + rlim[inst, RL_EMPTY_NS])
         rb[inst, RB_TAT] = x if spend else ti
@@ -318,7 +321,7 @@ def gate(rlim, rb, rg, inst, prev, want, mid, t, mode):
         rg[RG_RULES + b] += (rules >> b) & 1
     spend = out != prev
     flip = spend & (_sign(out) * sp < 0)
-    rb[inst, RB_FLIP_NS] = float(t) if flip else rb[inst, RB_FLIP_NS]
+    rb[inst, RB_FLIP_NS] = clk if flip else rb[inst, RB_FLIP_NS]
     held = rb[inst, RB_NOTIONAL]
     notional = abs(out) * rlim[inst, RL_MULT] * mid * 1e-9 if mid > 0 else (0.0 if out == 0 else held)
     notional = notional if spend else held

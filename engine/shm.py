@@ -36,6 +36,24 @@ H_WRITE = 16           # producer: next seq to publish (== records published)
 H_READ = 24            # SPSC consumer: next seq to read
 H_CONSUMER_PID = 25    # SPSC consumer pid
 H_DROPS = 32           # SPSC producer: records dropped because the ring was full
+# Tick rings: what the ticks' ts_recv means (the run's clock), written by the producer before it
+# marks the ring producing (engine/tickring.py `origin` reads them):
+H_CLOCK_KIND = 40      # CLOCK_ARRIVAL, CLOCK_PACED or CLOCK_UNPACED
+H_CLOCK_DATA0 = 41     # paced: the data time (ts_recv) that was due at ...
+H_CLOCK_MONO0 = 42     # ... this CLOCK_MONOTONIC ns
+H_CLOCK_SPEED_U = 43   # paced: data ns per monotonic ns, in millionths (speed 20 = 20,000,000)
+H_FIRST_RECV = 44      # the first tick's ts_recv (0: none), set when the ring is made
+# A run's one clock for its file sources (written by the run that reads them, before the producer
+# starts; feeds/process.py waits for it when told to): data time H_ANCHOR_DATA is due at monotonic
+# H_ANCHOR_MONO (0: not set yet) in every ring of the run.
+H_ANCHOR_DATA = 48
+H_ANCHOR_MONO = 49
+# A file producer's next tick while it waits to publish it (paced, or held by a consumer): its
+# ts_recv, then (release) its seq. A reader merging several rings in receive-time order takes a
+# tick from one ring only when every other ring's next tick is known (engine/tickring.py `head`).
+H_HEAD_TS = 56
+H_HEAD_SEQ = 57
+CLOCK_ARRIVAL, CLOCK_PACED, CLOCK_UNPACED = 0, 1, 2
 H_CONSUMERS = 64       # broadcast consumer lines start here, 8 words each:
 C_PID, C_CURSOR, C_LOST, C_GAPS, C_ATTACHED_NS = range(5)
 C_RESYNC = 5           # the consumer bumps it to have the producer re-send every depth window

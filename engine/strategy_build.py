@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from . import defaults, risk
-from .loop_args import HostArrays, LiveArgs, SignalView, TickView, run_args
+from .loop_args import LOOP_TICK_WORDS, HostArrays, LiveArgs, SignalView, TickView, new_tick, run_args
 from .readonly import read_only
 from .records import SIGNAL_WORDS
 from .render import render
@@ -217,7 +217,7 @@ class HostState:
         self._pos = mod.I_POS
         # conflation: each instrument's pending row and tick, the pending list, the scalars
         self.prow = np.zeros((n, len(s.features)), np.float32)
-        self.ptick = np.zeros((n, 8), np.int64)
+        self.ptick = np.zeros((n, LOOP_TICK_WORDS), np.int64)  # (conflation's stash of live loop ticks)
         self.plist = np.zeros(n, np.int64)
         self.frows = np.zeros((n, len(s.features)), np.float32)  # a flush's rows in one call, and their scores
         self.fout = np.zeros(n, np.float32)
@@ -313,7 +313,7 @@ class Host:
         signals = SignalView(shdr=np.zeros(shm.HEADER_WORDS, np.int64), sdata=np.zeros(cap * 16, np.int64),
                              smask=cap - 1, spstate=np.zeros(4, np.int64))
         live = LiveArgs(signals=signals, ctl=ctl, hist=latency.new_counts(), state=hs.loop_arrays(),
-                        row=self.new_row(), out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64),
+                        row=self.new_row(), out=np.zeros(1, np.float32), tick=new_tick(),
                         sig=np.zeros(16, np.int64), pvals=self.params(), cfg=self.loop_cfg())
         self.mod.run_loop(*run_args(self.mod, ring, live))
 

@@ -125,6 +125,42 @@ def publish_gap(hdr, data, mask, seq, lost=0):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def origin(hdr, ts):
+    """When a tick of this ring with receive time `ts` reached us, on CLOCK_MONOTONIC: where latency
+    is measured from. A live ring's ts_recv is that time already; a paced replay's is the data's
+    own, and the tick was due at the ring's clock (H_CLOCK_*); a replay read flat out has no such
+    time (0: not measured)."""
+    kind = hdr[shm.H_CLOCK_KIND]
+    if kind == shm.CLOCK_ARRIVAL:
+        return ts
+    if kind == shm.CLOCK_PACED:
+        return hdr[shm.H_CLOCK_MONO0] + np.int64(float(ts - hdr[shm.H_CLOCK_DATA0]) * 1e6 / float(hdr[shm.H_CLOCK_SPEED_U]))
+    return np.int64(0)
+
+
+@njit(nogil=True, inline="always", cache=True)
+def head(hdr, data, mask, slot_base):
+    """A file producer's next tick, not published yet: (known, its ts_recv). Known when the
+    producer announced the consumer's next seq (H_HEAD_SEQ, stored after H_HEAD_TS) and that seq is
+    still unpublished after H_HEAD_TS was read: the producer announces seq n + 1 only after it
+    published n, so a value read before n's slot still shows unpublished is n's own."""
+    n = load_relaxed(hdr, slot_base + shm.C_CURSOR)
+    if load_acquire(hdr, shm.H_HEAD_SEQ) != n:
+        return False, np.int64(0)
+    ts = load_acquire(hdr, shm.H_HEAD_TS)
+    if load_acquire(data, (n & mask) * RECORD_WORDS) == n:
+        return False, np.int64(0)  # published meanwhile: poll it
+    return True, ts
+
+
+@njit(nogil=True, inline="always", cache=True)
+def announce(hdr, seq, ts):
+    """Producer: the tick it will publish as `seq` has receive time ts (engine/tickring.py head)."""
+    store_release(hdr, shm.H_HEAD_TS, ts)
+    store_release(hdr, shm.H_HEAD_SEQ, seq)
+
+
+@njit(nogil=True, inline="always", cache=True)
 def waiting(hdr, data, mask, slot_base):
     """Is the consumer's next tick already published? (One load of its slot's seq word: the
     loop's test for "behind", which conflation acts on.)"""
@@ -160,10 +196,13 @@ class TickRing:
     """Producer side: creates the ring file (refusing a live owner's) and publishes. depth: the
     levels a side of the depth window the ticks carry (the source's `depth`)."""
 
-    def __init__(self, name, capacity=defaults.RING_CAPACITY, owner_pid=None, depth=0):
+    def __init__(self, name, capacity=defaults.RING_CAPACITY, owner_pid=None, depth=0, first_recv=0):
         def init(mm):
             _mark_slots_busy(mm)
-            np.frombuffer(mm, np.int64, shm.HEADER_WORDS)[shm.H_DEPTH] = depth
+            h = np.frombuffer(mm, np.int64, shm.HEADER_WORDS)
+            h[shm.H_DEPTH] = depth
+            h[shm.H_FIRST_RECV] = first_recv
+            h[shm.H_HEAD_SEQ] = -1  # nothing announced (seq 0 is a real one)
         self.path = shm.ring_path(name)
         self.mm, self.hdr, self.note = shm.create(self.path, shm.RING_TICKS, 64, capacity, owner_pid, init=init)
         self.data = np.frombuffer(self.mm, np.int64, capacity * RECORD_WORDS, shm.HEADER_BYTES)
@@ -188,6 +227,20 @@ class TickRing:
 
     def heartbeat(self):
         self.hdr[shm.H_HEARTBEAT_NS] = time.monotonic_ns()
+
+    def set_clock(self, kind, data0=0, mono0=0, speed=1.0):
+        """What the ticks' ts_recv means (shm.CLOCK_*): before the ring is marked producing, so a
+        reader that sees a tick sees its clock."""
+        h = self.hdr
+        h[shm.H_CLOCK_DATA0], h[shm.H_CLOCK_MONO0] = data0, mono0
+        h[shm.H_CLOCK_SPEED_U] = round(speed * 1e6) if kind == shm.CLOCK_PACED else 0
+        h[shm.H_CLOCK_KIND] = kind
+
+    def anchor(self):
+        """The run's clock for this ring, (data time, monotonic ns it is due at), or None until the
+        reading run has set it (set_anchor)."""
+        mono = int(self.hdr[shm.H_ANCHOR_MONO])
+        return (int(self.hdr[shm.H_ANCHOR_DATA]), mono) if mono else None
 
     def set_state(self, state):
         self.hdr[shm.H_STATE] = state
@@ -278,6 +331,17 @@ class TickConsumer:
         if begin > 0:  # the depth windows were sent before we came: ask for them again
             self.request_resync()
         return slot
+
+    def set_anchor(self, data0, mono0):
+        """The run's one clock for a paced file producer that waits for it (feeds/process.py
+        run_clock): data time data0 is due at CLOCK_MONOTONIC mono0."""
+        self.hdr[shm.H_ANCHOR_DATA] = data0
+        self.hdr[shm.H_ANCHOR_MONO] = mono0  # (second: x86 keeps two stores in order)
+
+    @property
+    def first_recv(self):
+        """The producer's first tick's ts_recv (0: none, or a producer that does not say)."""
+        return int(self.hdr[shm.H_FIRST_RECV])
 
     @property
     def depth(self):

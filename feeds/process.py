@@ -3,6 +3,14 @@
 Pacing: the simulator publishes at its `rate`; file sources replay at the pace their receive
 times give, scaled by `speed` (or flat out with speed 0); live sources publish as packets come.
 
+Clocks (the ring header's H_CLOCK_*, engine/tickring.py `origin`): a live source's ts_recv is its
+arrival on CLOCK_MONOTONIC. A file keeps its data's own ts_recv: wall time only paces it, so every
+rule that reads time (order latency, risk rates, half-lives) sees the data's clock at any speed.
+A paced file's tick is due at mono0 + (ts_recv - data0) / speed; with `run_clock` the reading run
+sets (data0, mono0) in every file ring it reads (one clock for all its files), else the feed
+anchors at its own first tick. While a file feed waits to publish its next tick it announces it
+(H_HEAD_*), so a run reading several files takes their ticks in receive-time order.
+
 Depth: the ring's header carries the source's `depth`. Between batches (never per tick) the feed
 looks at the consumers' resync words and, when one changed, has the source re-send every depth
 window (`src.resync()`: each instrument's next event sends a clear tick and its whole window).
@@ -43,26 +51,27 @@ def _compile():
     for bp in (False, True):
         for stamp in (False, True):
             publish_paced(hdr, np.zeros(4 * 8, np.int64), 3, scratch, 0, 4, 0, 0, bp, stamp)
-        publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4, bp)
+        publish_due(hdr, np.zeros(4 * 8, np.int64), 3, scratch, np.zeros(4, np.int64), 0, 4, bp, False)
     lat = np.zeros((1, latency.COUNTS_LEN), np.int64)
     publish_live(hdr, np.zeros(4 * 8, np.int64), 3, scratch, lat, lat, 0)
     CrossedWatch(1.0).watch(scratch)
 
 
-def _publish_timed(ring, ticks, clock, speed, stopped, segment=0):
-    """Publish ticks at the pace of their file receive times (word 2) divided by speed; a new
-    segment (the next file of a replay) starts a new clock. Files wait for back-pressure
-    consumers (a late tick is stamped when it is published, so the delay shows in the ring
-    latency, never as a loss)."""
+def due_times(ticks, data0, mono0, speed):
+    """CLOCK_MONOTONIC ns each tick is due at: the formula engine/tickring.py `origin` reads back."""
+    return mono0 + ((ticks[:, 2] - data0).astype(np.float64) * 1e6 / float(round(speed * 1e6))).astype(np.int64)
+
+
+def _publish_timed(ring, ticks, clock, speed, stopped):
+    """Publish ticks (their own ts_recv kept) when the ring's clock makes them due: clock[0] is
+    (data0, mono0). Files wait for back-pressure consumers (a late tick is published late, and the
+    loop measures its latency from when it was due, never a loss)."""
     n = len(ticks)
-    if clock[0] is None or clock[0][2] != segment:
-        clock[0] = (int(ticks[0, 2]), time.monotonic_ns(), segment)
-    t0_file, t0, _ = clock[0]
-    due = t0 + ((ticks[:, 2] - t0_file) / speed).astype(np.int64)
+    due = due_times(ticks, *clock[0], speed)
     i = 0
     waiter = Waiter(ring)
     while i < n and not stopped():
-        j = publish_due(ring.hdr, ring.data, ring.mask, ticks, due, i, n, True)
+        j = publish_due(ring.hdr, ring.data, ring.mask, ticks, due, i, n, True, False)
         if j < n:
             ahead = int(due[j]) - time.monotonic_ns() - 5_000
             if ahead > 0:
@@ -75,6 +84,26 @@ def _publish_timed(ring, ticks, clock, speed, stopped, segment=0):
     return i
 
 
+def _start_clock(ring, src, first, speed, run_clock, stopped):
+    """The ring's clock, set before it is marked producing: (data0, mono0) for a paced file, else
+    None. run_clock: wait for the reading run's anchor (its one clock for all its files)."""
+    if src.live or isinstance(src, Synthetic):
+        return None  # CLOCK_ARRIVAL: ts_recv is stamped on arrival
+    if speed == 0:
+        ring.set_clock(shm.CLOCK_UNPACED)
+        return None
+    anchor = None
+    while run_clock and anchor is None and not stopped():
+        anchor = ring.anchor()
+        if anchor is None:
+            ring.heartbeat()
+            time.sleep(0.001)
+    if anchor is None:
+        anchor = (int(first[0, 2]) if first is not None and len(first) else 0, time.monotonic_ns())
+    ring.set_clock(shm.CLOCK_PACED, anchor[0], anchor[1], speed)
+    return anchor
+
+
 class Put:
     """What the batch loop below does around each batch's publication (the instrument table
     first, the crossed-book watch and the count after), and, called, a live source's
@@ -85,7 +114,8 @@ class Put:
 
     def __init__(self, ring, src, crossed, stopped):
         self.ring, self.src, self.crossed, self.stopped = ring, src, crossed, stopped
-        self.stamp = not getattr(src, "stamps_recv", False)
+        # a live source's ticks are stamped on arrival unless it read the time itself; a file's keep theirs
+        self.stamp = src.live and not getattr(src, "stamps_recv", False)
         self.named = len(src.instruments)
         self.produced = 0
         self._live = None  # (lat, live_handles' answer)
@@ -148,12 +178,13 @@ def keep_freed_memory():
 
 def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAPACITY, wait_consumers=0,
              wait_timeout=60.0, count=None, duration=None, keep=False, quiet=False, source=None,
-             crossed_after=defaults.CROSSED_AFTER_S):
+             crossed_after=defaults.CROSSED_AFTER_S, run_clock=False):
     """Publish ticks from `uri` (or an opened `source`) into ring `ring_name` until the source
     ends or we are stopped. rate: ticks/s for the simulator (0 = flat out); speed: file pace
     multiplier (0 = flat out); crossed_after: seconds a book may stay crossed before it is
     counted (0 = never); wait_consumers: hold the ticks until this many consumers attach, for at
-    most wait_timeout seconds (0: no limit; TimeoutError after it)."""
+    most wait_timeout seconds (0: no limit; TimeoutError after it); run_clock: a paced file waits
+    for the reading run to set its clock's anchor (after the consumers)."""
     _compile()  # first: a live source listens from the moment it is opened
     keep_freed_memory()
     src = source or open_source(uri)
@@ -183,7 +214,8 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
     # the collector's sight, so a full collection looks at what the batches allocate, not at the
     # ~10^5 objects of start-up (a pause of milliseconds in a live feed's frame-to-tick p99.9)
     gc.freeze()
-    ring = TickRing(ring_name, capacity, depth=getattr(src, "depth", 0))
+    first_recv = int(first[0, 2]) if first is not None and len(first) and not src.live else 0
+    ring = TickRing(ring_name, capacity, depth=getattr(src, "depth", 0), first_recv=first_recv)
     crossed = CrossedWatch(crossed_after)
     counters = feed_stats.Writer(ring.hdr)
     counters.write({**src.stats(), **crossed.counts()})
@@ -191,7 +223,6 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
     if ring.note:
         say(ring.note)
     say(f"{src.uri} -> {ring.path} ({capacity} slots)")
-    stopped = lambda: stop["flag"]  # noqa: E731
     try:
         if src.instruments:
             ring.publish_instruments(src.instruments, getattr(src, "specs", None))
@@ -201,13 +232,15 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
                 raise TimeoutError(f"no consumer attached to {ring.path} within {wait_timeout:g} s")
             ring.heartbeat()
             time.sleep(0.001)
+        stopped = lambda: stop["flag"]  # noqa: E731
+        clock = [_start_clock(ring, src, first, speed, run_clock, stopped)]
         ring.set_state(shm.STATE_PRODUCING)
         deadline = time.monotonic() + duration if duration else None
         if isinstance(src, Synthetic):
             interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
             next_due = time.monotonic_ns()
-        clock = [None]
         next_look = next_stats = 0.0
+        segment = 0
         put = Put(ring, src, crossed, stopped)
         if src.live and count is None and hasattr(src, "direct"):
             src.direct = put
@@ -222,7 +255,14 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
                 if isinstance(src, Synthetic):
                     i, next_due = publish_all(ring, ticks, len(ticks), next_due, interval, stopped)
                 else:
-                    i = _publish_timed(ring, ticks, clock, speed, stopped, getattr(src, "segment", 0))
+                    if getattr(src, "segment", 0) != segment and not run_clock:
+                        # the next file of `engine replay A B`: its own clock (nobody waits out the
+                        # time between two recordings); ticks of the last file still unread are
+                        # timed on it too
+                        segment = src.segment
+                        clock[0] = (int(ticks[0, 2]), time.monotonic_ns()) if len(ticks) else clock[0]
+                        ring.set_clock(shm.CLOCK_PACED, *clock[0], speed)
+                    i = _publish_timed(ring, ticks, clock, speed, stopped)
                 put.done(ticks, i)
             now = time.monotonic()
             if now >= next_look:  # (at most every ms: small batches must not pay for it each time)

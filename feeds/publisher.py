@@ -76,10 +76,12 @@ def publish_live(hdr, data, mask, ticks, feed_counts, f2t_counts, offset):
 
 
 @njit(nogil=True, cache=True)
-def publish_due(hdr, data, mask, buf, due, i, n, bp=False):
+def publish_due(hdr, data, mask, buf, due, i, n, bp=False, stamp=True):
     """Publish buf[i:n], tick j not before CLOCK_MONOTONIC due[j]; returns early (the next
     index) when the next tick is far enough off for the caller to sleep, or (bp) when a
-    consumer must catch up. Stamps ts_recv."""
+    consumer must catch up. Stamps ts_recv unless not `stamp` (a file keeps its own). While it
+    waits for a tick it announces it (engine/tickring.py head: a run merging several files in
+    receive-time order need not wait for this one to know what comes next)."""
     limit = np.int64(-1)
     while i < n:
         if bp:
@@ -88,6 +90,7 @@ def publish_due(hdr, data, mask, buf, due, i, n, bp=False):
                 break
         now = monotonic_ns()
         if now < due[i]:
+            tickring.announce(hdr, hdr[shm.H_WRITE], buf[i, 2])
             if due[i] - now > SLEEP_THRESHOLD_NS:
                 break
             cpu_pause()
@@ -95,7 +98,8 @@ def publish_due(hdr, data, mask, buf, due, i, n, bp=False):
         # stamp ts_recv, publish, beat the heartbeat every 256 ticks. Written out here: through a
         # shared inline="always" helper (which itself inlines publish) the same steps ran at half
         # the speed, 14M vs 28M ticks/s (bench/ring.py, this VM)
-        buf[i, 2] = now
+        if stamp:
+            buf[i, 2] = now
         tickring.publish(hdr, data, mask, buf[i])
         i += 1
         if (i & 255) == 0:

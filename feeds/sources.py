@@ -21,7 +21,7 @@ FILE_SCHEMES = ("itch", "dbn", "binance", "tickfile")  # a file: the URI must na
 
 class TickFileSource:
     """`tickfile:FILE` — an engine tick file (engine convert ... --out X.ticks, engine record).
-    Batches are copies (publishing stamps ts_recv); backtests map the file directly."""
+    Batches are copies (a replay of several renumbers instruments); backtests map the file directly."""
     live = False
 
     def __init__(self, u, path, params):

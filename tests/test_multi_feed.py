@@ -98,7 +98,7 @@ def _two_rings(default_model, shm_name, window_ns=0):
     from app.recorder import drain
     from engine import control as C
     from engine import shm, sigring
-    from engine.loop_args import LiveArgs, SignalView, run_multi_args
+    from engine.loop_args import LiveArgs, SignalView, new_tick, run_multi_args
     from engine.strategy_build import load_host
     from engine.tickring import TickConsumer, TickRing, publish
     from models import artifact
@@ -137,7 +137,7 @@ def _two_rings(default_model, shm_name, window_ns=0):
     cfg[mod.CFG_TAP] = 1.0
     cfg[mod.CFG_MERGE_WINDOW_NS] = window_ns
     live = LiveArgs(signals=SignalView.of(sring), ctl=ctl, hist=ctl_blk.hist, state=hs.loop_arrays(),
-                    row=host.new_row(), out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64),
+                    row=host.new_row(), out=np.zeros(1, np.float32), tick=new_tick(),
                     sig=np.zeros(16, np.int64), pvals=host.params(), cfg=cfg)
 
     def finish():

@@ -18,7 +18,7 @@ from engine.signal_log import read_signals
 from .conftest import ROOT, engine_cmd, engine_env, strategy_core
 
 ROOT_USER = os.geteuid() == 0
-STAGE_KEYS = {"p50", "p90", "p99", "p99.9", "p99.99", "max"}
+STAGE_KEYS = {"p50", "p90", "p99", "p99.9", "p99.99", "max", "count"}
 
 
 def _find_strategy_thread(pid):

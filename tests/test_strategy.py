@@ -7,7 +7,7 @@ import pytest
 
 from engine import control as C
 from engine import latency, shm
-from engine.loop_args import NO_MARKS, BacktestArgs, LiveArgs, SignalView, TickView, backtest_args, run_args
+from engine.loop_args import NO_MARKS, BacktestArgs, LiveArgs, SignalView, TickView, backtest_args, new_tick, run_args
 from engine.records import SIGNAL_DTYPE, SIGNAL_WORDS
 from engine.sigring import SignalRing, drain
 from engine.strategy_api import check_thresholds, hysteresis, sigmoid32
@@ -34,7 +34,7 @@ def _setup(shm_name, words, pred, host, cfg, lease_s=60.0, n_inst=4, hs=None):
     hist = latency.new_counts()
     hs = host.state(n_inst, 0) if hs is None else hs
     live = LiveArgs(signals=SignalView.of(sr), ctl=ctl, hist=hist, state=hs.loop_arrays(), row=host.new_row(),
-                    out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64), sig=np.zeros(SIGNAL_WORDS, np.int64),
+                    out=np.zeros(1, np.float32), tick=new_tick(), sig=np.zeros(SIGNAL_WORDS, np.int64),
                     pvals=host.params(), cfg=cfg)
     return run_args(host.mod, TickView.of(cons), live), sr, ctl, hist
 

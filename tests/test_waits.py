@@ -9,7 +9,7 @@ import pytest
 
 from engine import control as C
 from engine import latency, shm
-from engine.loop_args import LiveArgs, SignalView, TickView, run_args
+from engine.loop_args import LiveArgs, SignalView, TickView, new_tick, run_args
 from engine.records import SIGNAL_WORDS
 from engine.sigring import SignalRing
 from engine.strategy_build import load_host
@@ -91,7 +91,7 @@ def _loop_on_empty_ring(shm_name, host, pred, wait, seconds, late_ticks=None):
     hs = host.state(4, 0)
     cfg = host.loop_cfg(exit_on_eof=True, wait=make_wait(wait))
     live = LiveArgs(signals=SignalView.of(sr), ctl=ctl, hist=latency.new_counts(), state=hs.loop_arrays(),
-                    row=host.new_row(), out=np.zeros(1, np.float32), tick=np.zeros(8, np.int64),
+                    row=host.new_row(), out=np.zeros(1, np.float32), tick=new_tick(),
                     sig=np.zeros(SIGNAL_WORDS, np.int64), pvals=host.params(), cfg=cfg)
     args = run_args(host.mod, TickView.of(cons), live)
     out = {}

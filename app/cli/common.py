@@ -262,6 +262,8 @@ def publisher_args(q):
                         "feeds with 0: they die with it, and its first compile can outlast any fixed wait)")
     q.add_argument("--keep", action=Flag, help="leave the ring file in place on exit")
     q.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
+    # engine run's file feeds: pace on the clock the run sets in the ring (one clock for its files)
+    q.add_argument("--run-clock", action="store_true", help=argparse.SUPPRESS)
 
 
 def print_warnings(ws, json_out=False):

@@ -83,7 +83,7 @@ def cmd_feed(a):
         die_with_parent(signal.SIGTERM)
     run_feed(a.source, a.ring, rate=0.0 if a.max else a.rate, speed=0.0 if a.max else a.speed,
              capacity=a.capacity, wait_consumers=a.wait_consumers, wait_timeout=a.wait_timeout, count=a.count, duration=a.duration,
-             keep=a.keep, crossed_after=a.crossed_after)
+             keep=a.keep, crossed_after=a.crossed_after, run_clock=a.run_clock)
     return 0
 
 
