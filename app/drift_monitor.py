@@ -1,15 +1,19 @@
 """`engine run --drift`: the live model's feature and score drift (models/drift.py), kept live.
 
-A thread off the strategy core reads the ticks the loop read (a consumer of the tap ring, as the
+A thread off the strategy core reads the ticks the loop took (a consumer of the tap ring, as the
 recorder, the paper trader and the shadows), computes the strategy's feature rows with the data-set
-loop (host_template featurize_loop: the rows the live loop scores, its state carried from batch to
-batch), scores them with the live model, and bins them against the training distribution in the
-model's manifest, in fixed memory (counts that halve every --drift-half-life rows). A reload to a
-model with another sketch starts the counts again. Exported as engine_feature_psi{feature} and
-engine_score_psi, in /status (`drift`) and `engine stats`; ops/engine-alerts.yml fires when a
-feature's passes 0.25 for 10 minutes. Beside them it keeps the whole run's counts (no decay), written
-at the end beside the signal file (RUN.sig.drift.json, `run_record`), which `engine model drift
-RUN.sig` reads: every row the live model scored, not the few that moved a target.
+loop (host_template featurize_loop, its state carried from batch to batch), scores them with the
+live model, and bins them against the model's sketch, in fixed memory (counts that halve every
+--drift-half-life rows). The rows are every tick the strategy scores: the loop's `scored` plus its
+`conflated` (a tick conflation folded unscored is the market's all the same, and the sketch and
+`engine model drift` count it too: like with like). It runs SCHED_IDLE, and SCHED_OTHER while it
+is more than half a tap ring behind (_pace), so it is not lapped; were it lapped all the same, the
+ticks it lost are counted (`gaps`, `lost`). At the end it reads what the tap still holds, so the
+whole run is binned. While paused the loop scores nothing and the monitor still bins. A reload to a model with another sketch starts
+the counts again. Exported as engine_feature_psi{feature} and engine_score_psi, in /status
+(`drift`) and `engine stats`; ops/engine-alerts.yml fires when a feature's passes 0.25 for 10
+minutes. Beside them it keeps the whole run's counts (no decay), written at the end beside the
+signal file (RUN.sig.drift.json, `run_record`), which `engine model drift RUN.sig` reads.
 """
 import json
 import os
@@ -17,7 +21,9 @@ import threading
 
 import numpy as np
 
+from engine import shm
 from engine.readonly import read_only
+from engine.realtime import set_idle, set_other
 from models import drift
 
 from .tap_reader import BATCH, TapReader
@@ -42,6 +48,7 @@ class DriftMonitor(TapReader):
         self.model_id, self.tracker, self.whole, self.why = None, None, None, None
         self.last_whole = None  # (model id, whole-run tracker) of the last model that binned rows
         self.lock = threading.Lock()
+        self.catching_up = False  # (_pace)
         self._follow()
         host.mod.featurize_loop(read_only(self.buf[:0]), *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid, self.idx,
                                 self.row)  # (no ticks: compiled or loaded now, not later under the run's GIL)
@@ -67,20 +74,41 @@ class DriftMonitor(TapReader):
         n = self.poll()
         if not n:
             return 0
+        self._pace()
         m = self.host.mod.featurize_loop(read_only(self.buf[:n]), *self.hs.arrays(), self.pvals, self.X, self.inst, self.mid,
                                          self.idx, self.row)
         pred = self._follow()
         if m and self.tracker is not None:
             X = self.X[:m]
-            margins = pred.predict_margin(X)
+            margins = pred.predict_rows(X)
+            cs = self.tracker.bins(X, margins)  # (binned once for both: the same sketch's bins)
             with self.lock:
-                self.tracker.add(X, margins)
-                self.whole.add(X, margins)
+                self.tracker.add_counts(cs, m)
+                self.whole.add_counts(cs, m)
         return n
 
+    def _pace(self):
+        """Leftovers (SCHED_IDLE) while the tap has room for the ticks not yet read; a fair share
+        (SCHED_OTHER) from half a ring behind until an eighth: with no idle core an idle thread
+        gets no time, is lapped and loses rows, and the figures would be of part of the run. Only
+        in the monitor's thread (finish's last reads run in the caller's)."""
+        if self.stop_flag.is_set():
+            return
+        behind = int(self.c.hdr[shm.H_WRITE]) - int(self.c.hdr[self.c.slot_base + shm.C_CURSOR])
+        cap = self.c.mask + 1
+        if not self.catching_up and behind > cap // 2:
+            set_other()
+            self.catching_up = True
+        elif self.catching_up and behind < cap // 8:
+            self.catching_up = not set_idle()
+
+    def lost(self):
+        """Ticks the tap lapped before this reader took them (never binned)."""
+        return int(self.c.hdr[self.c.slot_base + shm.C_LOST])
+
     def figures(self):
-        """{"model_id", "rows", "features": {name: PSI}, "score": PSI, "gaps", "error"}; features empty
-        (and `error` saying why) for a model without a training sketch."""
+        """{"model_id", "rows", "features": {name: PSI}, "score": PSI, "gaps", "lost", "error"};
+        features empty (and `error` saying why) for a model without a training sketch."""
         with self.lock:
             t = self.tracker
             feats, score = t.psi() if t is not None and t.rows else ({}, None)
@@ -89,7 +117,7 @@ class DriftMonitor(TapReader):
         return {"model_id": self.model_id, "rows": rows, "half_life_rows": self.half_life,
                 "features": {k: round(v, 6) for k, v in feats.items()},
                 "score": None if score is None else round(score, 6),
-                "gaps": self.gaps(), "error": err}
+                "gaps": self.gaps(), "lost": self.lost(), "error": err}
 
     def run_record(self):
         """The whole run's drift under the last live model (rows since it went live, no decay):
@@ -102,12 +130,19 @@ class DriftMonitor(TapReader):
                 return None
             feats, score = w.psi()
             return {"model_id": mid, "rows": w.rows, "features": feats, "score": score,
-                    "reference_rows": w.reference_rows, "gaps": self.gaps()}
+                    "reference_rows": w.reference_rows, "gaps": self.gaps(), "lost": self.lost()}
 
     def finish(self, sig_path=None):
-        """Stop; with sig_path (a regular signal file) write the run's record beside it (a record
-        that cannot be written is said in the figures' `record_error`, the run's result stands)."""
+        """After the loop stopped: the ticks the tap still holds binned, then stop; with sig_path (a
+        regular signal file) write the run's record beside it (a record that cannot be written is
+        said in the figures' `record_error`, the run's result stands)."""
         self.stop()
+        if self.error is None:
+            try:
+                while self._step():
+                    pass
+            except Exception as e:  # noqa: BLE001 - said in the figures; the run's result stands
+                self.error = e
         out = self.figures()
         self.c.close()
         rec = self.run_record()

@@ -87,8 +87,9 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
                    backends=("treelite", "flat"), strategy=None, reference=None):
     """Compile, check bit-exactness against XGBoost, write the artifact atomically. `strategy`:
     the identity of the strategy whose features it was trained on (Strategy.identity()); the
-    engine refuses to run the model with any other strategy. reference: the training rows, whose
-    feature and score distributions the manifest keeps for drift (models/drift.py)."""
+    engine refuses to run the model with any other strategy. reference: the drift reference rows
+    (every row the strategy scores in the training data: models/drift.py Reference), whose feature
+    and score distributions the manifest keeps."""
     if strategy is None and not generic:
         raise ValueError("a model artifact names the strategy it was trained for (or is generic)")
     if len(X_holdout) < artifact.MIN_VALIDATION_ROWS:  # every load refuses fewer stored rows (manifest.py says why)

@@ -6,7 +6,7 @@ there), and stay on the workers. The rows are split by time over the sources in 
 same train/validation/test ranges and embargo as one machine: dataset.time_split), the pieces of
 each split become dask arrays, and XGBoost trains on them through its Dask interface
 (xgboost.dask.train: every worker holds its part of the histogram). The booster comes back whole;
-the test rows and a sample of the training rows (the drift sketch's: models/drift.py) come back to
+the test rows and each source's drift reference (models/drift.py Reference) come back to
 compile, check and write the artifact here, as `engine train` does (models/training.py finish): the
 compiled back ends are bit-exact with that booster's XGBoost predictions, the check any artifact
 passes. A booster trained on several workers is not the one one machine would train (the
@@ -17,21 +17,22 @@ import os
 
 import numpy as np
 
-from .drift import MAX_REFERENCE_ROWS
+from .drift import Reference
 from .training import build_dataset, log, time_embargo
 
 _HOSTS = {}
 
 
 def rows_one(uri, strategy, params, universe, kw):
-    """On a worker: one source's (X float32, y, exchange times, instruments), by the strategy host
-    (compiled once per worker process)."""
+    """On a worker: one source's (X float32, y, exchange times, instruments, drift reference), by
+    the strategy host (compiled once per worker process)."""
     from engine.strategy_build import load_host
     key = (strategy, tuple(sorted(params.items())), tuple(sorted(universe.items())))
     if key not in _HOSTS:
         _HOSTS[key] = load_host(strategy, params, universe)
-    X, y, n_inst, ts = build_dataset(_HOSTS[key], [uri], **kw)
-    return X, y, ts, n_inst
+    ref = Reference()
+    X, y, n_inst, ts = build_dataset(_HOSTS[key], [uri], reference=ref, **kw)
+    return X, y, ts, n_inst, ref
 
 
 def _pieces(futs, sizes, lo, hi, col, width, dtype):
@@ -113,8 +114,7 @@ def run_train_dask(sources, out, *, host, strategy, params, universe, workers=2,
             b = b[: b.best_iteration + 1]
         log(f"  trained in {train_s:.1f} s")
         X_te, y_te = rows(te, 0, nf, np.float32).compute(), rows(te, 1, 0, np.float32).compute()
-        keep = np.unique(np.linspace(0, len(tr) - 1, min(len(tr), MAX_REFERENCE_ROWS)).astype(np.int64))
-        X_ref = rows(tr, 0, nf, np.float32)[keep].compute()
+        X_ref = Reference.merged(client.gather([client.submit(lambda r: r[4], f, pure=False) for f in futs])).rows()
     b = xgb.Booster(model_file=bytearray(b.save_raw("json")))  # (a plain local booster: nothing of the cluster's)
     info = {"sources": list(sources), "horizon": horizon, "horizon_unit": unit, "labels": labels,
             "dead_band_bps": dead_band_bps if labels == "ternary" else None,

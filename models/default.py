@@ -34,20 +34,23 @@ def default_key(strategy):
     h.update(json.dumps(artifact.versions(), sort_keys=True).encode())
     root = Path(__file__).resolve().parent.parent
     for mod in ("models/compile.py", "models/flat.py", "models/templates/flat.c.tpl", "models/trees.py", "engine/render.py",
-                "models/build.py", "models/dataset.py", "feeds/synthetic.py", "engine/host_template.py"):
+                "models/build.py", "models/dataset.py", "models/drift.py", "models/default.py", "feeds/synthetic.py",
+                "engine/host_template.py"):
         h.update((root / mod).read_bytes())
     return h.hexdigest()[:16]
 
 
-def default_rows(host, source=None, ticks=None, verbose=False):
+def default_rows(host, source=None, ticks=None, verbose=False, reference=None):
     """The default model's labelled rows: the strategy's features over `ticks` of the synthetic
-    market, labelled by the mid `horizon` of the instrument's scored ticks later.
-    Returns X, y and the number of instruments."""
+    market, labelled by the mid `horizon` of the instrument's scored ticks later; reference
+    (models.drift.Reference) gets every scored row. Returns X, y and the number of instruments."""
     from .training import source_ticks
     words, k, levels, _ = source_ticks(source or DEFAULT["source"], ticks or DEFAULT["ticks"], host.strategy)
     if verbose:
         log("[2/4] computing features and labels")
     X, inst, mid, _ = dataset.featurize(host, words, k, levels)
+    if reference is not None:
+        reference.add(X)
     y = dataset.binary_labels(inst, mid, DEFAULT["horizon"])
     keep = y != dataset.NO_LABEL
     return X[keep], y[keep], k
@@ -75,7 +78,9 @@ def build_default(out_dir, s):
     log(f"building strategy {s.describe()}'s default model into {out_dir} (first run only)")
     host = build(s)  # (compiled here, or loaded from numba's cache)
     log(f"[1/4] generating {DEFAULT['ticks']:,} ticks from {DEFAULT['source']}")
-    X, y, k = default_rows(host, verbose=True)
+    from .drift import Reference
+    ref = Reference()
+    X, y, k = default_rows(host, verbose=True, reference=ref)
     b, (tr, va, te) = train_default(host, X, y, k, verbose=True)
     import xgboost as xgb
     names = list(s.features)
@@ -87,7 +92,7 @@ def build_default(out_dir, s):
     info = {"source": DEFAULT["source"], "ticks": DEFAULT["ticks"], "horizon": DEFAULT["horizon"],
             "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))},
             "test_auc": auc, "test_accuracy": acc}
-    build_artifact(out_dir, b, X[te], feature_names=names, info=info, strategy=s.identity(), reference=X[tr])
+    build_artifact(out_dir, b, X[te], feature_names=names, info=info, strategy=s.identity(), reference=ref.rows())
     log(f"default model ready in {time.time() - t0:.1f} s")
 
 

@@ -60,12 +60,16 @@ def labels_for(inst, mid, ts, horizon, unit, kind, dead_band_bps):
     return dataset.ternary_labels(inst, mid, ts, horizon, unit, dead_band_bps)
 
 
-def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps, merge=False):
+def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps, merge=False, reference=None):
     """Features and labels per source (state never leaks across sources), concatenated in order;
-    merge: the sources as one stream (input_streams)."""
+    merge: the sources as one stream (input_streams); reference (models.drift.Reference): gets every
+    row the strategy scores, labelled or not (the drift sketch's rows: what `engine model drift` and
+    `engine run --drift` bin)."""
     Xs, ys, ts, n_inst = [], [], [], 1
     for uri, words, k, levels, names, specs in input_streams(sources, ticks, host.strategy, merge):
         X, inst, mid, idx = dataset.featurize(host, words, k, levels, names, specs, uri)
+        if reference is not None:
+            reference.add(X)
         # time horizons in exchange time; a UNIVERSE strategy's rows in receive time (a member is scored
         # on other members' ticks too, whose exchange clocks interleave out of order)
         t = words[idx, 2] if host.strategy.universe else words[idx, 1]
@@ -75,7 +79,7 @@ def build_dataset(host, sources, *, ticks, horizon, unit, kind, dead_band_bps, m
         ys.append(y[keep])
         ts.append(t[keep])
         n_inst = max(n_inst, k)
-        log(f"  {uri}: {len(words):,} ticks -> {int(keep.sum()):,} labelled rows")
+        log(f"  {uri}: {len(words):,} ticks -> {len(X):,} scored rows, {int(keep.sum()):,} of them labelled")
     return np.concatenate(Xs), np.concatenate(ys), n_inst, np.concatenate(ts)
 
 
@@ -117,8 +121,10 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
     names = list(s.features)
     log(f"[1/4] building the data set from {len(sources)} source(s) with strategy {s.describe()}: "
         f"horizon {horizon} {unit}, {labels} labels")
+    from .drift import Reference
+    ref = Reference()
     X, y, n_inst, ts = build_dataset(host, sources, ticks=ticks, horizon=horizon, unit=unit, kind=labels,
-                                     dead_band_bps=dead_band_bps, merge=merge)
+                                     dead_band_bps=dead_band_bps, merge=merge, reference=ref)
     # labels look `horizon` ahead: rows that close to a split boundary would leak across it
     embargo = horizon * n_inst if unit == "ticks" else time_embargo(ts, len(X), int(horizon * 1e6))
     tr, va, te = dataset.time_split(len(X), embargo=embargo)
@@ -134,11 +140,12 @@ def run_train(sources, out, *, host, trees=200, depth=6, eta=0.1, horizon=20, un
             "dead_band_bps": dead_band_bps if labels == "ternary" else None,
             "rows": {"train": int(len(tr)), "valid": int(len(va)), "test": int(len(te))}, "embargo_rows": embargo,
             **(info_extra or {})}
-    return finish(out, b, X[te], y[te], X[tr], objective, s, info, backends)
+    return finish(out, b, X[te], y[te], ref.rows(), objective, s, info, backends)
 
 
 def finish(out, b, X_test, y_test, X_ref, objective, s, info, backends):
-    """A trained booster's test metrics, then its verified artifact (manifest `training`: info)."""
+    """A trained booster's test metrics, then its verified artifact (manifest `training`: info;
+    X_ref: the drift sketch's rows, models.drift.Reference)."""
     import xgboost as xgb
     names = list(s.features)
     used = b.num_boosted_rounds()

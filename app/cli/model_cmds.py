@@ -68,11 +68,12 @@ def cmd_model_inspect(a):
 
 def cmd_model_drift(a):
     """The drift of a tick source (or of a run, from the record its --drift left beside RUN.sig) from a
-    model's training rows."""
+    model's training data."""
     from models import artifact, drift
     from models.registry import resolve_model
     if a.source.endswith(".sig"):
         return _run_drift(a)
+    uri = _drift_source(a.source)
     if a.model:
         model_dir = resolve_model(a.model)
     else:
@@ -80,18 +81,33 @@ def cmd_model_drift(a):
         from engine.strategy_load import load
         model_dir = str(default_model_dir(load(a.strategy, {}, {})))
     man = artifact.read_manifest(model_dir)
-    t = drift.Tracker(drift.check(man, str(model_dir)), man["feature_names"])
+    sk = drift.check(man, str(model_dir))
+    t = drift.Tracker(sk, man["feature_names"])
     from models import dataset
-    from models.training import source_ticks
+    from models.training import input_streams
     host = strategy_host(a)
-    words, k, levels, _ = source_ticks(a.source, a.ticks, host.strategy)
-    X = dataset.featurize(host, words, k, levels, where=a.source)[0]
     pred = artifact.load(model_dir, backend=a.backend, strategy=host.strategy)
-    t.add(X, pred.predict_margin(X))
+    # the rows engine train puts in the sketch: every row the strategy scores (models/drift.py)
+    for where, words, k, levels, names, specs in input_streams([uri], a.ticks, host.strategy):
+        X = dataset.featurize(host, words, k, levels, names, specs, where)[0]
+        t.add(X, pred.predict_margin(X))
     feats, score = t.psi()
     out = {"source": a.source, "model": str(model_dir), "model_id": pred.model_id, "rows": t.rows,
            "features": feats, "score": score, "reference_rows": t.reference_rows}
-    return _print_drift(a, out, f"{len(X):,} rows the strategy scores")
+    if drift.narrow(sk):
+        print(f"engine: warning: {model_dir}: {drift.narrow(sk)}", file=sys.stderr)
+    return _print_drift(a, out, f"{t.rows:,} rows the strategy scores")
+
+
+def _drift_source(s):
+    """SOURCE of `engine model drift`: a source URI, or a plain path naming a tick file."""
+    from feeds.sources import SCHEMES
+    if s.partition(":")[0] in SCHEMES:
+        return s
+    if os.path.isfile(s):
+        return f"tickfile:{s}"
+    raise ValueError(f"{s}: no such file, and not a source URI (a tick file, tickfile:FILE, binance:FILE, dbn:FILE, "
+                     "synthetic://?..., or a run's RUN.sig)")
 
 
 def _run_drift(a):
@@ -110,8 +126,12 @@ def _run_drift(a):
                              f"({mid}): give that model, or the run's recording (--record FILE.ticks) to compare "
                              "with this one")
     out = {"source": a.source, "model": str(model), "model_id": rec["model_id"], "rows": rec["rows"],
-           "features": rec["features"], "score": rec["score"], "reference_rows": rec["reference_rows"]}
-    return _print_drift(a, out, f"the {rec['rows']:,} rows its live model scored (engine run --drift)")
+           "features": rec["features"], "score": rec["score"], "reference_rows": rec["reference_rows"],
+           "gaps": rec.get("gaps", 0), "lost": rec.get("lost", 0)}
+    lost = (f"; it fell a tap ring behind the loop {out['gaps']:,} times: {out['lost']:,} ticks never binned"
+            if out["lost"] else "")
+    return _print_drift(a, out, f"the {rec['rows']:,} rows the strategy scored under its live model (engine run "
+                                f"--drift){lost}")
 
 
 def _print_drift(a, out, what):
@@ -119,7 +139,7 @@ def _print_drift(a, out, what):
     if a.json:
         print(json.dumps(out))
         return 0
-    print(f"{a.source} against the training rows of {out['model']} ({out['reference_rows']:,} rows): {what}")
+    print(f"{a.source} against the training data of {out['model']} ({out['reference_rows']:,} rows): {what}")
     print(drift_line({**out, "error": None}))
     for name, v in sorted(out["features"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<28} {v:8.4f}  {'shifted' if v > 0.25 else 'moved' if v > 0.1 else 'stable'}")
@@ -259,14 +279,14 @@ def _add_model(sub):
                     "hashes and bit-exactness")
     verify_key_arg(mi)
     mi.set_defaults(fn=cmd_model_inspect)
-    dr = ms.add_parser("drift", help="how far a tick source's features and scores are from a model's training rows",
+    dr = ms.add_parser("drift", help="how far a tick source's features and scores are from a model's training data",
                        description="Population stability (PSI; below 0.1 stable, 0.1-0.25 moved, above 0.25 shifted) of "
-                                   "each feature and of the model's score (margin) over SOURCE against the training "
-                                   "rows' deciles kept in the model's manifest: SOURCE a tick file or feed URI (as "
-                                   "engine train reads), or a run's signal file (RUN.sig: the whole run's "
-                                   "figures its engine run --drift wrote beside it, RUN.sig.drift.json: every row its "
-                                   "live model scored). The training data gives 0. engine run --drift keeps the same "
-                                   "figures live.")
+                                   "each feature and of the model's score (margin) over SOURCE against the deciles "
+                                   "kept in the model's manifest of every row the strategy scores in its training "
+                                   "data: SOURCE a tick file (a path, or tickfile:FILE) or feed URI (as engine train "
+                                   "reads), or a run's signal file (RUN.sig: the whole run's figures its engine run "
+                                   "--drift wrote beside it, RUN.sig.drift.json). Every row the strategy scores is "
+                                   "binned, as engine run --drift does live, so the training data gives 0.")
     dr.add_argument("source", metavar="SOURCE", help="a tick file, a source URI, or a run's signal file (.sig)")
     dr.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (default: "
                                                   "the strategy's default model; for RUN.sig, the run's own, which "
