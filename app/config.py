@@ -63,7 +63,9 @@ def load(path):
         raise ConfigError(f"{path}: nested too deeply to be an engine configuration") from None
     for key, v in flat:
         if key not in KEYS:
-            near = [k for k in KEYS if k.split(".")[-1] == key.split(".")[-1]]
+            section, _, last = key.rpartition(".")  # the same name elsewhere, or a longer one of its section
+            near = ([k for k in KEYS if k.rpartition(".")[2] == last] or
+                    [k for k in KEYS if k.rpartition(".")[0] == section and k.endswith(f"_{last}")])
             hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(sorted(KEYS))})"
             raise ConfigError(f"{path}: unknown key {key!r}{hint}")
         dest, typ = KEYS[key]
@@ -124,10 +126,13 @@ def given_on_command_line(parser, argv):
 
 
 def apply(args, parser, argv):
-    """Fill args from --config where the command line did not say."""
+    """Fill args from --config where the command line did not say; args.given: the dests the
+    command line or the file set (app/source_params.py: a flag for a source the run does not
+    read is refused whichever said it)."""
+    explicit = given_on_command_line(parser, argv)
+    args.given = set(explicit)
     if not getattr(args, "config", None):
         return args
-    explicit = given_on_command_line(parser, argv)
     choices = {a.dest: a.choices for a in parser._actions if a.choices and a.option_strings}
     keys = {dest: key for key, (dest, _) in KEYS.items()}
     for dest, v in load(args.config).items():
@@ -136,4 +141,5 @@ def apply(args, parser, argv):
                               f"got {v!r}")
         if dest not in explicit:
             setattr(args, dest, v)
+            args.given.add(dest)
     return args

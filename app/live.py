@@ -55,8 +55,7 @@ def check_name(name):
                          "NAME.ticks)")
 
 
-def log(msg):
-    print(f"[engine] {msg}", file=sys.stderr, flush=True)
+from .progress import log, set_quiet as quiet_progress  # noqa: E402
 
 
 @dataclass
@@ -260,9 +259,17 @@ def _spawn_feed(cfg, ring_name, uri, run_clock=False):
         cmd += ["--run-clock"]
     if cfg.keep_rings:
         cmd += ["--keep"]  # the feed removes its ring on exit unless told to keep it
-    if "rate=" not in uri:  # (the built-in synthetic source, or a URI without a rate of its own)
+    if cfg.quiet:
+        cmd += ["--quiet"]
+    # each feed the run's pace flags it honours (app/source_params.py FLAGS: the run checked them)
+    from .source_params import source
+    kind = source(uri).kind
+    if kind == "synthetic" and "rate=" not in uri:  # (the built-in synthetic source, or a URI without a rate)
         cmd += ["--rate", f"{cfg.rate:g}"]
-    cmd += ["--max"] if cfg.speed == 0 else ["--speed", f"{cfg.speed:g}"]
+    if cfg.speed == 0 and kind in ("synthetic", "file"):
+        cmd += ["--max"]
+    elif kind == "file":
+        cmd += ["--speed", f"{cfg.speed:g}"]
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # (app/live.py)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
@@ -472,6 +479,9 @@ def run(cfg: RunConfig, stop_event: threading.Event | None = None,
         reload_event: threading.Event | None = None) -> RunResult:
     """Validate everything, then create rings, spawn the feed, run until stopped; cleans up always.
     The steps, in order, are the methods of _Run (each one named for what it does)."""
+    from models.build import set_quiet
+    quiet_progress(cfg.quiet)
+    set_quiet(cfg.quiet)  # (a default model built on first use: its progress lines too)
     r = _Run(cfg.resolved(), stop_event or threading.Event(), reload_event or threading.Event())
     # 1. everything that can be wrong with the request, before anything is created
     r.check_request()
@@ -1103,6 +1113,9 @@ class _Run:
         dr = self.drift_result or {}
         if dr.get("record_error"):
             warnings.append(f"drift record not written: {dr['record_error']}")
+        if dr.get("lost"):
+            warnings.append(f"drift: the monitor fell a tap ring behind the loop {dr['gaps']:,} times and never binned "
+                            f"{dr['lost']:,} ticks: its figures are of part of the run")
         pp = getattr(self, "paper_result", None)
         if pp is not None and pp.get("unmatched_signals"):
             warnings.append(f"paper trading: {pp['unmatched_signals']:,} signals name ticks it never read (it read "

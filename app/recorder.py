@@ -11,9 +11,10 @@ incomplete with the reason, and the command fails naming the file; a killed reco
 file whose filled blocks readers still check (engine/tickfile.py).
 
 `engine record SOURCE... --out DIR [--rotate daily|SIZE] [--raw]`: each source (any URI of
-feeds/sources.py open_source) read by a recorder of its own into DIR/<label>/ (app/daily_files.py:
-the label, the names, the resume rule). One source is recorded in this process; several by one
-child process each (this same command with one SOURCE): a source's parser, its socket reads and
+feeds/sources.py open_source; a synthetic one at its rate=) read by a recorder of its own into
+DIR/<label>/ (app/daily_files.py: the label, the names, the resume rule). One source is
+recorded in this process; several by one child process each (this same command with one
+SOURCE): a source's parser, its socket reads and
 its compression then never wait for another's (the GIL), one source that fails or stalls does
 not stop the others, and a stop signal reaches each (forwarded). A child that fails before it
 has its first file open (a bad URI, an unreadable file) stops the others and the command; one
@@ -116,7 +117,8 @@ def _specs(c, names):
 
 
 def record(ring, out, *, start="now", core=None, duration=None, instruments=(), quiet=False, wait=0.0):
-    say = (lambda m: None) if quiet else (lambda m: print(f"[record] {m}", file=sys.stderr, flush=True))
+    tell = lambda m: print(f"[record] {m}", file=sys.stderr, flush=True)  # noqa: E731  (the result, warnings)
+    say = (lambda m: None) if quiet else tell  # progress
     if core is not None:
         realtime.check_core(core)
         realtime.pin_current_thread(core)
@@ -162,9 +164,9 @@ def record(ring, out, *, start="now", core=None, duration=None, instruments=(), 
             error = error or e
         finally:
             c.close()
-    say(f"recorded {w.n} ticks ({c.gaps} gaps, {c.lost} ticks lost)")
+    tell(f"recorded {w.n} ticks ({c.gaps} gaps, {c.lost} ticks lost)")
     if error is not None:
-        say(f"warning: {out} is incomplete: its writer stopped at record {w.n:,} ({error.reason}); readers "
+        tell(f"warning: {out} is incomplete: its writer stopped at record {w.n:,} ({error.reason}); readers "
             "check its filled blocks and report the rest")
         raise error
     return {"ticks": w.n, "gaps": c.gaps, "lost": c.lost, "out": out}
@@ -350,7 +352,8 @@ def record_source(uri, out, *, rotate=None, raw=False, duration=None, quiet=Fals
     from .daily_files import label, lock_dir
     name = label(uri)
     d = os.path.join(out, name)
-    say = (lambda m: None) if quiet else (lambda m: print(f"[record] {name}: {m}", file=sys.stderr, flush=True))
+    tell = lambda m: print(f"[record] {name}: {m}", file=sys.stderr, flush=True)  # noqa: E731  (the result, warnings)
+    say = (lambda m: None) if quiet else tell  # progress
     if core is not None:
         realtime.check_core(core)
         realtime.pin_current_thread(core)  # (threads a source starts inherit it)
@@ -364,12 +367,12 @@ def record_source(uri, out, *, rotate=None, raw=False, duration=None, quiet=Fals
         raise OutputError(d, "recordings", reason(e), e.errno) from None
     lock = lock_dir(d)
     try:
-        return _record(uri, src, d, name, rotate, raw, duration, progress, clock, say)
+        return _record(uri, src, d, name, rotate, raw, duration, progress, clock, say, tell)
     finally:
         os.close(lock)
 
 
-def _record(uri, src, d, name, rotate, raw, duration, progress, clock, say):
+def _record(uri, src, d, name, rotate, raw, duration, progress, clock, say, tell):
     stop = {"at": None}
 
     def on_stop(*_):
@@ -379,25 +382,27 @@ def _record(uri, src, d, name, rotate, raw, duration, progress, clock, say):
             src.stop()
     before = {s: signal.signal(s, on_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return _loop(uri, src, d, name, rotate, raw, duration, progress, clock, say, stop, on_stop)
+        return _loop(uri, src, d, name, rotate, raw, duration, progress, clock, say, tell, stop, on_stop)
     finally:
         for s, h in before.items():  # (a caller in this process, a test, gets its own back)
             signal.signal(s, h)
 
 
-def _loop(uri, src, d, name, rotate, raw, duration, progress, clock, say, stop, on_stop):
+def _loop(uri, src, d, name, rotate, raw, duration, progress, clock, say, tell, stop, on_stop):
     from engine.outputs import OutputError
     rec = Pieces(src, d, rotate, raw, clock, say)
     _ready()
     say(f"{uri} -> {rec.path}" + (f" (+ raw {rec.raw.path})" if rec.raw else ""))
     t0 = last_flush = last_say = time.monotonic()
     said = 0
-    deadline = t0 + duration if duration else None
+    deadline = None
     error = None
-    gen = src.batches()
+    gen = _batches(src)
     try:
         for ticks in gen:
             now = time.monotonic()
+            if duration and deadline is None:  # from the first batch: a parser that compiles first does not count
+                deadline = now + duration
             if len(ticks) or rec.pending:
                 rec.batch(ticks, now)
             if now - last_flush >= FLUSH_S or (rec.raw is not None and rec.raw.error is not None):
@@ -424,14 +429,24 @@ def _loop(uri, src, d, name, rotate, raw, duration, progress, clock, say, stop, 
         except OutputError as e:
             error = error or e
     files = rec.done
-    say(f"recorded {rec.ticks:,} ticks into {len(files)} file(s) in {d}")
+    tell(f"recorded {rec.ticks:,} ticks into {len(files)} file(s) in {d}")
     if error is not None:
         if os.path.exists(error.path) and error.path.endswith(".ticks"):
-            say(f"warning: {error.path} is incomplete: its writer stopped ({error.reason}); readers check its "
+            tell(f"warning: {error.path} is incomplete: its writer stopped ({error.reason}); readers check its "
                 "filled blocks and report the rest")
         raise error
     return {"source": uri, "label": name, "dir": d, "ticks": rec.ticks, "files": files,
             "seconds": round(time.monotonic() - t0, 3), "stats": src.stats()}
+
+
+def _batches(src):
+    """The source's batches, at its own pace when it has one (synthetic rate=, feeds/synthetic.py
+    paced: a recording of a simulated market takes as long as its pace says); others as they come."""
+    from feeds.sources import Synthetic
+    if isinstance(src, Synthetic) and src.params.rate > 0:
+        from feeds.synthetic import paced
+        return paced(src.batches(), src.params.rate)
+    return src.batches()
 
 
 def _first_clear(ticks):

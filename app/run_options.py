@@ -123,12 +123,18 @@ class RunConfig:
         help="model back end: auto = the fastest one that is bit-exact on this machine (default); "
              "flat = the branch-free kernel (best variant this CPU runs); treelite = TL2cgen code; "
              "xgboost = XGBoost's own predictor (reference, ~200 us a tick)")
-    instruments: int = option(4, "--instruments", key="feed.instruments", parse="positive_int", kind=int,
-                              help="synthetic instruments (default %(default)s)")
+    # (instruments and seed keep their field names for app/live.py; on the command line and in the file they
+    # are sim_*: --instruments is a file of instrument records and --seed the execution simulator's in engine
+    # backtest and --paper-exec)
+    instruments: int = option(4, "--sim-instruments", key="feed.sim_instruments", parse="positive_int", kind=int,
+                              metavar="N", dest="sim_instruments", cli="backtest_names_arg",
+                              help="the built-in synthetic feed's instruments (default %(default)s)")
     rate: float = option(50_000.0, "--rate", key="feed.rate", parse="nonneg_float", kind=float,
-                         help="synthetic ticks per second, 0 = as fast as possible (default %(default)g)",
+                         help="the built-in synthetic feed's ticks per second (and a synthetic --feed's without "
+                              "rate=), 0 = as fast as possible (default %(default)g)",
                          check=(lambda v: v >= 0, "rate must be >= 0"))
-    seed: int = option(1, "--seed", key="feed.seed", parse=int, kind=int, help="synthetic feed seed (default %(default)s)")
+    seed: int = option(1, "--sim-seed", key="feed.sim_seed", parse=int, kind=int, metavar="N", dest="sim_seed",
+                       help="the built-in synthetic feed's seed (default %(default)s)")
     feed: str | list | None = option(
         None, "--feed", key="feed.uri", many=True, arg=lambda a: one_or_list(a.feed),
         help="source URI instead of the built-in synthetic feed, e.g. synthetic://?instruments=8&rate=20000; "
@@ -175,6 +181,9 @@ class RunConfig:
                                        "ring_capacity must be a power of two >= 2"))
     keep_rings: bool = option(False, "--keep-rings", key="logs.keep_rings", kind=bool, cli="json_arg",
                               help="leave the ring files in /dev/shm on exit")
+    quiet: bool = option(False, "--quiet", key="logs.quiet", kind=bool,
+                         help="no progress lines on stderr (the run's and its feeds'); warnings, errors and the "
+                              "summary still print")
     http: str | tuple | None = option(  # HOST:PORT (or "none"); resolved() makes it (host, port) or None
         HTTP_DEFAULT, "--http", key="control.http",
         help="control plane HTTP: /metrics /health /ready, and /status /control/* with the token "

@@ -48,8 +48,7 @@ _SEQ = struct.Struct("<Q")
 _EAGAIN, _SNDMORE, _DONTWAIT = 11, 2, 1
 
 
-def log(msg):
-    print(f"[engine] {msg}", file=sys.stderr, flush=True)
+from .progress import log  # noqa: E402  (one owner of the [engine] lines and --quiet)
 
 
 def key_paths(name, directory):

@@ -13,7 +13,8 @@ snapshot {"lastUpdateId", "bids", "asks"}); gzip or plain.
              skip: count it and go on
   depth      book levels per side published as level ticks, 0..32 (default 10; 0 = none)
   book_ticker  quote (default): bookTicker messages become quote ticks (below); check: they are
-             only cross-checked against the book and counted (what this reader did before)
+             only cross-checked against the book and counted (binance-live:// takes the same
+             values, and off: not subscribing to the stream)
 
 The depth stream is applied to an L2 book (its top levels in a sorted ladder, the thousands below
 in a hash table: feeds/book_deep.py) with Binance's documented continuity checks:
@@ -64,6 +65,7 @@ from .depth import Windows
 QTY_SCALE = 10**8
 HOLD_MAX = 100_000  # depth events held while waiting for a snapshot (per instrument)
 STATS = S.STATS
+BOOK_TICKER = ("quote", "check")  # book_ticker=: bookTickers over the touch, or only cross-checked
 
 
 def fixed(s, scale_digits):
@@ -234,8 +236,10 @@ class BinanceFile:
                                "depth": (U.depth, U.DEFAULT_DEPTH), "book_ticker": (str, "quote"),
                                "market": (str, "auto")})
         self.size_div = size_divisor(u, p["size_unit"])
-        if p["book_ticker"] not in ("quote", "check"):
-            raise U.FeedError(f"{u}: book_ticker must be quote or check, got {p['book_ticker']!r}")
+        if p["book_ticker"] not in BOOK_TICKER:
+            off = " (off is binance-live's: a capture holds the bookTicker lines it was recorded with)" \
+                if p["book_ticker"] == "off" else ""
+            raise U.FeedError(f"{u}: book_ticker must be {' or '.join(BOOK_TICKER)}, got {p['book_ticker']!r}{off}")
         if p["market"] not in ("auto", *venues.BINANCE_MARKETS):
             raise U.FeedError(f"{u}: market must be auto, {', '.join(venues.BINANCE_MARKETS)}; got {p['market']!r}")
         self.size_unit = p["size_unit"]

@@ -5,7 +5,10 @@
   depth        book levels per side published as level ticks, 0..32 (default 10)
   update       the depth stream's speed: 100ms (default), 0ms / 250ms / 500ms / 1000ms where the
                market offers it, or `none` for the plain `@depth` stream
-  trades       trade (default), aggTrade or none;  book_ticker  1 (default) or 0
+  trades       trade (default), aggTrade or none
+  book_ticker  the bookTicker stream: quote (default): its quotes go over the book's touch, as
+               binance:FILE's; check: only cross-checked against the book and counted; off: not
+               subscribed (feeds/binance.py BOOK_TICKER)
   size_unit    the quantity one record size unit stands for (default 1e-5, as binance:FILE)
   ws, rest     the websocket and REST bases (default the venue's; tests and proxies point elsewhere)
   silence_s    a connection with no data frame for this long is dead: reconnect (default 10)
@@ -75,7 +78,7 @@ import numpy as np
 from engine import realtime
 
 from . import binance_read, binance_scan as S, uri as U, venues
-from .binance import Scanner, size_divisor
+from .binance import BOOK_TICKER, Scanner, size_divisor
 from . import ws_client, ws_pump
 from .feed_latency import Latencies, record_feed, record_since
 
@@ -154,7 +157,7 @@ class BinanceLive:
         ws, rest, self.api, self.weight_limit = MARKETS[market]
         p = U.take(u, params, {
             "symbols": (U.symbols, ()), "depth": (U.depth, U.DEFAULT_DEPTH), "update": (str, "100ms"),
-            "trades": (str, "trade"), "book_ticker": (int, 1), "size_unit": (float, venues.BINANCE_SIZE_UNIT),
+            "trades": (str, "trade"), "book_ticker": (str, "quote"), "size_unit": (float, venues.BINANCE_SIZE_UNIT),
             "ws": (str, ws), "rest": (str, rest), "silence_s": (float, 10.0), "rotate_s": (float, 84600.0),
             "backoff_s": (float, 0.1), "backoff_max_s": (float, 30.0), "snapshot_limit": (int, 1000),
             "overlap_s": (float, OVERLAP_S), "idle_s": (float, 0.0), "reader": (str, "auto"),
@@ -165,6 +168,9 @@ class BinanceLive:
             raise U.FeedError(f"{u}: update must be one of {', '.join(UPDATES)}, got {p['update']!r}")
         if p["trades"] not in ("trade", "aggTrade", "none"):
             raise U.FeedError(f"{u}: trades must be trade, aggTrade or none, got {p['trades']!r}")
+        if p["book_ticker"] not in (*BOOK_TICKER, "off"):
+            raise U.FeedError(f"{u}: book_ticker must be {', '.join(BOOK_TICKER)} or off (not subscribed), "
+                              f"got {p['book_ticker']!r}")
         if p["reader"] not in READERS:
             raise U.FeedError(f"{u}: reader must be one of {', '.join(READERS)}, got {p['reader']!r}")
         for k in ("silence_s", "rotate_s", "backoff_s", "backoff_max_s", "overlap_s"):
@@ -178,7 +184,7 @@ class BinanceLive:
         for s in self.symbols:
             lo = s.lower()
             streams.append(f"{lo}@depth" if p["update"] == "none" else f"{lo}@depth@{p['update']}")
-            if p["book_ticker"]:
+            if p["book_ticker"] != "off":
                 streams.append(f"{lo}@bookTicker")
             if p["trades"] != "none":
                 streams.append(f"{lo}@{p['trades']}")
@@ -188,7 +194,8 @@ class BinanceLive:
         self.rest = p["rest"].rstrip("/")
         self.depth = p["depth"]
         self.size_unit = p["size_unit"]
-        self.scanner = Scanner(u, strict=False, quote=True, size_div=size_divisor(u, p["size_unit"]), depth=self.depth)
+        self.scanner = Scanner(u, strict=False, quote=p["book_ticker"] == "quote", size_div=size_divisor(u, p["size_unit"]),
+                               depth=self.depth)
         try:  # the symbols' ids fixed at start, in the URI's order (a run can bind a UNIVERSE to them)
             self.scanner.declare(self.symbols)
         except ValueError as e:

@@ -28,7 +28,8 @@ feeds/venues.cme); SystemMsg (heartbeats included) and ErrorMsg are counted, and
 are not heartbeats are printed; data records go through dbn.parse (the numba parser of dbn:FILE,
 so the ticks are the same: ts_recv is the record's). A scan in numba finds the control records
 between runs of data records and feeds the latency histogram (ts_recv - ts_event of records that
-are not snapshot records: feed_latency_p50_us / p99_us).
+are not snapshot records: feed_latency_p50_us / p99_us / p999_us, or feed_latency_clock_offset_us
+when the two clocks are not comparable: feeds/feed_latency.py).
 
 Faults: a closed or reset connection, a gateway silent for timeout_s (a half-open TCP looks the
 same; TCP keepalive is on too), a broken record framing: the connection is dropped, ONE gap tick
@@ -67,6 +68,7 @@ from .book import Ladders, Orders, _rehash
 from .dbn import (NSTATS, PENDING, RT_MBO, RT_MBP0, RT_MBP1, RT_MBP10, SCHEMA_DEPTH, ST_ERROR,
                   S_INSTRUMENTS, ST_OUT, DbnFile, _inst, _inst_at, le32, le64, read_metadata)
 from .depth import Windows
+from .feed_latency import comparable_stats, on_one_clock
 from .ticks import emit_gap
 
 DEFAULT_PORT = 13000
@@ -110,8 +112,10 @@ def scan(b, pos, end, hist, acc):
     """Walk the complete records of b[pos:end]: returns (offset, what): SC_CONTROL at the first
     error / symbol mapping / system record, SC_BROKEN at a record shorter than its header (the
     stream's framing is lost), else SC_DATA at the end of the last complete record. Data records
-    that are not snapshot records add ts_recv - ts_event to `hist` (_lat_bin); acc: the last
-    data record's ts_event, snapshot records, data records."""
+    that are not snapshot records add ts_recv - ts_event to `hist` (_lat_bin), or when the two
+    clocks are not comparable (feeds/feed_latency.py on_one_clock) count it in acc; acc: the last
+    data record's ts_event, snapshot records, data records, records off the clock, the last one's
+    difference (ns)."""
     while end - pos >= 2:
         ln = np.int64(b[pos]) * 4
         if ln < 16:
@@ -131,7 +135,12 @@ def scan(b, pos, end, hist, acc):
         acc[0] = le64(b, pos + 8)
         acc[2] += 1
         if (fl & (F_SNAPSHOT | F_BAD_TS_RECV)) == 0:
-            hist[_lat_bin(le64(b, tr) - acc[0])] += 1
+            d = le64(b, tr) - acc[0]
+            if on_one_clock(d):
+                hist[_lat_bin(d)] += 1
+            else:
+                acc[3] += 1
+                acc[4] = d
         elif fl & F_SNAPSHOT:
             acc[1] += 1
         pos += ln
@@ -289,7 +298,7 @@ class DbnLive(DbnFile):
         self._specs = venues.Specs(venues.cme)
         self.counts = dict.fromkeys(LIVE_STATS, 0)
         self.hist = np.zeros(LAT_BINS, np.int64)
-        self.acc = np.zeros(3, np.int64)  # scan(): last ts_event, snapshot records, data records
+        self.acc = np.zeros(5, np.int64)  # scan(): last ts_event, snapshot records, data records, off clock, last off
         self.raw_sink = None
         self.raw_meta = None
         self.version = 3
@@ -347,8 +356,8 @@ class DbnLive(DbnFile):
 
     def stats(self):
         st = {**super().stats(), **self.counts}
-        st["feed_latency_p50_us"] = percentile_us(self.hist, 0.50)
-        st["feed_latency_p99_us"] = percentile_us(self.hist, 0.99)
+        st.update(comparable_stats("feed_latency", int(self.hist.sum()), int(self.acc[3]), int(self.acc[4]),
+                                   lambda p: percentile_us(self.hist, p / 100)))
         return st
 
     def stop(self):

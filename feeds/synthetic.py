@@ -23,8 +23,13 @@ URI: synthetic://?instruments=4&rate=100000&seed=1&trade_prob=0.1&gap_us=10&dept
 rate and count count every tick, level and book ticks included. An event writes its level
 ticks, its trade, then a quote if the touch changed or a book tick if only deeper levels did
 (engine/records.py); an event deeper than the window writes nothing.
+
+rate is a pace, not part of the market: the commands that hand ticks on in real time keep it
+(engine feed and engine run publish at it, engine record records at it: `paced`); those that read
+a source as fast as they can refuse a rate other than 0 (app/source_params.py).
 """
 import math
+import time
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
@@ -95,6 +100,36 @@ def parse_uri(uri):
     if not 0 <= p.depth <= MAX_DEPTH:
         raise ValueError(f"{uri}: depth must be 0..{MAX_DEPTH}, got {p.depth}")
     return p
+
+
+def paced(batches, rate, step_s=0.05):
+    """A source's batches at `rate` ticks a second (slices of each batch, consumed before the next
+    is asked for): the k-th tick from the start is handed on no earlier than k / rate seconds in,
+    its ts_recv the wall clock then (a paced simulation is received when its ticks are due, as the
+    feed process stamps them), with an empty batch after each wait of at most step_s, so a
+    consumer that stops or cuts files between batches is never held up by the pace."""
+    t0 = None
+    k = 0
+    try:
+        for b in batches:
+            if t0 is None:  # from the first batch: making it may have compiled the simulator first
+                t0 = time.monotonic()
+            i = 0
+            while i < len(b):
+                ahead = (k - (time.monotonic() - t0) * rate) / rate  # seconds until tick k is due
+                if ahead > 0:
+                    time.sleep(min(ahead, step_s))
+                    yield b[:0]
+                    continue
+                j = min(len(b), i + 1 + int(-ahead * rate))  # every tick due by now
+                b[i:j, 2] = time.time_ns()
+                yield b[i:j]
+                k += j - i
+                i = j
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 class Simulator:

@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -11,7 +12,16 @@ import numpy as np
 from . import artifact, compile as tlcompile, flat, xgb_backend
 
 
+QUIET = threading.Event()  # --quiet (engine train, engine run): progress lines off, warnings kept
+
+
+def set_quiet(on):
+    (QUIET.set if on else QUIET.clear)()
+
+
 def log(msg):
+    if QUIET.is_set() and not msg.startswith("warning"):
+        return
     print(f"[model] {msg}", file=sys.stderr, flush=True)
 
 

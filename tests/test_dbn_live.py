@@ -107,6 +107,23 @@ def test_source_passes_record_ts_recv_and_counts_latency(ref_slice, key):
         assert abs(st[name] - exact) <= 0.07 * exact + 1, (name, st[name], exact)  # 16 bins an octave
 
 
+def test_receive_times_a_year_off_the_event_times_are_no_latency(key):
+    """A gateway whose records' ts_recv are a year after their ts_event (a wrong clock, an old
+    day replayed as received today): no percentile is reported, the offset and the count instead."""
+    from tests.helpers.fake_databento import FakeGateway
+    year = 365 * 86400 * 10**9
+    with FakeGateway(limit=SLICE) as gw:
+        gw.recs["ts_recv"] += year  # (before any session: what every session is sent)
+        gw.body = gw.recs.tobytes()
+        _, src = run_live(live_uri(gw, idle_s=0.5))
+    st = src.stats()
+    assert not any(k.startswith("feed_latency_p") for k in st), st
+    live = gw.recs[(gw.recs["flags"] & 0x28) == 0]
+    assert st["feed_latency_off_clock"] == len(live) > 0
+    last = int(live["ts_recv"][-1]) - int(live["ts_event"][-1])
+    assert st["feed_latency_clock_offset_us"] == last // 1000 > year // 1000
+
+
 @pytest.mark.parametrize("fault", ["drop", "silent"])
 def test_lost_connection_is_one_gap_then_the_snapshot_rebuilds_the_book(ref_slice, key, fault, tmp_path):
     """The gateway drops the connection (or goes silent: a half-open TCP) after 15000 records;

@@ -36,10 +36,11 @@ def test_a_programmatic_runconfig_is_the_command_line_without_flags():
     was 0 in RunConfig and 2048 on the command line; http, pub and hlog were off in RunConfig)."""
     assert _cfg([]) == RunConfig()
     run = build_parser()._run_parser
-    fields = {name for name, _ in run_options.opts()}
+    fields = {o.dest or name: name for name, o in run_options.opts()}  # argparse dest -> field
     for a in run._actions:
         if a.dest in fields and a.option_strings and a.default is not None:
-            assert getattr(RunConfig, a.dest) == a.default, (a.dest, getattr(RunConfig, a.dest), a.default)
+            f = fields[a.dest]
+            assert getattr(RunConfig, f) == a.default, (a.dest, getattr(RunConfig, f), a.default)
     assert RunConfig().warm_every == 2048 and RunConfig().http == "127.0.0.1:9464"
 
 
@@ -49,10 +50,10 @@ FILE_VALUES = {
     "loop.policy": "other", "loop.wait": "backoff", "loop.conflate": "off", "loop.conflate_warn": 0.25,
     "loop.stall_exit": 4.0, "loop.merge_window_us": 150.0, "model.dir": "/m", "model.backend": "xgboost", "model.verify_key": None,
     "feed.uri": "synthetic://?rate=10", "feed.ring": "r.ticks", "feed.ring_owner": "root", "feed.speed": 2.0,
-    "feed.max": True, "feed.rate": 100.0, "feed.instruments": 5, "feed.seed": 2, "feed.ring_capacity": 1024,
+    "feed.max": True, "feed.rate": 100.0, "feed.sim_instruments": 5, "feed.sim_seed": 2, "feed.ring_capacity": 1024,
     "feed.crossed_after": 2.0, "strategy.name": "touch_imbalance", "strategy.warm_every": 7,
     "control.http": "127.0.0.1:1", "control.pub": "none", "control.token_file": "/t.token",
-    "logs.signals_out": "/s.sig", "logs.hlog": "none", "logs.hlog_interval": 5.0, "logs.keep_rings": True,
+    "logs.signals_out": "/s.sig", "logs.hlog": "none", "logs.hlog_interval": 5.0, "logs.keep_rings": True, "logs.quiet": True,
     "risk.mode": "refuse", "risk.max_position": 3.0, "risk.max_notional": 1000.0, "risk.max_gross": 5000.0,
     "risk.max_rate": 10.0, "risk.max_rate_total": 40.0, "risk.min_flip_ms": 5.0, "risk.kill_file": "/kill",
     "risk.kill_feed_down": 2.0, "risk.instrument": ["SYN0000:max_position=1", "SYN0001:max_rate=2"],
@@ -88,7 +89,7 @@ def test_paper_exec_takes_the_backtests_flags_and_names_a_bad_one(tmp_path):
 
 def test_every_key_of_the_file_reaches_the_run(tmp_path):
     assert set(FILE_VALUES) == set(config.KEYS)
-    dests = {name: name for name, _ in run_options.opts()} | {"realtime": "realtime"}
+    fields = {o.dest or name: name for name, o in run_options.opts()}  # argparse dest -> field
     for key, v in FILE_VALUES.items():
         if v is None:  # model.verify_key: a key file, checked when read (tests/test_signing.py)
             continue
@@ -96,9 +97,10 @@ def test_every_key_of_the_file_reaches_the_run(tmp_path):
         dest = config.KEYS[key][0]
         if dest == "max":
             assert cfg.speed == 0.0, key
-        elif dest in dests:
-            assert getattr(cfg, dest) == v, (key, getattr(cfg, dest), v)
-            assert getattr(RunConfig(), dest) != v, key  # (else the test proves nothing)
+        else:
+            f = fields[dest]
+            assert getattr(cfg, f) == v, (key, getattr(cfg, f), v)
+            assert getattr(RunConfig(), f) != v, key  # (else the test proves nothing)
 
 
 def test_the_sample_config_shows_the_defaults():
@@ -106,7 +108,7 @@ def test_the_sample_config_shows_the_defaults():
     name is the default strategy's)."""
     from engine.strategy_load import DEFAULT_STRATEGY
     shown = config.load(ROOT / "ops" / "engine.toml")
-    fields = {name for name, _ in run_options.opts()}
+    fields = {o.dest or name: name for name, o in run_options.opts()}  # argparse dest -> field
     assert shown["warm_every"] == RunConfig.warm_every and shown["ring_capacity"] == RunConfig.ring_capacity
     for dest, v in shown.items():
         if dest == "core" or dest == "param_table":
@@ -116,7 +118,7 @@ def test_the_sample_config_shows_the_defaults():
         elif dest == "max":
             assert v is False
         else:
-            assert dest in fields and v == getattr(RunConfig, dest), (dest, v, getattr(RunConfig, dest))
+            assert dest in fields and v == getattr(RunConfig, fields[dest]), (dest, v, getattr(RunConfig, fields[dest]))
 
 
 def test_a_programmatic_run_warms_the_model_as_the_command_line_does(default_model):

@@ -65,13 +65,13 @@ def test_a_synthetic_and_a_real_file_source_each_into_its_directory(tmp_path):
     cap = tmp_path / "slice.gz"
     with gzip.open(BINANCE, "rt") as f, gzip.open(cap, "wt") as g:
         g.writelines(line for _, line in zip(range(3000), f))
-    syn = "synthetic://?instruments=3&seed=11&count=20000&depth=5"
+    syn = "synthetic://?instruments=3&seed=11&count=20000&depth=5&rate=0"  # (flat out: as the source gives them)
     out = tmp_path / "rec"
     r = cli("record", syn, f"binance:{cap}", "--out", str(out), "--json", "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     sums = [json.loads(x) for x in r.stdout.splitlines()]  # a line per source (its process)
     assert sorted(s["label"] for s in sums) == ["binance-slice.gz",
-                                                "synthetic-instruments_3_seed_11_count_20000_depth_5"]
+                                                "synthetic-instruments_3_seed_11_count_20000_depth_5_rate_0"]
     assert sorted(os.listdir(out)) == sorted(s["label"] for s in sums)
     day = time.strftime("%Y-%m-%d", time.gmtime())
     for uri in (syn, f"binance:{cap}"):
@@ -85,7 +85,7 @@ def test_a_synthetic_and_a_real_file_source_each_into_its_directory(tmp_path):
 
 
 def test_size_cuts_lose_and_repeat_nothing(tmp_path):
-    uri = "synthetic://?instruments=2&seed=5&count=60000&depth=0"
+    uri = "synthetic://?instruments=2&seed=5&count=60000&depth=0&rate=0"
     r = cli("record", uri, "--out", str(tmp_path), "--rotate", "2M", "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     files, words = recorded(tmp_path / label(uri))
@@ -109,7 +109,7 @@ def test_a_cut_at_utc_midnight_starts_a_piece_that_stands_alone(tmp_path):
     def clock():
         t[0] += 0.001  # (a call per batch: ~300 batches of 32 ticks before midnight)
         return t[0]
-    uri = "synthetic://?instruments=3&seed=2&count=30000&depth=4"
+    uri = "synthetic://?instruments=3&seed=2&count=30000&depth=4&rate=0"  # (a batch of 32 ticks a call of clock)
     res = record_source(uri, str(tmp_path), quiet=True, clock=clock)
     d = tmp_path / label(uri)
     files, words = recorded(d)
@@ -126,7 +126,7 @@ def test_a_restart_never_overwrites(tmp_path):
     """A finished piece, then a recorder killed mid-write, then another run: three pieces of the
     day, the first two byte for byte as they were left, the killed one still readable."""
     from app.recorder import record_source  # (the runs that end well run here: the same code, faster)
-    uri = "synthetic://?instruments=2&seed=9&count=50000000&depth=0"  # never ends by itself
+    uri = "synthetic://?instruments=2&seed=9&count=50000000&depth=0&rate=0"  # never ends by itself
     d = tmp_path / label(uri)
     day0 = time.strftime("%Y-%m-%d", time.gmtime())
     record_source(uri, str(tmp_path), duration=0.3, quiet=True)

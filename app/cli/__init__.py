@@ -11,6 +11,7 @@ import sys
 
 from . import data_cmds, fpga_cmds, model_cmds, ops_cmds, replay_cmds, run_cmds
 from .common import Parser, model_keys
+from app.source_params import check_command
 
 # the groups, in the order `engine --help` lists their commands
 GROUPS = (run_cmds, data_cmds, replay_cmds, model_cmds, ops_cmds, fpga_cmds)
@@ -35,6 +36,7 @@ def main(argv=None):
         if args.cmd == "run":
             from app.config import apply
             apply(args, parser._run_parser, argv)
+        check_command(parser, args, argv)  # a source parameter or flag the command cannot honour: refused
         model_keys(args)
         from engine.compile_notice import shown
         with shown(not getattr(args, "quiet", False)):  # a cold numba cache says what it compiles

@@ -16,14 +16,15 @@ sources:
   itch:FILE[?symbols=A,B&date=YYYY-MM-DD&utc_offset=H&on_error=stop|skip&depth=10]   ITCH 5.0 day file (gzip ok)
   moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&session=NAME&symbols=..&depth=10]   live ITCH
   dbn:FILE[?symbols=ESH4&on_error=stop|skip&depth=10]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
-  binance:FILE[?size_unit=1e-5&market=auto&depth=10]       raw Binance websocket capture (gzip ok)
-  binance-live://MARKET?symbols=BTCUSDT,..[&update=100ms&trades=trade&ws=URL&rest=URL&silence_s=10&rotate_s=84600&idle_s=0&depth=10]
+  binance:FILE[?size_unit=1e-5&market=auto&book_ticker=quote|check&depth=10]   raw Binance websocket capture (gzip ok)
+  binance-live://MARKET?symbols=BTCUSDT,..[&update=100ms&trades=trade&book_ticker=quote|check|off&ws=URL&rest=URL&silence_s=10&rotate_s=84600&idle_s=0&depth=10]
                                                            Binance live: MARKET spot, usdm or coinm
   dbn-live://DATASET?symbols=ESH4[&schema=mbo&snapshot=1&gateway=HOST:PORT&key_file=F&idle_s=0&depth=10]
                                                            Databento live (key: $DATABENTO_API_KEY or key_file=)
   tickfile:FILE                                            an engine tick file (engine convert, engine record)
   depth=0..32: book levels a side sent as level ticks (0 = none; capped by what the data has); commands
   that run a strategy ask for what it reads (0 for a touch-only strategy) unless the URI says
+  rate= is a pace: feed, run and record keep it; the commands that read as fast as they can refuse it
 """
 
 
@@ -251,7 +252,7 @@ def publisher_args(q):
                    help="ring name in /dev/shm or a path (default %(default)s)")
     q.add_argument("--speed", type=positive_float, default=RunConfig.speed,
                    help="files: the recorded pace times X (default %(default)g)")
-    q.add_argument("--max", action=Flag, help="publish as fast as possible")
+    q.add_argument("--max", action=Flag, help="files and synthetic sources: publish as fast as possible")
     q.add_argument("--capacity", type=pow2, default=RunConfig.ring_capacity,
                    help="ring slots (power of two, default %(default)s)")
     q.add_argument("--wait-consumers", type=nonneg_int, default=0,
@@ -261,6 +262,7 @@ def publisher_args(q):
                         "within SECONDS (default %(default)g; 0: wait as long as it takes. `engine run` starts its "
                         "feeds with 0: they die with it, and its first compile can outlast any fixed wait)")
     q.add_argument("--keep", action=Flag, help="leave the ring file in place on exit")
+    q.add_argument("--quiet", action=Flag, help="no progress lines (errors and the result still print)")
     q.add_argument("--die-with-parent", action="store_true", help=argparse.SUPPRESS)
     # engine run's file feeds: pace on the clock the run sets in the ring (one clock for its files)
     q.add_argument("--run-clock", action="store_true", help=argparse.SUPPRESS)

@@ -35,7 +35,7 @@ def cmd_mold_serve(a):
         signal.signal(s, lambda *_: stop.set())
     srv = Server(a.source, hostport(a.dest), session=a.session.encode(),
                  rerequest=hostport(a.rerequest) if a.rerequest else None, rate=a.rate,
-                 drop=a.drop, drop_every=a.drop_every, linger=a.linger, iface=a.iface)
+                 drop=a.drop, drop_every=a.drop_every, linger=a.linger, iface=a.iface, quiet=a.quiet)
     res = srv.run(stop.is_set)
     if a.json:
         print(json.dumps(res))
@@ -175,6 +175,7 @@ def _add_moldudp64(sub):
     ms_.add_argument("--linger", type=nonneg_float, default=1.0,
                      help="seconds to keep answering re-requests after the end (default 1)")
     ms_.add_argument("--iface", default=None, help="local interface address to send multicast from (e.g. 127.0.0.1)")
+    ms_.add_argument("--quiet", action=Flag, help="no progress lines (errors and the result still print)")
     ms_.add_argument("--json", action=Flag, help="print a summary object")
     ms_.set_defaults(fn=cmd_mold_serve)
 
@@ -220,7 +221,7 @@ def _add_record(sub):
                     help="--ring: wait up to this many seconds for the ring to appear")
     rc.add_argument("--progress", type=nonneg_float, default=10.0,
                     help="seconds between progress lines per source (ticks, rate, file; 0 = none; default 10)")
-    rc.add_argument("--quiet", action=Flag, help="no progress lines (errors only)")
+    rc.add_argument("--quiet", action=Flag, help="no progress lines (errors, warnings and the result still print)")
     rc.add_argument("--json", action=Flag, help="print a summary object at the end (one line per source)")
     rc.set_defaults(fn=cmd_record)
 

@@ -166,6 +166,8 @@ def cmd_train(a):
             raise ValueError(f"--{flag} goes with --recordings DIR (retraining on the recorder's daily files)")
     if not a.sources:
         raise ValueError("give SOURCE(s) to train on, or --recordings DIR --since 7d")
+    from models.build import set_quiet
+    set_quiet(a.quiet)
     m = _trainer(a)(a.sources, a.out, host=strategy_host(a), **_train_kw(a))
     print(json.dumps({"artifact": str(a.out), "trees": m["num_trees"], **m["training"]["test_metrics"]}))
     return 0
@@ -440,6 +442,7 @@ def _add_train(sub):
     merge_arg(t)
     t.add_argument("--out", required=True, help="artifact directory to write")
     t.add_argument("--trees", type=positive_int, default=200, help="maximum trees (default 200)")
+    t.add_argument("--quiet", action=Flag, help="no progress lines (warnings, errors and the result still print)")
     t.add_argument("--depth", type=int_range(1, 16), default=6, help="tree depth (default 6)")
     t.add_argument("--eta", type=positive_float, default=0.1, help="learning rate (default 0.1)")
     t.add_argument("--horizon", type=positive_float, default=20, help="label horizon (default 20)")

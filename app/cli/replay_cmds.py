@@ -67,8 +67,9 @@ def cmd_backtest(a):
         except (OSError, SignalLogError) as e:
             raise ValueError(f"--conflate-as-recorded {a.conflate_as_recorded}: {getattr(e, 'strerror', None) or e}") \
                 from None
-        print(f"[backtest] replaying {len(marks):,} conflation windows, {len(kills):,} kill switch moves and "
-              f"{len(pauses):,} pause moves from {a.conflate_as_recorded}", file=sys.stderr, flush=True)
+        if not a.quiet:
+            print(f"[backtest] replaying {len(marks):,} conflation windows, {len(kills):,} kill switch moves and "
+                  f"{len(pauses):,} pause moves from {a.conflate_as_recorded}", file=sys.stderr, flush=True)
         from engine.signal_log import status
         note = status(a.conflate_as_recorded)["note"]  # a run cut short: its marks stop there too
         if note:
@@ -97,7 +98,8 @@ def cmd_backtest(a):
             _unmerge((os.path.join(a.out, "merged.ticks"), made))
             raise
         a.files = [merged[0]]
-        print(f"[backtest] merged by receive time into {a.files[0]}", file=sys.stderr, flush=True)
+        if not a.quiet:
+            print(f"[backtest] merged by receive time into {a.files[0]}", file=sys.stderr, flush=True)
     try:
         summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
     except IndexError as e:  # --check: what boundscheck caught, one line naming the file and function
@@ -162,7 +164,7 @@ def cmd_replay(a):
     for w in ws:
         print(f"[replay] warning: {w}", file=sys.stderr, flush=True)
     n = run_feed(src.uri, a.ring, speed=0.0 if a.max else a.speed, capacity=a.capacity,
-                 wait_consumers=a.wait_consumers, wait_timeout=a.wait_timeout, keep=a.keep, source=src)
+                 wait_consumers=a.wait_consumers, wait_timeout=a.wait_timeout, keep=a.keep, quiet=a.quiet, source=src)
     print(f"[replay] {n:,} ticks from {len(a.files)} file(s) into {a.ring}", file=sys.stderr, flush=True)
     for w in ws:
         print(f"[replay] warning: {w}", file=sys.stderr, flush=True)

@@ -83,7 +83,7 @@ def cmd_feed(a):
         die_with_parent(signal.SIGTERM)
     run_feed(a.source, a.ring, rate=0.0 if a.max else a.rate, speed=0.0 if a.max else a.speed,
              capacity=a.capacity, wait_consumers=a.wait_consumers, wait_timeout=a.wait_timeout, count=a.count, duration=a.duration,
-             keep=a.keep, crossed_after=a.crossed_after, run_clock=a.run_clock)
+             keep=a.keep, quiet=a.quiet, crossed_after=a.crossed_after, run_clock=a.run_clock)
     return 0
 
 
@@ -204,7 +204,30 @@ def no_conflate_arg(p):
 
 
 def max_arg(p):
-    p.add_argument("--max", action=Flag, help="file feeds: publish as fast as possible")  # speed 0 (feed.max)
+    p.add_argument("--max", action=Flag, help="file and synthetic feeds: publish as fast as possible")  # speed 0 (feed.max)
+
+
+class _Renamed(argparse.Action):
+    """A flag whose name means something else elsewhere: refused with one line naming what to give."""
+
+    def __init__(self, option_strings, dest, say=None, **kw):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kw)
+        self.say = say
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} {self.say}")
+
+
+def backtest_names_arg(p):
+    """--instruments and --seed are engine backtest's (and --paper-exec's): the built-in synthetic
+    feed's are --sim-instruments and --sim-seed, and the others are refused by name."""
+    p.add_argument("--instruments", action=_Renamed, dest="_renamed", default=argparse.SUPPRESS,
+                   say="is a TOML file of instrument records (engine backtest --instruments FILE, and "
+                       "--paper-exec '--instruments FILE'); the built-in synthetic feed's instrument count is "
+                       "--sim-instruments N")
+    p.add_argument("--seed", action=_Renamed, dest="_renamed", default=argparse.SUPPRESS,
+                   say="is the execution simulator's seed (engine backtest --seed N, and --paper-exec '--seed N'); "
+                       "the built-in synthetic feed's seed is --sim-seed N")
 
 
 def json_arg(p):
@@ -231,8 +254,10 @@ def _add_feed(sub):
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("source")
     publisher_args(f)
-    f.add_argument("--rate", type=nonneg_float, default=None, help="ticks per second (overrides the URI)")
-    f.add_argument("--count", type=positive_int, default=None, help="stop after this many ticks")
+    f.add_argument("--rate", type=nonneg_float, default=None,
+                   help="a synthetic source without rate= in its URI: ticks per second (0 = as fast as possible)")
+    f.add_argument("--count", type=positive_int, default=None,
+                   help="stop after this many ticks (a synthetic source: or count= in its URI, not both)")
     f.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
     crossed_after_arg(f, run_options.RunConfig.crossed_after)
     f.set_defaults(fn=cmd_feed)
