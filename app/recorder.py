@@ -476,7 +476,10 @@ def record_sources(uris, out, child_args=(), **kw):
     own summaries and error lines)."""
     import subprocess
 
+    from feeds.sources import as_uri
+
     from .daily_files import label
+    uris = [as_uri(u) for u in uris]  # (a tick file's plain path: that file)
     labels = {}
     for u in uris:
         lb = label(u)

@@ -181,8 +181,22 @@ def _class(scheme, u):
     return getattr(importlib.import_module(module, __package__), name)
 
 
+def as_uri(s):
+    """A source as its URI: a URI as it is, a plain path of a file as that tick file
+    (`tickfile:PATH`: what `engine convert` and `engine record` write); FeedError naming it else."""
+    import os
+    if s.partition(":")[0] in SCHEMES:
+        return s
+    if os.path.isfile(s):
+        return f"tickfile:{s}"
+    raise FeedError(f"{s}: no such file, and not a source URI (a tick file, tickfile:FILE, binance:FILE, dbn:FILE, "
+                    "itch:FILE, synthetic://?..., binance-live://..., dbn-live://...)")
+
+
 def open_source(u):
-    """The source a URI names; FeedError (one line) when it cannot be opened."""
+    """The source a URI (or a tick file's plain path) names; FeedError (one line) when it cannot
+    be opened."""
+    u = as_uri(u)
     scheme, target, params = split(u)
     cls = _class(scheme, u)
     if cls is Synthetic:

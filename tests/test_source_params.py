@@ -140,3 +140,20 @@ def test_run_and_train_quiet_print_no_progress(shm_name, tmp_path):
             "--trees", "5", "--quiet", timeout=900)
     assert r.returncode == 0, r.stderr
     assert "[model]" not in r.stderr and '"artifact"' in r.stdout
+
+
+def test_a_plain_path_is_a_tick_file_for_every_command(shm_name, tmp_path):
+    """README: a SOURCE is "a tick file or source URI": a plain path names a tick file wherever a
+    source is taken (it was refused, or read as a URI '/path?depth=0'); a path that is no file is
+    one line naming it."""
+    from tests.conftest import converted
+    f = converted("synthetic://?instruments=2&count=20000&seed=5&rate=0")
+    r = cli("train", str(f), "--out", str(tmp_path / "m"), "--trees", "3", "--quiet", timeout=900)
+    assert r.returncode == 0, r.stderr
+    r = cli("run", "--no-rt", "--no-doctor", "--http", "none", "--pub", "none", "--quiet", "--feed", str(f), "--max",
+            "--name", shm_name, "--signals-out", str(tmp_path / "p.sig"), "--json", timeout=600)
+    assert r.returncode == 0 and '"ticks": 20000' in r.stdout, r.stderr
+    for cmd in (("train", str(tmp_path / "none.ticks"), "--out", str(tmp_path / "m2")),
+                ("features", str(tmp_path / "none.ticks"), "--out", str(tmp_path / "f.parquet"))):
+        line = one_line_error(cli(*cmd))
+        assert "none.ticks: no such file" in line, line

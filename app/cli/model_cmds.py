@@ -101,13 +101,12 @@ def cmd_model_drift(a):
 
 def _drift_source(s):
     """SOURCE of `engine model drift`: a source URI, or a plain path naming a tick file."""
-    from feeds.sources import SCHEMES
-    if s.partition(":")[0] in SCHEMES:
-        return s
-    if os.path.isfile(s):
-        return f"tickfile:{s}"
-    raise ValueError(f"{s}: no such file, and not a source URI (a tick file, tickfile:FILE, binance:FILE, dbn:FILE, "
-                     "synthetic://?..., or a run's RUN.sig)")
+    from feeds.sources import as_uri
+    from feeds.uri import FeedError
+    try:
+        return as_uri(s)
+    except FeedError as e:
+        raise ValueError(f"{e} (or a run's RUN.sig)") from None
 
 
 def _run_drift(a):
