@@ -41,6 +41,8 @@ from models import registry
 
 from . import ctlauth, prom, run_summary, runtime_file
 from .drift_monitor import drift_families
+from .paper_status import paper_status
+from .prom import PAPER_METRICS  # noqa: F401 (re-exported: the tests, ops files)
 from .run_options import RunConfig, risk_limits
 
 FEED_STALE_NS = 500_000_000       # no feed heartbeat for this long: the feed is dead (feeds beat every <= 50 ms)
@@ -82,11 +84,14 @@ FEED_HELP = {
                                  "the feed's --crossed-after, exchange time",
     "engine_feed_crossed_instruments": "instruments whose book is crossed now, and has been for longer than the "
                                        "feed's --crossed-after",
+    "engine_feed_feed_latency_off_clock": "ticks whose event time was off the receive clock (received over 100 s "
+                                          "after it or over 1 s before): left out of the feed latency percentiles",
+    "engine_feed_feed_latency_clock_offset_us": "when most ticks are off the receive clock: the last one's ts_recv "
+                                                "- ts_event in us (no feed latency percentile is exported then)",
 }
 
 
-def log(msg):
-    print(f"[engine] {msg}", file=sys.stderr, flush=True)
+from .progress import log  # noqa: E402  (one owner of the [engine] lines and --quiet)
 
 
 def _open_token(path):
@@ -181,71 +186,6 @@ def kill_switch(ctl, code, name):
         ctl[C.L_KILLS + code] += 1
         log(f"KILLED ({risk.kill_reason(code)}): every instrument's target goes flat; no new exposure until "
             f"`engine ctl resume --after-kill --name {name}`")
-
-
-def paper_status(paper, names):
-    """--paper's figures now, for /status and `engine stats` (None without --paper): the run's, and
-    each instrument's that has traded (by name)."""
-    if paper is None:
-        return None
-    p = paper.pnl()
-    name = (lambda i: names[i] if i < len(names) else str(i))
-    return {"pnl_net": round(p["total_net"], 6), "pnl_gross": round(p["total_gross"], 6),
-            "fees": round(float(p["fees"].sum()), 6), "drawdown": round(p["drawdown"], 6), "fills": p["fills"],
-            "positions": {name(i): int(v) for i, v in enumerate(p["position"]) if v},
-            "instruments": {name(i): {"position": int(p["position"][i]), "fills": int(p["fills_by"][i]),
-                                      "pnl_net": round(float(p["net"][i]), 6),
-                                      "pnl_gross": round(float(p["gross"][i]), 6),
-                                      "fees": round(float(p["fees"][i]), 6),
-                                      "drawdown": round(float(p["drawdown_by"][i]), 6)}
-                            for i in _traded(p)}}
-
-
-def _traded(p):
-    """The instruments the paper trader has filled or holds (one never traded has nothing to show)."""
-    return [i for i in range(len(p["position"])) if p["fills_by"][i] or p["position"][i]]
-
-
-# exported only by a run with --paper (tests/test_paper.py scrapes them; the ops files may use them)
-PAPER_METRICS = ("engine_paper_pnl", "engine_paper_drawdown", "engine_paper_fills_total", "engine_paper_position",
-                 "engine_paper_instrument_pnl", "engine_paper_instrument_drawdown",
-                 "engine_paper_instrument_fills_total")
-
-
-def paper_families(paper):
-    """engine_paper_*: --paper's PnL (net, gross), drawdown, fills and positions (none without it);
-    engine_paper_instrument_*: each traded instrument's (by id, as engine_paper_position)."""
-    if paper is None:
-        return
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-    p = paper.pnl()
-    pnl = GaugeMetricFamily("engine_paper_pnl", "paper trading PnL of the run, marked to the last mid, in the "
-                            "instruments' quote currency: kind=net (after fees) or gross", labels=["kind"])
-    pnl.add_metric(["net"], p["total_net"])
-    pnl.add_metric(["gross"], p["total_gross"])
-    yield pnl
-    yield GaugeMetricFamily("engine_paper_drawdown", "paper PnL below its peak", value=p["drawdown"])
-    yield CounterMetricFamily("engine_paper_fills", "fills of the paper trader's orders", value=p["fills"])
-    pos = GaugeMetricFamily("engine_paper_position", "lots held by the paper trader, per instrument id",
-                            labels=["instrument"])
-    ipnl = GaugeMetricFamily("engine_paper_instrument_pnl", "paper trading PnL of one instrument (id), marked to "
-                             "its last mid, in its quote currency: kind=net (after fees) or gross",
-                             labels=["instrument", "kind"])
-    idd = GaugeMetricFamily("engine_paper_instrument_drawdown", "one instrument's (id) paper net PnL below its peak",
-                            labels=["instrument"])
-    ifills = CounterMetricFamily("engine_paper_instrument_fills", "fills of the paper trader's orders in one "
-                                 "instrument (id)", labels=["instrument"])
-    for i in _traded(p):  # (every instrument traded, flat or not)
-        k = str(i)
-        pos.add_metric([k], float(p["position"][i]))
-        ipnl.add_metric([k, "net"], float(p["net"][i]))
-        ipnl.add_metric([k, "gross"], float(p["gross"][i]))
-        idd.add_metric([k], float(p["drawdown_by"][i]))
-        ifills.add_metric([k], float(p["fills_by"][i]))
-    yield pos
-    yield ipnl
-    yield idd
-    yield ifills
 
 
 @dataclass
@@ -773,7 +713,7 @@ class ControlPlane:
                     lost.add_metric([kind], c[n])
                 yield gaps
                 yield lost
-                yield from paper_families(plane.x.paper)
+                yield from prom.paper_families(plane.x.paper)
                 yield from drift_families(plane.x.drift)
                 blocked = CounterMetricFamily("engine_risk_blocked", "decisions the risk gate cut, by the rule "
                                               "that cut them (engine/risk.py; each cut counted, a refused one "

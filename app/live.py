@@ -471,7 +471,8 @@ def feed_list(cfg):
 
 def _feed_uri(cfg, strategy=None, uri=None):
     """The source a feed process reads, with the book levels the strategy needs."""
-    uri = uri or (feed_list(cfg) or [None])[0] or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}"
+    from feeds.sources import as_uri
+    uri = as_uri(uri or (feed_list(cfg) or [None])[0] or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}")
     return strategy.source_uri(uri) if strategy is not None else uri
 
 

@@ -1,7 +1,9 @@
 """`engine run --paper`: the backtest's execution simulator run online, on the live ticks and the
 signals as the loop emits them, off the strategy core: positions, fills, PnL gross and net and
-drawdown per instrument while the run goes, and at its end the figures a backtest of the run's
-recording gives (the same code on the same ticks and signals: replay/evaluate.py).
+drawdown per instrument and per currency (never added across currencies) while the run goes, and
+at its end the figures a backtest of the run's recording gives (the same code on the same ticks
+and signals: replay/evaluate.py). What /status, `engine stats` and the summary show of it:
+app/paper_status.py; its metrics: app/prom.py.
 
 Where the inputs come from: the ticks are the loop's own, in the order it read them (a second
 consumer on the tap ring `--record` drains: host_template run_loop_multi, CFG_TAP), so a signal's
@@ -29,11 +31,14 @@ from engine.records import (KIND_BOOK, KIND_QUOTE, KIND_TRADE, PRICE_SCALE, SIGN
 from engine import shm
 from engine.tickring import TickConsumer
 
+from replay.evaluate import UNKNOWN_CURRENCY
+
 from .recorder import drain
 
 BATCH = 4096
 IDLE_S = 0.002
 SPEC_EVERY_S = 0.2
+CONVERTED = object()  # (the converted total's peak, beside each currency's)
 
 
 class PaperTrader(threading.Thread):
@@ -72,20 +77,27 @@ class PaperTrader(threading.Thread):
         self.pos = np.zeros(k, np.int64)
         self.book = np.zeros((k, 2, 2, execsim.MAXLV), np.int64)
         self.bn = np.zeros((k, 2), np.int64)
+        self.lv = np.zeros(k, np.int64)  # (1 once an instrument's level tick came: execsim.simulate)
         self.unfilled = np.zeros(4, np.int64)
         self.fbuf = np.zeros((4096, execsim.FILL_WORDS), np.int64)
         self.fee = np.zeros(4096, np.float64)
         self.sig = np.zeros((1024, 4), np.int64)  # the orders so far: sig[:m], arrival[:m], resp[:m]
         self.arrival, self.resp = np.zeros(1024, np.int64), np.zeros(1024, np.int64)
         self.m = 0
-        self.j = self.k = 0
+        self.j = 0
+        # each instrument's orders still to arrive (execsim.queues: its head, the next of each, its last)
+        self.head, self.tail = np.full(k, -1, np.int64), np.full(k, -1, np.int64)
+        self.nxt = np.full(1024, -1, np.int64)
+        self.sources = []           # each instrument's source (its record's), as known: whose clocks
         self.fills = []             # (rows, fees) chunks
         self.cash = np.zeros(k)     # per instrument, quote currency, before fees
         self.fees_paid = np.zeros(k)
         self.nfills = np.zeros(k, np.int64)  # fills per instrument
         self.mid = np.zeros(k)      # last two-sided mid, price units
-        self.peak = 0.0
+        self.peak = {}              # each currency's net PnL peak (and the converted total's: CONVERTED)
         self.peaks = np.zeros(k)    # each instrument's net PnL peak (its drawdown is below it)
+        self.cur = np.full(k, UNKNOWN_CURRENCY, object)  # each instrument's currency, as its record says
+        self.known = np.zeros(k, bool)  # (an instrument nothing describes names no currency until it trades)
         self.spec, self.spec_at = None, 0.0
         self.stop_flag = threading.Event()
         self.error = None
@@ -155,7 +167,9 @@ class PaperTrader(threading.Thread):
         # (arrival: exchange time + latency; a live run's receive stamps are CLOCK_MONOTONIC, never
         # comparable with the exchange's, so each order's arrival is fixed by its own tick alone)
         xp = dataclasses.replace(self.xp, entry_ns=self.lat.take(len(act)))
-        sig, arrival, resp, _, _ = self.x.order_inputs(self.words[:self.n], act, xp)
+        if int(act["instrument"].max()) >= len(self.sources):
+            self.sources = [r.get("source", "") for r in self.specs_fn() or []]
+        sig, arrival, resp, _, _ = self.x.order_inputs(self.words[:self.n], act, xp, self._groups())
         self.late += int((sig[:, 3] < self.j).sum())  # (simulated past already: they meet the book from here)
         m = self.m + len(sig)
         if m > len(self.sig):  # (grown by doubling: a long run's orders are not copied per batch)
@@ -163,19 +177,28 @@ class PaperTrader(threading.Thread):
             self.sig = np.resize(self.sig, (cap, 4))
             self.arrival, self.resp = np.resize(self.arrival, cap), np.resize(self.resp, cap)
         self.sig[self.m:m], self.arrival[self.m:m], self.resp[self.m:m] = sig, arrival, resp
+        if m > len(self.nxt):
+            self.nxt = np.resize(self.nxt, len(self.sig))
+        self.x.enqueue(self.head, self.tail, self.nxt, np.ascontiguousarray(sig[:, 0]), self.m)
         self.m = m
+
+    def _groups(self):
+        """Each instrument's source as a number (execsim.order_inputs' groups), None with one."""
+        if len(set(self.sources)) < 2:
+            return None
+        src = self.sources + [""] * (len(self.pos) - len(self.sources))
+        return np.unique(src[:len(self.pos)], return_inverse=True)[1]
 
     # -- the simulator -------------------------------------------------------------------------
 
-    def _specs(self, dicts=False):
+    def _specs(self):
         """The instruments' money facts as the backtest resolves them (records, --instruments, fees
-        given): float64[n, 4], or the per-instrument dicts."""
+        given): the per-instrument dicts (replay/costs.py resolve)."""
         from replay import costs, jobs
         from engine.instruments import unknown
         recs = list(self.specs_fn() or [])
         recs += [unknown(str(i)) for i in range(len(recs), len(self.pos))]
-        specs = costs.resolve(recs[:len(self.pos)], self.p.instruments, jobs.fee_overrides(self.p))
-        return specs if dicts else costs.spec_array(specs)
+        return costs.resolve(recs[:len(self.pos)], self.p.instruments, jobs.fee_overrides(self.p))
 
     def _refresh_spec(self, force=False):
         """The instruments' money facts, looked at every SPEC_EVERY_S: a feed names instruments as it
@@ -184,15 +207,22 @@ class PaperTrader(threading.Thread):
         if not force and self.spec is not None and now - self.spec_at < SPEC_EVERY_S:
             return
         self.spec_at = now
-        spec = self._specs()
-        if self.spec is None or not np.array_equal(spec, self.spec):
-            self.spec = spec
+        from replay.costs import spec_array
+        dicts = self._specs()
+        spec = spec_array(dicts)
+        cur = np.array([d["currency"] for d in dicts], object)
+        self.sources = [d.get("source", "") for d in dicts]
+        self.known = np.array([d["known"] for d in dicts], bool)
+        if self.spec is None or not np.array_equal(spec, self.spec) or not np.array_equal(cur, self.cur):
+            self.spec, self.cur = spec, cur
             self.cash[:] = 0.0
             self.fees_paid[:] = 0.0
             for rows, _ in self.fills:
                 self._book(rows)
             p = self._pnl()  # (the peaks were of the old prices: from here on, the new ones'; a
-            self.peak = p["total_net"]  # drawdown limit must not fire on a re-pricing)
+            self.peak = {c: f["net"] for c, f in p["by_currency"].items()}  # drawdown limit must not fire
+            if p["converted"] is not None:                                   # on a re-pricing)
+                self.peak[CONVERTED] = p["converted"]["net"]
             self.peaks[:] = p["net"]
 
     def _book(self, rows):
@@ -209,11 +239,11 @@ class PaperTrader(threading.Thread):
 
     def _step_locked(self, upto, final):
         self._refresh_spec(force=final)
-        j, k, nf = self.x.simulate(self.words[:upto], self.j, self.k, self.sig[:self.m], self.arrival[:self.m],
-                                   self.resp[:self.m], self.spec,
-                                   float(self.xp.queue_power), self.depth, self.O, self.F, self.pos, self.book, self.bn, self.fbuf, self.fee,
-                                   self.unfilled, final)
-        self.j, self.k = j, k
+        j, nf = self.x.simulate(self.words[:upto], self.j, self.head, self.nxt, self.sig[:self.m],
+                                self.arrival[:self.m], self.resp[:self.m], self.spec, float(self.xp.queue_power),
+                                self.depth, self.O, self.F, self.pos, self.book, self.bn, self.lv, self.fbuf, self.fee,
+                                self.unfilled, final)
+        self.j = j
         if nf:
             rows, fees = self.fbuf[:nf].copy(), self.fee[:nf].copy()
             self.fills.append((rows, fees))
@@ -243,29 +273,55 @@ class PaperTrader(threading.Thread):
             return self._pnl()
 
     def _pnl(self):
-        """Per instrument and in total: position (lots filled), fills, gross and net PnL marked to
-        the last mid, fees, and the drawdown of the net from its peak (each instrument's from its own)."""
+        """Per instrument: position (lots filled), fills, gross and net PnL marked to the last mid,
+        fees, and the drawdown of the net from its own peak, each in its currency (`currency`); per
+        currency of the instruments traded (none yet: of those described), `by_currency`: net,
+        gross, fees, fills, drawdown. Never a sum across currencies: `converted` is
+        the total at the rates the user gave (replay/currency.py), else None."""
         spec = self.spec if self.spec is not None else np.ones((len(self.pos), 4))
         mult = spec[:, self.x.SP_MULT]
         gross = self.cash + self.pos * (self.mid / PRICE_SCALE) * mult
         net = gross - self.fees_paid
-        total = float(net.sum())
+        traded = (self.nfills > 0) | (self.pos != 0)
+        by = {}
+        # the currencies of the instruments traded (none yet: of those described; an id nothing
+        # describes, as a run's unused ids between two sources' blocks, names no currency)
+        for c in sorted(set(self.cur[traded]) or set(self.cur[self.known])):
+            sel = self.cur == c
+            n = float(net[sel].sum())
+            by[str(c)] = {"net": n, "gross": float(gross[sel].sum()), "fees": float(self.fees_paid[sel].sum()),
+                          "fills": int(self.nfills[sel].sum()), "drawdown": max(self.peak.get(c, 0.0), n) - n}
         return {"position": self.pos.copy(), "gross": gross, "net": net, "fees": self.fees_paid.copy(),
                 "fills_by": self.nfills.copy(), "drawdown_by": np.maximum(self.peaks, net) - net,
-                "total_net": total, "total_gross": float(gross.sum()), "drawdown": max(self.peak, total) - total,
+                "currency": self.cur.copy(), "by_currency": by, "converted": self._converted(by),
                 "fills": int(self.nfills.sum())}
+
+    def _converted(self, by):
+        """The run's net, gross, fees and drawdown at the --fx rates, when they cover every currency."""
+        from replay.currency import rate
+        fx = getattr(self.p, "fx", None)
+        if not fx or not by or any(rate(fx, c) is None for c in by):
+            return None
+        out = {k: sum(rate(fx, c) * f[k] for c, f in by.items()) for k in ("net", "gross", "fees")}
+        out["drawdown"] = max(self.peak.get(CONVERTED, 0.0), out["net"]) - out["net"]
+        return {"currency": fx["to"], "rates": dict(fx["rates"]), **out}
 
     def _check_limits(self):
         with self.figures_lock:
             p = self._pnl()
-            self.peak = max(self.peak, p["total_net"])  # (this thread alone moves the peaks)
+            for c, f in p["by_currency"].items():  # (this thread alone moves the peaks)
+                self.peak[c] = max(self.peak.get(c, 0.0), f["net"])
+            if p["converted"] is not None:
+                self.peak[CONVERTED] = max(self.peak.get(CONVERTED, 0.0), p["converted"]["net"])
             np.maximum(self.peaks, p["net"], out=self.peaks)
         if self.kill is None or (self.loss is None and self.drawdown is None):
             return
         from engine.risk import KILL_REASONS
-        if self.loss is not None and p["total_net"] < -self.loss:
+        # a limit is money in one currency: each currency's figures, or the converted total's
+        figs = [p["converted"]] if p["converted"] is not None else list(p["by_currency"].values())
+        if self.loss is not None and any(f["net"] < -self.loss for f in figs):
             self.kill(KILL_REASONS.index("loss"))
-        elif self.drawdown is not None and p["drawdown"] > self.drawdown:
+        elif self.drawdown is not None and any(f["drawdown"] > self.drawdown for f in figs):
             self.kill(KILL_REASONS.index("drawdown"))
 
     def finish(self, names, hist, risk):
@@ -295,17 +351,34 @@ class PaperTrader(threading.Thread):
         from replay.jobs import entry_latencies
         xp = dataclasses.replace(self.xp, entry_ns=entry_latencies(self.p, len(done), 0))
         top = int(done["instrument"].max()) + 1 if len(done) else 1  # (the instruments a backtest reports)
-        specs = self._specs(dicts=True)[:top]
-        from replay import costs
-        part, cols = evaluate_file(words, res, self.p.horizons_ms, depth=self.depth, spec=costs.spec_array(specs),
-                                   xp=xp)
+        specs = self._specs()[:top]
+        from replay.evaluate import summarize
+        part, cols = evaluate_file(words, res, self.p.horizons_ms, depth=self.depth, specs=specs, xp=xp)
         online = self.pnl()
+        # the end's figures per currency (the report's, for the run's summary line: never one sum)
+        s = summarize([part], self.p.horizons_ms, fx=getattr(self.p, "fx", None))[0]
         scores = done["score"][np.isfinite(done["score"])].astype(np.float32)
+        name = (lambda i: str(names[i]) if i < len(names or []) and names[i] else str(i))
         return {"path": "paper", "instruments": res.instruments, "signals": done, "cols": cols, "part": part,
                 "hist": hist, "notes": [], "loop_seconds": 0.0, "eval_seconds": 0.0, "specs": specs, "risk": dict(risk),
                 "scores": scores,
-                "paper": {"online": {"fills": online["fills"], "late_orders": self.late,
-                                     "net": round(online["total_net"], 6), "drawdown": round(online["drawdown"], 6)},
-                          "positions": {str(i): int(p) for i, p in enumerate(online["position"]) if p},
+                "paper": {"online": _online(online, self.late),
+                          "by_currency": {c: {k: f[k] for k in ("pnl", "pnl_gross", "fees", "fills")}
+                                          for c, f in s["by_currency"].items()},
+                          **({"converted": s["converted"]} if "converted" in s else {}),
+                          "positions": {name(i): int(p) for i, p in enumerate(online["position"]) if p},
                           "gaps": gaps, "ticks_read": int(self.n), "unmatched_signals": int(unmatched),
                           "error": str(self.error) if self.error else None}}
+
+
+def _online(p, late):
+    """The online figures the paper report keeps: fills, late orders, net and drawdown (per
+    currency; the plain ones where there is one currency)."""
+    by = {c: {"net": round(f["net"], 6), "drawdown": round(f["drawdown"], 6)} for c, f in p["by_currency"].items()}
+    one = next(iter(by.values())) if len(by) == 1 else None
+    out = {"fills": p["fills"], "late_orders": late, "net": one["net"] if one else None if by else 0.0,
+           "drawdown": one["drawdown"] if one else None if by else 0.0, "by_currency": by}
+    if p["converted"] is not None:
+        out["converted"] = {k: round(v, 6) if isinstance(v, float) else v for k, v in p["converted"].items()}
+    return out
+

@@ -10,6 +10,9 @@ in the metrics, which `promtool check metrics` passes).
 
     engine_tick_to_signal_seconds        feed publish -> decision, every scored tick
     engine_stage_seconds{stage=...}      ring, features, model, emit
+
+Beside them, the per-source counters of a run with several sources and --paper's money (a
+`currency` label: never summed across currencies).
 """
 import numpy as np
 
@@ -106,3 +109,52 @@ def source_families(sources):
         ready.add_metric([name], 1.0 if s["ready"] else 0.0)
         restarts.add_metric([name], s["feed_restarts"])
     yield from (ticks, gaps, lost, unmapped, ready, restarts)
+
+
+# exported only by a run with --paper (tests/test_paper.py scrapes them; the ops files use them)
+PAPER_METRICS = ("engine_paper_pnl", "engine_paper_drawdown", "engine_paper_fills_total", "engine_paper_position",
+                 "engine_paper_instrument_pnl", "engine_paper_instrument_drawdown",
+                 "engine_paper_instrument_fills_total")
+
+
+def paper_families(paper):
+    """engine_paper_*: --paper's PnL (net, gross) and drawdown per currency (a `currency` label:
+    never summed across currencies), fills and positions (none without it); engine_paper_instrument_*:
+    each traded instrument's (by id, as engine_paper_position; its PnL with its currency)."""
+    if paper is None:
+        return
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from .paper_status import traded
+    p = paper.pnl()
+    pnl = GaugeMetricFamily("engine_paper_pnl", "paper trading PnL of the run in one currency (its instruments'), "
+                            "marked to the last mid: kind=net (after fees) or gross", labels=["kind", "currency"])
+    dd = GaugeMetricFamily("engine_paper_drawdown", "paper net PnL in one currency below its peak",
+                           labels=["currency"])
+    for c, f in p["by_currency"].items():
+        pnl.add_metric(["net", c], f["net"])
+        pnl.add_metric(["gross", c], f["gross"])
+        dd.add_metric([c], f["drawdown"])
+    yield pnl
+    yield dd
+    yield CounterMetricFamily("engine_paper_fills", "fills of the paper trader's orders", value=p["fills"])
+    pos = GaugeMetricFamily("engine_paper_position", "lots held by the paper trader, per instrument id",
+                            labels=["instrument"])
+    ipnl = GaugeMetricFamily("engine_paper_instrument_pnl", "paper trading PnL of one instrument (id), marked to "
+                             "its last mid, in its currency: kind=net (after fees) or gross",
+                             labels=["instrument", "kind", "currency"])
+    idd = GaugeMetricFamily("engine_paper_instrument_drawdown", "one instrument's (id) paper net PnL below its peak, "
+                            "in its currency", labels=["instrument", "currency"])
+    ifills = CounterMetricFamily("engine_paper_instrument_fills", "fills of the paper trader's orders in one "
+                                 "instrument (id)", labels=["instrument"])
+    for i in traded(p):  # (every instrument traded, flat or not)
+        k, c = str(i), str(p["currency"][i])
+        pos.add_metric([k], float(p["position"][i]))
+        ipnl.add_metric([k, "net", c], float(p["net"][i]))
+        ipnl.add_metric([k, "gross", c], float(p["gross"][i]))
+        idd.add_metric([k, c], float(p["drawdown_by"][i]))
+        ifills.add_metric([k], float(p["fills_by"][i]))
+    yield pos
+    yield ipnl
+    yield idd
+    yield ifills

@@ -9,7 +9,8 @@ Per shadow, against the live signal file:
                (a signal carries its score; ticks where neither decided carry none), with how many
   pnl          with --ticks REC (the run's recording): each file's signals through the backtest's
                execution simulator and money (replay/evaluate.py), the execution flags of engine
-               backtest: net and gross PnL, fees, fills
+               backtest: net and gross PnL, fees, fills (per currency when there are several:
+               never added; a total only at --fx rates)
 The live file was cut by the live loop's conflation and kill switch, the shadows' were not
 (app/shadow.py): the report says when the live run conflated or was killed.
 """
@@ -67,17 +68,22 @@ def compare(live, shadow):
 
 def money(ticks, sigs, p, values):
     """What a signal set earns on a tick file through the backtest's execution and money: pnl,
-    pnl_gross, fees, fills (replay/jobs.Params p: the execution flags; values: the strategy's
+    pnl_gross, fees (None with several currencies), fills, and each currency's (by_currency; with
+    --fx, the converted total) (replay/jobs.Params p: the execution flags; values: the strategy's
     parameters, its `maker`)."""
     from replay.backtest import FileResult, file_depth
     from replay.evaluate import evaluate_file, summarize
     from replay.jobs import exec_setup
     res = FileResult(ticks.path, ticks.instruments, len(ticks.words), 0, sigs,
                      np.full(len(ticks.words), np.nan, np.float32), None)
-    xp, spec, _ = exec_setup(p, values, ticks, res, 0)
-    part, _ = evaluate_file(ticks.words, res, p.horizons_ms, depth=file_depth(ticks), xp=xp, spec=spec)
-    s = summarize([part], p.horizons_ms)[0]
-    return {k: s.get(k) for k in ("pnl", "pnl_gross", "fees", "fills")}
+    xp, spec, specs = exec_setup(p, values, ticks, res, 0)
+    part, _ = evaluate_file(ticks.words, res, p.horizons_ms, depth=file_depth(ticks), xp=xp, spec=spec, specs=specs)
+    s = summarize([part], p.horizons_ms, fx=p.fx)[0]
+    out = {k: s.get(k) for k in ("pnl", "pnl_gross", "fees", "fills")}
+    out["by_currency"] = {c: {k: f[k] for k in ("pnl", "pnl_gross", "fees")} for c, f in s["by_currency"].items()}
+    if "converted" in s:
+        out["converted"] = s["converted"]
+    return out
 
 
 def report(sig_path, ticks_path=None, p=None, values=None):
@@ -116,8 +122,15 @@ def lines(rep):
     money = "pnl" in lv
 
     def cash(r):
-        return f"   pnl {r['pnl']:,.2f} (gross {r['pnl_gross']:,.2f}, fees {r['fees']:,.2f}, {r['fills']:,} fills)" \
-            if money else ""
+        if not money:
+            return ""
+        from replay.currency import per_currency
+        cv = r.get("converted") or {}
+        total = f"; total {cv['pnl']:,.2f} {cv['currency']} ({cv['note']})" if "pnl" in cv else ""
+        if r["pnl"] is not None and len(r.get("by_currency") or {}) <= 1:
+            return f"   pnl {r['pnl']:,.2f} (gross {r['pnl_gross']:,.2f}, fees {r['fees']:,.2f}, " \
+                f"{r['fills']:,} fills)" + total
+        return f"   pnl {per_currency(r['by_currency'])}, {r['fills']:,} fills{total}"
     out = [f"live   {lv['signals']:,} signals{cash(lv)}   ({lv['path']})"]
     if lv["conflation_marks"] or lv["kill_moves"] or lv["pause_moves"]:
         out.append(f"       the live loop conflated ({lv['conflation_marks']:,} windows), was killed "

@@ -177,8 +177,11 @@ def command(parser, args):
         subs = [x for x in parser._actions if isinstance(x, argparse._SubParsersAction)]
         if not subs:
             return " ".join(words), parser, len(words)
-        words.append(getattr(args, subs[0].dest))
-        parser = subs[0].choices[words[-1]]
+        word = getattr(args, subs[0].dest, None)
+        if word is None:  # (a command whose subcommand is optional: `engine signals --follow`)
+            return " ".join(words), parser, len(words)
+        words.append(word)
+        parser = subs[0].choices[word]
 
 
 def check_command(parser, args, argv):

@@ -7,12 +7,14 @@ beside `instruments`), Parquet outputs (`engine.instruments`); backtests read th
 (replay/costs.py adds fees and overrides), so a file made by `engine convert` and one made
 by `engine record` from a ring of the same feed say the same thing.
 
-    symbol      the venue's name for it
+    symbol      the venue's name for it; in a run with several sources, a merge and their recordings
+                the run's, VENUE:SYMBOL (engine/universe.py run_name; venue_symbol gives the venue's
+                back: what the venue says of it, its fees, is looked up by that)
     venue       BINANCE (spot), BINANCE-F (USD-M futures), BINANCE-D (COIN-M futures), CME, NASDAQ,
                 SYNTHETIC, or "" when the source cannot tell
     multiplier  quote currency per 1.0 of price per lot (a lot is one unit of a tick's size): ES 50,
                 a Binance lot of size_unit 1e-5 BTC 1e-5, a share 1
-    currency    what PnL and fees are in (USD, USDT, ...)
+    currency    what PnL and fees are in (USD, USDT, ...): money of two currencies is never added
     calendar    crypto (24 x 7), cme (Globex, 23 x 5), us_equities (6.5 h x 252): Sharpe annualisation
     tick_size   the venue's price increment in price units (0.25 for ES; 0 when the data does not say)
     lot_size    how much of the instrument one size unit is (1e-5 BTC, 1 contract, 1 share)

@@ -87,6 +87,17 @@ def run_name(name, venue, label=""):
     return f"{v}:{name}" if v else name
 
 
+def venue_symbol(rec):
+    """The venue's own name of an instrument record (run_name's inverse): a run's or a merge's
+    record is named VENUE:SYMBOL (VENUE:SYMBOL@LABEL when two sources had it), a source's SYMBOL; what
+    the venue says of it (fees, a CME root) is looked up by this name."""
+    name, label = str(rec["symbol"]), rec.get("source") or ""
+    if label and name.endswith("@" + label):
+        name = name[:-len(label) - 1]
+    v = rec.get("venue") or label
+    return name[len(v) + 1:] if v and name.startswith(v + ":") else name
+
+
 def _matches(spec, full):
     sym = full.rsplit(":", 1)[-1]
     target = full if ":" in spec else sym

@@ -93,8 +93,10 @@ def synthetic(symbol, tick_size):
 
 def fees(spec):
     """{maker_bps, taker_bps, per_lot, source} of an instrument's venue's standard tier, or None
-    when no published fee is known here (the caller says so: a zero-cost run)."""
-    venue, sym = spec["venue"], spec["symbol"]
+    when no published fee is known here (the caller says so: a zero-cost run). By the venue's own
+    symbol, whatever the record is called in a run (CME:ESH4 is ESH4 at CME)."""
+    from engine.universe import venue_symbol
+    venue, sym = spec["venue"], venue_symbol(spec)
     if venue in FEES:
         return dict(FEES[venue])
     if venue == "CME":

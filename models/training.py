@@ -36,7 +36,8 @@ def input_streams(sources, default_ticks, strategy=None, merge=False):
 
 
 def _read(uri, default_ticks, strategy):
-    from feeds.sources import open_source
+    from feeds.sources import as_uri, open_source
+    uri = as_uri(uri)  # (a tick file's plain path)
     if strategy is not None:
         uri = strategy.source_uri(uri)
     if uri.startswith("synthetic:") and "count=" not in uri.partition("?")[2]:

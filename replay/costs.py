@@ -8,9 +8,10 @@
    maker/taker; CME exchange + NFA fees per contract), with its source and date in the report.
    Where no fee is known (synthetic data, Nasdaq, an unknown root) the run is a zero-cost run,
    and the summary says so loudly.
-3. A TOML file (`--instruments FILE`) by symbol or prefix:
+3. A TOML file (`--instruments FILE`) by symbol or prefix, the venue's symbol or VENUE:SYMBOL
+   (the name a run with several sources gives it; the longest pattern that matches wins):
 
-       ["ES*"]             # a symbol, or a prefix ending in *
+       ["ES*"]             # a symbol, or a prefix ending in *; "CME:ES*" is ES at CME only
        multiplier = 50
        per_lot = 1.18      # currency per lot per fill (exchange + clearing + broker)
        ["BTCUSDT"]
@@ -68,14 +69,22 @@ def load_file(path):
     return out
 
 
-def _match(table, symbol):
-    best = None
+def _match(table, spec):
+    """The TOML table's entry for an instrument record: a pattern with a colon is matched against
+    VENUE:SYMBOL, one without against the venue's symbol (a run's name CME:ESH4 is ESH4 to "ES*"),
+    so an entry means the same instrument whichever path named it. An exact name wins over a
+    prefix, and of two the longer (VENUE:SYMBOL over SYMBOL)."""
+    from engine.universe import run_name, venue_symbol
+    sym = venue_symbol(spec)
+    full = run_name(sym, spec["venue"])
+    best, rank = {}, (0, 0)
     for pat, t in table.items():
-        if pat == symbol:
-            return t
-        if pat.endswith("*") and symbol.startswith(pat[:-1]) and (best is None or len(pat) > len(best[0])):
-            best = (pat, t)
-    return best[1] if best else {}
+        name = full if ":" in pat else sym
+        r = (2, len(pat)) if pat == name else (1, len(pat)) if pat.endswith("*") and name.startswith(pat[:-1]) \
+            else (0, 0)
+        if r > rank:
+            best, rank = t, r
+    return best
 
 
 def file_specs(tf, names):
@@ -95,10 +104,10 @@ def resolve(specs, table=None, overrides=None):
     out = []
     for spec in specs:
         d = {k: spec[k] for k in ("symbol", "venue", "multiplier", "currency", "calendar", "tick_size", "lot_size",
-                                  "inverse", "known")}
+                                  "inverse", "known", "source") if k in spec}  # (source: a run's, its clocks)
         f = fees(spec)
         d.update({k: (f[k] if f else 0.0) for k in FEE_KEYS}, fee_source=f["source"] if f else None)
-        m = _match(table or {}, spec["symbol"])
+        m = _match(table or {}, spec)
         d.update({k: v for k, v in m.items() if k in KEYS})
         if "multiplier" in m:
             d["known"] = True
@@ -154,3 +163,10 @@ def spec_array(specs):
         a[i, SP_MULT], a[i, SP_MAKER_BPS], a[i, SP_TAKER_BPS], a[i, SP_PER_LOT] = (
             d["multiplier"], d["maker_bps"], d["taker_bps"], d["per_lot"])
     return a
+
+
+def described(specs, traded):
+    """The report's `instruments`: each instrument decided on (by name) and what it is and costs;
+    one nothing decided on, or a run's unnamed id between two sources' blocks, is not listed."""
+    return {s["symbol"]: {k: v for k, v in s.items() if k != "symbol"} for s in specs
+            if s["symbol"] and s["symbol"] in traded}

@@ -15,6 +15,10 @@ merged): forward returns, hit rates, information coefficient, and what the signa
   standard deviation of 1-minute equity changes times sqrt(trading minutes in a year of the
   instruments' calendar: 365 x 24 h for crypto, 252 x 23 h for CME futures, 252 x 6.5 h for US
   equities); none under ten minutes of data, with the reason.
+- Money is never added across currencies: every figure in money is per currency (`by_currency`:
+  the instruments priced in it), and the run's plain figures (pnl, fees, ...) are that currency's
+  when there is one, None when there are several (replay/currency.py converts them at rates the
+  user gives). Each instrument's own figures are in `by_instrument`.
 """
 import numpy as np
 from numba import njit
@@ -96,11 +100,11 @@ def forward_returns(words, sig_inst, sig_ts, horizons_ms, mi=None):
     return out
 
 
-def execution(words, signals, n_inst, depth, xp=None, spec=None, l3_records=None):
+def execution(words, signals, n_inst, depth, xp=None, spec=None, l3_records=None, groups=None):
     """Fills of the signals through the execution simulator (replay/execsim.py; with MBO records,
     replay/l3.py's exact FIFO) and its counters. xp: execsim.ExecParams (default: taker orders,
     no latency); spec: float64[n_inst, 4] (multiplier, maker bps, taker bps, per lot; default
-    1, 0, 0, 0)."""
+    1, 0, 0, 0); groups: each instrument's source (execsim.order_inputs), None: one."""
     from . import execsim
     xp = xp or execsim.ExecParams()
     if spec is None:
@@ -113,25 +117,26 @@ def execution(words, signals, n_inst, depth, xp=None, spec=None, l3_records=None
         if np.ndim(xp.maker) and np.size(xp.maker) == len(signals):
             import dataclasses
             xp = dataclasses.replace(xp, maker=np.asarray(xp.maker)[keep])
-        fills, info = execution(words, signals[keep], n_inst, depth, xp, spec, l3_records)
+        fills, info = execution(words, signals[keep], n_inst, depth, xp, spec, l3_records, groups)
         fills["signal"] = keep[fills["signal"]] if len(fills) else fills["signal"]
         return fills, info
     if l3_records is not None:
         from . import l3
         return l3.run(l3_records, words, signals, n_inst, spec, xp)
-    return execsim.run(words, signals, n_inst, spec, xp, depth)
+    return execsim.run(words, signals, n_inst, spec, xp, depth, groups)
 
 
 MAX_GRID = 2_000_000  # equity points (a week at 1 s is 604,800)
 
 
-def equity_curve(words, fills, mi, mult, step_ns=None):
+def equity_curve(words, fills, mi, mult, step_ns=None, span=None):
     """(grid ts, equity in currency) of the fills, marked to mid every step_ns (default 1 s, finer
-    for files under 1000 s so a plot has points, coarser past MAX_GRID seconds); mult: currency per 1.0 of price per lot, per
-    instrument."""
+    for files under 1000 s so a plot has points, coarser past MAX_GRID seconds) from the first
+    tick's exchange time to the last's (span: (first, last) of some instruments' ticks); mult:
+    currency per 1.0 of price per lot, per instrument."""
     if not len(words):
         return np.zeros(0, np.int64), np.zeros(0)
-    t0, t1 = int(words[:, 1].min()), int(words[:, 1].max())
+    t0, t1 = span if span is not None else (int(words[:, 1].min()), int(words[:, 1].max()))
     if step_ns is None:
         step_ns = min(1_000_000_000, max(1_000_000, (t1 - t0) // 1000))
     # at most MAX_GRID points, however long the span (exchange times years apart, as a replayed old
@@ -157,10 +162,60 @@ def _equity_at(fills, i, mult_i, mi, t):
     return cash + pos * m * mult_i
 
 
-def summarize(parts, horizons_ms, calendar="crypto"):
-    """Merge per-file evaluations (dicts from evaluate_file) into the report's figures; Sharpe
-    annualised by `calendar`'s trading minutes (replay/costs.py)."""
+UNKNOWN_CURRENCY = "quote currency"  # (a part made without instrument records)
+MONEY = ("pnl", "pnl_gross", "fees", "pnl_closed", "pnl_open", "turnover_notional", "break_even_fee_bps",
+         "max_drawdown", "sharpe")
+
+
+def _curves(p):
+    """{currency: (grid, equity, fee curve)} of a part (one of an older part: its totals)."""
+    if "money" in p:
+        return {c: (m["grid"], m["equity"], m["fee_curve"]) for c, m in p["money"].items()}
+    return {UNKNOWN_CURRENCY: (p["grid"], p["equity"], p.get("fee_curve", np.zeros(len(p["grid"]))))}
+
+
+def _of(p, key, cur):
+    """A part's figure `key` in currency cur (a part's `money`; an older part's totals are in its
+    one unknown currency)."""
+    if "money" in p:
+        return p["money"].get(cur, {}).get(key, 0)
+    return p[key] if cur == UNKNOWN_CURRENCY else 0
+
+
+def _money(parts, cur, calendar):
+    """One currency's money over every part: net, gross, fees, drawdown, Sharpe, turnover; and its
+    grid, net and gross equity."""
     from .costs import CALENDAR_MINUTES
+    curves = [c for c in (_curves(p).get(cur) for p in parts) if c is not None]
+    grid_all = np.concatenate([c[0] for c in curves]) if curves else np.zeros(0, np.int64)
+    inc = np.concatenate([np.diff(c[1], prepend=0.0) for c in curves]) if curves else np.zeros(0)
+    finc = np.concatenate([np.diff(c[2], prepend=0.0) for c in curves]) if curves else np.zeros(0)
+    order = np.argsort(grid_all, kind="stable")
+    grid_all = grid_all[order]
+    equity = np.cumsum(inc[order])
+    gross = equity + np.cumsum(finc[order])
+    out = {"pnl": round(float(equity[-1]), 6) if len(equity) else 0.0}  # net of fees, marked to mid
+    out["fees"] = round(sum(_of(p, "fees", cur) for p in parts), 6)
+    out["pnl_gross"] = round(out["pnl"] + out["fees"], 6)
+    out["fills"] = sum(_of(p, "fills", cur) for p in parts)
+    out["turnover_notional"] = round(sum(_of(p, "turnover_notional", cur) for p in parts), 6)
+    # the fee (bp of notional, every fill) at which the gross PnL would all go in fees
+    out["break_even_fee_bps"] = round(out["pnl_gross"] / out["turnover_notional"] * 1e4, 4) \
+        if out["turnover_notional"] else None
+    out["max_drawdown"] = round(float(np.max(np.maximum.accumulate(equity) - equity)), 6) if len(equity) else 0.0
+    out["sharpe"], reason = sharpe(grid_all, equity, CALENDAR_MINUTES[calendar])
+    out["sharpe_calendar"] = calendar
+    if reason:
+        out["sharpe_reason"] = reason
+    return out, grid_all, equity, gross
+
+
+def summarize(parts, horizons_ms, calendar="crypto", fx=None):
+    """Merge per-file evaluations (dicts from evaluate_file) into the report's figures; Sharpe
+    annualised by `calendar`'s trading minutes (replay/costs.py), each currency's by its own
+    instruments' when there are several; fx: rates the user gave (replay/currency.py) for a
+    converted total (`converted`). Returns (figures, {currency: grid}, {currency: net equity},
+    {currency: gross equity}): each currency's curves on its own grid."""
     out = {"files": len(parts), "ticks": sum(p["ticks"] for p in parts), "scored": sum(p["scored"] for p in parts),
            "signals": sum(p["signals"] for p in parts)}
     for h in horizons_ms:
@@ -173,16 +228,20 @@ def summarize(parts, horizons_ms, calendar="crypto"):
     pairs_y = np.concatenate([p["ic_y"] for p in parts]) if parts else np.zeros(0)
     out["ic"] = spearman(pairs_x, pairs_y)
     out["ic_pairs"] = int(len(pairs_x))
-    grid = np.concatenate([p["grid"] for p in parts]) if parts else np.zeros(0, np.int64)
-    inc = np.concatenate([np.diff(p["equity"], prepend=0.0) for p in parts]) if parts else np.zeros(0)
-    finc = np.concatenate([np.diff(p.get("fee_curve", np.zeros(len(p["grid"]))), prepend=0.0) for p in parts]) \
-        if parts else np.zeros(0)
-    order = np.argsort(grid, kind="stable")
-    grid, equity = grid[order], np.cumsum(inc[order])
-    gross = equity + np.cumsum(finc[order])
-    out["pnl"] = round(float(equity[-1]), 6) if len(equity) else 0.0  # net of fees, marked to mid
-    out["fees"] = round(sum(p["fees"] for p in parts), 6)
-    out["pnl_gross"] = round(out["pnl"] + out["fees"], 6)
+    # the currencies of the instruments traded (none traded: of those described; an id nothing
+    # describes, as a run's unused ids between two sources' blocks, names no currency)
+    curs = sorted({c for p in parts for c in _curves(p) if _of(p, "fills", c)}) or \
+        sorted({c for p in parts for c in _curves(p)}) or [UNKNOWN_CURRENCY]
+    cals = {}
+    for p in parts:
+        for c, m in p.get("money", {}).items():
+            for cal, n in m["calendars"].items():
+                cals.setdefault(c, {}).setdefault(cal, 0)
+                cals[c][cal] += n
+    by, grid, equity, gross = {}, {}, {}, {}
+    for c in curs:  # (one currency: the run's calendar, as before; several: each its instruments')
+        cal = calendar if len(curs) == 1 or c not in cals else max(sorted(cals[c]), key=cals[c].get)
+        by[c], grid[c], equity[c], gross[c] = _money(parts, c, cal)
     out["fills"] = sum(p["fills"] for p in parts)
     out["maker_fills"] = sum(p.get("maker_fills", 0) for p in parts)
     out["exec_seconds"] = round(sum(p.get("exec_seconds", 0.0) for p in parts), 4)
@@ -190,25 +249,58 @@ def summarize(parts, horizons_ms, calendar="crypto"):
         out[k] = sum(p.get(k, 0) for p in parts)
     out["open_positions"] = [o for p in parts for o in p.get("open", [])]
     out["turnover_units"] = sum(p["turnover_units"] for p in parts)
-    out["turnover_notional"] = round(sum(p["turnover_notional"] for p in parts), 6)
-    # the fee (bp of notional, every fill) at which the gross PnL would all go in fees
-    out["break_even_fee_bps"] = round(out["pnl_gross"] / out["turnover_notional"] * 1e4, 4) \
-        if out["turnover_notional"] else None
-    out["max_drawdown"] = round(float(np.max(np.maximum.accumulate(equity) - equity)), 6) if len(equity) else 0.0
-    out["sharpe"], reason = sharpe(grid, equity, CALENDAR_MINUTES[calendar])
-    out["sharpe_calendar"] = calendar
-    if reason:
-        out["sharpe_reason"] = reason
     rts = [p["rt"] for p in parts if "rt" in p]
     if rts:
-        out["trades"] = trade_stats({k: np.concatenate([r[k] for r in rts]) for k in rts[0]})
+        rt = {k: np.concatenate([r[k] for r in rts]) for k in rts[0]}
+        out["trades"] = trade_stats(rt, several=len(curs) > 1)
+        if "currency" in rt:
+            for c in curs:
+                sel = rt["currency"] == c
+                by[c]["trades"] = trade_stats({k: v[sel] for k, v in rt.items()}, per_name=False)
     if any("dec_pnl" in p for p in parts):
-        out["decisions"] = decision_stats(np.concatenate([p["dec_legs"] for p in parts if "dec_pnl" in p]),
-                                          np.concatenate([p["dec_pnl"] for p in parts if "dec_pnl" in p]))
-    # the net PnL is the closed trades' plus what the positions still open at the end are marked at
-    out["pnl_closed"] = round(out["trades"]["all"]["net"], 6) if "trades" in out else 0.0
-    out["pnl_open"] = round(out["pnl"] - out["pnl_closed"], 6)
+        d = [p for p in parts if "dec_pnl" in p]
+        legs, pnl = np.concatenate([p["dec_legs"] for p in d]), np.concatenate([p["dec_pnl"] for p in d])
+        dcur = np.concatenate([p.get("dec_cur", np.full(len(p["dec_pnl"]), curs[0], object)) for p in d])
+        if len(curs) == 1:
+            out["decisions"] = decision_stats(legs, pnl)
+        else:  # (a decision's legs in one currency are added; one of several currencies' is counted apart)
+            out["decisions"] = {"decisions": int(len(pnl)), "multi_leg": int((legs > 1).sum()),
+                                "of_several_currencies": int((dcur == "").sum())}
+            for c in curs:
+                by[c]["decisions"] = decision_stats(legs[dcur == c], pnl[dcur == c])
+    for c in curs:  # the net PnL is the closed trades' plus what the positions still open at the end are marked at
+        by[c]["pnl_closed"] = round(by[c]["trades"]["all"]["net"], 6) if "trades" in by[c] else \
+            round(out["trades"]["all"]["net"], 6) if "trades" in out and len(curs) == 1 else 0.0
+        by[c]["pnl_open"] = round(by[c]["pnl"] - by[c]["pnl_closed"], 6)
+    out["currencies"] = curs
+    out["by_currency"] = by
+    out["by_instrument"] = _by_instrument(parts)
+    one = by[curs[0]] if len(curs) == 1 else None
+    out["currency"] = curs[0] if one else None
+    for k in MONEY:  # a run's figure in money is its one currency's; with several there is none (never a sum)
+        out[k] = one.get(k) if one else None
+    out["sharpe_calendar"] = one["sharpe_calendar"] if one else None
+    if one and one.get("sharpe_reason"):
+        out["sharpe_reason"] = one["sharpe_reason"]
+    elif not one:
+        out["sharpe_reason"] = f"money in {len(curs)} currencies: see by_currency"
+    if fx:
+        from .currency import convert
+        out["converted"] = convert(by, fx, {c: (grid[c], equity[c]) for c in curs})
     return out, grid, equity, gross
+
+
+def _by_instrument(parts):
+    """Each instrument's own figures, over every part it is in (by name)."""
+    out = {}
+    for p in parts:
+        for name, b in p.get("by_instrument", {}).items():
+            o = out.setdefault(name, {"currency": b["currency"], "fills": 0, "fees": 0.0, "pnl": 0.0, "pnl_gross": 0.0})
+            o["fills"] += b["fills"]
+            o["fees"] = round(o["fees"] + b["fees"], 6)
+            o["pnl"] = round(o["pnl"] + b["pnl"], 6)
+            o["pnl_gross"] = round(o["pnl"] + o["fees"], 6)
+    return out
 
 
 def sharpe(grid, equity, minutes_per_year=MINUTES_PER_YEAR):
@@ -255,9 +347,9 @@ def spearman(x, y):
 UNFILLED = ("ordered_lots", "unfilled_lots", "maker_unplaced_lots", "maker_cancelled_lots", "working_lots")
 
 
-def open_positions(fills, mi, mult, names, words):
+def open_positions(fills, mi, mult, names, words, currencies=None):
     """The positions the fills leave open at the end of a file: [{symbol, lots, mark (the last
-    mid, price units), value (lots x mark x multiplier, currency)}]."""
+    mid, price units), value (lots x mark x multiplier, in the instrument's currency)}]."""
     out = []
     if not len(fills) or not len(words):
         return out
@@ -269,6 +361,8 @@ def open_positions(fills, mi, mult, names, words):
             out.append({"symbol": names[i] if i < len(names) else str(int(i)), "lots": lots,
                         "mark": round(m, 9) if np.isfinite(m) else None,
                         "value": round(lots * m * float(mult[i]), 6) if np.isfinite(m) else None})
+            if currencies is not None:
+                out[-1]["currency"] = str(currencies[i])
     return out
 
 
@@ -304,15 +398,17 @@ def round_trips(fills, mult):
     return np.array(ints, np.int64).reshape(-1, 4), np.array(flts, np.float64).reshape(-1, 3)
 
 
-def trade_stats(rt):
+def trade_stats(rt, several=False, per_name=True):
     """The report's trade figures from round trips (concatenated over files: rt = {"name", "sign",
-    "net", "fee", "notional"}): per side (long/short) and per instrument, PnL in currency, net
-    PnL per trade in bp of its entry notional."""
+    "net", "fee", "notional", "currency"}): per side (long/short) and per instrument, PnL in
+    currency, net PnL per trade in bp of its entry notional. several: the trades are in several
+    currencies, so all, long and short have counts, win rates and bp but no sums of money."""
     n_all = len(rt["sign"])
     out = {}
     groups = [("all", np.ones(n_all, bool)), ("long", rt["sign"] > 0), ("short", rt["sign"] < 0)]
-    groups += [(str(name), rt["name"] == name) for name in np.unique(rt["name"])]
-    for key, sel in groups:
+    if per_name:
+        groups += [(str(name), rt["name"] == name) for name in np.unique(rt["name"])]
+    for g, (key, sel) in enumerate(groups):
         n = int(sel.sum())
         with np.errstate(invalid="ignore", divide="ignore"):
             bp = rt["net"][sel] / rt["notional"][sel] * 1e4
@@ -321,22 +417,29 @@ def trade_stats(rt):
                     "win_rate": round(float((rt["net"][sel] > 0).mean()), 4) if n else None,
                     "mean_bp": round(float(np.nanmean(bp)), 3) if n and np.isfinite(bp).any() else None,
                     "median_bp": round(float(np.nanmedian(bp)), 3) if n and np.isfinite(bp).any() else None}
+        if g < 3 and several:
+            out[key].update(net=None, fees=None, gross=None)
+        elif g >= 3 and "currency" in rt and n:
+            out[key]["currency"] = str(rt["currency"][sel][0])
     return out
 
 
-def _rt_columns(fills, mult, names):
+def _rt_columns(fills, mult, names, currencies):
     from engine.records import symbol_column
     ti, tf = round_trips(fills, mult)
     nm = symbol_column(names, ti[:, 0])
-    return {"name": nm, "sign": ti[:, 1], "net": tf[:, 0], "fee": tf[:, 1], "notional": tf[:, 2]}
+    return {"name": nm, "sign": ti[:, 1], "net": tf[:, 0], "fee": tf[:, 1], "notional": tf[:, 2],
+            "currency": np.asarray(currencies, object)[ti[:, 0]] if len(ti) else np.zeros(0, object)}
 
 
 def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee_bps=0.0, ic_horizon_ms=None,
-                  ic_max_pairs=200_000, depth=0, xp=None, spec=None, l3_records=None, mi=None):
+                  ic_max_pairs=200_000, depth=0, xp=None, spec=None, l3_records=None, mi=None, specs=None):
     """Per-file figures and series for `summarize`, plus per-signal columns for signals.parquet.
     Fills come from the execution simulator (xp, spec: see `execution`); without xp, taker orders
     arriving latency_ns after their tick and paying fee_bps. mi: the file's MidIndex when it
-    was built already (a backtest builds it beside its loop)."""
+    was built already (a backtest builds it beside its loop). specs: the instruments' resolved
+    records (replay/costs.py resolve, by id): their currencies and calendars, their sources'
+    clocks, and `spec` when it is not given; without them one unknown currency."""
     mi = mi or MidIndex(words)
     sig = res.signals
     sig_inst = sig["instrument"].astype(np.int64)
@@ -362,6 +465,9 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
     part["ic_x"], part["ic_y"] = res.margins[scored].astype(np.float64), ic_y
     from . import execsim
     n_inst = max(int(res.instruments and len(res.instruments) or 0), int(sig_inst.max()) + 1 if len(sig) else 1, 1)
+    if spec is None and specs is not None:
+        from .costs import spec_array
+        spec = spec_array(specs)
     if spec is None:
         spec = np.zeros((n_inst, 4))
         spec[:, execsim.SP_MULT] = 1.0
@@ -370,27 +476,33 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
         xp = execsim.ExecParams(entry_ns=latency_ns)
     import time
     t0 = time.perf_counter()
-    fills, info = execution(words, sig, n_inst, depth, xp, spec, l3_records)
+    specs = list(specs or [])
+    cur = np.array([s["currency"] for s in specs[:n_inst]] + [UNKNOWN_CURRENCY] * (n_inst - len(specs[:n_inst])),
+                   object)
+    cal = [s["calendar"] for s in specs[:n_inst]]
+    src = [s.get("source", "") for s in specs[:n_inst]]
+    groups = np.unique(src + [""] * (n_inst - len(src)), return_inverse=True)[1] if len(set(src)) > 1 else None
+    fills, info = execution(words, sig, n_inst, depth, xp, spec, l3_records, groups)
     part["exec_seconds"] = time.perf_counter() - t0
     part["maker_orders"] = bool(np.any(xp.maker))
     mult = spec[:, execsim.SP_MULT]
-    grid, eq = equity_curve(words, fills, mi, mult)
-    part["grid"], part["equity"] = grid, eq
-    f_sorted = fills[np.argsort(fills["ts_event"], kind="stable")] if len(fills) else fills
-    part["fee_curve"] = np.concatenate([[0.0], np.cumsum(f_sorted["fee"])])[
-        np.searchsorted(f_sorted["ts_event"], grid, side="right")] if len(fills) else np.zeros(len(grid))
+    known = np.array([bool(s["known"]) for s in specs[:n_inst]] + [False] * (n_inst - len(specs[:n_inst])), bool)
+    part["money"] = _money_of(words, fills, mi, mult, cur, cal, known if specs else np.ones(n_inst, bool))
+    part["by_instrument"] = _instruments_of(words, fills, mi, mult, cur, list(res.instruments or []))
     part["fills"] = len(fills)
     part["maker_fills"] = int(fills["maker"].sum()) if len(fills) else 0
     for k in UNFILLED:
         part[k] = info[k]
-    part["open"] = open_positions(fills, mi, mult, list(res.instruments or []), words)
-    part["fees"] = float(fills["fee"].sum()) if len(fills) else 0.0
+    part["open"] = open_positions(fills, mi, mult, list(res.instruments or []), words, cur)
     part["turnover_units"] = int(np.abs(fills["qty"]).sum()) if len(fills) else 0
-    part["turnover_notional"] = float((np.abs(fills["qty"]) * fills["price"] / PRICE_SCALE * mult[fills["instrument"]]).sum()) \
-        if len(fills) else 0.0
+    if len(part["money"]) == 1:  # (a file's totals where they are one currency's; summarize reads `money`)
+        (m,) = part["money"].values()
+        part["grid"], part["equity"], part["fees"], part["turnover_notional"] = m["grid"], m["equity"], m["fees"], \
+            m["turnover_notional"]
     part["clocks_comparable"] = info["clocks_comparable"]
-    part["rt"] = _rt_columns(fills, mult, list(res.instruments or []))
-    _, part["dec_legs"], part["dec_pnl"] = decision_pnl(sig[acts], fills, mi, mult, int(words[:, 1].max()) if len(words) else 0)
+    part["rt"] = _rt_columns(fills, mult, list(res.instruments or []), cur)
+    _, part["dec_legs"], part["dec_pnl"], part["dec_cur"] = decision_pnl(
+        sig[acts], fills, mi, mult, int(words[:, 1].max()) if len(words) else 0, cur)
     part["fills_table"] = fills
     cols = {f"fwd_bps_{h}ms": fwd[h].astype(np.float32) for h in horizons_ms}
     # per signal: lots filled, their average price, the first fill's exchange time
@@ -409,15 +521,15 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
     return part, cols
 
 
-def decision_pnl(sig, fills, mi, mult, t_end):
+def decision_pnl(sig, fills, mi, mult, t_end, currencies=None):
     """Each decision's PnL, its legs together (a pair's long and short as one): each leg from its
     signal's tick until its instrument's next signal (else t_end), the change of that instrument's
     equity (cash from the fills done by then, net of their fees, plus the position marked to the
     mid). Every instrument's time from its first signal on belongs to one decision, so the
-    decisions add up to the run's PnL. Returns (decision ids, legs, PnL in currency), in
-    decision order."""
+    decisions add up to the run's PnL. Returns (decision ids, legs, PnL in currency, its
+    currency: "" for a decision whose legs are in several, whose PnL is no sum), in decision order."""
     if not len(sig):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, object)
     dec = sig["decision"].astype(np.int64)
     inst = sig["instrument"].astype(np.int64)
     ts = sig["ts_event"].astype(np.int64)
@@ -432,7 +544,64 @@ def decision_pnl(sig, fills, mi, mult, t_end):
     for i in np.unique(inst):
         j = np.flatnonzero(inst == i)  # the legs on i
         np.add.at(pnl, where[j], _equity_at(fills, i, mult[i], mi, nxt[j]) - _equity_at(fills, i, mult[i], mi, ts[j]))
-    return ids, legs, pnl
+    cur = np.full(len(sig), UNKNOWN_CURRENCY, object) if currencies is None else \
+        np.asarray(currencies, object)[np.minimum(inst, len(currencies) - 1)]  # (each leg's)
+    first = np.full(len(ids), None, object)
+    first[where[::-1]] = cur[::-1]  # (each decision's first leg's currency)
+    mixed = np.zeros(len(ids), bool)
+    np.logical_or.at(mixed, where, cur != first[where])
+    first[mixed] = ""
+    return ids, legs, pnl, first
+
+
+def _money_of(words, fills, mi, mult, cur, cal, known):
+    """A file's money per currency: {currency: net equity and fee curve on the file's grid, fees,
+    fills, turnover notional, and its instruments' calendars (counts)}, for the currencies of the
+    instruments traded and of those described (known)."""
+    out = {}
+    traded = np.zeros(len(cur), bool)
+    traded[np.unique(fills["instrument"])[np.unique(fills["instrument"]) < len(cur)]] = True
+    if (traded | known).any():  # (an instrument nothing describes and never traded: no currency)
+        cur = np.where(traded | known, cur, None)
+    several = len(set(cur) - {None}) > 1
+    inst = tick_instruments(words) if several and len(words) else None
+    for c in sorted(set(cur) - {None}):
+        ids = set(np.flatnonzero(cur == c).tolist())
+        mine = np.isin(fills["instrument"], list(ids)) if len(fills) else np.zeros(0, bool)
+        f = fills[mine]
+        span = None  # (one currency: the file's; several: each the span of its instruments' ticks, as a file of them)
+        if several:
+            ts = words[np.isin(inst, list(ids)), 1]
+            span = (int(ts.min()), int(ts.max())) if len(ts) else (int(words[0, 1]), int(words[0, 1]))
+        grid, eq = equity_curve(words, f, mi, mult, span=span)
+        f = f[np.argsort(f["ts_event"], kind="stable")] if len(f) else f
+        fee_curve = np.concatenate([[0.0], np.cumsum(f["fee"])])[np.searchsorted(f["ts_event"], grid, side="right")] \
+            if len(f) else np.zeros(len(grid))
+        cals = {}
+        for i in ids:
+            if i < len(cal):
+                cals[cal[i]] = cals.get(cal[i], 0) + 1
+        out[str(c)] = {"grid": grid, "equity": eq, "fee_curve": fee_curve,
+                       "fees": float(f["fee"].sum()) if len(f) else 0.0,
+                       "fills": int(len(f)), "calendars": cals,
+                       "turnover_notional": float((np.abs(f["qty"]) * f["price"] / PRICE_SCALE
+                                                   * mult[f["instrument"]]).sum()) if len(f) else 0.0}
+    return out
+
+
+def _instruments_of(words, fills, mi, mult, cur, names):
+    """Each traded instrument's own figures in its currency: fills, fees, net PnL marked to its
+    last mid (what a file of its ticks alone gives, to the last digit)."""
+    out = {}
+    if not len(fills) or not len(words):
+        return out
+    t_end = np.array([int(words[:, 1].max())])
+    for i in np.unique(fills["instrument"]):
+        f = fills[fills["instrument"] == i]
+        name = names[i] if i < len(names) else str(int(i))
+        out[str(name)] = {"currency": str(cur[i]), "fills": int(len(f)), "fees": float(f["fee"].sum()),
+                          "pnl": float(_equity_at(fills, i, mult[i], mi, t_end)[0])}
+    return out
 
 
 def decision_stats(legs, pnl):

@@ -7,9 +7,12 @@ for the same instrument cancels a working order when it arrives). Arrival is in 
 the signal tick's receive time plus the entry latency when the data's receive and exchange clocks
 are comparable (recorded captures: feed latency is then the data's own ts_recv - ts_event, the
 receive clock moved forward when it ran behind the exchange's: `clock_skew`),
-else its exchange time plus a constant feed latency. The order meets the book (as the ticks before
-it left it) at the first tick after its signal's whose exchange time is at or after its arrival,
-in file order (the exchange's sequence).
+else its exchange time plus a constant feed latency; each source's clocks are its own (a merged
+file's or a run's sources: `groups`). The order meets its instrument's book (as the ticks before
+it left it) at the first tick of that instrument after its signal's whose exchange time is at or
+after its arrival, in file order (the exchange's sequence). Nothing of one instrument moves
+another's orders, so each instrument's fills are those of a file of its ticks alone (a merged
+file is the sum of its parts).
 
 Orders (per signal: the strategy's `maker` param, 0 or 1, or `engine backtest --orders`):
 - taker: crosses the spread at arrival and walks the book's depth window for its size (buys take
@@ -32,6 +35,8 @@ Orders (per signal: the strategy's `maker` param, 0 or 1, or `engine backtest --
   (`maker_unplaced_lots`), and what still works when the data ends `working_lots`.
 - Fills are known to the trader `response` ns after they happen (ts_local); the position an
   order is sized from is the one the exchange knows (an exact order manager).
+The book an order meets: the depth window's levels (level ticks), or for data without them (depth
+0, or an instrument whose source sends none, merged with a deeper one) the touch its quotes carry.
 Fees per fill: `maker_bps` / `taker_bps` of the notional plus `per_contract` a lot; notional and
 PnL in currency use the instrument's `multiplier` (currency per 1.0 of price per lot: ES is 50).
 
@@ -46,7 +51,7 @@ from engine import levelbook
 from engine.intrinsics import borrow
 from engine.levelbook import PX, SZ
 from engine.records import (KIND_BOOK, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL, tick_ask_sz, tick_bid_sz,
-                            tick_instrument, tick_kind, tick_side, tick_size)
+                            tick_instrument, tick_instruments, tick_kind, tick_side, tick_size)
 
 MAXLV = 32   # book levels a side the simulator keeps (the most a depth window carries)
 # spec columns (float64 per instrument)
@@ -245,39 +250,69 @@ def _crossed(O, inst, px):
     return px > 0 and (px <= O[inst, O_PX] if O[inst, O_SIDE] > 0 else px >= O[inst, O_PX])
 
 
+def queues(inst, n_inst):
+    """Each instrument's orders in emission order as linked lists: (head int64[n_inst], the
+    instrument's next order to arrive or -1; nxt int64[m], the order after each of its instrument's;
+    tail int64[n_inst], its last order). `enqueue` adds orders to them."""
+    head, tail = np.full(max(1, n_inst), -1, np.int64), np.full(max(1, n_inst), -1, np.int64)
+    nxt = np.full(len(inst), -1, np.int64)
+    enqueue(head, tail, nxt, np.asarray(inst, np.int64), 0)
+    return head, nxt, tail
+
+
 @njit(nogil=True, cache=True)
-def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, book, bn, fills, fees, unfilled,
-             final=True):
-    """From tick j and signal k on: returns (j, k, fills written). Stops early when `fills` is
-    nearly full (the caller grows it and calls again: every piece of state is in the arrays).
-    final: words is the whole file, so orders still to arrive after its last tick are counted
-    unfilled; not final (paper trading, app/paper.py): more ticks and signals come, the call
-    resumes where this one stopped.
+def enqueue(head, tail, nxt, inst, start):
+    """Orders start, start+1, ... (of instruments inst) join their instruments' lists."""
+    for n in range(inst.shape[0]):
+        k, i = start + n, inst[n]
+        nxt[k] = -1
+        if head[i] < 0:
+            head[i] = k
+        else:
+            nxt[tail[i]] = k
+        tail[i] = k
+
+
+@njit(nogil=True, cache=True)
+def simulate(words, j, head, nxt, sig, arrival, resp, spec, power, depth, O, F, pos, book, bn, lv, fills, fees,
+             unfilled, final=True):
+    """From tick j on, each instrument's orders from its `head` on (`queues`; moved as they
+    arrive): returns (j, fills written). Stops early when `fills` is nearly full (the caller
+    grows it and calls again: every piece of state is in the arrays).
+    final: words is the whole file, so orders still to arrive after their instrument's last tick
+    are counted unfilled; not final (paper trading, app/paper.py): more ticks and signals come,
+    the call resumes where this one stopped.
     sig: int64[m, 4] (instrument, target position, maker 0/1, tick index); arrival: exchange ns per signal.
     book, bn: the book from the level ticks (engine/levelbook.py), borrowed (the caller holds them):
-    levelbook's inlined steps would otherwise count their references on every level tick."""
+    levelbook's inlined steps would otherwise count their references on every level tick.
+    lv: int64 per instrument, 1 once a level tick of it came: its book is its levels' from then on,
+    its quotes' touch before (a source without levels, merged with a deeper one, keeps its touch)."""
     book, bn = borrow(book), borrow(bn)
     n = words.shape[0]
-    m = sig.shape[0]
     nf = 0
     cap = fills.shape[0] - 2 * MAXLV - 4
     while j < n:
         if nf >= cap:
-            return j, k, nf
+            return j, nf
         w = words[j]
         ts = w[1]
-        while k < m and arrival[k] <= ts and sig[k, 3] < j:  # (decided after its tick)
-            nf = _arrive(k, j, ts, sig, O, F, pos, book, bn, spec, resp[k], fills, fees, nf, unfilled)
-            k += 1
         inst = tick_instrument(w)
         kind = tick_kind(w)
         tside = tick_side(w)
-        if inst >= O.shape[0]:
+        if inst >= O.shape[0] or inst >= head.shape[0]:
             j += 1
             continue
+        k = head[inst]
+        while k >= 0 and arrival[k] <= ts and sig[k, 3] < j:  # (decided after its tick)
+            nf = _arrive(k, j, ts, sig, O, F, pos, book, bn, spec, resp[k], fills, fees, nf, unfilled)
+            k = nxt[k]
+        head[inst] = k
         act = O[inst, O_ACTIVE] != 0
         r = resp[O[inst, O_SIG]] if act else 0
         if kind == KIND_LEVEL:
+            if lv[inst] == 0 and depth > 0:  # its first level tick: the levels' book, not a touch from quotes
+                lv[inst] = 1
+                levelbook.clear(book, bn, inst)
             bs = 0 if tside == SIDE_BUY else 1
             if tside != SIDE_BUY and tside != SIDE_SELL:  # a clear tick
                 levelbook.clear(book, bn, inst)
@@ -315,7 +350,8 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, boo
         if kind == KIND_QUOTE or kind == KIND_TRADE or kind == KIND_BOOK:  # they carry the touch
             bid, ask = w[4], w[5]
             bsz_, asz_ = tick_bid_sz(w), tick_ask_sz(w)
-            if depth == 0:
+            touch = depth == 0 or lv[inst] == 0  # (no levels of this instrument: its book is the touch)
+            if touch:
                 _set_touch(book, bn, inst, 0, bid, bsz_)
                 _set_touch(book, bn, inst, 1, ask, asz_)
             if O[inst, O_ACTIVE] != 0:
@@ -324,7 +360,7 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, boo
                 other = ask if buy else bid
                 if _crossed(O, inst, other):
                     nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
-                elif depth == 0:
+                elif touch:
                     if own_px == O[inst, O_PX]:
                         if own_sz < F[inst, F_LVL]:
                             F[inst, F_DEC] += F[inst, F_LVL] - own_sz
@@ -335,17 +371,23 @@ def simulate(words, j, k, sig, arrival, resp, spec, power, depth, O, F, pos, boo
                 if O[inst, O_ACTIVE] != 0 and kind != KIND_TRADE:  # an event ends: net its trades
                     _flush(O, F, inst, power)
         j += 1
-    while final and k < m:  # orders arriving after the last tick meet no book
-        unfilled[U_TAKER if sig[k, 2] == 0 else U_UNPLACED] += abs(sig[k, 1] - pos[sig[k, 0]])
-        unfilled[U_ORDERED] += abs(sig[k, 1] - pos[sig[k, 0]])
-        k += 1
-    return j, k, nf
+    for i in range(head.shape[0] if final else 0):  # orders arriving after their instrument's last tick
+        k = head[i]
+        while k >= 0:
+            unfilled[U_TAKER if sig[k, 2] == 0 else U_UNPLACED] += abs(sig[k, 1] - pos[sig[k, 0]])
+            unfilled[U_ORDERED] += abs(sig[k, 1] - pos[sig[k, 0]])
+            k = nxt[k]
+        head[i] = -1
+    return j, nf
 
 
-def order_inputs(words, signals, p):
+def order_inputs(words, signals, p, groups=None):
     """The simulators' view of one file's signals (SIGNAL_DTYPE, file order): int64[m, 4]
     (instrument, target position, maker 0/1, tick index), each order's arrival in exchange time
-    and its response latency, and whether the file's clocks are comparable (and their skew)."""
+    and its response latency, and whether the file's clocks are comparable (and their skew: the
+    largest). groups: int64 per instrument id, its source (a merged file's or a run's sources
+    each have their own clocks: whether they are comparable and their skew are each one's own);
+    None: one source."""
     m = len(signals)
     sig = np.zeros((m, 4), np.int64)
     if m:
@@ -354,10 +396,24 @@ def order_inputs(words, signals, p):
         sig[:, 2] = np.resize(np.asarray(p.maker, np.int64).reshape(-1), m) if np.ndim(p.maker) else int(bool(p.maker))
         sig[:, 3] = signals["tick_seq"]
     idx = sig[:, 3]
-    comparable = clocks_comparable(words)
-    skew = clock_skew(words) if comparable else 0
-    base = words[idx, 2] + skew if comparable else words[idx, 1] + int(p.feed_ns)
-    return sig, base + _lat(p.entry_ns, m), _lat(p.response_ns, m), comparable, skew
+    if groups is None or len(np.unique(groups)) < 2:
+        comparable = clocks_comparable(words)
+        skew = clock_skew(words) if comparable else 0
+        base = words[idx, 2] + skew if comparable else words[idx, 1] + int(p.feed_ns)
+        return sig, base + _lat(p.entry_ns, m), _lat(p.response_ns, m), comparable, skew
+    groups = np.asarray(groups, np.int64)
+    tick_group = groups[np.minimum(tick_instruments(words), len(groups) - 1)] if len(words) else np.zeros(0, np.int64)
+    sig_group = tick_group[idx]
+    base = np.zeros(m, np.int64)
+    all_comparable, most = True, 0
+    for g in np.unique(groups):
+        own = words[tick_group == g]
+        comparable = clocks_comparable(own)
+        skew = clock_skew(own) if comparable else 0
+        all_comparable, most = all_comparable and comparable, max(most, skew)
+        sel = sig_group == g
+        base[sel] = words[idx[sel], 2] + skew if comparable else words[idx[sel], 1] + int(p.feed_ns)
+    return sig, base + _lat(p.entry_ns, m), _lat(p.response_ns, m), all_comparable, most
 
 
 def fills_table(rows, fees):
@@ -370,24 +426,27 @@ def fills_table(rows, fees):
     return fills
 
 
-def run(words, signals, n_inst, spec, p, depth):
-    """Fills (FILL_DTYPE) and counters for one file's signals (SIGNAL_DTYPE, file order)."""
-    sig, arrival, resp, comparable, skew = order_inputs(words, signals, p)
+def run(words, signals, n_inst, spec, p, depth, groups=None):
+    """Fills (FILL_DTYPE) and counters for one file's signals (SIGNAL_DTYPE, file order); groups:
+    each instrument's source (`order_inputs`)."""
+    sig, arrival, resp, comparable, skew = order_inputs(words, signals, p, groups)
     m = len(sig)
     n_inst = max(n_inst, int(sig[:, 0].max()) + 1 if m else 1)
+    head, nxt, _ = queues(sig[:, 0], n_inst)
     O = np.zeros((n_inst, 6), np.int64)
     F = np.zeros((n_inst, 4), np.float64)
     pos = np.zeros(n_inst, np.int64)
     book = np.zeros((n_inst, 2, 2, MAXLV), np.int64)  # engine/levelbook.py's layout
     bn = np.zeros((n_inst, 2), np.int64)
+    lv = np.zeros(n_inst, np.int64)
     unfilled = np.zeros(4, np.int64)
     spec = np.ascontiguousarray(spec, np.float64)
     buf = np.zeros((max(1024, 4 * m + 2 * MAXLV + 8), FILL_WORDS), np.int64)
     fee = np.zeros(len(buf), np.float64)
-    out, fout, j, k = [], [], 0, 0
+    out, fout, j = [], [], 0
     while True:  # (simulate stops early only when buf is nearly full; past the last tick it is done)
-        j, k, nf = simulate(words, j, k, sig, arrival, resp, spec, float(p.queue_power), int(depth), O, F, pos,
-                            book, bn, buf, fee, unfilled)
+        j, nf = simulate(words, j, head, nxt, sig, arrival, resp, spec, float(p.queue_power), int(depth), O, F, pos,
+                         book, bn, lv, buf, fee, unfilled)
         out.append(buf[:nf].copy())
         fout.append(fee[:nf].copy())
         if j >= len(words):

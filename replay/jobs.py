@@ -36,6 +36,7 @@ class Params:
     maker_bps: float | None = None
     per_lot: float | None = None
     instruments: dict = field(default_factory=dict)  # replay/costs.py load_file
+    fx: dict | None = None            # --fx: rates for a converted total (replay/currency.py parse_fx)
     l3: str | None = None             # a DBN MBO file: exact FIFO for maker orders
     seed: int = 0                     # for sampled latencies
 
@@ -187,7 +188,7 @@ def backtest_one(path, p, k=0, progress=False, looped=None):
         rec = l3.load(p.l3, list(res.instruments or tf.instruments or []))
     t1 = time.perf_counter()
     part, cols = evaluate_file(tf.words, res, p.horizons_ms, depth=file_depth(tf), xp=xp, spec=spec, l3_records=rec,
-                               mi=mi)
+                               mi=mi, specs=specs)
     return {"path": str(path), "instruments": res.instruments, "signals": res.signals, "cols": cols, "part": part,
             "hist": res.hist, "notes": res.notes, "loop_seconds": loop_s, "eval_seconds": time.perf_counter() - t1,
             "backend": pred.backend, "model_id": pred.model_id, "specs": specs, "risk": res.risk,
@@ -257,12 +258,10 @@ def merge(results, p):
     specs = [s for r in results for s in r.get("specs", [])]
     cals = [s["calendar"] for s in specs]
     calendar = max(set(cals), key=cals.count) if cals else "crypto"
-    summary, grid, equity, gross = summarize([r["part"] for r in results], p.horizons_ms, calendar)
-    summary["instruments"] = {s["symbol"]: {k: v for k, v in s.items() if k != "symbol"} for s in specs}
-    cur = sorted({s["currency"] for s in specs})
-    summary["currency"] = cur[0] if len(cur) == 1 else "mixed currencies (see instruments)"
+    summary, grid, equity, gross = summarize([r["part"] for r in results], p.horizons_ms, calendar, p.fx)
     from . import costs
     traded = {str(x) for x in extra["symbol"]}
+    summary["instruments"] = costs.described(specs, traded)
     summary["money_warnings"] = costs.warnings(list({s["symbol"]: s for s in specs}.values()), traded)
     if p.latency is None and not p.latency_ns and len(sigs):
         summary["money_warnings"].append("order-entry latency 0 (--latency-us): every order reaches the book at its "

@@ -41,11 +41,11 @@ def venues(tmp_path_factory):
     return usdm, spot, model, bt
 
 
-def _run(venues, tmp_path, *args):
+def _run(venues, tmp_path, name, *args):
     usdm, spot, model, _ = venues
     rec, sig = tmp_path / "rec.ticks", tmp_path / "run.sig"
     r = _ok(cli(*RUN, "--model", str(model), "--feed", f"tickfile:{usdm}", "--feed", f"tickfile:{spot}",
-                "--record", str(rec), "--signals-out", str(sig), "--name", f"oc{tmp_path.name[-8:]}", *args,
+                "--record", str(rec), "--signals-out", str(sig), "--name", name, *args,
                 timeout=600))
     return json.loads(r.stdout), rec, sig
 
@@ -60,11 +60,11 @@ def _same_signals(sig, bt_dir):
 
 
 @pytest.mark.parametrize("pace", [("--max",), ("--speed", "20")], ids=["max", "speed20"])
-def test_a_run_over_two_files_is_their_merged_backtest(venues, tmp_path, pace):
+def test_a_run_over_two_files_is_their_merged_backtest(venues, tmp_path, shm_name, pace):
     """Flat out or paced on the run's one clock, the loop reads the two files in the merged
     backtest's order (its recording is OUT/merged.ticks word for word, the files' receive times
     kept) and makes its signals, bit for bit; the venue switches where the data switches."""
-    res, rec, sig = _run(venues, tmp_path, *pace)
+    res, rec, sig = _run(venues, tmp_path, shm_name, *pace)
     merged = TickFile(venues[3] / "merged.ticks").words
     got = TickFile(rec).words
     assert np.array_equal(got, merged)
@@ -79,12 +79,12 @@ def test_a_run_over_two_files_is_their_merged_backtest(venues, tmp_path, pace):
         assert lat["ring"]["count"] == res["ticks"] and lat["ring"]["p50"] > 0
 
 
-def test_limits_that_bind_nothing_cut_nothing_across_venues(venues, tmp_path):
+def test_limits_that_bind_nothing_cut_nothing_across_venues(venues, tmp_path, shm_name):
     """lead_lag decides the spot instrument on the perpetual's ticks too, whose exchange clock runs
     apart from spot's: the flip and rate rules read each instrument's own clock, so limits that
     bind nothing change no signal (and the merged backtest with the same limits agrees)."""
     limits = ("--risk-max-position", "1e9", "--risk-min-flip-ms", "0", "--risk-max-rate", "1e9")
-    res, _, sig = _run(venues, tmp_path, "--max", *limits)
+    res, _, sig = _run(venues, tmp_path, shm_name, "--max", *limits)
     assert not any(res["risk"]["blocked"].values()), res["risk"]
     _same_signals(sig, venues[3])
     usdm, spot, model, _ = venues

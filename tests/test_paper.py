@@ -48,7 +48,8 @@ def test_paper_report_equals_the_backtest_of_the_recording(tmp_path, default_mod
     rep = json.loads((out / "report.json").read_text())
     btr = json.loads((tmp_path / "bt" / "report.json").read_text())
     same = ("pnl", "pnl_gross", "fees", "fills", "maker_fills", "trades", "turnover_notional", "max_drawdown",
-            "sharpe", "hit_rate_1000ms", "execution", "instruments", "currency", "money_warnings")
+            "sharpe", "hit_rate_1000ms", "execution", "instruments", "currency", "money_warnings", "by_currency",
+            "by_instrument")
     assert {k: rep.get(k) for k in same} == {k: btr.get(k) for k in same}
     assert rep["paper"]["online"] == p["online"] and rep["title"] == "Paper trading"
     assert {f.name for f in (tmp_path / "bt").iterdir()} <= {f.name for f in out.iterdir()}
@@ -102,9 +103,11 @@ def test_a_paper_limit_kills_the_run(tmp_path, default_model, limit):
         assert sum(v["drawdown"] for v in inst.values()) >= pp["drawdown"] - 1e-5, pp
         r = cli("stats", "--name", name)
         assert r.returncode == 0 and "  paper: pnl net " in r.stdout and f"KILLED ({limit})" in r.stdout, r.stdout
+        from replay.currency import money_text as m
+        assert pp["currency"] == "USD" and set(pp["by_currency"]) == {"USD"}, pp  # (the synthetic market's)
         for sym, v in inst.items():
-            line = (f"    {sym}: position +0, {v['fills']:,} fills, pnl net {v['pnl_net']:,.2f} (gross "
-                    f"{v['pnl_gross']:,.2f}, fees {v['fees']:,.2f}), drawdown {v['drawdown']:,.2f}")
+            line = (f"    {sym}: position +0, {v['fills']:,} fills, pnl net {m(v['pnl_net'])} USD (gross "
+                    f"{m(v['pnl_gross'])}, fees {m(v['fees'])}), drawdown {m(v['drawdown'])}")
             assert line in r.stdout.splitlines(), (line, r.stdout)
 
         def settled_scrape():  # (/metrics renders at most every 0.25 s: one from after the figures settled)
@@ -113,8 +116,9 @@ def test_a_paper_limit_kills_the_run(tmp_path, default_model, limit):
         m = wait_until(settled_scrape, "a scrape after the figures settled", timeout=5)
         assert m["engine_killed"][()] == 1
         assert {k[0][1]: v for k, v in m["engine_kills_total"].items() if v} == {limit: 1}, m["engine_kills_total"]
-        assert set(m["engine_paper_pnl"]) == {(("kind", "net"),), (("kind", "gross"),)}
-        assert abs(m["engine_paper_pnl"][(("kind", "net"),)] - pp["pnl_net"]) < 1e-5
+        assert set(m["engine_paper_pnl"]) == {(("currency", "USD"), ("kind", k)) for k in ("net", "gross")}
+        assert abs(m["engine_paper_pnl"][(("currency", "USD"), ("kind", "net"))] - pp["pnl_net"]) < 1e-5
+        assert abs(m["engine_paper_drawdown"][(("currency", "USD"),)] - pp["drawdown"]) < 1e-5
         from app.daemon import PAPER_METRICS
         assert set(PAPER_METRICS) <= set(m), set(PAPER_METRICS) - set(m)
         ids = {str(int(sym[3:])): v for sym, v in inst.items()}  # (SYN000i: instrument id i, the metrics' label)
@@ -122,9 +126,9 @@ def test_a_paper_limit_kills_the_run(tmp_path, default_model, limit):
         for i, v in ids.items():
             lab = (("instrument", i),)
             assert m["engine_paper_instrument_fills_total"][lab] == v["fills"] and m["engine_paper_position"][lab] == 0
-            assert abs(m["engine_paper_instrument_drawdown"][lab] - v["drawdown"]) < 1e-5
+            assert abs(m["engine_paper_instrument_drawdown"][(("currency", "USD"), *lab)] - v["drawdown"]) < 1e-5
             for kind in ("net", "gross"):
-                assert abs(m["engine_paper_instrument_pnl"][(("instrument", i), ("kind", kind))]
+                assert abs(m["engine_paper_instrument_pnl"][(("currency", "USD"), ("instrument", i), ("kind", kind))]
                            - v[f"pnl_{kind}"]) < 1e-5, (i, kind)
     finally:
         out = d.stop()
@@ -157,3 +161,92 @@ def test_a_paper_limit_kills_the_run(tmp_path, default_model, limit):
     # after it (decided killed; each later than every tick decided before the kill)
     assert (rest["tick_seq"] > (recs[:a]["tick_seq"].max() if a else -1)).all()
     assert ((rest["flags"] & 8) != 0).all() and (rest["position"] == 0).all() and (rest["prev_position"] == 0).all()
+
+
+def test_a_paper_run_of_two_venues_keeps_each_currency_and_lists_only_what_it_traded(tmp_path, default_model):
+    """Binance spot (USDT) and CME ESH4 (USD) as two feeds of one paper run: ids 1..8191 between the
+    two sources' blocks are unnamed and must not appear; ESH4 keeps its CME fees under its run name;
+    the money is per currency, online and at the end, and the report is the recording's backtest."""
+    from tests.test_sum_of_parts import ESH4, SPOT, need
+    need(SPOT, ESH4)
+    rec, out, sig = tmp_path / "rec.ticks", tmp_path / "paper", tmp_path / "s.sig"
+    r = cli("run", "--no-rt", "--core", str(strategy_core()), "--feed", f"binance:{SPOT}", "--feed", f"dbn:{ESH4}",
+            "--max", "--signals-out", str(sig), "--record", str(rec), "--paper", "--paper-out", str(out),
+            "--paper-exec", "--latency-us 150", "--json", "--name", f"paper2v{id(tmp_path) % 10**6}", timeout=900)
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)["paper"]
+    assert p["error"] is None and p["gaps"] == 0 and p["unmatched_signals"] == 0, p
+    assert p["pnl"] is None and p["fees"] is None and set(p["by_currency"]) == {"USD", "USDT"}, p
+    assert set(p["online"]["by_currency"]) == {"USD", "USDT"} and p["online"]["net"] is None
+    for c, f in p["by_currency"].items():
+        assert f["fills"] > 20 and round(p["online"]["by_currency"][c]["net"], 2) == round(f["pnl"], 2), (c, p)
+    assert set(p["positions"]) <= {"BINANCE:BTCUSDT", "CME:ESH4"}, p["positions"]
+    from app.paper_status import summary_line
+    line = summary_line(p)
+    assert " USD (gross " in line and " USDT (gross " in line and f"-> {out}" in line, line
+    rep = json.loads((out / "report.json").read_text())
+    assert set(rep["instruments"]) == set(rep["by_instrument"]) == {"BINANCE:BTCUSDT", "CME:ESH4"}, rep["instruments"]
+    es = rep["instruments"]["CME:ESH4"]
+    assert es["per_lot"] == 1.40 and es["source"] == "dbn" and rep["by_instrument"]["CME:ESH4"]["fees"] > 0
+    # what each instrument is and costs is what its own converted file says
+    from tests.conftest import converted
+    from engine.tickfile import TickFile
+    for uri, name in ((f"binance:{SPOT}", "BINANCE:BTCUSDT"), (f"dbn:{ESH4}", "CME:ESH4")):
+        (own,) = TickFile(converted(uri)).specs
+        assert {k: rep["instruments"][name][k] for k in own if k != "symbol"} == {k: v for k, v in own.items()
+                                                                                 if k != "symbol"}, name
+    md = (out / "report.md").read_text()
+    assert "| USDT |" in md and "mixed" not in md and "quote currency" not in md
+    b = cli("backtest", str(rec), "--out", str(tmp_path / "bt"), "--quiet", "--json", "--latency-us", "150",
+            timeout=600)
+    assert b.returncode == 0, b.stderr
+    bt = json.loads(b.stdout)
+    for k in ("by_currency", "by_instrument", "trades", "instruments", "currency", "currencies", "fills"):
+        assert bt[k] == rep[k], k
+
+
+def test_paper_money_is_per_currency_in_status_stats_and_metrics(tmp_path, default_model):
+    """A live paper run of the synthetic market (USD) beside a Binance capture (USDT): /status,
+    `engine stats` and Prometheus (a `currency` label) give each currency's PnL and drawdown, each
+    instrument's in its own, and no figure of both added."""
+    from tests.helpers.daemon import scrape
+    from tests.test_sum_of_parts import SPOT, need
+    need(SPOT)
+    spot = ticks_file(tmp_path, f"binance:{SPOT}", "spot.ticks")
+    name = f"enginetest-paper2c-{os.getpid()}"
+    d = Daemon(tmp_path, name, "--feed", "synthetic://?instruments=2&seed=3&rate=20000", "--feed",
+               f"tickfile:{spot}", "--speed", "20", "--paper", core=strategy_core())
+    try:
+        d.wait_for("endpoints in ")
+        wait_until(lambda: {c for c, f in (d.status()["paper"].get("by_currency") or {}).items() if f["fills"]}
+                   == {"USD", "USDT"}, "paper fills in USD and USDT", timeout=120)
+        assert cli("ctl", "kill", "--name", name).returncode == 0  # (flat: the figures stand still)
+        wait_until(lambda: not d.status()["paper"]["positions"], "the paper positions flat after the kill")
+        pp = wait_until(lambda: _settled(d), "paper figures that stand still", timeout=30)
+        assert pp["currency"] is None and pp["pnl_net"] is None and pp["drawdown"] is None, pp
+        by, inst = pp["by_currency"], pp["instruments"]
+        assert set(by) == {"USD", "USDT"} and {v["currency"] for v in inst.values()} == {"USD", "USDT"}, pp
+        for c, f in by.items():
+            mine = [v for v in inst.values() if v["currency"] == c]
+            assert sum(v["fills"] for v in mine) == f["fills"] > 0
+            for k in ("pnl_net", "pnl_gross", "fees"):
+                assert abs(sum(v[k] for v in mine) - f[k]) < 1e-5, (c, k, pp)
+        r = cli("stats", "--name", name)
+        from replay.currency import money_text as m
+        head = next(ln for ln in r.stdout.splitlines() if ln.startswith("  paper: "))
+        for c, f in by.items():
+            assert f"pnl net {m(f['pnl_net'])} {c} (gross {m(f['pnl_gross'])}, fees {m(f['fees'])}), drawdown " \
+                   f"{m(f['drawdown'])}" in head, (c, head)
+
+        def settled_scrape():
+            s = scrape(d)[0]
+            return s if s["engine_paper_fills_total"][()] == pp["fills"] else None
+        s = wait_until(settled_scrape, "a scrape after the figures settled", timeout=5)
+        assert set(s["engine_paper_pnl"]) == {(("currency", c), ("kind", k)) for c in by for k in ("net", "gross")}
+        for c, f in by.items():
+            assert abs(s["engine_paper_pnl"][(("currency", c), ("kind", "net"))] - f["pnl_net"]) < 1e-5
+            assert abs(s["engine_paper_drawdown"][(("currency", c),)] - f["drawdown"]) < 1e-5
+        ids = {lab[1][1]: lab[0][1] for lab in s["engine_paper_instrument_pnl"]}  # instrument id -> currency
+        assert sorted(ids.values()) == sorted(v["currency"] for v in inst.values()), (ids, inst)
+    finally:
+        d.stop()

@@ -71,11 +71,16 @@ def exec_args(bt):
                          "exchange + NFA fees, e.g. 1.40 USD for ES)")
     bt.add_argument("--instruments", default=None, metavar="FILE.toml", type=existing_file,
                     help="per-instrument multiplier, fees, currency, calendar (replay/costs.py says how)")
+    bt.add_argument("--fx", action="append", default=None, metavar="BASE/QUOTE=RATE",
+                    help="a rate for a total in one currency of money made in several (repeatable, one QUOTE: "
+                         "USDT/USD=1.0 is 1 USDT = 1.0 USD); the total is said to be converted, at these rates; "
+                         "without: each currency's money apart, never added")
     bt.add_argument("--seed", type=nonneg_int, default=0, help="seed for drawn latencies (default 0)")
 
 
 def exec_params(a):
     """The execution fields of replay.jobs.Params from exec_args' options."""
+    from replay.currency import parse_fx
     table = {}
     if a.instruments:
         from replay.costs import load_file
@@ -86,7 +91,7 @@ def exec_params(a):
     return dict(latency_ns=0 if isinstance(a.latency_us, str) else int(a.latency_us * 1000), latency=lat,
                 fee_bps=a.fee_bps, maker_bps=a.maker_bps, per_lot=a.per_lot, orders=a.orders,
                 response_ns=int(a.response_us * 1000), feed_ns=int(a.feed_latency_us * 1000),
-                queue_power=a.queue_power, instruments=table, l3=a.l3, seed=a.seed)
+                queue_power=a.queue_power, instruments=table, l3=a.l3, seed=a.seed, fx=parse_fx(a.fx))
 
 
 class _Refuse(argparse.ArgumentParser):

@@ -330,12 +330,8 @@ def _print_stats(body):
                                                                         else ""))
     pp = body.get("paper")
     if pp:
-        out.append(f"  paper: pnl net {pp['pnl_net']:,.2f} (gross {pp['pnl_gross']:,.2f}, fees {pp['fees']:,.2f}), "
-                   f"drawdown {pp['drawdown']:,.2f}, {pp['fills']:,} fills; positions "
-                   + (", ".join(f"{k} {v:+,}" for k, v in pp["positions"].items()) or "flat"))
-        for k, v in (pp.get("instruments") or {}).items():  # (an engine from before: totals only)
-            out.append(f"    {k}: position {v['position']:+,}, {v['fills']:,} fills, pnl net {v['pnl_net']:,.2f} "
-                       f"(gross {v['pnl_gross']:,.2f}, fees {v['fees']:,.2f}), drawdown {v['drawdown']:,.2f}")
+        from app.paper_status import stats_lines  # (money per currency, never one sum)
+        out += stats_lines(pp)
     out.append(percentile_table(body["latency_ns"]))
     pre = body["loop"].get("preempted")
     if pre is not None:
