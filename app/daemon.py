@@ -695,7 +695,8 @@ class ControlPlane:
             def collect(self):
                 c = plane.x.ctl_blk.counters()
                 for name, key, doc in (("engine_ticks", "ticks", "ticks read from the ring"),
-                                       ("engine_signals", "signals", "signals emitted"),
+                                       ("engine_signals", "signals", "signals published: targets that moved "
+                                        "(clipped and kill-switch flattenings included; engine/signal_counts.py)"),
                                        ("engine_scored", "scored", "ticks scored by the model"),
                                        ("engine_conflated", "conflated", "scoreable ticks superseded by a later "
                                         "tick of their instrument before the loop scored them (conflation)"),
@@ -713,6 +714,12 @@ class ControlPlane:
                     lost.add_metric([kind], c[n])
                 yield gaps
                 yield lost
+                recs = CounterMetricFamily("engine_signal_records", "signal records by kind (engine/signal_counts.py:"
+                                           " published, clipped, refused by the risk gate, made while killed)",
+                                           labels=["kind"])
+                for kind, n in c["signal_counts"].items():
+                    recs.add_metric([kind], n)
+                yield recs
                 yield from prom.paper_families(plane.x.paper)
                 yield from drift_families(plane.x.drift)
                 blocked = CounterMetricFamily("engine_risk_blocked", "decisions the risk gate cut, by the rule "

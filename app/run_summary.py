@@ -7,6 +7,7 @@ loop fell behind; `crossed_books`, books the feed saw crossed for longer than it
 one of them, and a failed feed process, ends the summary with a warning line."""
 import json
 
+from engine import signal_counts
 from engine.latency import STAGES
 
 COLS = ("p50", "p90", "p99", "p99.9", "p99.99", "max")
@@ -32,7 +33,8 @@ def as_json(res):
     return {
         # gaps and lost: every kind added up (losses: by kind; lost is ticks for the ring, the source's
         # messages for the feed)
-        "ticks": c["ticks"], "signals": c["signals"], "gaps": c["gaps"] + c["feed_gaps"],
+        "ticks": c["ticks"], "signals": c["signals"], "signal_counts": c["signal_counts"],
+        "gaps": c["gaps"] + c["feed_gaps"],
         "drops": res.drops, "core": res.core, "policy": res.policy, "backend": res.backend,
         # (a stage that timed nothing has no figures: None, not 0; a file read flat out has no ring time)
         "latency_ns": {s: {**{c: res.latency[s][c] if res.latency[s]["count"] else None for c in COLS},
@@ -74,7 +76,7 @@ def table(res):
         f"(sha256 {res.strategy['sha256'][:12]})",
         f"  ticks {c['ticks']:,} ({rate:,.0f}/s)   scored {c['scored']:,}   "
         + (f"conflated {c['conflated']:,} ({_losses(res)['conflated']['share']:.1%})   " if res.conflate else "")
-        + f"signals {c['signals']:,}   drops {res.drops:,}",
+        + f"{signal_counts.line(c['signal_counts'])}   drops {res.drops:,}",
         "  " + gaps_line(c)]
     if any(res.feed_counters.values()):
         lines.append("  " + feed_line(res.feed_counters))

@@ -6,7 +6,7 @@ control plane (or `engine stats`) reads them without touching the hot thread.
 """
 import numpy as np
 
-from . import latency, risk, shm
+from . import latency, risk, shm, signal_counts
 
 # control plane -> loop (own cache line)
 CTL_CMD, CTL_MODEL_ADDR, CTL_MODEL_GEN, CTL_LEASE_NS = 40, 41, 42, 43
@@ -37,6 +37,8 @@ L_RESUMED_NS = 63
 L_KILLED, L_RISK_RULES = 64, 65
 # control plane -> everyone: how many times the run was killed, by reason (engine.risk.KILL_REASONS order)
 L_KILLS = 72
+# loop -> everyone: the signal records made, clipped, refused and killed (engine/signal_counts.py)
+L_RECORDS = 78
 LOOP_RESUMED_NS, LEASE_GRACE_NS = 2_000_000_000, 1_000_000_000
 LOOP_INIT, LOOP_RUNNING, LOOP_STOPPED, LOOP_EOF, LOOP_LEASE_EXPIRED, LOOP_PAUSED, LOOP_REATTACH = 0, 1, 2, 3, 4, 5, 6
 LOOP_STATE_NAMES = {0: "init", 1: "running", 2: "stopped", 3: "end of stream", 4: "lease expired", 5: "paused",
@@ -55,7 +57,8 @@ class ControlBlock:
 
     def counters(self):
         h = self.hdr
-        return {"ticks": int(h[L_TICKS]), "signals": int(h[L_SIGNALS]), "gaps": int(h[L_GAPS]),
+        sc = signal_counts.of_counters(int(h[L_SIGNALS]), *(int(h[L_RECORDS + k]) for k in range(3)))
+        return {"ticks": int(h[L_TICKS]), "signals": sc["published"], "signal_counts": sc, "gaps": int(h[L_GAPS]),
                 "lost": int(h[L_LOST]), "scored": int(h[L_SCORED]),
                 "conflated": int(h[L_CONFLATED]), "marks": int(h[L_MARKS]), "parks": int(h[L_PARKS]),
                 "feed_gaps": int(h[L_FEED_GAPS]), "feed_lost": int(h[L_FEED_LOST]),

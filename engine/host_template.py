@@ -29,7 +29,8 @@ from numba import njit
 from engine import control as C
 from engine import latency, levelbook, shm, sigring, tickring
 from engine.loop_args import T_ORIGIN
-from engine.risk import RG_KILLED, RG_MODE, RG_RULES, RULES, flattened, gate, record_refused, signal_flags
+from engine.risk import (RG_KILLED, RG_MODE, RG_REC_CLIPPED, RG_RULES, RULES, count_record, flattened, gate,
+                         record_refused, signal_flags)
 from engine.intrinsics import (borrow, borrow_all, borrow_ro, call_predict, call_predict_rows, cpu_pause, f32_bits, load_acquire, load_relaxed,
                                monotonic_ns, realtime_ns, sched_yield, sleep_ns, store_relaxed)
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
@@ -172,8 +173,10 @@ def host_decide(fstate, ist, inst, tick, margin, use_sigmoid, params, sig, seq, 
     if not record_refused(rb, inst, want, new, prev, rules):
         return False
     ist[inst, I_POS] = new
+    flags = signal_flags(rules, new, prev, rg[RG_KILLED])
+    count_record(rg, flags)
     _fill_signal(sig, seq, seq, tick, ist, inst, new, prev, score, margin, gen, want,  # (decision: this signal alone)
-                 signal_flags(rules, new, prev, rg[RG_KILLED]), folded)
+                 flags, folded)
     return True
 
 
@@ -234,8 +237,9 @@ def host_decide_targets(fstate, ist, inst, tick, margin, use_sigmoid, params, si
         if not record_refused(rb, i, want, new, prev, rules):
             continue
         ist[i, I_POS] = new
-        _fill_signal(sigs[at + k], seq + k, seq, tick, ist, i, new, prev, score, margin, gen, want,
-                     signal_flags(rules, new, prev, rg[RG_KILLED]), folded)
+        flags = signal_flags(rules, new, prev, rg[RG_KILLED])
+        count_record(rg, flags)
+        _fill_signal(sigs[at + k], seq + k, seq, tick, ist, i, new, prev, score, margin, gen, want, flags, folded)
         k += 1
     return k
 
@@ -255,6 +259,7 @@ def _kill_switch(ctl, ist, rb, rg, tick, after, sig, signals, gen, shdr, sdata, 
         return signals
     for i in range(ist.shape[0]):
         if kill_flatten(ist, rb, i, tick, sig, signals, gen):
+            count_record(rg, SIGNAL_FLAG_KILLED)
             sig[4] = monotonic_ns()
             sig[5] = realtime_ns()
             sigring.push(shdr, sdata, smask, spstate, sig)
@@ -303,6 +308,7 @@ def kill_bt(ist, rb, rg, tick, code, sigs, nsig, base):
         return nsig
     for i in range(ist.shape[0]):
         if kill_flatten(ist, rb, i, tick, sigs[nsig], base + nsig, 1):
+            count_record(rg, SIGNAL_FLAG_KILLED)
             sigs[nsig, 4] = tick[2]
             nsig += 1
     return nsig
@@ -321,6 +327,8 @@ def _publish_counters(ctl, ticks, signals, gaps, lost, scored, cst, parks, rg):
     store_relaxed(ctl, C.L_KILLED, rg[RG_KILLED])
     for r in range(len(RULES)):
         store_relaxed(ctl, C.L_RISK_RULES + r, rg[RG_RULES + r])
+    for r in range(3):  # (clipped, refused, killed records: engine/signal_counts.py)
+        store_relaxed(ctl, C.L_RECORDS + r, rg[RG_REC_CLIPPED + r])
 
 
 @njit(nogil=True, inline="always", cache=True)

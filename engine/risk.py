@@ -51,10 +51,12 @@ RL_WIDTH = 9
 # recorded as refused (NaN: none since the last signal)
 RB_TAT, RB_CLOCK, RB_FLIP_NS, RB_NOTIONAL, RB_REFUSED = range(5)
 RB_WIDTH = 5
-# rg int64 [RG_WIDTH]: killed (0, or the KILL_* reason), then the count of every rule, the mode
+# rg int64 [RG_WIDTH]: killed (0, or the KILL_* reason), then the count of every rule, the mode, then
+# the signal records made by what happened to them (engine/signal_counts.py: clipped, refused, killed)
 RG_KILLED, RG_RULES = 0, 1
 RG_MODE = RG_RULES + len(RULES)
-RG_WIDTH = RG_MODE + 1
+RG_REC_CLIPPED, RG_REC_REFUSED, RG_REC_KILLED = RG_MODE + 1, RG_MODE + 2, RG_MODE + 3
+RG_WIDTH = RG_MODE + 4
 MODES = {"off": MODE_OFF, "clip": MODE_CLIP, "refuse": MODE_REFUSE}
 # why a run was killed (rg[RG_KILLED]; 0: it is not): `engine ctl kill`, --kill-file, a paper loss or
 # drawdown limit, a feed stalled or down
@@ -342,6 +344,20 @@ def record_refused(rb, inst, want, out, prev, rules):
         return False
     rb[inst, RB_REFUSED] = want
     return True
+
+
+@njit(nogil=True, inline="always", cache=True)
+def count_record(rg, flags):
+    """A signal record was made with these flags: counted as clipped, refused, killed (one record
+    can be killed and refused: engine/signal_counts.py says what each count means)."""
+    rg[RG_REC_CLIPPED] += (flags & SIGNAL_FLAG_CLIPPED) != 0
+    rg[RG_REC_REFUSED] += (flags & SIGNAL_FLAG_REFUSED) != 0
+    rg[RG_REC_KILLED] += (flags & SIGNAL_FLAG_KILLED) != 0
+
+
+def record_counts(rg):
+    """(clipped, refused, killed) records of a gate's state."""
+    return int(rg[RG_REC_CLIPPED]), int(rg[RG_REC_REFUSED]), int(rg[RG_REC_KILLED])
 
 
 @njit(nogil=True, inline="always", cache=True)

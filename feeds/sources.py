@@ -185,10 +185,13 @@ def as_uri(s):
     """A source as its URI: a URI as it is, a plain path of a file as that tick file
     (`tickfile:PATH`: what `engine convert` and `engine record` write); FeedError naming it else."""
     import os
-    if s.partition(":")[0] in SCHEMES:
+    scheme, sep, _ = s.partition(":")
+    if scheme in SCHEMES:
         return s
     if os.path.isfile(s):
         return f"tickfile:{s}"
+    if sep and scheme.replace("-", "").isalnum() and "/" not in scheme:
+        return s  # (a URI of a scheme nobody knows: open_source names it)
     raise FeedError(f"{s}: no such file, and not a source URI (a tick file, tickfile:FILE, binance:FILE, dbn:FILE, "
                     "itch:FILE, synthetic://?..., binance-live://..., dbn-live://...)")
 

@@ -23,6 +23,7 @@ merged): forward returns, hit rates, information coefficient, and what the signa
 import numpy as np
 from numba import njit
 
+from engine import signal_counts
 from engine.records import KIND_QUOTE, PRICE_SCALE, tick_instrument, tick_instruments, tick_kind
 
 DEFAULT_HORIZONS_MS = (100, 1_000, 10_000)
@@ -217,7 +218,8 @@ def summarize(parts, horizons_ms, calendar="crypto", fx=None):
     converted total (`converted`). Returns (figures, {currency: grid}, {currency: net equity},
     {currency: gross equity}): each currency's curves on its own grid."""
     out = {"files": len(parts), "ticks": sum(p["ticks"] for p in parts), "scored": sum(p["scored"] for p in parts),
-           "signals": sum(p["signals"] for p in parts)}
+           "signals": sum(p["signals"] for p in parts),
+           "signal_counts": {k: sum(p["signal_counts"][k] for p in parts) for k in signal_counts.KINDS}}
     for h in horizons_ms:
         hits = sum(p["hits"][h] for p in parts)
         n = sum(p["decided"][h] for p in parts)
@@ -446,7 +448,9 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
     fwd = forward_returns(words, sig_inst, sig["ts_event"], horizons_ms, mi)
     acts = sig["position"] != sig["prev_position"]  # (else a decision the risk gate refused: no order)
     entering = (sig["side"] != 0) & acts
-    part = {"ticks": res.ticks, "scored": res.scored, "signals": len(sig), "hits": {}, "decided": {}, "flat": {}}
+    counts = signal_counts.of_records(sig["flags"])  # (published, clipped, refused, killed: one definition)
+    part = {"ticks": res.ticks, "scored": res.scored, "signals": counts["published"], "signal_counts": counts,
+            "hits": {}, "decided": {}, "flat": {}}
     for h in horizons_ms:
         r = fwd[h][entering]
         s = sig["side"][entering]

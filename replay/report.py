@@ -298,7 +298,12 @@ def write(out_dir, summary, series, plotter=None, drawn=()):
     if len(_currencies(summary)) > 1:  # (money is per currency: its own table)
         from .evaluate import MONEY
         keys = [k for k in keys if k not in MONEY and k != "sharpe_calendar"]
-    rows = "\n".join(f"| {k} | {_fmt(summary.get(k))} |" for k in keys)
+    from engine import signal_counts
+    sc, cut = summary.get("signal_counts"), signal_counts.cuts((summary.get("risk") or {}).get("blocked", {}))
+    shown = {"signals": signal_counts.detail(sc) if sc else summary.get("signals"), "risk cuts": cut}
+    if cut:
+        keys.insert(keys.index("signals") + 1, "risk cuts")
+    rows = "\n".join(f"| {k} | {shown[k] if k in shown else _fmt(summary.get(k))} |" for k in keys)
     ex = summary.get("execution", {})
     warn = summary.get("warnings", [])
     warn_md = ("\n## Warnings\n\n" + "\n".join(f"- **{w}**" for w in warn) + "\n") if warn else ""

@@ -114,6 +114,18 @@ def test_the_live_summary_counts_what_the_backtest_counts(tmp_path, default_mode
         assert n >= recorded[rule] and (n > 0) == (recorded[rule] > 0), (rule, n, recorded[rule])
     assert sum(recorded.values()) > 0
     assert (sigs["flags"] & 2 == 0).all()  # refuse mode: nothing goes out clipped
+    # one definition of each count: the run's, the backtest's summary and report, the signal file's
+    from engine import signal_counts
+    bt = json.loads(b.stdout)
+    counts = signal_counts.of_records(sigs["flags"])
+    assert counts["refused"] > 0 and counts["published"] == len(sigs) - counts["refused"]
+    assert run["signal_counts"] == bt["signal_counts"] == counts and run["signals"] == bt["signals"] == counts["published"]
+    rep = json.loads((tmp_path / "bt" / "report.json").read_text())
+    assert rep["signal_counts"] == counts
+    md = (tmp_path / "bt" / "report.md").read_text()
+    assert f"| signals | {signal_counts.detail(counts)} |" in md and "| risk cuts | " in md
+    text = cli("backtest", str(src), "--out", str(tmp_path / "bt2"), *args, timeout=600).stdout
+    assert f"signals              {signal_counts.detail(counts)}" in text and "risk: cut" in text, text
 
 
 def test_bad_limits_are_one_line_errors(tmp_path):
@@ -166,8 +178,9 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
     def refused_while_killed():
         """Decisions keep coming while killed, each one refused and recorded: wait for some (the
         flattening's at most 4 signals, then refused ones; a fixed sleep saw none on a loaded machine)."""
-        n = d.status()["counters"]["signals"]
-        wait_until(lambda: d.status()["counters"]["signals"] > n + 8, "refused decisions while killed", timeout=30)
+        n = d.status()["counters"]["signal_counts"]["refused"]
+        wait_until(lambda: d.status()["counters"]["signal_counts"]["refused"] > n + 8, "refused decisions while killed",
+                   timeout=30)
     try:
         d.wait_for("endpoints in ")
         wait_until(lambda: d.status()["counters"]["signals"] > 50, "signals")
@@ -230,6 +243,12 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
                        == d.status()["risk"]["blocked"], "engine_risk_blocked_total{rule} == /status", timeout=5)
             blocked = d.status()["risk"]["blocked"]
             assert blocked["position"] > 0 and blocked["killed"] > 0 and set(blocked) == set(RULES), blocked
+            sc = d.status()["counters"]["signal_counts"]  # (the signal counts: /status, Prometheus, stats alike)
+            wait_until(lambda: {k: v for (((_, k),), v) in scrape(d)[0]["engine_signal_records_total"].items()} == sc,
+                       "engine_signal_records_total{kind} == /status", timeout=5)
+            from engine import signal_counts
+            st = cli("stats", "--name", name)
+            assert st.returncode == 0 and signal_counts.line(sc) in st.stdout, st.stdout
             m = scrape(d)[0]
             assert m["engine_killed"][()] == 1
             assert {r: v for (((_, r),), v) in m["engine_kills_total"].items()} == {
@@ -249,6 +268,11 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
     for r in ("killed", "position"):  # (the end's counts: at least those seen last; 1,234 is a number)
         assert int(re.search(rf"\b{r} (\d{{1,3}}(?:,\d{{3}})*)", line).group(1).replace(",", "")) >= blocked[r], line
     recs = read_signals(d.sig_path)
+    # one definition of each count: the summary's are the signal file's records counted by their flags
+    from engine import signal_counts
+    counts = signal_counts.of_records(recs["flags"])
+    assert counts["refused"] > 0 and counts["killed"] > 0 and counts["published"] > 100, counts
+    assert f"  {signal_counts.line(counts)}   drops 0" in out, out
     segs = _segments(recs)
     assert len(segs) == 3, segs
     for k, (a, b) in enumerate(segs):
@@ -270,8 +294,8 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
     from engine.signal_log import read_kills
     kills = read_kills(d.sig_path)
     assert kills[:, 2].tolist() == [1, 0, 2, 0, 5], kills  # command, resumed, file, resumed, feed
-    b = cli("backtest", str(rec), "--out", str(tmp_path / "bt"), "--quiet", "--conflate-as-recorded",
-            str(d.sig_path), *limit, timeout=600)
+    b = cli("backtest", str(rec), "--out", str(tmp_path / "bt"), "--conflate-as-recorded", str(d.sig_path), *limit,
+            timeout=600)  # (not --quiet: what it replays is a progress line)
     assert b.returncode == 0 and "5 kill switch moves" in b.stderr, b.stderr
     bt = pq.read_table(tmp_path / "bt" / "signals.parquet")
     assert bt.num_rows == len(recs)

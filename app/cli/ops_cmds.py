@@ -211,6 +211,12 @@ def _shaped(fn, body, what):
                          "engine?") from None
 
 
+def _signals(c):
+    """The signal counts as the run's summary says them (an engine from before: its one count)."""
+    from engine import signal_counts
+    return signal_counts.line(c["signal_counts"]) if "signal_counts" in c else f"signals {c['signals']:,}"
+
+
 def status_line(body):
     """One line: who, state, readiness, counters, model and loop (ctl status/pause/resume, stats)."""
     from app.run_summary import gaps_line
@@ -218,7 +224,7 @@ def status_line(body):
     # the command's effect at once (the loop adopts it within microseconds; its own state may lag)
     state = "paused" if body.get("paused") else "resuming" if c["state"] == "paused" else c["state"]
     line = (f"engine {body['name']} (pid {body['pid']}): {state}, ready={body['ready']}, ticks {c['ticks']:,}, "
-            f"scored {c['scored']:,}, signals {c['signals']:,}, {gaps_line(c)}, "
+            f"scored {c['scored']:,}, {_signals(c)}, {gaps_line(c)}, "
             f"drops {body['signal_drops']}; model {body['model']['id']} ({body['model']['backend']}, generation "
             f"{body['model']['generation']}); loop {body['loop']['policy']} core {body['loop']['core']}")
     if body.get("not_ready"):

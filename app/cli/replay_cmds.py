@@ -119,8 +119,15 @@ def cmd_backtest(a):
         keys = ["files", "ticks", "signals"] + [k for k in summary if k.startswith("hit_rate")] + \
             ["ic", "fills", "break_even_fee_bps", "sharpe", "max_drawdown", "turnover_units", "loop_ticks_per_s",
              "wall_seconds"]
+        from engine import signal_counts
         for k in keys:
-            print(f"  {k:<20} {summary.get(k)}")
+            v = summary.get(k)
+            if k == "signals" and summary.get("signal_counts"):  # (published; the rest beside: one definition)
+                v = signal_counts.detail(summary["signal_counts"])
+            print(f"  {k:<20} {v}")
+        cut = signal_counts.cuts((summary.get("risk") or {}).get("blocked", {}))
+        if cut:
+            print(f"  {'risk: cut':<20} {cut}")
         if summary.get("sharpe") is None and summary.get("sharpe_reason"):
             print(f"  {'':<20} (no Sharpe: {summary['sharpe_reason']})")
         print(f"  report: {os.path.join(a.out, 'report.md')}")
