@@ -1170,7 +1170,49 @@ class _Run:
                                   {"probability": uses_sigmoid(self.pred)}, thresholds, t0, meta)
         self.paper_result = {"out": out, "pnl": s["pnl"], "pnl_gross": s["pnl_gross"], "fees": s["fees"],
                              "fills": s["fills"], "signals": s["signals"], "ticks": s["ticks"],
-                             "max_drawdown": s.get("max_drawdown"), **paper}
+                             "max_drawdown": s.get("max_drawdown"), "backtest": self._backtest_command(), **paper}
+
+    def _backtest_command(self):
+        """The `engine backtest` whose report the paper report is (the same ticks, signals and execution
+        flags: the recording, or the tick files the run read; the run's signal file when the loop
+        conflated, or the kill switch or a pause moved, which that backtest then replays), or None
+        when nothing the run read can be backtested (a live feed without --record)."""
+        import shlex
+        from dataclasses import fields
+
+        from .run_options import RISK_FIELDS, RunConfig
+        cfg, q = self.cfg, shlex.quote
+        if cfg.record:
+            inputs = [cfg.record]
+        elif all(u and u.startswith("tickfile:") for u in self.feed_uris):
+            inputs = ([] if len(self.feed_uris) < 2 else ["--merge"]) + [u[len("tickfile:"):] for u in self.feed_uris]
+        else:
+            return None
+        cmd = ["engine", "backtest", *map(q, inputs), "--out", q(self.sig_path.rsplit(".", 1)[0] + ".backtest")]
+        if cfg.strategy:
+            cmd += ["--strategy", q(cfg.strategy)]
+        cmd += [f"--param {q(f'{k}={v}')}" for k, v in (cfg.params or {}).items()]
+        cmd += [f"--universe {q(f'{k}={v}')}" for k, v in (cfg.universe or {}).items()]
+        cmd += ["--model", q(str(self.model_dir))]
+        defaults = {f.name: f for f in fields(RunConfig)}
+        for name in RISK_FIELDS:  # (the gate's limits, as the run had them)
+            v, f = getattr(cfg, name), defaults[name]
+            if v in (None, f.default, ()) or v == []:
+                continue
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                cmd += [f.metadata["opt"].flag, q(f"{x:g}" if isinstance(x, float) else str(x))]
+        c = self.ctl_blk.counters()
+        if c["marks"] or any(c["kills"].values()) or self.paused_ever():
+            cmd += ["--conflate-as-recorded", q(self.sig_path)]
+        return " ".join(cmd + ([cfg.paper_exec] if cfg.paper_exec else []))
+
+    def paused_ever(self):
+        """Did `engine ctl pause` move the loop in this run (a pause mark in the signal file)?"""
+        from engine.signal_log import SignalLogError, read_pauses
+        try:
+            return bool(len(read_pauses(self.sig_path)))
+        except (OSError, SignalLogError):
+            return False
 
     def _write_table(self, sig_path, error, warnings):
         """--signals-out X.parquet: the table from the signal file (and each shadow's beside it, from

@@ -164,8 +164,8 @@ class PaperTrader(threading.Thread):
         act = take[take["position"] != take["prev_position"]]  # (a refused decision sends no order)
         if not len(act):
             return
-        # (arrival: exchange time + latency; a live run's receive stamps are CLOCK_MONOTONIC, never
-        # comparable with the exchange's, so each order's arrival is fixed by its own tick alone)
+        # (arrival: the backtest's, from the ticks held so far: a replay's receive times are the data's,
+        # and a live source's CLOCK_MONOTONIC stamps are never comparable with the exchange's clock)
         xp = dataclasses.replace(self.xp, entry_ns=self.lat.take(len(act)))
         if int(act["instrument"].max()) >= len(self.sources):
             self.sources = [r.get("source", "") for r in self.specs_fn() or []]
@@ -255,8 +255,9 @@ class PaperTrader(threading.Thread):
         try:
             while not self.stop_flag.is_set():
                 got = self._take_ticks()
+                decided = self.decided_upto  # (read before the orders are taken: the signals it covers came first)
                 self._new_orders()
-                upto = max(self.j, min(self.n, self.decided_upto))  # (a tick is simulated once its orders are in)
+                upto = max(self.j, min(self.n, decided))  # (a tick is simulated once its orders are in)
                 while self._step(upto) >= len(self.fbuf) - 2 * self.x.MAXLV - 8:
                     pass  # (the fill buffer filled up: go on where it stopped)
                 self._check_limits()

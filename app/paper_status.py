@@ -74,4 +74,8 @@ def summary_line(pp):
     cv = pp.get("converted")
     if cv and "pnl" in cv:
         money += f"; total {_m(cv['pnl'])} {cv['currency']} ({cv['note']})"
-    return f"  paper: {money}, {pp['fills']:,} fills -> {pp['out']}"
+    line = f"  paper: {money}, {pp['fills']:,} fills -> {pp['out']}"
+    if "backtest" in pp:  # (what reproduces it: the same figures, to the last digit)
+        line += ("\n  paper: its backtest: " + pp["backtest"] if pp["backtest"] else
+                 "\n  paper: a live feed's ticks: record the run (--record FILE) to backtest these figures")
+    return line

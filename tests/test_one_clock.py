@@ -41,11 +41,11 @@ def venues(tmp_path_factory):
     return usdm, spot, model, bt
 
 
-def _run(venues, tmp_path, name, *args):
+def _run(venues, tmp_path, name, *args, record=True):
     usdm, spot, model, _ = venues
     rec, sig = tmp_path / "rec.ticks", tmp_path / "run.sig"
     r = _ok(cli(*RUN, "--model", str(model), "--feed", f"tickfile:{usdm}", "--feed", f"tickfile:{spot}",
-                "--record", str(rec), "--signals-out", str(sig), "--name", name, *args,
+                *(("--record", str(rec)) if record else ()), "--signals-out", str(sig), "--name", name, *args,
                 timeout=600))
     return json.loads(r.stdout), rec, sig
 
@@ -91,3 +91,30 @@ def test_limits_that_bind_nothing_cut_nothing_across_venues(venues, tmp_path, sh
     rep = json.loads(_ok(cli("backtest", "--strategy", "lead_lag", "--model", str(model), "--merge", str(usdm),
                              str(spot), "--out", str(tmp_path / "bt"), "--quiet", "--json", *limits)).stdout)
     assert not any(rep["risk"]["blocked"].values())
+
+
+@pytest.mark.parametrize("pace,record", [(("--speed", "20"), False), (("--max", "--conflate", "on"), True)],
+                         ids=["speed20-files", "conflated-recording"])
+def test_paper_at_any_pace_is_the_backtest_it_names(venues, tmp_path, shm_name, pace, record):
+    """A paper run with an order-entry latency, paced (the replay keeps the data's receive times,
+    so orders arrive when the backtest's do) or conflating (the loop's own choices): its report is
+    the backtest it names in its summary, which is the merged backtest with the same flags, and
+    with the run's signal file when the loop conflated. Run as printed, to the last digit."""
+    import shlex
+
+    from tests.conftest import engine_cmd
+    res, _, sig = _run(venues, tmp_path, shm_name, *pace, "--paper", "--paper-exec", "--latency-us 200",
+                       "--paper-out", str(tmp_path / "paper"), record=record)
+    p = res["paper"]
+    assert p["error"] is None and p["gaps"] == 0 and p["online"]["late_orders"] == 0, p
+    cmd = shlex.split(p["backtest"])
+    assert cmd[:2] == ["engine", "backtest"] and "--latency-us" in cmd and ("--merge" in cmd) != record, cmd
+    assert ("--conflate-as-recorded" in cmd) == (pace[0] == "--max") and (res["conflated"] > 0) == (pace[0] == "--max")
+    import subprocess
+    b = subprocess.run(engine_cmd(*cmd[1:], "--json", "--quiet"), cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, env=__import__("tests.conftest", fromlist=["engine_env"]).engine_env())
+    assert b.returncode == 0, b.stderr
+    bt = json.loads(b.stdout)
+    assert bt["fills"] == p["fills"] > 5 and bt["signals"] == p["signals"]
+    assert (bt["pnl"], bt["pnl_gross"], bt["fees"]) == (p["pnl"], p["pnl_gross"], p["fees"]) and bt["currency"] == "USDT"
+    assert round(p["online"]["net"], 2) == round(p["pnl"], 2)

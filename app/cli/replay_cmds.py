@@ -59,8 +59,9 @@ def cmd_backtest(a):
     marks = kills = pauses = None
     if a.conflate_as_recorded:
         from engine.signal_log import SignalLogError, model_swaps, read_kills, read_marks, read_pauses, read_records
-        if len(a.files) != 1:
-            raise ValueError("--conflate-as-recorded replays one live run: give the one tick file it read")
+        if len(a.files) != 1 and not a.merge:  # (with --merge the files are one stream: the run's, over them)
+            raise ValueError("--conflate-as-recorded replays one live run: give the one tick file it read (or the "
+                             "files it read as feeds, with --merge)")
         try:
             recs = read_records(a.conflate_as_recorded)
             marks, kills, pauses, swaps = read_marks(recs), read_kills(recs), read_pauses(recs), model_swaps(recs)
