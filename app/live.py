@@ -279,6 +279,15 @@ def _spawn_feed(cfg, ring_name, uri, run_clock=False):
         raise RuntimeError(f"cannot start the feed process ({cmd[0]}): {e.strerror}") from None
 
 
+def _first_recv(path):
+    """A ring's first tick's receive time (its header, opened as every ring is: checked first)."""
+    fd, _ = shm.open_checked(path)
+    try:
+        return int(shm.read_header_fd(fd, path)[shm.H_FIRST_RECV])
+    finally:
+        os.close(fd)
+
+
 def _wait_ring(path, proc, timeout=60.0):
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -517,6 +526,7 @@ class _Run:
         self.shadows, self.shadow_models, self.shadow_results = None, [], None
         self.drift, self.drift_result = None, None
         self.running = False
+        self.unpriced = set()  # (risk_table: instruments a gross limit leaves unpriced, said once)
         self.abnormal, self.unread = None, 0  # (short reason, words): why the run ended early; ticks never read
         self.t_start = self.t_stop = time.monotonic()
 
@@ -709,7 +719,10 @@ class _Run:
         did not have yet is set (a float64 word the loop reads per decision: one store)."""
         hs = getattr(self, "hs", None)
         if hs is not None and specs:
-            risk.set_multipliers(hs.rlim, specs)
+            for sym in set(risk.set_multipliers(hs.rlim, specs)) - self.unpriced:
+                self.unpriced.add(sym)
+                log(f"warning: {sym} is in another currency than the instruments --risk-max-gross adds up: "
+                    "it is refused new exposure (money is never added across currencies)")
             if self.shadows is not None:
                 self.shadows.multipliers_from(specs)
 
@@ -869,6 +882,26 @@ class _Run:
                 self.procs.append(_spawn_feed(self.cfg, rn, uri, run_clock=ordered and self.multi))
                 self.proc = self.procs[0]
                 _wait_ring(shm.ring_path(rn), self.procs[-1])
+            self._say_clock()
+
+    def _say_clock(self):
+        """Files paced on the run's one clock that start far apart: the later ones wait the time
+        between them (at --speed), which is said, with what to do instead."""
+        speed = self.cfg.speed
+        if not self.multi or not speed:
+            return
+        firsts = {}
+        for rn, uri, ordered in zip(self.ring_names, self.feed_uris, self.ordered):
+            t = _first_recv(shm.ring_path(rn)) if ordered else 0
+            if t:
+                firsts[uri] = t
+        if len(firsts) > 1:
+            last = max(firsts, key=firsts.get)
+            wait = (firsts[last] - min(firsts.values())) / 1e9 / speed
+            if wait > 60:
+                log(f"warning: the files start {(firsts[last] - min(firsts.values())) / 3.6e12:,.1f} h apart in their "
+                    f"receive times: at --speed {speed:g} the run waits {wait / 3600:,.1f} h for {last}'s first tick "
+                    "(one clock for all the files); --max reads them in the same order without waiting")
 
     def start_thread(self):
         """The strategy thread: ready once pinned, warm and attached to the ring."""

@@ -201,6 +201,12 @@ def configure(rlim, rg, names, specs, limits):
     is no instrument of the run."""
     n = rlim.shape[0] - 1
     names = list(names or [])
+    if limits.max_gross is not None:  # (a sum of notionals: never across currencies)
+        cur = sorted(_currencies(specs))
+        if len(cur) > 1:
+            raise ValueError(f"--risk-max-gross adds up the instruments' notionals, and this run's are in "
+                             f"{', '.join(cur)}: money is never added across currencies (a gross limit per currency "
+                             "is one engine per currency; --risk-max-notional limits each instrument in its own)")
     rg[RG_MODE] = MODES[limits.mode]
     for i in range(n):
         spec = specs[i] if specs is not None and i < len(specs) else None
@@ -220,13 +226,29 @@ def configure(rlim, rg, names, specs, limits):
             set_limits(rlim, i, **d)
 
 
+def _currencies(specs):
+    return {s["currency"] for s in specs or () if s is not None and s.get("known", True)}
+
+
 def set_multipliers(rlim, specs):
     """Each instrument's multiplier from its record (engine/instruments.py) where rlim has none yet
-    (an instrument a live source named after the run started); unknown instruments stay at none."""
+    (an instrument a live source named after the run started); unknown instruments stay at none.
+    With a gross limit, an instrument in another currency than those priced already stays at none
+    (the gross never adds money across currencies: it is refused new exposure, no_price). Returns
+    the names of those left unpriced so."""
     n = rlim.shape[0] - 1
+    gross = rlim[n, RL_MAX_NOTIONAL] < np.inf
+    priced = _currencies([x for k, x in enumerate(specs[:n]) if rlim[k, RL_MULT] != 0.0]) if gross else set()
+    out = []
     for i, spec in enumerate(specs[:n]):
         if spec is not None and spec.get("known", True) and rlim[i, RL_MULT] == 0.0:
+            if priced and spec["currency"] not in priced:
+                out.append(spec["symbol"])
+                continue
             rlim[i, RL_MULT] = float(spec["multiplier"])
+            if gross:
+                priced.add(spec["currency"])
+    return out
 
 
 @njit(nogil=True, inline="always", cache=True)

@@ -185,3 +185,31 @@ def test_configure_prices_known_instruments_and_names_bad_overrides():
                 "BTCUSDT:max_position=-1", "BTCUSDT:max_rate=inf", "BTCUSDT:max_rate=x"):
         with pytest.raises(ValueError):
             R.parse_instrument(bad)
+
+
+def test_a_reversal_on_another_venues_earlier_clock_is_no_flip():
+    """The deciding tick's exchange time may run back (a UNIVERSE member decided on another venue's
+    tick): the instrument's own clock never does, so min_flip 0 cuts nothing, and a real limit is
+    measured on it."""
+    st = state(min_flip_ms=0)
+    assert go(st, 1, -1, t=2_000_000_000) == (-1, set())
+    assert go(st, -1, 1, t=1_000_000_000) == (1, set())  # (a second earlier on another clock: no flip cut)
+    st = state(min_flip_ms=100)
+    assert go(st, 1, -1, t=2_000_000_000) == (-1, set())
+    assert go(st, -1, 1, t=1_000_000_000) == (0, {"flip"})  # (0 ms on its own clock)
+    assert go(st, 0, 1, t=2_100_000_001) == (1, set())
+
+
+def test_a_gross_limit_never_adds_money_across_currencies():
+    from engine.instruments import make
+    usd, usdt = make("ESH4", "CME", multiplier=50.0, currency="USD"), make("BTCUSDT", "BINANCE", currency="USDT")
+    rlim, rb, rg = R.new_state(2)
+    with pytest.raises(ValueError, match="USD, USDT: money is never added across currencies"):
+        R.configure(rlim, rg, ["ESH4", "BTCUSDT"], [usd, usdt], R.Limits(max_gross=1e6))
+    R.configure(rlim, rg, ["ESH4", "BTCUSDT"], [usd, usdt], R.Limits(max_notional=1e6))  # (each in its own: fine)
+    rlim, rb, rg = R.new_state(2)
+    R.configure(rlim, rg, ["ESH4", ""], [usd, None], R.Limits(max_gross=1e6))
+    # an instrument named later in another currency stays unpriced: refused new exposure, and said
+    assert R.set_multipliers(rlim, [usd, usdt]) == ["BTCUSDT"] and rlim[1, R.RL_MULT] == 0.0
+    out, rules = R.gate(rlim, rb, rg, 1, 0, 1, MID, 0, R.MODE_CLIP)
+    assert out == 0 and rules == 1 << R.R_NO_PRICE
