@@ -39,7 +39,7 @@ test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 bench: $(PEERS_STAMP)
-	@for b in bench/ring.py bench/model_call.py bench/model_backends.py bench/strategy_host.py bench/tick_to_signal.py bench/isolate.py bench/feed_parsers.py bench/cold_compile.py bench/first_run.py bench/backtest_speed.py bench/soak.py bench/reload_leak.py bench/fpga_kernel.py; do \
+	@for b in bench/ring.py bench/model_call.py bench/model_backends.py bench/strategy_host.py bench/tick_to_signal.py bench/isolate.py bench/feed_parsers.py bench/cold_compile.py bench/first_run.py bench/backtest_speed.py bench/soak.py bench/reload_leak.py bench/fpga_kernel.py bench/lead_lag.py; do \
 		echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
 clean:

@@ -44,7 +44,8 @@ def ratio(ours, peer, higher_is_better):
 
 def save(name, metrics, peers, ratios, notes=None):
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = {"name": name, "machine": machine(), "metrics": metrics, "peers": peers, "ratios": ratios}
+    out = {"name": name, "script": f"bench/{Path(sys.argv[0]).name}", "machine": machine(), "metrics": metrics,
+           "peers": peers, "ratios": ratios}
     if notes:
         out["notes"] = notes
     path = RESULTS / f"{name}.json"
