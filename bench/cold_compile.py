@@ -1,5 +1,5 @@
 """Cold compile: what a user waits for the first time a feed or a strategy runs (and after every
-upgrade, which empties the cache), with the engine's compile extensions (the inliner's copy,
+upgrade, which empties the cache), with the engine's compile-time fixes (the inliner's copy,
 engine/numba_inline.py; the SSA rebuild, engine/numba_ssa.py; liveness over bitsets,
 engine/numba_live_map.py) against numba's own in the same run.
 
@@ -9,15 +9,14 @@ compile plus a few milliseconds of work:
   - binance: the Binance scanner at depth 10 (the default) over the first 2,000 lines of the
     real spot capture;
   - binance-live: opening a `binance-live://` source (it compiles the scanner and the one-call
-    read, feeds/binance_read.py, before it connects; no connection is made; stop 58: ~150 s to
-    ~80 s here, read reusing the scanner's compile instead of its literal-typed second one);
+    read, feeds/binance_read.py, before it connects; no connection is made);
   - dbn-live: opening a `dbn-live://` source (the DBN parser and book, compiled before it
     connects; the gateway refuses: no connection);
   - itch: the ITCH 5.0 parser + order book at depth 10 over a small synthetic day;
   - dbn: the DBN MBO parser + L3 book at depth 10 over the first batch of the real CME file;
   - strategy: the built-in strategy's host (data-set loop) over 20k synthetic ticks.
-The peer is numba 0.68 as it comes (the extensions undone in the child before anything compiles);
-the middle column undoes only the SSA rebuild and the liveness (stop 55's), so their share shows.
+The peer is numba 0.68 as it comes (the engine's compiles without its fixes: engine/jit.py FIXES);
+the middle column leaves out only the SSA rebuild and the liveness, so their share shows.
 --quick runs itch and dbn only.
 
 Pairs: two fresh processes started at once on one empty cache, the same workload (two feeds of
@@ -39,27 +38,20 @@ DATA = ROOT.parent / "shared" / "data"
 SPOT = DATA / "binance" / "spot_btcusdt_20240808.gz"
 DBN = DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 
-# undo engine/numba_ssa.py's and engine/numba_live_map.py's patches (numba applies its extensions
-# at its first compile)
+# the engine's compiles (engine/jit.py) without engine/numba_ssa.py and engine/numba_live_map.py
 NUMBA_SSA = """
-from numba import njit
-from engine import numba_live_map, numba_ssa
-njit(lambda x: x)(1)
-numba_ssa.unpatch()
-numba_live_map.unpatch()
+from engine import jit, numba_inline
+jit.FIXES = (numba_inline,)
 """
-# and engine/numba_inline.py's: numba as it comes
-STOCK = NUMBA_SSA + """
-from engine import numba_inline
-numba_inline.unpatch()
+# and without engine/numba_inline.py: numba as it comes
+STOCK = """
+from engine import jit
+jit.FIXES = ()
 """
-
+# no cross-process compile lock (engine/numba_lock.py): numba's own behaviour
 NO_LOCK = """
-from numba import njit
-from numba.core import dispatcher
-njit(lambda x: x)(1)
-if hasattr(dispatcher.Dispatcher.compile, "__wrapped__"):
-    dispatcher.Dispatcher.compile = dispatcher.Dispatcher.compile.__wrapped__
+from engine import numba_lock
+numba_lock.acquire_for = lambda dispatcher: None
 """
 
 FIRST_BATCH = """

@@ -24,7 +24,7 @@ source): files merged in receive-time order, live rings as ticks arrive; ids map
 # The generated header defines: on_tick, decide, DEPTH, STATE, NFEAT, Params, make_params.
 # ==== host body ====
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine import control as C
 from engine import latency, levelbook, shm, sigring, tickring

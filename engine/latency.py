@@ -5,7 +5,7 @@ wraps a copy of the counts in an `hdrh.histogram.HdrHistogram` for percentiles a
 """
 import numpy as np
 from hdrh.histogram import HdrHistogram
-from numba import njit
+from .jit import njit
 
 from .intrinsics import clz64
 

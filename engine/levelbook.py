@@ -9,7 +9,7 @@ Layout, per instrument and side (0 = bids, 1 = asks):
 A side holds at most `levels` (the array's width): a new level below a full window is not kept,
 and a better one pushes the worst out, as the source's own window does.
 """
-from numba import njit
+from .jit import njit
 
 PX, SZ = 0, 1
 NO_LEVEL = 1 << 30  # set_level: no level of the window changed

@@ -1,5 +1,5 @@
-"""Cold compiles without numba's quadratic IR copy (a numba extension, loaded before the first
-compile through the `numba_extensions` entry point in pyproject.toml).
+"""Cold compiles without numba's quadratic IR copy (for the engine's own compiles:
+engine/jit.py puts it in place for each of them and takes it out after).
 
 numba inlines an `inline="always"` callee by deep-copying its IR block by block, each block with
 a fresh memo. Every block refers to the function's one Scope, which lists all its variables, so
@@ -59,7 +59,7 @@ def patched():
 
 
 def patch():
-    """numba's `numba_extensions` init hook; idempotent. Returns whether the patch is in place."""
+    """Put it in place (engine/jit.py, around a compile of ours); idempotent. Returns whether it is."""
     import numba
     from numba.core import inline_closurecall as icc
     if patched():

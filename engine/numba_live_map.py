@@ -1,5 +1,5 @@
-"""numba's variable liveness over bitsets (a numba extension, loaded before the first compile
-through the `numba_extensions` entry point: engine/numba_ext.py).
+"""numba's variable liveness over bitsets (for the engine's own compiles:
+engine/jit.py puts it in place for each of them and takes it out after).
 
 numba's `compute_live_map` finds, per block, the variables defined on some path into it, then
 those live at its entry, each by repeating set unions over the blocks until nothing grows. The sets
@@ -90,7 +90,7 @@ def patched():
 
 
 def patch():
-    """numba's `numba_extensions` init hook; idempotent. Returns whether the patch is in place.
+    """Put it in place (engine/jit.py, around a compile of ours); idempotent. Returns whether it is.
     numba's modules that imported the function by name get it too."""
     import numba
     from numba.core import analysis, ir_utils

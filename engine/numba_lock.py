@@ -1,5 +1,5 @@
 """One process compiles a cached numba function; the others wait for it and load what it saved
-(a numba extension, loaded before the first compile through the `numba_extensions` entry point).
+(for the engine's own functions: engine/jit.py takes the lock around each of their compiles).
 
 numba looks in its on-disk cache, and on a miss compiles; it locks nothing across processes. Two
 processes that need the same cold function compile it both, side by side: `engine run --feed A
@@ -59,26 +59,17 @@ def _acquire(path, wait_s, waiting=None):
             return None
 
 
-def patch():
-    """Wrap numba's Dispatcher.compile (idempotent). Returns whether the wrapper is in place."""
-    from numba.core import dispatcher
-    from numba.core.compiler_lock import global_compiler_lock
-    compile_ = dispatcher.Dispatcher.compile
-    if getattr(compile_, "__wrapped__", None) is not None:
-        return True
+def acquire_for(dispatcher):
+    """The cross-process lock of a dispatcher's cached function, before it compiles (engine/jit.py
+    calls it inside numba's compiler lock): an fd to `release`, or None (not cached on disk, no
+    lock file, or waited WAIT_S: compiled as numba would, a duplicate compile, never a failure)."""
+    path = lock_path(dispatcher)
+    if path is None:
+        return None
+    say = on_wait
+    return _acquire(path, WAIT_S, None if say is None else (lambda: say(dispatcher)))
 
-    def compile(self, sig):
-        path = lock_path(self)
-        if path is None:
-            return compile_(self, sig)
-        with global_compiler_lock:  # (an RLock: numba's compile takes it again)
-            say = on_wait
-            fd = _acquire(path, WAIT_S, None if say is None else (lambda: say(self)))
-            try:
-                return compile_(self, sig)
-            finally:
-                if fd is not None:
-                    os.close(fd)  # (closing the only fd releases the flock)
-    compile.__wrapped__ = compile_
-    dispatcher.Dispatcher.compile = compile
-    return True
+
+def release(fd):
+    if fd is not None:
+        os.close(fd)  # (closing the only fd releases the flock)

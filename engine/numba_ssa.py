@@ -1,5 +1,5 @@
-"""SSA reconstruction that rewrites only the blocks naming the variable it fixes (a numba extension,
-loaded before the first compile through the `numba_extensions` entry point: engine/numba_ext.py).
+"""SSA reconstruction that rewrites only the blocks naming the variable it fixes (for the engine's own
+compiles: engine/jit.py puts it in place for each of them and takes it out after).
 
 numba rebuilds SSA form one re-assigned variable at a time, and for each one rewrites every block
 of the function twice (fresh names for its definitions, then every use pointed at the definition
@@ -98,7 +98,7 @@ def patched():
 
 
 def patch():
-    """numba's `numba_extensions` init hook; idempotent. Returns whether the patch is in place."""
+    """Put it in place (engine/jit.py, around a compile of ours); idempotent. Returns whether it is."""
     import numba
     from numba.core import ssa
     if patched():

@@ -198,7 +198,7 @@ MAX_INSTRUMENTS = _INST_MASK + 1  # every index the instrument field holds (0..6
 
 # --- numba accessors: a tick's fields from its eight int64 words (the strategy contract's readers,
 # engine/strategy_api.py hands them to strategies under their short names) ---
-from numba import njit  # noqa: E402
+from .jit import njit  # noqa: E402
 
 
 @njit(nogil=True, inline="always", cache=True)

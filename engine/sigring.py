@@ -4,7 +4,7 @@ The producer never blocks: when the ring is full the signal is counted in the he
 drop counter (exported) and discarded.
 """
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from . import shm
 from .intrinsics import load_acquire, load_relaxed, store_relaxed, store_release

@@ -110,7 +110,7 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from .records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_STATUS, KIND_TRADE,  # noqa: F401
                       PRICE_SCALE, SIDE_BUY, SIDE_NONE, SIDE_SELL)

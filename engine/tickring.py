@@ -17,7 +17,7 @@ import os
 import time
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from . import defaults, shm
 from .intrinsics import (compare_exchange, fence_acquire, fence_release, load_acquire,

@@ -10,7 +10,7 @@ BTCUSDT on venue BINANCE-F, a merged recording, or a live run of several feeds.
 import fnmatch
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from .records import tick_instrument, tick_instruments, tick_kind, tick_side, tick_word7, w_lo32
 from .strategy_errors import StrategyError

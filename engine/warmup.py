@@ -1,7 +1,7 @@
 """Getting the hot path ready off the clock: page in buffers and train the model's caches
 from the thread that will run the loop, before it goes real time."""
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from .intrinsics import call_predict
 

@@ -13,7 +13,7 @@ so probe chains stay short for a whole trading day of adds and deletes); consecu
 share a cache line (`_slot`).
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from .borrow import borrow, borrow_all
 

@@ -15,7 +15,7 @@ first (`room`): the ladder needs TARGET levels and its new ones, the table stays
 (`Deep.grow` otherwise).
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from . import book
 from .book import M_CAP, M_LEN, M_OFF

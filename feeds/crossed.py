@@ -8,7 +8,7 @@ Time is the exchange's (ts_event), so a file replayed flat out is judged as it h
 clock is the newest ts_event of any instrument. Runs in the feed process once per batch.
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.records import KIND_BOOK, KIND_QUOTE, KIND_TRADE, MAX_INSTRUMENTS, tick_instrument, tick_kind
 

@@ -23,7 +23,7 @@ one exception: a level smaller than one size unit is published as 1 (counted as 
 since size 0 means "gone" and its price is real.
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.records import KIND_BOOK, KIND_LEVEL, SIDE_BUY, SIDE_NONE, SIDE_SELL, pack_tick_tail
 

@@ -16,7 +16,7 @@ clock (the last such tick's ts_recv - ts_event). `comparable_stats` is that rule
 module's histograms and for any source that keeps its own (feeds/dbn_live.py).
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine import latency
 

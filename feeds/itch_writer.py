@@ -11,7 +11,7 @@ it keeps one displayed order per published level instead, so an ITCH reader rebu
 depth window (write_depth_ticks).
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.records import (KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE, tick_instrument, tick_kind,
                             tick_side, w_hi32, w_lo32)

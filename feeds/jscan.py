@@ -6,7 +6,7 @@ would look at one byte at a time over long runs (string bodies, digit runs), it 
 at once as a little-endian word (SWAR) when eight bytes remain, and one at a time otherwise.
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from .borrow import ctz_u64, load_u64
 

@@ -10,7 +10,7 @@ import threading
 import time
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from . import files
 from .moldudp64 import HEADER, HEADER_LEN, MAX_PAYLOAD, heartbeat, is_multicast

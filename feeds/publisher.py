@@ -10,7 +10,7 @@ Consumers that did not ask still see the never-block rule (they are lapped and c
 import time
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine import shm, tickring
 from engine.intrinsics import cpu_pause, monotonic_ns, store_relaxed

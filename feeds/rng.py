@@ -7,7 +7,7 @@ draws random numbers in the process.
 import math
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.records import KIND_TRADE, PRICE_SCALE, SIDE_BUY, SIDE_SELL
 

@@ -21,7 +21,7 @@ merged): forward returns, hit rates, information coefficient, and what the signa
   user gives). Each instrument's own figures are in `by_instrument`.
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine import signal_counts
 from engine.records import KIND_QUOTE, PRICE_SCALE, tick_instrument, tick_instruments, tick_kind

@@ -45,7 +45,7 @@ Everything runs in one pass over the file (numba), linear in ticks + signals.
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine import levelbook
 from engine.intrinsics import borrow

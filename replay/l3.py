@@ -16,7 +16,7 @@ and spec columns this shares; records play the role ticks play there (an order a
 the first record of a later event whose exchange time is at or after its arrival).
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine import levelbook
 from engine.intrinsics import borrow

@@ -27,15 +27,6 @@ def spawn(args, **kw):
     return subprocess.Popen(args, cwd=ROOT, env=engine_env(), **kw)
 
 
-def extension_patched(module):
-    """Does a fresh engine process, after its first compile, have `module`'s numba extension in
-    place (its `patched()`, through the numba_extensions entry point)? (ok, the child's stderr)"""
-    code = f"from numba import njit\nfrom {module} import patched\nnjit(lambda x: x + 1)(1)\nprint(patched())\n"
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=engine_env(), capture_output=True, text=True,
-                       timeout=120)
-    return r.stdout.strip() == "True", r.stderr
-
-
 class LeftRunningWarning(UserWarning):
     """A test ended with processes of its own still running: the `reap` fixture ended them."""
 

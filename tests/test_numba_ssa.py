@@ -1,10 +1,10 @@
 """engine/numba_ssa.py: numba's SSA rebuild rewrites only the blocks that name the variable it fixes,
-in every process of the engine (the numba_extensions entry point), and compiles the same machine
-code as numba's own: children compile tests/helpers/ssa_target.py both ways."""
+in the engine's own compiles (engine/jit.py), and compiles the same machine code as numba's own:
+children compile tests/helpers/ssa_target.py both ways."""
 import subprocess
 import sys
 
-from tests.conftest import ROOT, engine_env, extension_patched
+from tests.conftest import ROOT, engine_env
 
 
 def _compile(how):
@@ -16,14 +16,9 @@ def _compile(how):
     return llvm, result, int(blocks), patched == "True"
 
 
-def test_every_engine_process_rebuilds_ssa_with_the_index():
-    ok, err = extension_patched("engine.numba_ssa")
-    assert ok, err
-
-
 def test_the_same_llvm_ir_and_results_as_numbas_own_rebuild_from_fewer_block_rewrites():
     ours, stock = _compile("ours"), _compile("stock")
-    assert ours[3] and not stock[3]  # (the child really compiled each way: with both extensions, or neither)
+    assert ours[3] and not stock[3]  # (the child really compiled each way: as the engine's, or numba's own)
     assert ours[0] == stock[0], "the engine's SSA rebuild changed the compiled code"
     python = subprocess.run([sys.executable, "-m", "tests.helpers.ssa_target", "python"], cwd=ROOT,
                             env=engine_env(NUMBA_DISABLE_JIT="1"), capture_output=True, text=True, timeout=120)
@@ -100,8 +95,11 @@ def test_the_rebuilt_ir_is_numbas_own_on_loops_breaks_and_a_variable_undefined_o
         scope = next(iter(func_ir.blocks.values())).scope
         return out.getvalue(), [str(w.message) for w in said], sorted(scope.localvars._con)
 
-    fns = [_loops, _undefined_on_a_path, _nested_continue, ssa_target._pass.py_func, ssa_target.target.py_func]
-    for fn in fns:
-        a, b = rebuild(fn, ours), rebuild(fn, stock)
-        assert a == b, fn.__name__
-        assert " = phi(" in a[0], fn.__name__  # (there was SSA to rebuild)
+    fns = [_loops, _undefined_on_a_path, _nested_continue, ssa_target._pass.py_func, ssa_target.target_py]
+    try:
+        for fn in fns:
+            a, b = rebuild(fn, ours), rebuild(fn, stock)
+            assert a == b, fn.__name__
+            assert " = phi(" in a[0], fn.__name__  # (there was SSA to rebuild)
+    finally:
+        numba_ssa.unpatch()  # (numba as it comes for the rest of this process)

@@ -1,5 +1,5 @@
 """A numba function cached on disk, for tests/test_numba_lock.py (its children compile or load it)."""
-from numba import njit
+from engine.jit import njit  # (the engine's: its compiles take the cross-process lock)
 
 
 @njit(cache=True)

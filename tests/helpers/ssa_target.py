@@ -1,10 +1,12 @@
 """Functions whose SSA form numba must rebuild and whose liveness it must find (variables assigned
 on several paths, loops, inlined callees), for tests/test_numba_ssa.py and test_numba_live_map.py:
 their children compile them with the engine's extensions or numba's own and print what they
-compiled and what it computes."""
+compiled and what it computes ("ours": the target compiled as the engine's functions are, through
+engine/jit.py; "stock": numba as it comes)."""
 import hashlib
 import sys
 
+import numba
 import numpy as np
 from numba import njit
 
@@ -37,8 +39,7 @@ def _pass(x, k):
     return acc, lo, hi
 
 
-@njit
-def target(x, k):
+def target_py(x, k):
     a, lo, hi = _pass(x, k)
     b, lo2, hi2 = _pass(x[::-1], k)
     n = 0
@@ -52,13 +53,10 @@ def target(x, k):
 
 
 def main(stock):
-    njit(lambda v: v)(1)  # (numba loads its extensions, the engine's among them, at its first compile)
     from numba.core import ssa
 
-    from engine import numba_live_map, numba_ssa
-    if stock:
-        numba_ssa.unpatch()
-        numba_live_map.unpatch()
+    from engine import jit
+    target = numba.njit(target_py) if stock else jit.njit(target_py)
     seen = [0]
     block_pass = ssa._run_ssa_block_pass
 
@@ -69,16 +67,16 @@ def main(stock):
     got = target(X, len(X))
     llvm = "".join(v for _, v in sorted(target.inspect_llvm().items(), key=lambda kv: str(kv[0])))
     print(hashlib.sha256(llvm.encode()).hexdigest(), [int(v) for v in got], seen[0],
-          numba_ssa.patched() and numba_live_map.patched())
+          getattr(target, "_engine_compile", False))
 
 
 def check_live_map():
     """Every live map numba asks for while compiling target: the engine's and numba's own, compared;
     prints how many there were and how many differed."""
-    njit(lambda v: v)(1)
     from numba.core import analysis, ir_utils
-    ours = analysis.compute_live_map
-    stock = ours.__wrapped__
+
+    from engine.numba_live_map import compute_live_map as ours
+    stock = analysis.compute_live_map
     calls, differ = [0], [0]
 
     def both(cfg, blocks, use, defs):
@@ -87,13 +85,13 @@ def check_live_map():
         differ[0] += a != b
         return b
     analysis.compute_live_map = ir_utils.compute_live_map = both
-    target(X, len(X))
+    numba.njit(target_py)(X, len(X))
     print(calls[0], differ[0])
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "python":  # (under NUMBA_DISABLE_JIT=1: what the code computes, no compiler)
-        print([int(v) for v in target(X, len(X))])
+        print([int(v) for v in njit(target_py)(X, len(X))])
     elif sys.argv[1] == "live-map":
         check_live_map()
     else:
