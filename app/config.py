@@ -1,10 +1,13 @@
 """`engine run --config FILE.toml`: every `engine run` option in a TOML file (ops/engine.toml is
 the commented sample). A flag given on the command line wins over the file; the file wins over
-the defaults. Unknown keys, wrong types and bad values are errors naming the file and key.
+the defaults. Unknown keys, wrong types and bad values are errors naming the file and key: a
+value is checked by its flag's own validator (--drift-half-life's, say), so the file accepts
+nothing the command line refuses.
 
 Several sources: one `[[feed]]` table per source instead of the `[feed]` table, each with its
 `uri`; the other feed.* keys (rate, speed, ring_capacity, ...) are the run's and may be written in
 any of the tables, once (or with the same value), as in [feed]."""
+import argparse
 import tomllib
 
 from .run_options import keys, many_keys
@@ -115,7 +118,6 @@ def given_on_command_line(parser, argv):
     argparse itself reads argv: both forms of a flag (--isolate, --no-isolate), --opt=value, and
     abbreviations. argv is parsed again into a namespace where every dest already holds a marker;
     argparse fills in no default where a value is present, so what no longer holds it was given."""
-    import argparse
     unset = object()
     marked = {a.dest for a in parser._actions
               if a.dest != argparse.SUPPRESS and not isinstance(a, argparse._AppendAction)}  # (no file key appends)
@@ -134,11 +136,18 @@ def apply(args, parser, argv):
     if not getattr(args, "config", None):
         return args
     choices = {a.dest: a.choices for a in parser._actions if a.choices and a.option_strings}
+    types = {a.dest: a.type for a in parser._actions if a.type is not None and a.option_strings}
     keys = {dest: key for key, (dest, _) in KEYS.items()}
     for dest, v in load(args.config).items():
         if dest in choices and v not in choices[dest]:
             raise ConfigError(f"{args.config}: {keys[dest]} must be one of {', '.join(map(str, choices[dest]))}, "
                               f"got {v!r}")
+        if dest in types and not isinstance(v, bool):  # the flag's own check, on the file's value too
+            for x in v if isinstance(v, list) else [v]:
+                try:
+                    types[dest](x)
+                except (ValueError, TypeError, argparse.ArgumentTypeError) as e:
+                    raise ConfigError(f"{args.config}: {keys[dest]}: {e}") from None
         if dest not in explicit:
             setattr(args, dest, v)
             args.given.add(dest)

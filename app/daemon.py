@@ -21,6 +21,7 @@ is down never marks the others down; /ready?source=LABEL is one source's readine
 table (global ids, VENUE:SYMBOL) is written beside the rings as the feeds find instruments.
 """
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from engine.records import SIGNAL_FLAG_MARK, signal_flags, signal_instruments
 from engine.outputs import NotPrivate, open_own, write_whole
 from models import registry
 
-from . import ctlauth, prom, run_summary, runtime_file
+from . import ctlauth, kill_file, prom, run_summary, runtime_file
 from .drift_monitor import drift_families
 from .paper_status import paper_status
 from .prom import PAPER_METRICS  # noqa: F401 (re-exported: the tests, ops files)
@@ -106,6 +107,32 @@ def _open_token(path):
                            f"chmod 600 {path} (the engine writes a new token at each start)") from None
 
 
+def read_metrics_token(path):
+    """--metrics-token-file: the token a Prometheus scraping /metrics/private sends (a file the
+    operator keeps, readable by Prometheus's group, say): never through a link, this user's or
+    root's, nothing for others; None without one."""
+    if not path:
+        return None
+    import stat
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise RuntimeError(f"--metrics-token-file {path}: {e.strerror} (a link is never followed)") from None
+    try:
+        st = os.fstat(fd)
+        why = ("not a regular file" if not stat.S_ISREG(st.st_mode) else
+               f"owned by uid {st.st_uid}, not this user nor root" if st.st_uid not in (os.geteuid(), 0) else
+               f"mode {st.st_mode & 0o777:04o}: others can read it (chmod o-rwx)" if st.st_mode & 0o007 else None)
+        if why:
+            raise RuntimeError(f"--metrics-token-file {path} is refused: {why}")
+        token = os.read(fd, 4096).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
+    if len(token) < 16 or any(ch.isspace() for ch in token):
+        raise RuntimeError(f"--metrics-token-file {path}: the token must be one word of at least 16 characters")
+    return token
+
+
 def read_token(path):
     """The control token for a client (engine ctl, engine stats), held to the same rules."""
     fd = _open_token(path)
@@ -125,6 +152,21 @@ def ensure_token(path):
     tok = secrets.token_hex(32)
     write_whole(path, (tok + "\n").encode(), 0o600)
     return tok
+
+
+def remove_token(path, token):
+    """At exit: the token file goes, if it still holds this run's token (a later run's is its own)."""
+    try:
+        fd = _open_token(path)
+    except RuntimeError:
+        return
+    if fd is None:
+        return
+    with os.fdopen(fd) as f:
+        mine = f.read().strip() == token
+    if mine:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 class HttpLog(logging.Logger):
@@ -474,7 +516,8 @@ class ControlPlane:
         self.warnings = []          # for the run's summary: a feed process that failed
         self.drainer, self.drain_stop = None, threading.Event()
         self.http_log = HttpLog()
-        self._metrics, self._metrics_at = b"", 0.0
+        self._metrics = {False: (b"", 0.0), True: (b"", 0.0)}  # (public, private: each a snapshot and when)
+        self.metrics_token = read_metrics_token(ctx.cfg.metrics_token_file) if ctx.http else None
         self.runtime = None
         self.feeds = [FeedWatch(self, src) for src in ctx.sources] if ctx.sources else [FeedWatch(self)]
 
@@ -623,7 +666,7 @@ class ControlPlane:
     def zmq_counters(self):
         p = self.pub
         return {"published": p.published if p else 0, "dropped": p.dropped if p else 0,
-                "slow_disconnects": p.disconnected if p else 0}
+                "slow_disconnects": p.disconnected if p else 0, "refused": p.refused if p else 0}
 
     def ready(self):
         why = []
@@ -685,7 +728,10 @@ class ControlPlane:
                          "preempted": self.x.thread.preempted()},
                 "latency_ns": latency.summary(self.x.ctl_blk.hist)}
 
-    def metrics_text(self):
+    def metrics_text(self, private=False):
+        """The Prometheus text: what any local process may scrape (health, latency, counts), and with
+        `private` (/metrics/private: the owner, or its Prometheus with --metrics-token-file) the
+        money and positions of paper trading and the kill switch too."""
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -714,13 +760,14 @@ class ControlPlane:
                     lost.add_metric([kind], c[n])
                 yield gaps
                 yield lost
+                if private:
+                    yield from plane._private_families(c)
                 recs = CounterMetricFamily("engine_signal_records", "signal records by kind (engine/signal_counts.py:"
                                            " published, clipped, refused by the risk gate, made while killed)",
                                            labels=["kind"])
                 for kind, n in c["signal_counts"].items():
                     recs.add_metric([kind], n)
                 yield recs
-                yield from prom.paper_families(plane.x.paper)
                 yield from drift_families(plane.x.drift)
                 blocked = CounterMetricFamily("engine_risk_blocked", "decisions the risk gate cut, by the rule "
                                               "that cut them (engine/risk.py; each cut counted, a refused one "
@@ -728,13 +775,6 @@ class ControlPlane:
                 for rule, n in c["risk_blocked"].items():
                     blocked.add_metric([rule], n)
                 yield blocked
-                yield GaugeMetricFamily("engine_killed", "1 while the run is killed (no new exposure until `engine "
-                                        "ctl resume --after-kill`)", value=1 if c["killed"] else 0)
-                kills = CounterMetricFamily("engine_kills", "times the run was killed, by reason (command, file, "
-                                            "loss, drawdown, feed)", labels=["reason"])
-                for reason, n in c["kills"].items():
-                    kills.add_metric([reason], n)
-                yield kills
                 yield GaugeMetricFamily("engine_conflation_warn_ratio", "the share of scoreable ticks conflated "
                                         "(engine_conflated_total / (engine_conflated_total + engine_scored_total)) "
                                         "above which the run warns (--conflate-warn); ops/engine-alerts.yml "
@@ -753,6 +793,8 @@ class ControlPlane:
                                           value=z["dropped"])
                 yield CounterMetricFamily("engine_zmq_slow_disconnects", "zmq subscribers disconnected for not "
                                           "reading (their queue was full)", value=z["slow_disconnects"])
+                yield CounterMetricFamily("engine_zmq_refused_subscribers", "zmq handshakes refused: a client key "
+                                          "the owner does not allow (--pub-clients)", value=z["refused"])
                 yield CounterMetricFamily("engine_http_bad_requests", "malformed HTTP requests answered 4xx "
                                           "by the parser", value=plane.http_log.bad)
                 hc = getattr(plane, "conns", None)  # (httpconns.py: connections over the caps)
@@ -791,6 +833,18 @@ class ControlPlane:
         reg.register(Collector())
         return generate_latest(reg)
 
+    def _private_families(self, c):
+        """What only the owner may scrape: paper trading's money, positions and fills, the kill switch."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        yield from prom.paper_families(self.x.paper)
+        yield GaugeMetricFamily("engine_killed", "1 while the run is killed (no new exposure until `engine "
+                                "ctl resume --after-kill`)", value=1 if c["killed"] else 0)
+        kills = CounterMetricFamily("engine_kills", "times the run was killed, by reason (command, file, "
+                                    "loss, drawdown, feed)", labels=["reason"])
+        for reason, n in c["kills"].items():
+            kills.add_metric([reason], n)
+        yield kills
+
     def _authorized(self, request):
         """The unix socket (in the 0700 runtime directory): a peer of our uid (or root), by
         SO_PEERCRED, no token. TCP: an Engine-HMAC answer to one of our challenges (ctlauth.py:
@@ -814,12 +868,27 @@ class ControlPlane:
         self.challenges, self.http_unix = ctlauth.Challenges(), None
         self.conns = conns = Connections(say=lambda m: self.http_log._line("conns", m))
 
-        async def metrics(request):
-            now = time.monotonic()
-            if now - self._metrics_at >= METRICS_EVERY_S:  # a snapshot: scrapers cannot make us render more
-                self._metrics, self._metrics_at = self.metrics_text(), now
-            return web.Response(body=self._metrics, content_type="text/plain", charset="utf-8",
-                                headers={"X-Content-Type-Options": "nosniff"})
+        def metrics_of(private):
+            async def metrics(request):
+                now = time.monotonic()
+                body, at = self._metrics[private]
+                if now - at >= METRICS_EVERY_S:  # a snapshot: scrapers cannot make us render more
+                    body = self.metrics_text(private)
+                    self._metrics[private] = (body, now)
+                return web.Response(body=body, content_type="text/plain", charset="utf-8",
+                                    headers={"X-Content-Type-Options": "nosniff"})
+            return metrics
+
+        def owner_or_its_prometheus(fn):
+            async def handler(request):
+                got = request.headers.get("Authorization", "")
+                ok = self._authorized(request) or (self.metrics_token is not None and secrets.compare_digest(
+                    got.encode("utf-8", "surrogateescape"), f"Bearer {self.metrics_token}".encode()))
+                if not ok:
+                    return web.Response(status=401, text="unauthorized: /metrics/private (money, positions) is the "
+                                        "owner's: its token, its unix socket, or --metrics-token-file's token\n")
+                return await fn(request)
+            return handler
 
         async def health(request):
             alive = self.x.thread.is_alive()
@@ -925,7 +994,8 @@ class ControlPlane:
                 conns.end(request.transport)
 
         app = web.Application(middlewares=[limit], client_max_size=4096)
-        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/metrics", metrics_of(False))
+        app.router.add_get("/metrics/private", owner_or_its_prometheus(metrics_of(True)))
         app.router.add_get("/health", health)
         app.router.add_get("/ready", ready)
         app.router.add_get("/auth/challenge", challenge)
@@ -960,19 +1030,23 @@ class ControlPlane:
         x = self.x
         http = None
         if x.pub:
-            from .zpub import Publisher, key_paths, server_keys
-            # CURVE: subscribers that check the key talk to this engine only, never to a port squatter
+            from .zpub import Publisher, allowed_clients, key_paths, own_key_paths, server_keys
+            # CURVE: subscribers that check the key talk to this engine only, never to a port squatter;
+            # and only the client keys the owner allows (app/zauth.py) complete a handshake
             try:
                 sd = dirs.state_dir()
                 self.pub_key, secret = server_keys(self.cfg.name, sd)
+                clients = allowed_clients(self.cfg.pub_clients, sd)
             except OSError as e:
-                raise RuntimeError(f"--pub: cannot keep the zmq keypair in $XDG_STATE_HOME/engine "
+                raise RuntimeError(f"--pub: cannot keep the zmq keypairs in $XDG_STATE_HOME/engine "
                                    f"({e.filename or ''}): {e.strerror}") from None
-            self.pub_key_file = key_paths(self.cfg.name, sd)[1]
+            self.pub_key_file, self.pub_client_key_file = key_paths(self.cfg.name, sd)[1], own_key_paths(sd)[0]
             # bounded per subscriber: one that stops reading holds at most PUB_HWM records plus its
             # socket buffer; then it is counted and disconnected; it never grows our memory or blocks us
-            self.pub = Publisher(x.pub, hwm=PUB_HWM, secret_key=secret)
+            self.pub = Publisher(x.pub, hwm=PUB_HWM, secret_key=secret, clients=clients)
+            who = f"and those listed in {self.cfg.pub_clients}" if self.cfg.pub_clients else "only"
             log(f"signals published on {x.pub} (CURVE, server key {self.pub_key.decode()} in {self.pub_key_file}; "
+                f"subscribers: this user's own ({self.pub_client_key_file}) {who}; "
                 "topic = instrument, payload = the 128-byte signal record, then the topic's publication number)")
         if x.http:
             http = await self._serve_http(*x.http)
@@ -1019,6 +1093,8 @@ class ControlPlane:
                 self.runtime.remove()
             if http is not None:
                 await http.cleanup()
+            if self.token is not None:
+                remove_token(x.token_file, self.token)
 
     def kill(self, code):
         kill_switch(self.ctl, code, self.cfg.name)
@@ -1046,7 +1122,7 @@ class ControlPlane:
     def _kill_triggers(self, now):
         """The kill switch's own triggers, every watch: --kill-file appeared, a feed down too long."""
         cfg = self.cfg
-        if cfg.kill_file and os.path.lexists(cfg.kill_file):
+        if cfg.kill_file and kill_file.pulled(cfg.kill_file):
             self.kill(risk.KILL_REASONS.index("file"))
         if cfg.kill_feed_down > 0:
             if self.feed_status() in ("ok", "finished"):
@@ -1064,6 +1140,7 @@ class ControlPlane:
                 "http_unix": unix[0] if x.http and unix else None,
                 "pub_key": self.pub_key.decode() if x.pub else None,
                 "pub_key_file": self.pub_key_file if x.pub else None,
+                "pub_client_key_file": self.pub_client_key_file if x.pub else None,  # (its owner's subscribers' keypair)
                 "token_file": os.path.abspath(x.token_file) if x.http and x.token_file else None,
                 "ring": shm.ring_path(x.ring_name)}
         try:

@@ -30,7 +30,7 @@ import threading
 import time
 import zlib
 
-from engine.outputs import OutputError, reason
+from engine.outputs import OutputError, open_private, reason
 from feeds.sources import FILE_SCHEMES
 from feeds.uri import split
 
@@ -118,7 +118,7 @@ def lock_dir(d):
     """Hold d's lock file for the life of the process (an fd); one line when another holds it."""
     path = os.path.join(d, ".lock")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)  # (0600, never through a link, only ours)
     except OSError as e:
         raise OutputError(path, "the recorder's lock", reason(e), e.errno) from None
     try:
@@ -135,7 +135,7 @@ def lock_dir(d):
 def reserve(path):
     """Create `path`, which must not exist (never truncate another run's file)."""
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     except FileExistsError:
         raise ValueError(f"{path}: exists already (another recorder in this directory?)") from None
     except OSError as e:
@@ -157,7 +157,7 @@ class RawWriter:
         self._last = time.monotonic()
         self.error = None
         self.bytes_in = self.bytes_out = 0
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         if start:
             self.write(start)
 

@@ -149,7 +149,8 @@ class DriftMonitor(TapReader):
         if sig_path is not None and rec is not None:
             from engine.outputs import OutputError, atomic_file
             try:
-                with atomic_file(record_path(sig_path), "the run's drift record") as tmp, open(tmp, "w") as f:
+                with atomic_file(record_path(sig_path), "the run's drift record", private=True) as tmp, \
+                        open(tmp, "w") as f:
                     json.dump(rec, f)
             except (OutputError, OSError) as e:
                 out["record_error"] = str(e)

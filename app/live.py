@@ -558,6 +558,9 @@ class _Run:
         if cfg.warm_every < 0:
             raise ValueError(f"--warm-every must be >= 0, got {cfg.warm_every}")
         check_name(cfg.name)
+        if cfg.kill_file is not None:
+            from . import kill_file
+            kill_file.check(cfg.kill_file)
         if cfg.duration is not None and not (math.isfinite(cfg.duration) and cfg.duration > 0):
             raise ValueError(f"--duration must be a finite number of seconds > 0, got {cfg.duration!r}")
         if not (math.isfinite(cfg.stall_exit) and cfg.stall_exit >= 0):
@@ -570,6 +573,13 @@ class _Run:
         if cfg.record:
             from engine.outputs import check_writable
             check_writable(cfg.record, "the recording (--record)")
+        if cfg.paper:  # (its report is written at the end: a path that cannot take it is refused now)
+            from engine.outputs import check_writable
+            self.paper_out = cfg.paper_out or (sig_path.rsplit(".", 1)[0] + ".paper")
+            check_writable(self.paper_out, "the paper trading report (--paper-out)", directory=True)
+        if cfg.pub_clients:
+            from .zauth import read_clients
+            read_clients(cfg.pub_clients)  # (a bad --pub-clients file refuses the run now; the plane reads it again)
         self.sig_path, self.parquet_out = sig_path, parquet_out
         from engine.strategy_build import load_host
         self.host = load_host(cfg.strategy, cfg.params, cfg.universe)  # a broken strategy file fails here, before anything
@@ -1191,7 +1201,7 @@ class _Run:
         t0 = time.monotonic()
         names = self.rings.table(self.multi)[0] if self.rings is not None else []
         r = self.paper.finish(names, self.ctl_blk.hist.copy(), self.ctl_blk.counters()["risk_blocked"])
-        out = self.cfg.paper_out or (self.sig_path.rsplit(".", 1)[0] + ".paper")
+        out = self.paper_out
         paper = r.pop("paper")
         head = {"title": "Paper trading", "model": self.model_dir, "model_id": self.pred.model_id,
                 "backend": self.pred.backend, "strategy": self.strat.identity(), "workers": 1, "paper": paper}

@@ -71,7 +71,7 @@ import threading
 import time
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine import realtime, tickring
 from engine.outputs import OutputError
@@ -346,7 +346,7 @@ def record_source(uri, out, *, rotate=None, raw=False, duration=None, quiet=Fals
                   clock=time.time):
     """Record one source into out/<label>/ until it ends, a stop signal, or `duration`; returns a
     summary dict. `clock`: the wall clock that names and cuts the pieces (UTC seconds)."""
-    from engine.outputs import OutputError, check_writable, reason
+    from engine.outputs import OutputError, check_writable, private_dirs, reason
     from feeds.sources import open_source
 
     from .daily_files import label, lock_dir
@@ -362,7 +362,7 @@ def record_source(uri, out, *, rotate=None, raw=False, duration=None, quiet=Fals
     check_writable(d, "recordings", directory=True)  # before a live source starts listening
     src = open_source(uri)
     try:
-        os.makedirs(d, exist_ok=True)
+        private_dirs(d)  # (0700 where made here: trading history)
     except OSError as e:
         raise OutputError(d, "recordings", reason(e), e.errno) from None
     lock = lock_dir(d)

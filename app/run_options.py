@@ -194,10 +194,22 @@ class RunConfig:
              "then the 128-byte signal record, then the topic's publication number (uint64 LE: a jump "
              "is a gap) (default %(default)s; none = off)",
         check="parse")
+    pub_clients: str | None = option(
+        None, "--pub-clients", key="control.pub_clients", metavar="FILE",
+        help="who may subscribe besides this user's own subscribers (engine signals --follow): a file of "
+             "client CURVE public keys, one a line (# comments), this user's or root's, not a link, writable by "
+             "no one else; read at start. A subscriber whose key is in neither gets no signal, even with the "
+             "server's public key (default: only this user's own subscribers)")
     token_file: str | None = option(  # None: NAME.token in the runtime directory (engine/dirs.py)
         None, "--token-file", key="control.token_file",
         help="bearer token for /status and /control/* (default NAME.token in the runtime directory: "
              "/run/engine for root, else $XDG_RUNTIME_DIR/engine, else /tmp/engine-UID; created 0600 if missing)")
+    metrics_token_file: str | None = option(
+        None, "--metrics-token-file", key="control.metrics_token_file", metavar="FILE",
+        help="a token file (yours or root's, no access for others: e.g. 0640 with Prometheus's group) whose "
+             "token a scraper sends as 'Authorization: Bearer' to read /metrics/private: paper trading's money "
+             "and positions and the kill switch, which /metrics leaves out (default: only this engine's own "
+             "token and unix socket)")
     hlog: str | None = option(  # None: the default path; "none": off
         None, "--hlog", key="logs.hlog",
         help="HdrHistogram interval log (default $XDG_STATE_HOME/engine/latency/NAME-TIME.hlog; none = off)")
@@ -354,7 +366,19 @@ def risk_limits(obj):
         inst = tuple(x if isinstance(x, tuple) else parse_instrument(x) for x in items)
     except ValueError as e:
         raise ValueError(f"--risk-instrument {e}") from None
+    for i, (sym, _) in enumerate(inst):  # (one entry an instrument: the later one would win, unsaid)
+        for other, _ in inst[:i]:
+            if _same_instrument(sym, other):
+                raise ValueError(f"--risk-instrument {sym}: given twice ({other} too): give an instrument's limits "
+                                 f"in one entry ({sym}:max_position=1,max_rate=5)")
     return Limits(mode=v.pop("risk_mode") or "clip", instruments=inst, **{k[5:]: x for k, x in v.items()})
+
+
+def _same_instrument(a, b):
+    """Can two --risk-instrument symbols name one instrument? The same, or the same symbol where
+    one names no venue (SYMBOL matches it on any venue: engine/risk.py configure)."""
+    (va, _, sa), (vb, _, sb) = a.rpartition(":"), b.rpartition(":")
+    return sa == sb and (va == vb or not va or not vb)
 
 
 def opts():

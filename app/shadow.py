@@ -39,11 +39,19 @@ def shadow_path(sig_path, name):
     return sig_path.rsplit(".", 1)[0] + f".shadow-{name}.sig"
 
 
+def check_spec(spec):
+    """A shadow's model as given (--shadow, shadow.models, ctl shadow add): a directory or
+    registry:NAME[@VERSION]; an empty one names no model (never the current directory)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"--shadow {spec!r}: names no model (a model directory, or registry:NAME[@VERSION])")
+    return spec
+
+
 def shadow_names(dirs, taken=()):
     """A file-name-safe name per shadow model: its registry NAME@VERSION or its directory's name,
-    numbered when two share one (or one of `taken`)."""
+    numbered when two share one (or one of `taken`); ValueError for a spec that names no model."""
     out, taken = [], list(taken)
-    for d in dirs:
+    for d in map(check_spec, dirs):
         base = d.split(":", 1)[1] if d.startswith("registry:") else os.path.basename(os.path.normpath(d))
         base = re.sub(r"[^A-Za-z0-9._@-]+", "_", base).strip("._") or "model"
         name, k = base, 2
@@ -149,8 +157,8 @@ class Shadows:
         (a model that fails to load or verify changes nothing)."""
         with self.lock:
             taken = [s.label for s in self.running] + [r["name"] for r in self.ended]
-            name = shadow_names([spec], taken)[0]
             try:
+                name = shadow_names([spec], taken)[0]
                 model_dir, pred = self.load(spec)
                 sh = self.start(name, model_dir, pred, "now")
             except (ValueError, OSError, RuntimeError) as e:

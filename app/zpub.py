@@ -24,10 +24,11 @@ engine's public key completes the handshake only with the holder of the secret k
 that binds the port while the engine is down (a squatter) cannot feed it records: its handshake
 fails and the subscriber can say so (engine signals --follow does). The keypair persists per
 engine name in the engine's private state directory, so subscribers that were given the public
-key once keep working across restarts; delete the files to change it.
+key once keep working across restarts; delete the files to change it. The engine, in turn,
+admits only the client keys its owner allows (app/zauth.py: this user's own subscribers', and
+those of --pub-clients FILE): the public key alone reads nothing.
 """
 import fcntl
-import json
 import os
 import socket
 import struct
@@ -35,7 +36,8 @@ import sys
 import threading
 import time
 
-from engine.outputs import NotPrivate, open_own, write_whole
+from .zauth import (Gate, allowed_clients, check_public_key, keypair, own_client_keys,  # noqa: F401 (the API)
+                    own_key_paths)
 
 HWM = 1000                 # signals queued per subscriber before it is found full
 SNDBUF = 256 * 1024        # its socket buffer (the kernel doubles it)
@@ -57,53 +59,12 @@ def key_paths(name, directory):
     return base, base + ".pub"
 
 
-def _read_private(path):
-    """The bytes of a file of this user nobody else can read or write, or None if there is none."""
-    try:
-        fd = open_own(path)
-    except OSError as e:
-        raise RuntimeError(f"zmq key file {path}: {e.strerror} (a link is never followed)") from None
-    except NotPrivate as why:
-        raise RuntimeError(f"zmq key file {path} is refused: {why}; it must be this user's, mode 0600: delete it "
-                           "and the engine makes a new keypair (subscribers then need the new public key)") from None
-    if fd is None:
-        return None
-    try:
-        return os.read(fd, 4096)
-    finally:
-        os.close(fd)
-
-
 def server_keys(name, directory):
     """(public, secret) CURVE keys (z85 bytes) of engine `name`: read from its 0600 key file, or made
     the first time. The public key is also written to KEYFILE.pub (0644: it is no secret) for
     consumers."""
-    import zmq
-    path, pub_path = key_paths(name, directory)
-    raw = _read_private(path)
-    keys = None
-    if raw is not None:
-        try:
-            d = json.loads(raw)
-            keys = d["public"].encode("ascii"), d["secret"].encode("ascii")
-            if zmq.curve_public(keys[1]) != keys[0]:
-                keys = None
-        except (ValueError, KeyError, TypeError, AttributeError, zmq.ZMQError):
-            keys = None
-        if keys is None:
-            raise RuntimeError(f"zmq key file {path} is not a keypair this engine wrote: delete it and the engine "
-                               "makes a new one (subscribers then need the new public key)")
-    if keys is None:
-        keys = zmq.curve_keypair()
-        write_whole(path, json.dumps({"public": keys[0].decode(), "secret": keys[1].decode()}).encode(), 0o600)
-    try:
-        with open(pub_path, "rb") as f:
-            same = f.read().strip() == keys[0]
-    except OSError:
-        same = False
-    if not same:
-        write_whole(pub_path, keys[0] + b"\n", 0o644)
-    return keys
+    return keypair(*key_paths(name, directory), "zmq key file",
+                   "delete it and the engine makes a new keypair (subscribers then need the new public key)")
 
 
 def read_public_key(path):
@@ -116,24 +77,13 @@ def read_public_key(path):
     return check_public_key(key, path)
 
 
-def check_public_key(key, where):
-    from zmq.utils import z85
-    if isinstance(key, str):
-        key = key.encode("ascii", "replace")
-    try:
-        if len(key) != 40 or len(z85.decode(key)) != 32:
-            raise ValueError
-    except (ValueError, KeyError):
-        raise ValueError(f"{where}: not a zmq CURVE public key (40 z85 characters)") from None
-    return key
-
-
-def subscriber(ctx, server_key):
-    """A SUB socket that talks only to the holder of server_key's secret (CURVE, a fresh client
-    key: the engine accepts any subscriber, it is the subscriber that checks the publisher)."""
+def subscriber(ctx, server_key, client=None):
+    """A SUB socket that talks only to the holder of server_key's secret (CURVE), with the client
+    keypair `client` (public, secret): by default this user's own subscribers', which its engines
+    admit (app/zauth.py); another user's engine admits the keys its owner lists (--pub-clients)."""
     import zmq
     s = ctx.socket(zmq.SUB)
-    pub, sec = zmq.curve_keypair()
+    pub, sec = client or own_client_keys()
     s.curve_serverkey = server_key
     s.curve_publickey, s.curve_secretkey = pub, sec
     return s
@@ -180,11 +130,22 @@ class _Sender:
 
 
 class Publisher:
-    def __init__(self, endpoint, hwm=HWM, sndbuf=SNDBUF, secret_key=None):
+    """The XPUB socket. With secret_key: a CURVE server (only the holder of this key completes a
+    subscriber's handshake) in a zmq context of its own, whose ZAP handler (app/zauth.py Gate)
+    admits only the client public keys in `clients`."""
+
+    def __init__(self, endpoint, hwm=HWM, sndbuf=SNDBUF, secret_key=None, clients=()):
         import zmq
         self.zmq = zmq
-        s = zmq.Context.instance().socket(zmq.XPUB)
-        if secret_key is not None:  # CURVE: only the holder of this key completes a subscriber's handshake
+        self._logged_at, self._unlogged, self._say_lock = 0.0, 0, threading.Lock()
+        self.gate = None
+        if secret_key is not None:
+            self.ctx = zmq.Context()
+            self.gate = Gate(self.ctx, clients, self._say)  # (bound before the socket: no handshake without it)
+        else:
+            self.ctx = zmq.Context.instance()
+        s = self.ctx.socket(zmq.XPUB)
+        if secret_key is not None:
             s.curve_server = True
             s.curve_secretkey = secret_key
         s.setsockopt(zmq.LINGER, 0)
@@ -196,6 +157,7 @@ class Publisher:
             s.bind(endpoint)
         except zmq.ZMQError as e:
             s.close(0)
+            self._close_gate()
             raise RuntimeError(f"--pub {endpoint}: cannot bind: {e.strerror}") from None
         self.sock, self.hwm = s, hwm
         self._send = _Sender(s)
@@ -209,7 +171,6 @@ class Publisher:
         self._recheck_until = 0.0      # after an EAGAIN: look for the slow one until then
         self._queued = {}              # socket -> (bytes unsent, since when) at the last look
         self._wire = 150
-        self._logged_at, self._unlogged = 0.0, 0
         self._wake, self._stop = threading.Event(), threading.Event()
         self._cutter = threading.Thread(target=self._cut_loop, name="engine-zmq-slow", daemon=True)
         self._cutter.start()
@@ -218,6 +179,11 @@ class Publisher:
     def dropped(self):
         """Signals a slow subscriber did not get (see README)."""
         return self._sent_dropped + self._cut_dropped
+
+    @property
+    def refused(self):
+        """Subscribers whose client key is not one the owner allows (their handshakes refused)."""
+        return self.gate.refused if self.gate is not None else 0
 
     @staticmethod
     def _local_address(endpoint):
@@ -265,6 +231,11 @@ class Publisher:
         self._wake.set()
         self._cutter.join(1.0)  # (a scan under a flood may take longer: it is a daemon thread)
         self.sock.close(0)
+        self._close_gate()
+
+    def _close_gate(self):
+        if self.gate is not None and self.gate.close():
+            self.ctx.term()  # (its sockets are closed: returns at once)
 
     # -- slow subscribers ----------------------------------------------------------------
 
@@ -348,12 +319,14 @@ class Publisher:
             self._recheck_until = 0.0  # found, and nobody else is behind: stop looking
 
     def _say(self, msg):
-        now = time.monotonic()
-        if now - self._logged_at < LOG_EVERY_S:
-            self._unlogged += 1
-            return
-        more = f" (and {self._unlogged} more since the last line)" if self._unlogged else ""
-        self._logged_at, self._unlogged = now, 0
+        """One line at most every LOG_EVERY_S (the slow-subscriber cutter and the ZAP handler: two threads)."""
+        with self._say_lock:
+            now = time.monotonic()
+            if now - self._logged_at < LOG_EVERY_S:
+                self._unlogged += 1
+                return
+            more = f" (and {self._unlogged} more since the last line)" if self._unlogged else ""
+            self._logged_at, self._unlogged = now, 0
         log(msg + more)
 
 
@@ -364,7 +337,9 @@ class Subscriber:
     handshake, so none of its records is ever received, and say() is told (one line, again every
     WARN_EVERY_S while it stays). libzmq gives up on a peer after a failed handshake: we connect
     again every RETRY_S, with current_key() (the engine's key now: a restarted engine may have a
-    new one), and say when the engine is followed again.
+    new one), and say when the engine is followed again. client: this subscriber's keypair (public,
+    secret; default this user's own subscribers', app/zauth.py), which the engine must admit: a
+    publisher that refuses it is said too (its owner lists the key in --pub-clients).
 
         sub = Subscriber("tcp://127.0.0.1:5556", open("engine.zmq-key.pub", "rb").read().strip())
         while True:
@@ -375,15 +350,17 @@ class Subscriber:
     RETRY_S = 1.0
 
     def __init__(self, endpoint, key, name="engine", topics=(b"",), key_source="the key given", current_key=None,
-                 say=None, ctx=None):
+                 say=None, ctx=None, client=None, client_source=None):
         import zmq
         self.zmq, self.ctx = zmq, ctx or zmq.Context.instance()
+        self.client = client or own_client_keys()
+        self.client_source = client_source or (own_key_paths()[1] if client is None else "the client key given")
         self.endpoint, self.key, self.name, self.topics = endpoint, check_public_key(key, key_source), name, topics
         self.key_source, self.current_key = key_source, current_key or (lambda: self.key)
         self.say = say or (lambda m: print(f"engine: {m}", file=sys.stderr, flush=True))
         self.events = {zmq.EVENT_CONNECTED: "connected", zmq.EVENT_HANDSHAKE_SUCCEEDED: "ok",
                        zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "failed", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "failed",
-                       zmq.EVENT_HANDSHAKE_FAILED_AUTH: "failed", zmq.EVENT_DISCONNECTED: "gone"}
+                       zmq.EVENT_HANDSHAKE_FAILED_AUTH: "denied", zmq.EVENT_DISCONNECTED: "gone"}
         self.pending = self.had_ok = False  # a connection whose handshake has not finished; one that did
         self.refused, self._warned_at, self._retry_at = 0, None, None
         self.sock = self.mon = None
@@ -391,7 +368,7 @@ class Subscriber:
 
     def _open(self):
         zmq = self.zmq
-        s = subscriber(self.ctx, self.key)
+        s = subscriber(self.ctx, self.key, self.client)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.HANDSHAKE_IVL, self.HANDSHAKE_IVL_MS)
         s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
@@ -451,7 +428,7 @@ class Subscriber:
                 self.say(f"following engine {self.name!r} on {self.endpoint} again (publisher key "
                          f"{self.key.decode()}; it restarted, or cut this subscriber off)")
             self.had_ok, self.refused, self._warned_at = True, 0, None
-        elif kind == "failed" or (kind == "gone" and self.pending):
+        elif kind in ("failed", "denied") or (kind == "gone" and self.pending):
             self.pending = False
             now = time.monotonic()
             if self.current_key() != self.key:  # the engine restarted with a new key: at once
@@ -461,6 +438,12 @@ class Subscriber:
             self.refused += 1
             if self._warned_at is None or now - self._warned_at >= self.WARN_EVERY_S:
                 self._warned_at = now
+                if kind == "denied":  # (a ZAP refusal: the publisher turned this client's key away)
+                    self.say(f"warning: the publisher on {self.endpoint} refused this subscriber: its client key "
+                             f"{self.client[0].decode()} ({self.client_source}) is not one engine {self.name!r} "
+                             "allows; the engine's owner lists it in the engine's --pub-clients file "
+                             f"([control] pub_clients) and restarts it ({self.refused} refused so far)")
+                    return
                 self.say(f"warning: a process that is not engine {self.name!r} is listening on {self.endpoint}: "
                          f"it did not prove the engine's key ({self.key_source}); its records are refused "
                          f"({self.refused} handshakes refused so far)")

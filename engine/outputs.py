@@ -25,10 +25,21 @@ class OutputError(RuntimeError):
 WRITE_ERRNOS = (_errno.ENOSPC, _errno.EDQUOT, _errno.EFBIG, _errno.EROFS)
 
 
+class Refused(PermissionError):
+    """An output name that must not be written through: a link, another user's file, a directory
+    another user can change. Its reason is its own words, not errno's."""
+
+    def __init__(self, path, why, errno=_errno.EPERM):
+        super().__init__(errno, why, str(path))
+        self.why = why
+
+
 def reason(e):
     """What an exception says, without decoration ('[Errno 28] ...', a library's 'Detail: ...')."""
     if isinstance(e, OutputError):
         return e.reason
+    if isinstance(e, Refused):
+        return e.why
     if isinstance(e, OSError) and e.errno:
         return os.strerror(e.errno)
     if isinstance(e, OSError) and e.strerror:
@@ -66,12 +77,54 @@ def _nearest_existing(d):
     return d
 
 
+def unsafe_dir(d):
+    """Why another local user could change what is written in existing directory d (replace or
+    plant names there), or None: writable by group or others without the sticky bit (a sticky
+    /tmp keeps each name its owner's: outputs there are opened without following links and only
+    as this user's files)."""
+    import stat
+    try:
+        st = os.stat(d)
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return (f"{d} is writable by {'others' if st.st_mode & 0o002 else 'its group'} and not sticky: another "
+                f"user could replace what is written there (chmod go-w {d}, or a directory of your own)")
+    return None
+
+
+def _check_name(p):
+    """Refused: an existing name that is a link, or another user's file (planted for us to write into)."""
+    import stat
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise Refused(p, "is a symbolic link: refused (an output is never written through a link)", _errno.ELOOP)
+    if (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)) \
+            and st.st_uid != os.geteuid():
+        raise Refused(p, f"is owned by uid {st.st_uid}, not this user (uid {os.geteuid()}): refused (planted?)")
+
+
 def check_writable(path, what, directory=False):
     """Can `path` be written (created, or replaced)? Checked before anything starts, so a bad
     output path fails a command before it creates or runs anything. A probe file is created
     and removed in its directory when that exists (this catches /proc, read-only mounts, and
-    permissions root ignores in access(2)); a missing directory must be creatable."""
+    permissions root ignores in access(2)); a missing directory must be creatable. Refused too: a
+    name that is a link or another user's file, a directory another user can change (unsafe_dir)."""
     p = os.path.abspath(os.path.expanduser(str(path)))
+    try:
+        _check_name(p)
+    except Refused as e:
+        raise OutputError(path, what, e.why, e.errno) from None
+    for d in (os.path.dirname(p), p if directory and os.path.isdir(p) else None):
+        why = d and unsafe_dir(d)
+        if why:
+            raise OutputError(path, what, why, _errno.EPERM)
+    if directory and os.path.isdir(p) and os.stat(p).st_uid != os.geteuid():  # (atomic_dir would refuse it)
+        raise OutputError(path, what, f"is a directory of uid {os.stat(p).st_uid}, not this user's: refused",
+                          _errno.EPERM)
     if os.path.exists(p) and not os.path.isdir(p) and not os.path.isfile(p):  # a device, a pipe
         if not os.access(p, os.W_OK):
             raise OutputError(path, what, "Permission denied", _errno.EACCES)
@@ -116,15 +169,35 @@ def private_dirs(d):
 
 
 def open_private(path, flags):
-    """os.open a file of ours 0600 in 0700 directories we make: a file there already (a run
-    again over the same name) is made 0600 too when it is a regular file of ours (a pipe, a
-    device, another user's file are left as they are)."""
+    """os.open a file of ours 0600 in 0700 directories we make, never through a link: what the
+    name holds is checked on the opened file. A regular file of ours there already (a run again
+    over the same name) is made 0600 too; another user's file, a pipe or socket of another
+    user's, anything but a character device (/dev/null) is refused (Refused): planted, it would
+    take what we write, or (root) have us write or chmod a file of theirs."""
     import stat
     private_dirs(os.path.dirname(os.path.abspath(path)))
-    fd = os.open(path, flags | os.O_CLOEXEC, 0o600)
-    st = os.fstat(fd)
-    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077:
-        os.fchmod(fd, st.st_mode & 0o700)
+    _check_name(path)  # (first: a planted FIFO of another user's would hold the open; re-checked on the fd)
+    trunc = flags & os.O_TRUNC  # (after the checks: never another user's file truncated at the open)
+    try:
+        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        if e.errno == _errno.ELOOP:
+            raise Refused(path, "is a symbolic link: refused (an output is never written through a link)",
+                          _errno.ELOOP) from None
+        raise
+    st, me = os.fstat(fd), os.geteuid()
+    mine = st.st_uid == me
+    ok = (stat.S_ISREG(st.st_mode) and mine) or stat.S_ISCHR(st.st_mode) or \
+        ((stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)) and mine)
+    if not ok:
+        os.close(fd)
+        raise Refused(path, f"is {'owned by uid ' + str(st.st_uid) + ', not this user' if not mine else 'not a file'}:"
+                            " refused (planted?)")
+    if stat.S_ISREG(st.st_mode):
+        if st.st_mode & 0o077:
+            os.fchmod(fd, st.st_mode & 0o700)
+        if trunc:
+            os.ftruncate(fd, 0)
     return fd
 
 
@@ -187,13 +260,18 @@ def atomic_file(path, what, private=False):
     private: the temporary is made 0600 (in 0700 directories made here) before anything is
     written to it, so the output is never readable by others, even while it is written."""
     tmp = temp_name(path)
+    why = unsafe_dir(os.path.dirname(os.path.abspath(str(path))))
+    if why:
+        raise OutputError(path, what, why, _errno.EPERM)
     if not private:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
     try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # (one a killed writer of ours left: it may have another mode)
         if private:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)  # (one a killed writer of ours left: it may have another mode)
             os.close(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+        else:  # (made here, exclusively: the block's open then writes our file, never a link planted at its name)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
         yield tmp
         os.replace(tmp, path)
     except BaseException as e:
@@ -212,9 +290,20 @@ def atomic_dir(path, what):
     failure the temporary directory is removed and `path` is as it was."""
     path = os.path.abspath(str(path))
     tmp = temp_name(path)
+    try:  # (a report is trading history: this user's alone, never into a place another user holds)
+        _check_name(path)
+        why = unsafe_dir(os.path.dirname(path))
+        if why:
+            raise Refused(path, why)
+        if os.path.isdir(path) and os.stat(path).st_uid != os.geteuid():
+            raise Refused(path, f"is a directory of uid {os.stat(path).st_uid}, not this user's: refused")
+    except Refused as e:
+        raise OutputError(path, what, e.why, e.errno) from None
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        os.makedirs(tmp)
+        private_dirs(os.path.dirname(path))
+        os.mkdir(tmp, 0o700)
+        os.chmod(tmp, 0o700)  # (whatever the umask)
         yield tmp
         try:
             os.rename(tmp, path)  # atomic; over an empty directory too

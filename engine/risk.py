@@ -30,7 +30,7 @@ MODE_REFUSE any cut refuses it whole. Either way every rule that cut it is count
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from .records import SIGNAL_FLAG_CLIPPED, SIGNAL_FLAG_KILLED, SIGNAL_FLAG_REFUSED, SIGNAL_RULES_SHIFT
 
@@ -214,6 +214,7 @@ def configure(rlim, rg, names, specs, limits):
         set_limits(rlim, i, max_position=limits.max_position, max_notional=limits.max_notional, multiplier=mult,
                    max_rate=limits.max_rate, min_flip_ms=limits.min_flip_ms)
     set_limits(rlim, n, max_notional=limits.max_gross, max_rate=limits.max_rate_total)
+    given = {}  # instrument id -> the override that named it
     for sym, d in limits.instruments:
         # (VENUE:SYMBOL as a run with several sources names it, or SYMBOL alone; a venue given to a
         # run whose names carry none matches the symbol)
@@ -223,6 +224,10 @@ def configure(rlim, rg, names, specs, limits):
             known = ", ".join(nm for nm in names[:n] if nm) or "none named yet"
             raise ValueError(f"--risk-instrument {sym}: no instrument of that name in this run (it has: {known})")
         for i in hits:
+            if i in given:  # (two overrides of one instrument: which would win is nobody's guess)
+                raise ValueError(f"--risk-instrument {sym} and --risk-instrument {given[i]} both name {names[i]}: "
+                                 "give its limits once")
+            given[i] = sym
             set_limits(rlim, i, **d)
 
 

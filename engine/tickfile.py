@@ -124,7 +124,7 @@ class TickFileWriter:
     records, its checked blocks and the reason (metadata "stopped")."""
 
     def __init__(self, path, instruments=(), source="", depth=0, specs=None):
-        from .outputs import OutputError, reason
+        from .outputs import OutputError, open_private, reason
         self.path = str(path)
         self.meta = {"source": source, "instruments": list(instruments), "fields": FIELDS, "depth": int(depth)}
         if specs is not None:
@@ -140,7 +140,7 @@ class TickFileWriter:
         self.error = None
         self.fd = None
         try:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            self.fd = open_private(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # (0600, never through a link)
             os.ftruncate(self.fd, self.header_size)  # a hole: the spare header and checksums take no space yet
             self._write_header(0)
         except OSError as e:

@@ -39,6 +39,13 @@ update id, the ticker's best bid/ask is compared with the diff book's, and the a
 counted (ticker_checked, ticker_agree, ticker_disagree); a symbol's last 256 diffs and its 1024
 newest unmatched tickers are remembered for it (binance_scan.XD, XT).
 
+Bad values are rejected and counted, never reaching the book or a tick (feeds/ticks.py price_ok:
+a price is above 0 and at most MAX_PRICE): a trade of such a price (negative, 0) or of a size of 0
+or below (trade_bad_price, trade_bad_size; its trade id is not taken), a bookTicker with a negative
+size or a bad price on a side that has a size (ticker_bad_size, ticker_bad_price; 0 with size 0 is
+an empty side), and a depth level at price 0 (or beyond MAX_PRICE) in a diff or a snapshot: left
+out, the event's other levels applied (depth_bad_levels).
+
 Depth (engine/records.py): each depth event is a book event (level ticks, then the quote or a
 book tick). A snapshot emits a clear tick, its whole window and a book tick carrying the book's
 touch (stamped with the capture's receive time: a REST snapshot has no event time). A gap tick

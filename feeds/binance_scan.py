@@ -13,7 +13,8 @@ returns for room (R_ROOM, R_VALS, R_HOLD) or fails (R_ERR) has changed nothing a
 again (or skipped: counted in bad_lines).
 """
 import numpy as np
-from numba import njit, types
+from numba import types
+from engine.jit import njit
 
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 
@@ -22,7 +23,7 @@ from .jscan import V_ARR, V_FALSE, V_NONE, V_NULL, V_NUM, V_OBJ, V_STR, V_TRUE, 
     plain_scalar as _plain_scalar, plain_str_end as _plain_str_end, skip as _skip, \
     str_end as _str_end, uint as _uint, ws as _ws
 from .borrow import arrays_at, borrow, borrow_all, data_ptr
-from .ticks import emit, emit_gap, emit_quote, touch_changed
+from .ticks import emit, emit_gap, emit_quote, price_ok, touch_changed
 
 # keys we read; any other key's value is skipped
 KEYS = ("e", "E", "s", "U", "u", "b", "a", "B", "A", "p", "q", "T", "m", "pu", "data", "lastUpdateId", "bids",
@@ -53,10 +54,12 @@ NG = 20
 STATS = ("lines", "depth_events", "depth_applied", "depth_dropped_old", "snapshots", "resyncs", "gaps", "trades",
          "quotes", "book_tickers", "ticker_checked", "ticker_agree", "ticker_disagree", "bad_lines",
          "other_messages", "size_saturated", "crossed_quotes", "held_overflow", "ticker_quotes",
-         "ticker_dropped_old", "ticker_no_book", "depth_duplicates", "trade_duplicates", "stream_gaps")
+         "ticker_dropped_old", "ticker_no_book", "depth_duplicates", "trade_duplicates", "stream_gaps",
+         "trade_bad_price", "trade_bad_size", "ticker_bad_price", "ticker_bad_size", "depth_bad_levels")
 (C_LINES, C_DEPTH_EVENTS, C_DEPTH_APPLIED, C_DROPPED_OLD, C_SNAPSHOTS, C_RESYNCS, C_GAPS, C_TRADES, C_QUOTES,
  C_TICKERS, C_CHECKED, C_AGREE, C_DISAGREE, C_BAD, C_OTHER, C_SAT, C_CROSSED, C_HELD_OVERFLOW, C_TK_QUOTES,
- C_TK_OLD, C_TK_NO_BOOK, C_DEPTH_DUP, C_TRADE_DUP, C_STREAM_GAPS) = range(len(STATS))
+ C_TK_OLD, C_TK_NO_BOOK, C_DEPTH_DUP, C_TRADE_DUP, C_STREAM_GAPS, C_TRADE_BAD_PRICE, C_TRADE_BAD_SIZE,
+ C_TK_BAD_PRICE, C_TK_BAD_SIZE, C_BAD_LEVELS) = range(len(STATS))
 
 # returns of scan (and of one step)
 R_DONE, R_OUT, R_ROOM, R_VALS, R_HOLD, R_ERR, R_FATAL, R_DEEP = range(8)
@@ -286,39 +289,44 @@ def _plain_wrapper(b, i, e, F, F1):
 
 @njit(nogil=True, cache=True)
 def _levels(b, s, e, V, k0):
-    """The JSON array b[s:e] of ["price", "quantity"] pairs -> V[2k], V[2k+1] from pair k0 on.
-    Returns (status, pairs): status 0 ok, 1 malformed, 2 V too small (pairs = how many needed so far)."""
+    """The JSON array b[s:e] of ["price", "quantity"] pairs -> V[2k], V[2k+1] from pair k0 on; a
+    pair whose price no tick can carry (0, or above ticks.MAX_PRICE) is left out. Returns (status,
+    pairs, pairs left out): status 0 ok, 1 malformed, 2 V too small (pairs = how many needed so far)."""
     V = borrow(V)
     i = _ws(b, s + 1, e)  # b[s] is '['
     k = k0
+    bad = np.int64(0)
     if i < e and b[i] == 93:
-        return 0, 0
+        return 0, 0, bad
     while True:
         if i >= e or b[i] != 91:
-            return 1, 0
+            return 1, 0, bad
         for half in range(2):
             i = _ws(b, i + 1, e)
             if i >= e or b[i] != 34:
-                return 1, 0
+                return 1, 0, bad
             if 2 * k + 1 >= V.shape[0]:
-                return 2, k + 1
+                return 2, k + 1, bad
             ok, v, j = _dec(b, i + 1, e, 9 if half == 0 else 8, False, 34)
             if not ok or j >= e:  # (a backslash is not a digit: an escape fails here too)
-                return 1, 0
+                return 1, 0, bad
             V[2 * k + half] = v
             i = _ws(b, j + 1, e)
             if i >= e or b[i] != (44 if half == 0 else 93):
-                return 1, 0
-        k += 1
+                return 1, 0, bad
+        if price_ok(V[2 * k]):  # (never negative: no sign is read)
+            k += 1
+        else:
+            bad += 1
         i = _ws(b, i + 1, e)
         if i >= e:
-            return 1, 0
+            return 1, 0, bad
         if b[i] == 44:
             i = _ws(b, i + 1, e)
             continue
         if b[i] == 93:
-            return 0, k - k0
-        return 1, 0
+            return 0, k - k0, bad
+        return 1, 0, bad
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -679,27 +687,30 @@ def _apply_levels(L, D, W, V, inst, nb, na):
 
 @njit(nogil=True, cache=True)
 def _parse_book_levels(b, F, kb, ka, V, required):
-    """Both sides' levels into V: (error or R_VALS or 0, key, nbid, nask)."""
+    """Both sides' levels into V: (error or R_VALS or 0, key, nbid, nask, levels left out: the
+    caller counts them in depth_bad_levels once it applies the rest)."""
     F, V = borrow(F), borrow(V)
     nb = np.int64(0)  # (not a literal: one compiled _levels)
+    bad = np.int64(0)
     for side in range(2):
         k = kb if side == 0 else ka
         if F[k, 0] == V_NONE:
             if required:
-                return E_MISSING, k, 0, 0
+                return E_MISSING, k, 0, 0, bad
             continue
         if F[k, 0] != V_ARR:
-            return E_LEVEL, k, 0, 0
-        st, cnt = _levels(b, F[k, 1], F[k, 2], V, nb)
+            return E_LEVEL, k, 0, 0, bad
+        st, cnt, nbad = _levels(b, F[k, 1], F[k, 2], V, nb)
+        bad += nbad
         if st == 1:
-            return E_LEVEL, k, 0, 0
+            return E_LEVEL, k, 0, 0, bad
         if st == 2:
-            return R_VALS, nb + cnt, 0, 0
+            return R_VALS, nb + cnt, 0, 0, bad
         if side == 0:
             nb = cnt
         else:
-            return 0, 0, nb, cnt
-    return 0, 0, nb, 0
+            return 0, 0, nb, cnt, bad
+    return 0, 0, nb, 0, bad
 
 
 @njit(nogil=True, cache=True)
@@ -711,7 +722,7 @@ def _place_snapshot(b, F, inst, recv, L, D, W, VL, top, out, n, S):
     err, sid = _int_field(b, F, K_last)
     if err:
         return _err(G, err, K_last), n
-    r, key, nb, na = _parse_book_levels(b, F, np.int64(K_bids), np.int64(K_asks), V, np.bool_(True))
+    r, key, nb, na, nbad = _parse_book_levels(b, F, np.int64(K_bids), np.int64(K_asks), V, np.bool_(True))
     if r == R_VALS:
         G[G_NEED] = key
         return R_VALS, n
@@ -722,6 +733,7 @@ def _place_snapshot(b, F, inst, recv, L, D, W, VL, top, out, n, S):
         if r != _OK:
             return r, n
     size_div = G[G_SIZE_DIV]
+    C[C_BAD_LEVELS] += nbad
     deep.clear(L, D, 2 * inst)
     deep.clear(L, D, 2 * inst + 1)
     _apply_levels(L, D, W, V, inst, nb, na)
@@ -819,7 +831,7 @@ def _depth(src, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM
     err, key, ts = _ts_field(src, F)
     if err:
         return _err(G, err, key), n
-    r, key, nb, na = _parse_book_levels(src, F, np.int64(K_b), np.int64(K_a), V, np.bool_(False))
+    r, key, nb, na, nbad = _parse_book_levels(src, F, np.int64(K_b), np.int64(K_a), V, np.bool_(False))
     if r == R_VALS:
         G[G_NEED] = key
         return R_VALS, n
@@ -830,6 +842,7 @@ def _depth(src, s, e, F, inst, recv, lineno, L, D, W, VL, top, out, n, S, DM, TM
         if r != _OK:
             return r, n
     # -- from here on, state changes
+    C[C_BAD_LEVELS] += nbad
     if not synced:
         I[inst, I_SYNCED] = 1
         I[inst, I_SID] = -1
@@ -871,6 +884,12 @@ def _check(C, R, p, bp, bq, ap, aq):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _tk_price_ok(p, q):
+    """A bookTicker side's price: one a tick can carry, or 0 with quantity 0 (the side is empty)."""
+    return price_ok(p) or (p == 0 and q == 0)
+
+
+@njit(nogil=True, inline="always", cache=True)
 def _ticker(b, F, inst, recv, L, D, W, VL, top, out, n, S, DM, TM):
     """A bookTicker: cross-checked against the diff book on a shared update id; newer than the
     book, its touch goes over the book's (quote tick) until a diff reaches its update id."""
@@ -897,6 +916,12 @@ def _ticker(b, F, inst, recv, L, D, W, VL, top, out, n, S, DM, TM):
             return _err(G, err, key), n
     elif ts == 0:
         ts = recv
+    if bq < 0 or aq < 0:
+        C[C_TK_BAD_SIZE] += 1
+        return _OK, n
+    if not (_tk_price_ok(bp, bq) and _tk_price_ok(ap, aq)):
+        C[C_TK_BAD_PRICE] += 1
+        return _OK, n
     C[C_TICKERS] += 1
     p = _xdiff(DM[0], DM[1], inst, u_)
     if p >= 0:
@@ -938,6 +963,7 @@ def _trade(b, F, inst, recv, L, W, VL, top, out, n, S, agg):
     connection's overlap with the old one) and is dropped; a trade without an id is taken."""
     I, G, C = S[0], S[1], S[2]
     kid = K_a if agg else K_t
+    tid = np.int64(-1)
     if F[kid, 0] != V_NONE:
         err, tid = _int_field(b, F, kid)
         if err:
@@ -945,7 +971,6 @@ def _trade(b, F, inst, recv, L, W, VL, top, out, n, S, agg):
         if tid <= I[inst, I_TID]:
             C[C_TRADE_DUP] += 1
             return _OK, n
-        I[inst, I_TID] = tid
     err, px = _dec_field(b, F, K_p, 9)
     if err:
         return _err(G, err, K_p), n
@@ -963,6 +988,14 @@ def _trade(b, F, inst, recv, L, W, VL, top, out, n, S, agg):
         return _err(G, E_MISSING, K_m), n
     else:
         return _err(G, E_BOOL, K_m), n
+    if not price_ok(px):  # (a sign is read: a negative price is a number here)
+        C[C_TRADE_BAD_PRICE] += 1
+        return _OK, n
+    if qty <= 0:
+        C[C_TRADE_BAD_SIZE] += 1
+        return _OK, n
+    if tid >= 0:
+        I[inst, I_TID] = tid
     C[C_TRADES] += 1
     ts = T * 1_000_000
     if ts > I[inst, I_TS]:

@@ -16,6 +16,11 @@ MBO semantics are Databento's: A add, C cancel (size = what is cancelled), M mod
 instrument's book, T trade and F fill do not change the book (cancels that follow do), N none.
 ts_recv is the record's ts_recv (capture time).
 
+Bad values are rejected and counted, never reaching the book or a tick: an add, modify, trade
+or MBP record with a price no tick can carry (0 or below, or above ticks.MAX_PRICE, e.g.
+2^63 - 2) in `bad_price` (UNDEF_PRICE where a price is needed: `undef_price`), an add or a trade
+of size 0 in `bad_size`. The record still ends its event (F_LAST).
+
 Depth (engine/records.py): a book event ends with the record carrying F_LAST; its level ticks
 come first, then the held trades, then the quote or a book tick. Action R marks the instrument's
 window stale, so that event starts with a clear tick and re-sends the window. MBP-1/MBP-10
@@ -25,7 +30,7 @@ window diff applies.
 import struct
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.readonly import read_only
 from engine.records import KIND_TRADE, MAX_INSTRUMENTS, SIDE_BUY, SIDE_NONE, SIDE_SELL
@@ -34,7 +39,7 @@ from . import book, depth, files, uri as U, venues
 from .book import Ladders, Orders
 from .depth import Windows
 from .borrow import borrow
-from .ticks import emit, emit_quote, touch_changed
+from .ticks import emit, emit_quote, price_ok, touch_changed
 
 RT_MBP0, RT_MBP1, RT_MBP10, RT_MBO = 0x00, 0x01, 0x0A, 0xA0
 MIN_LEN = {RT_MBP0: 48, RT_MBP1: 80, RT_MBP10: 368, RT_MBO: 56}
@@ -49,10 +54,10 @@ UNDEF_PRICE = np.int64(2**63 - 1)
 ST_INPUT, ST_OUT, ST_ROOM_ORDERS, ST_ROOM_LADDER, ST_ERROR = range(5)
 (S_RECORDS, S_SKIPPED, S_UNTRACKED, S_UNKNOWN_ORDER, S_DUP_ORDER, S_BAD_LEN, S_QUOTES, S_TRADES,
  S_SATURATED, S_CROSSED, S_CLEARS, S_UNDEF_PRICE, S_BAD_SIDE, S_BAD_ACTION, S_INSTRUMENTS,
- S_NEGATIVE, NSTATS) = range(17)
+ S_NEGATIVE, S_BAD_PRICE, S_BAD_SIZE, NSTATS) = range(19)
 STAT_NAMES = ("records", "skipped_rtypes", "untracked", "unknown_order", "duplicate_order", "bad_length",
               "quotes", "trades", "size_saturated", "crossed_quotes", "clears", "undef_price", "bad_side",
-              "bad_action", "instruments", "negative_level")
+              "bad_action", "instruments", "negative_level", "bad_price", "bad_size")
 E_SHORT, E_BAD_LEN = 1, 2
 PENDING = 256  # trades held until their event's F_LAST
 
@@ -229,6 +234,12 @@ def _mbo_add(L, O, W, inst, oid, price, size, action, sidec, stats, need):
     if price == UNDEF_PRICE:
         stats[S_UNDEF_PRICE] += 1
         return _OK
+    if not price_ok(price):
+        stats[S_BAD_PRICE] += 1
+        return _OK
+    if size == 0 and action == 65:
+        stats[S_BAD_SIZE] += 1
+        return _OK
     bk = 2 * inst + (book.BID if sidec == 66 else book.ASK)
     if O[2][0] * 3 >= O[0].shape[0]:
         return ST_ROOM_ORDERS
@@ -275,6 +286,32 @@ def _mbo_cancel(L, O, W, oid, size, stats):
 
 
 @njit(nogil=True, inline="always", cache=True)
+def _trade_ok(price, size, stats):
+    """Can a trade of this price and size be a tick? Counts it when not."""
+    if not price_ok(price):
+        stats[S_BAD_PRICE if price != UNDEF_PRICE else S_UNDEF_PRICE] += 1
+        return False
+    if size == 0:
+        stats[S_BAD_SIZE] += 1
+        return False
+    return True
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _mbp_prices_ok(b, pos, nlev):
+    """Are the MBP record's level prices (nlev a side, up to the first undefined one) prices a
+    tick can carry?"""
+    for s in range(2):
+        for k in range(nlev):
+            px = le64(b, pos + 48 + 32 * k + 8 * s)
+            if px == UNDEF_PRICE:
+                break
+            if not price_ok(px):
+                return False
+    return True
+
+
+@njit(nogil=True, inline="always", cache=True)
 def _mbo(b, pos, inst, ts, L, O, W, top, pend, npend, stats, need, out, n):
     """An MBO record into the L3 book; its event ends with F_LAST. Returns (n, _OK or ST_ROOM_*)."""
     oid, price, size, flags, action, sidec, tr = mbo_fields(b, pos)
@@ -289,7 +326,8 @@ def _mbo(b, pos, inst, ts, L, O, W, top, pend, npend, stats, need, out, n):
         depth.mark_stale(W, inst)  # the event's level ticks start with a clear tick
         stats[S_CLEARS] += 1
     elif action == 84:  # 'T' trade: held until the event's end
-        n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, _FROM_BOOK)
+        if _trade_ok(price, size, stats):
+            n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, _FROM_BOOK)
     elif action != 70 and action != 78:  # 'F' fill, 'N' none: no book change
         stats[S_BAD_ACTION] += 1
     if flags & F_LAST:
@@ -300,13 +338,18 @@ def _mbo(b, pos, inst, ts, L, O, W, top, pend, npend, stats, need, out, n):
 @njit(nogil=True, inline="always", cache=True)
 def _mbp(b, pos, rt, inst, ts, N, L, W, top, pend, npend, stats, need, out, n):
     """An MBP-0 (trades), MBP-1 or MBP-10 record: it carries the touch (and levels) itself.
-    Returns (n, _OK or ST_ROOM_LADDER)."""
+    Returns (n, _OK or ST_ROOM_LADDER). A record with a bad level price is rejected whole (counted
+    once in bad_price), as is a trade of a bad price or size."""
+    nlev = 10 if rt == RT_MBP10 else 1
     if N > 0 and rt != RT_MBP0:
-        nlev = 10 if rt == RT_MBP10 else 1
         for s in range(2):  # room for the record's levels, before anything is applied
             if L[0][2 * inst + s, book.M_CAP] < nlev:
                 need[0] = 2 * inst + s
                 return n, ST_ROOM_LADDER
+    levels_ok = rt == RT_MBP0 or _mbp_prices_ok(b, pos, nlev)
+    if not levels_ok:
+        stats[S_BAD_PRICE] += 1
+    elif N > 0 and rt != RT_MBP0:
         _mbp_levels(L, b, pos, inst, nlev, N)
         depth.changed_all(W, inst)
     price = le64(b, pos + 16)
@@ -315,7 +358,7 @@ def _mbp(b, pos, rt, inst, ts, N, L, W, top, pend, npend, stats, need, out, n):
     sidec = b[pos + 29]
     flags = b[pos + 30]
     tr = le64(b, pos + 32)
-    if rt != RT_MBP0:
+    if rt != RT_MBP0 and levels_ok:
         bp = le64(b, pos + 48)
         ap = le64(b, pos + 56)
         bq = le32(b, pos + 64)
@@ -330,7 +373,7 @@ def _mbp(b, pos, rt, inst, ts, N, L, W, top, pend, npend, stats, need, out, n):
             top[inst, 2] = ap
             top[inst, 3] = aq
             top[inst, 4] = 1  # changed since the last quote tick
-    if action == 84:
+    if action == 84 and levels_ok and _trade_ok(price, size, stats):
         n = _hold_trade(L, W, inst, ts, tr, price, size, sidec, top, pend, npend, stats, out, n, _FROM_MBP)
     if flags & F_LAST or rt == RT_MBP0:
         n = _flush_event(L, W, inst, ts, tr, top, pend, npend, stats, out, n, _FROM_MBP)

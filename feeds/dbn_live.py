@@ -23,10 +23,16 @@ key: its bucket id>` with the dataset, encoding=dbn and the heartbeat interval; 
 `success=1|session_id=...` (or `success=0|error=...`: one line naming the URI, exit 2, never the
 key). We send the subscription lines (symbols in batches of 500, `is_last` on the final one) and
 `start_session`; the gateway then streams DBN: metadata (no symbology in live), then records.
-SymbolMappingMsg gives instrument_id -> raw symbol (our instrument names; specs from
-feeds/venues.cme); SystemMsg (heartbeats included) and ErrorMsg are counted, and the messages that
-are not heartbeats are printed; data records go through dbn.parse (the numba parser of dbn:FILE,
-so the ticks are the same: ts_recv is the record's). A scan in numba finds the control records
+SymbolMappingMsg gives instrument_id -> raw symbol: only the URI's symbols are instruments (named
+so; specs from feeds/venues.cme), each with the first id the session maps it to. A mapping of
+another symbol is ignored (unsubscribed_mappings), and so is one that would give a symbol a second
+id or an id a second symbol (mapping_conflicts: two books never merge); records of ids not mapped
+are counted in untracked. A new session maps afresh. SystemMsg (heartbeats included) and ErrorMsg
+are counted, and the messages that are not heartbeats are printed, escaped, at most
+venue_text.LINES every PER_S seconds (the rest counted in log_suppressed and said as a number:
+feeds/venue_text.py; refused mappings are said likewise, within a budget of their own). Data
+records go through dbn.parse (the numba parser of dbn:FILE, so the ticks are the same and bad
+values are rejected alike; ts_recv is the record's). A scan in numba finds the control records
 between runs of data records and feeds the latency histogram (ts_recv - ts_event of records that
 are not snapshot records: feed_latency_p50_us / p99_us / p999_us, or feed_latency_clock_offset_us
 when the two clocks are not comparable: feeds/feed_latency.py).
@@ -59,14 +65,15 @@ import sys
 import time
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.records import MAX_INSTRUMENTS
 
 from . import uri as U
 from .book import Ladders, Orders, _rehash
 from .dbn import (NSTATS, PENDING, RT_MBO, RT_MBP0, RT_MBP1, RT_MBP10, SCHEMA_DEPTH, ST_ERROR,
-                  S_INSTRUMENTS, ST_OUT, DbnFile, _inst, _inst_at, le32, le64, read_metadata)
+                  S_INSTRUMENTS, ST_OUT, DbnFile, _inst_at, le32, le64, read_metadata)
+from .venue_text import Limit, escape
 from .depth import Windows
 from .feed_latency import comparable_stats, on_one_clock
 from .ticks import emit_gap
@@ -86,7 +93,8 @@ POLL_MS = 20            # however the gateway sends, an (empty) batch at least t
 YIELD_EVERY_S = 0.02
 LAT_BINS = 1024         # latency histogram: 16 bins an octave (6% resolution)
 LIVE_STATS = ("sessions", "reconnects", "gaps", "heartbeats", "gateway_errors", "system_msgs", "timeouts",
-              "connect_failures", "bad_framing", "snapshot_records", "bytes")
+              "connect_failures", "bad_framing", "snapshot_records", "bytes", "unsubscribed_mappings",
+              "mapping_conflicts", "log_suppressed")
 
 # scan() results
 SC_DATA, SC_CONTROL, SC_BROKEN = 0, 1, 2
@@ -244,9 +252,10 @@ class DbnLive(DbnFile):
         self.uri = u
         p = U.take(u, params, {
             "symbols": (U.symbols, ()), "schema": (_schema, "mbo"), "snapshot": (int, 0), "start": (_start_ns, None),
-            "gateway": (U.hostport, None), "key_file": (str, ""), "heartbeat_s": (int, 30), "timeout_s": (float, 0.0),
-            "backoff_s": (float, 0.5), "backoff_max_s": (float, 30.0), "idle_s": (float, 0.0),
-            "connect_timeout_s": (float, 10.0), "depth": (U.depth, U.DEFAULT_DEPTH)})
+            "gateway": (U.hostport, None), "key_file": (str, ""), "heartbeat_s": (U.pos_int, 30),
+            "timeout_s": (U.finite_nonneg, 0.0), "backoff_s": (U.finite_nonneg, 0.5),
+            "backoff_max_s": (U.finite_nonneg, 30.0), "idle_s": (U.finite_nonneg, 0.0),
+            "connect_timeout_s": (U.finite_nonneg, 10.0), "depth": (U.depth, U.DEFAULT_DEPTH)})
         self.dataset = target.strip("/")
         if not self.dataset or not all(c.isalnum() or c in ".-_" for c in self.dataset):
             raise U.FeedError(f"{u}: no dataset named (e.g. dbn-live://GLBX.MDP3?symbols=ESH4)")
@@ -262,11 +271,6 @@ class DbnLive(DbnFile):
             raise U.FeedError(f"{u}: snapshot=1 needs schema=mbo (Databento sends snapshots of MBO books only)")
         if self.snapshot and p["start"] is not None:
             raise U.FeedError(f"{u}: snapshot=1 and start= cannot be combined (a replay rebuilds the book itself)")
-        if p["heartbeat_s"] < 1:
-            raise U.FeedError(f"{u}: heartbeat_s must be >= 1")
-        for k in ("timeout_s", "backoff_s", "backoff_max_s", "idle_s", "connect_timeout_s"):
-            if not 0 <= p[k] < float("inf"):
-                raise U.FeedError(f"{u}: {k} must be a finite number >= 0")
         self.start = p["start"]
         self.gateway = p["gateway"] or default_gateway(self.dataset)
         self.heartbeat_s = p["heartbeat_s"]
@@ -276,8 +280,9 @@ class DbnLive(DbnFile):
         self._key = read_key(u, p["key_file"])
         self.want_depth = p["depth"]
         self.depth = min(self.want_depth, SCHEMA_DEPTH.get(self.schema, 0))
-        # the parser's state, as DbnFile has it: live never stops on one bad record (counted)
-        self.cfg = np.array([0, 1], np.int64)
+        # the parser's state, as DbnFile has it: live never stops on one bad record (counted), and
+        # tracks only the ids mapped to its symbols (_control)
+        self.cfg = np.array([0, 0], np.int64)
         self.ids = np.full(1 << 17, -1, np.int64)
         self.idx = np.zeros(1 << 17, np.int64)
         self.top = np.zeros((MAX_INSTRUMENTS, 5), np.int64)
@@ -289,11 +294,11 @@ class DbnLive(DbnFile):
         self.windows = Windows(2 * MAX_INSTRUMENTS, self.depth)
         self._reset_books(forget=False)
         self.meta = None
-        self._names = {}
         # the URI's symbols take ids 0..n-1 in its order from the start (a run binds a UNIVERSE to
-        # them before any record); an id the gateway maps to one of them takes its index
+        # them before any record); the id the gateway maps to one of them takes its index
         self.declared = {name: k for k, name in enumerate(dict.fromkeys(self.symbols))}
         self.stats_a[S_INSTRUMENTS] = len(self.declared)
+        self._sym_id, self._id_sym = {}, {}  # this session's mappings
         from . import venues
         self._specs = venues.Specs(venues.cme)
         self.counts = dict.fromkeys(LIVE_STATS, 0)
@@ -302,9 +307,12 @@ class DbnLive(DbnFile):
         self.raw_sink = None
         self.raw_meta = None
         self.version = 3
-        self.last_error = ""
+        self._last_error = b""
         self.stopped = False
         self.say = lambda m: print(f"[feed] {m}", file=sys.stderr, flush=True)
+        # (apart: a flood of one kind does not hide the other)
+        self.venue_log = Limit(lambda m: self.say(f"{self.uri}: {m}"), "gateway messages")
+        self.mapping_log = Limit(lambda m: self.say(f"{self.uri}: {m}"), "refused symbol mappings")
         self.rx = np.zeros(RX_BYTES, np.uint8)
         self.recv_bytes = RECV_BYTES
         self.have = 0           # bytes in rx
@@ -332,16 +340,13 @@ class DbnLive(DbnFile):
 
     @property
     def instruments(self):
-        """Names by dense index: the URI's symbols first (declared), then ids the stream adds."""
-        key = (int(self.stats_a[S_INSTRUMENTS]), len(self._names))
-        if self._inst_cache[0] != key:
-            names = list(self.declared) + [""] * (key[0] - len(self.declared))
-            sel = np.nonzero(self.ids != -1)[0]
-            for iid, i in zip(self.ids[sel].tolist(), self.idx[sel].tolist()):
-                if i >= len(self.declared):
-                    names[i] = self._names.get(iid, str(iid))
-            self._inst_cache = (key, names)
-        return list(self._inst_cache[1])
+        """Names by dense index: the URI's symbols, the only instruments."""
+        return list(self.declared)
+
+    @property
+    def last_error(self):
+        """The gateway's last error message (escaped)."""
+        return escape(_cstr(self._last_error))
 
     def _compile(self):
         """Everything a record can reach that numba compiles on first use (cached after a first run)."""
@@ -349,12 +354,12 @@ class DbnLive(DbnFile):
         self._apply(self.rx[:0], 0, out, 0)
         scan(self.rx, 0, 0, self.hist, self.acc)
         emit_gap(out, 0, 0, 0, 0)
-        _inst(np.full(8, -1, np.int64), np.zeros(8, np.int64), np.zeros(17, np.int64), 1, False)
         _inst_at(np.full(8, -1, np.int64), np.zeros(8, np.int64), 1, 0)
         o = Orders(8)
         _rehash(o.keys, o.vals, o.keys.copy(), o.vals.copy())
 
     def stats(self):
+        self.counts["log_suppressed"] = self.venue_log.suppressed + self.mapping_log.suppressed
         st = {**super().stats(), **self.counts}
         st.update(comparable_stats("feed_latency", int(self.hist.sum()), int(self.acc[3]), int(self.acc[4]),
                                    lambda p: percentile_us(self.hist, p / 100)))
@@ -449,7 +454,7 @@ class DbnLive(DbnFile):
                                    heartbeat_interval_s=self.heartbeat_s, client=CLIENT))
             reply = yield from read_line("authentication")
             if reply.get("success") != "1":
-                why = reply.get("error") or "no reason given"
+                why = escape(reply.get("error") or "no reason given")
                 raise U.FeedError(f"{self.uri}: authentication failed at {self._where()}: {why}")
             subs = []
             for i in range(0, len(self.symbols), SYMBOL_BATCH):
@@ -509,6 +514,8 @@ class DbnLive(DbnFile):
         retry_at = None
         try:
             while not self.stopped:
+                self.venue_log.tick()  # (a flood's count is said when its interval ends, even if it stopped)
+                self.mapping_log.tick()
                 if self.sock is None:
                     if n:
                         yield out[:n]
@@ -574,6 +581,8 @@ class DbnLive(DbnFile):
             if n:
                 yield out[:n]
         finally:
+            self.venue_log.flush()
+            self.mapping_log.flush()
             if self.sock is not None:
                 self.sock.close()
                 self.sock = None
@@ -598,6 +607,8 @@ class DbnLive(DbnFile):
                 return n
             head = bytes(rx[:need])
             self.meta, pos = read_metadata(self.uri, head)
+            self.ids[:] = -1  # a new session maps its ids afresh
+            self._sym_id, self._id_sym = {}, {}
             self.version = head[3]
             if self.raw_meta is None:  # the first session's: the recording is one DBN stream
                 self.raw_meta = head
@@ -650,16 +661,7 @@ class DbnLive(DbnFile):
         if rt == RT_SYMBOL_MAPPING:
             at, width = (38, 22) if v1 else (89, 71)
             if ln >= at + width:
-                iid = int(le32(rx, pos + 4))
-                name = _cstr(rec[at:at + width])
-                if name and self._names.get(iid) != name:
-                    self._names[iid] = name
-                    self._inst_cache = (None,)  # (a renamed id keeps the count the cache is keyed on)
-                k = self.declared.get(name)
-                if k is not None:
-                    _inst_at(self.ids, self.idx, iid, k)
-                else:
-                    _inst(self.ids, self.idx, self.stats_a, iid, True)
+                self._map(int(le32(rx, pos + 4)), _cstr(rec[at:at + width]))
         elif rt == RT_SYSTEM:
             text = _cstr(rec[16:16 + (64 if v1 else 303)])
             code = rec[319] if not v1 and ln >= 320 else 255
@@ -669,10 +671,31 @@ class DbnLive(DbnFile):
                     self.attempt = 0
             else:
                 self.counts["system_msgs"] += 1
-                self.say(f"{self.uri}: gateway: {text}")
+                if self.venue_log.allow():
+                    self.say(f"{self.uri}: gateway: {escape(text)}")
         else:
-            text = _cstr(rec[16:16 + (64 if v1 else 302)])
             self.counts["gateway_errors"] += 1
-            self.last_error = text
-            self.say(f"{self.uri}: gateway error: {text}")
+            self._last_error = rec[16:16 + (64 if v1 else 302)]
+            if self.venue_log.allow():
+                self.say(f"{self.uri}: gateway error: {self.last_error}")
         return pos + ln
+
+    def _map(self, iid, name):
+        """The gateway maps id `iid` to symbol `name`: an instrument only when the URI names it, with
+        the session's first id for it (the module's doc)."""
+        k = self.declared.get(name)
+        if k is None:
+            self.counts["unsubscribed_mappings"] += 1
+            if self.mapping_log.allow():
+                self.say(f"{self.uri}: gateway mapped id {iid} to {escape(name)}, a symbol not subscribed: ignored")
+        elif self._sym_id.get(name) != iid:
+            if name in self._sym_id or iid in self._id_sym:  # a second id for a symbol, or symbol for an id
+                self.counts["mapping_conflicts"] += 1
+                if self.mapping_log.allow():
+                    was = (f"{name} is id {self._sym_id[name]}" if name in self._sym_id
+                           else f"id {iid} is {self._id_sym[iid]}")
+                    self.say(f"{self.uri}: gateway mapped id {iid} to {name} but {was} in this session: ignored "
+                             f"(id {iid}'s records are not {name}'s)")
+                return
+            self._sym_id[name], self._id_sym[iid] = iid, name
+            _inst_at(self.ids, self.idx, iid, k)

@@ -10,10 +10,12 @@ Policy for bad input (documented in README, tested by tests/test_itch.py and the
   by default: "byte N: ..."), or counted and skipped (`?on_error=skip`, and always for live UDP);
 - a file that ends inside a message is truncated: an error naming the offset;
 - updates for an order the book does not know (it was filtered out, or the feed started
-  mid-day) are counted and skipped; an execution larger than the order is clamped and counted.
+  mid-day) are counted and skipped; an execution larger than the order is clamped and counted;
+- an add or a replace at price 0 (a level no tick can carry: 0 is a tick's empty side) is counted
+  (bad_price) and not applied.
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.records import KIND_TRADE, MAX_INSTRUMENTS, SIDE_BUY, SIDE_SELL
 
@@ -21,7 +23,7 @@ from . import book, depth
 from .book import Ladders, Orders
 from .depth import Windows
 from .borrow import borrow
-from .ticks import emit, emit_quote, touch_changed_a
+from .ticks import emit, emit_quote, price_ok, touch_changed_a
 
 # message type -> length (ITCH 5.0 specification, section 1.x); the book needs the first ten
 LENGTHS = {
@@ -40,10 +42,10 @@ for _t in NEEDED:
 ST_INPUT, ST_OUT, ST_ROOM_ORDERS, ST_ROOM_LADDER, ST_ERROR, ST_DONE = range(6)
 # stats
 (S_MSGS, S_SKIPPED, S_UNTRACKED, S_UNKNOWN_ORDER, S_DUP_ORDER, S_OVER_EXEC, S_BAD_LEN, S_QUOTES,
- S_TRADES, S_SATURATED, S_CROSSED, S_BAD_SIDE, S_INSTRUMENTS, NSTATS) = range(14)
+ S_TRADES, S_SATURATED, S_CROSSED, S_BAD_SIDE, S_INSTRUMENTS, S_BAD_PRICE, NSTATS) = range(15)
 STAT_NAMES = ("messages", "skipped_types", "untracked", "unknown_order", "duplicate_order",
               "over_execution", "bad_length", "quotes", "trades", "size_saturated", "crossed_quotes",
-              "bad_side", "instruments")
+              "bad_side", "instruments", "bad_price")
 # errors (err[0]); err[1] = byte offset, err[2] = message type, err[3] = its length
 E_BAD_LEN, E_ZERO_LEN = 1, 2
 # cfg
@@ -156,8 +158,11 @@ def _add(b, m, inst, meta, lpx, lqty, lcnt, keys, vals, count, dirty, chg, N, st
     ev = -1
     st = _OK
     s = b[m + 19]
+    px = be32(b, m + 32) * PRICE_TO_NANO
     if s != 66 and s != 83:
         stats[S_BAD_SIDE] += 1
+    elif not price_ok(px):
+        stats[S_BAD_PRICE] += 1
     else:
         bk = 2 * inst + (book.BID if s == 66 else book.ASK)
         if count[0] * 3 >= keys.shape[0]:
@@ -167,7 +172,6 @@ def _add(b, m, inst, meta, lpx, lqty, lcnt, keys, vals, count, dirty, chg, N, st
             st = ST_ROOM_LADDER
         else:
             qty = be32(b, m + 20)
-            px = be32(b, m + 32) * PRICE_TO_NANO
             if book.oinsert(keys, vals, count, be64(b, m + 11), bk, px, qty) < 0:
                 stats[S_DUP_ORDER] += 1
             else:
@@ -189,14 +193,16 @@ def _replace(b, m, meta, lpx, lqty, lcnt, keys, vals, count, dirty, chg, N, stat
         stats[S_UNKNOWN_ORDER] += 1
     else:
         bk = vals[slot, book.O_BOOK]
-        if meta[bk, book.M_LEN] >= meta[bk, book.M_CAP]:
+        px = be32(b, m + 31) * PRICE_TO_NANO
+        if not price_ok(px):  # (the old order stays)
+            stats[S_BAD_PRICE] += 1
+        elif meta[bk, book.M_LEN] >= meta[bk, book.M_CAP]:
             need[0] = bk
             st = ST_ROOM_LADDER
         elif count[0] * 3 >= keys.shape[0]:
             st = ST_ROOM_ORDERS
         else:
             qty = be32(b, m + 27)
-            px = be32(b, m + 31) * PRICE_TO_NANO
             if book.oinsert(keys, vals, count, be64(b, m + 19), bk, px, qty) < 0:  # the new ref is live
                 stats[S_DUP_ORDER] += 1
             else:

@@ -5,13 +5,17 @@ A parser fills an int64[n, 8] buffer of tick words; the feed process publishes i
 number ticks in file order.
 """
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.records import KIND_GAP, KIND_QUOTE, pack_tick_tail
 
 from . import book
 
 U32_MAX = 0xFFFFFFFF
+# The largest price a tick carries (1e-9 units: 4.6e9 a unit, beyond any market's): two of them
+# still add up within int64 (a mid), and DBN's undefined price (2^63 - 1) and its neighbours are
+# out. A price of 0 or below is none either: 0 is a tick's empty side (engine/records.py).
+MAX_PRICE = np.int64(2**62)
 # per-instrument last published touch: bid px, bid qty, ask px, ask qty
 T_BID, T_BQ, T_ASK, T_AQ = 0, 1, 2, 3
 
@@ -24,6 +28,12 @@ def sat32(q):
     if q < 0:
         return np.int64(0), True
     return q, False
+
+
+@njit(nogil=True, inline="always", cache=True)
+def price_ok(p):
+    """Can a tick carry price p (a trade's, a level's)? Parsers reject (and count) what cannot."""
+    return 0 < p <= MAX_PRICE
 
 
 @njit(nogil=True, inline="always", cache=True)

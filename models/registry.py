@@ -2,7 +2,9 @@
 (`engine model register | list | show | promote | rollback`).
 
 A registry is a directory of this user's (0700): `--registry DIR`, else ENGINE_REGISTRY, else
-the state directory's `registry`:
+the state directory's `registry`. What is in it must be this user's (or root's) and writable by
+nobody else, checked as it is read: a `live/`, `names/` or `objects/` (or an entry in them) another
+user made, while the directory was open to them, is refused by name, never used:
   objects/ID/       an artifact as registered, read-only: every file its manifest lists, the
                     manifest, its signature if signed. ID = sha256 of the manifest's bytes, which
                     hold every file's sha256: the ID names the artifact's exact bytes (the same
@@ -59,7 +61,7 @@ def parse_ref(ref):
     check_name(name)
     if not at:
         return name, None
-    if not v.isdigit() or int(v) < 1:
+    if not (v.isascii() and v.isdigit()) or int(v) < 1:  # (isdigit alone takes '１' and '²')
         raise RegistryError(f"{ref}: the version after @ is a number from 1 (engine model list {name})")
     return name, int(v)
 
@@ -74,6 +76,7 @@ class Registry:
             except (OSError, RuntimeError) as e:
                 raise RegistryError(f"registry {self.root}: {getattr(e, 'strerror', None) or e}") from None
             for sub in ("objects", "names", "live"):
+                self._trusted(self.root / sub, directory=True)  # (one planted there is never taken as ours)
                 (self.root / sub).mkdir(mode=0o700, exist_ok=True)
         elif not (self.root / "names").is_dir():
             raise RegistryError(f"no model registry at {self.root} (engine model register makes it; --registry or "
@@ -84,11 +87,42 @@ class Registry:
         st = os.lstat(self.root)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             raise RegistryError(f"registry {self.root}: not a directory of uid {os.geteuid()} that only it can write")
+        for sub in ("objects", "names", "live"):  # (made by another user while the registry was open to them?)
+            self._trusted(self.root / sub, directory=True)
+
+    def _trusted(self, path, directory=False, st=None):
+        """path (lstat: never followed; or its fstat `st`) is this user's or root's and nobody else
+        can write it (a directory: a real one); else RegistryError naming it. Absent: None."""
+        if st is None:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return None
+        me = os.geteuid()
+        why = ("not a directory" if directory and not stat.S_ISDIR(st.st_mode) else
+               f"owned by uid {st.st_uid}, not this user (uid {me}) nor root" if st.st_uid not in (me, 0) else
+               f"writable by {'others' if st.st_mode & 0o002 else 'its group'}"
+               if st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode) else None)
+        if why:
+            raise RegistryError(f"registry {self.root}: {os.path.relpath(path, self.root)} is {why}: refused (not "
+                                "made by this registry's owner: remove it)")
+        return st
+
+    def _trusted_object(self, oid):
+        """objects/ID and everything in it, checked as _trusted (a version's bytes are only ours)."""
+        d = self.object_dir(oid)
+        if not re.fullmatch(r"[0-9a-f]{64}", str(oid)):
+            raise RegistryError(f"registry {self.root}: {oid!r} is not an object id")
+        if self._trusted(d, directory=True) is not None:
+            for p in d.rglob("*"):
+                self._trusted(p)
+        return d
 
     @contextlib.contextmanager
     def _locked(self):
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
+            self._trusted(self.root / ".lock", st=os.fstat(fd))  # (another user's lock could hold us forever)
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
@@ -102,11 +136,21 @@ class Registry:
     def entry(self, name):
         p = self.root / "names" / f"{check_name(name)}.json"
         try:
-            e = json.loads(p.read_text())
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise RegistryError(f"no model named {name!r} in {self.root} (engine model list)") from None
+        except OSError as ex:
+            raise RegistryError(f"{p}: unreadable ({ex.strerror}; a link is never followed)") from None
+        try:
+            self._trusted(p, st=os.fstat(fd))  # (the file opened: never another user's planted entry)
+            with os.fdopen(os.dup(fd), "rb") as f:
+                e = json.loads(f.read())
+        except RegistryError:
+            raise
         except (OSError, ValueError) as ex:
             raise RegistryError(f"{p}: unreadable ({ex})") from None
+        finally:
+            os.close(fd)
         if not isinstance(e, dict) or not isinstance(e.get("versions"), list):
             raise RegistryError(f"{p}: not a registry entry")
         return e
@@ -125,6 +169,20 @@ class Registry:
     def live(self, name):
         """The path `engine run --model` loads for NAME: the promoted version's symlink."""
         return str(self.root / "live" / check_name(name))
+
+    def check_live(self, name):
+        """NAME's live link, if there is one, is ours and points at a trusted object of this
+        registry (what a run loads through it); RegistryError naming what is not."""
+        link = Path(self.live(name))
+        if self._trusted(link) is None:
+            return False
+        target = os.readlink(link) if link.is_symlink() else ""
+        oid = target.removeprefix("../objects/")
+        if target == oid or not re.fullmatch(r"[0-9a-f]{64}", oid):
+            raise RegistryError(f"registry {self.root}: live/{name} is not a link to ../objects/ID: refused (not made "
+                                "by engine model promote: remove it, then promote a version)")
+        self._trusted_object(oid)
+        return True
 
     def object_dir(self, oid):
         return self.root / "objects" / oid
@@ -166,7 +224,7 @@ class Registry:
         return rec, True
 
     def _store(self, art, oid, raw, blobs):
-        dest = self.object_dir(oid)
+        dest = self._trusted_object(oid)  # (an object of the same id planted by another user is refused)
         if dest.is_dir():
             return
         tmp = dest.with_name(f".{oid}.tmp-{os.getpid()}")
@@ -197,7 +255,10 @@ class Registry:
     def _write_entry(self, name, e):
         p = self.root / "names" / f"{name}.json"
         tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600),
+                       "w") as f:
             json.dump(e, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
@@ -211,7 +272,7 @@ class Registry:
     def _promote(self, ref, why):
         name, rec = self.version(ref)
         e = self.entry(name)
-        if not self.object_dir(rec["id"]).is_dir():
+        if not self._trusted_object(rec["id"]).is_dir():
             raise RegistryError(f"{name}@{rec['version']}: its object {rec['id'][:12]} is missing from "
                                 f"{self.root}/objects")
         link = Path(self.live(name))
@@ -270,9 +331,8 @@ def resolve_model(path):
     reg = Registry()
     name, v = parse_ref(ref)
     if v is not None:
-        return str(reg.object_dir(reg.version(ref)[1]["id"]))
+        return str(reg._trusted_object(reg.version(ref)[1]["id"]))
     reg.entry(name)  # (a clear error for an unknown name)
-    live = reg.live(name)
-    if not os.path.lexists(live):
+    if not reg.check_live(name):
         raise ArtifactError(f"{path}: no version of {name} is promoted (engine model promote {name}@VERSION)")
-    return live
+    return reg.live(name)

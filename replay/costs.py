@@ -21,6 +21,7 @@
 
 4. The run's `--maker-bps`, `--fee-bps` (taker) and `--per-lot`, for every instrument.
 """
+import math
 import tomllib
 
 import numpy as np
@@ -62,9 +63,10 @@ def load_file(path):
                                            f"{', '.join(CALENDAR_MINUTES)}")
                 if not isinstance(v, str):
                     raise InstrumentsError(f"--instruments {path}: [{pat}] {k} must be text")
-            elif isinstance(v, bool) or not isinstance(v, (int, float)) or (k == "multiplier" and v <= 0):
-                raise InstrumentsError(f"--instruments {path}: [{pat}] {k} must be a number"
-                                       + (" > 0" if k == "multiplier" else ""))
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
+                    (k == "multiplier" and v <= 0):
+                raise InstrumentsError(f"--instruments {path}: [{pat}] {k} must be a finite number"
+                                       + (" > 0" if k == "multiplier" else "") + f", got {v!r}")
         out[pat] = {"__file__": str(path), **t}
     return out
 

@@ -374,3 +374,90 @@ def test_a_ticker_deep_inside_the_book_shows_the_levels_under_it(tmp_path, at):
     g = 10**9
     assert h.items[-1][2] == (((at * g, 2 * 10**8),) + tuple((p * g, 10**8) for p in range(at - 1, max(at - 5, 700), -1)),
                               tuple((p * g, 10**8) for p in range(1001, 1006)))
+
+
+def _spoil_capture(lines, every=40):
+    """Bad values planted in a capture's lines: every `every`-th trade a negative price, price and
+    size 0, a negative or a zero size; every `every`-th bookTicker a negative bid size, a negative
+    bid price, an ask price of 0 with a size, a negative ask size; every `every // 2`-th depth diff
+    (and the snapshot) a bid level at price 0, and some an ask level at price 0 of size 0. Returns
+    (the spoilt lines, the lines a parser that rejects them reads the same: without the spoilt
+    trades and tickers, the diffs as they were) and the counts by kind."""
+    bad, ref = [], []
+    n = {"trade": 0, "ticker": 0, "depth": 0}
+    want = dict.fromkeys(("trade_bad_price", "trade_bad_size", "ticker_bad_price", "ticker_bad_size",
+                          "depth_bad_levels"), 0)
+
+    def out(ns, msg):
+        return f"{ns} {json.dumps(msg, separators=(',', ':'))}".encode()
+
+    for ln in lines:
+        ns, body = ln.split(b" ", 1)
+        msg = json.loads(body)
+        d = msg.get("data", msg)
+        if d.get("e") == "trade":
+            n["trade"] += 1
+            k = n["trade"] // every
+            if n["trade"] % every == 0:
+                if k % 4 == 0:
+                    d["p"] = "-" + d["p"]
+                elif k % 4 == 1:
+                    d["p"] = d["q"] = "0.00000000"
+                elif k % 4 == 2:
+                    d["q"] = "-" + d["q"]
+                else:
+                    d["q"] = "0"
+                want["trade_bad_price" if k % 4 < 2 else "trade_bad_size"] += 1
+                bad.append(out(ns.decode(), msg))
+                continue
+        elif "A" in d and "u" in d:
+            n["ticker"] += 1
+            k = n["ticker"] // every
+            if n["ticker"] % every == 0:
+                key, value = (("B", "-" + d["B"]), ("b", "-" + d["b"]), ("a", "0.00000000"), ("A", "-1.0"))[k % 4]
+                d[key] = value
+                want["ticker_bad_size" if key in "BA" else "ticker_bad_price"] += 1
+                bad.append(out(ns.decode(), msg))
+                continue
+        elif d.get("e") == "depthUpdate" or "lastUpdateId" in d:
+            n["depth"] += 1
+            if n["depth"] % (every // 2) == 0 or "lastUpdateId" in d:
+                d["b" if "e" in d else "bids"].append(["0.00000000", "1.50000000"])
+                want["depth_bad_levels"] += 1
+                if n["depth"] % every == 0:
+                    d["a" if "e" in d else "asks"].insert(0, ["0.00000000", "0.00000000"])
+                    want["depth_bad_levels"] += 1
+                bad.append(out(ns.decode(), msg))
+                ref.append(ln)
+                continue
+        bad.append(ln)
+        ref.append(ln)
+    return bad, ref, want
+
+
+@needs_data
+def test_bad_values_in_a_real_capture_are_rejected_and_counted(tmp_path):
+    """A cut of the spot capture with bad values planted (_spoil_capture): negative trade prices,
+    trades of price and size 0, negative and zero trade sizes (the negative one was counted as
+    size_saturated), negative bookTicker sizes (one removed the bid), bad ticker prices, depth
+    levels at price 0. The ticks, levels included, are exactly those of the cut without the spoilt
+    trades and tickers: none reaches the book or a tick. Each is counted by kind; every other
+    counter is the clean cut's (lines: the spoilt ones read too)."""
+    lines = [ln for ln in gzip.decompress(REAL[0].read_bytes()).split(b"\n")[:20_000] if ln.strip()]
+    bad, ref, want = _spoil_capture(lines)
+    assert min(want.values()) >= 10
+    paths = [_capture(tmp_path, [ln + b"\n" for ln in x], f"{name}.gz") for x, name in ((bad, "bad"), (ref, "ref"))]
+    a, src = read_all(f"binance:{paths[0]}?size_unit=1e-8")
+    b, rsrc = read_all(f"binance:{paths[1]}?size_unit=1e-8")
+    assert a.tobytes() == b.tobytes()
+    st, clean = src.stats(), rsrc.stats()
+    assert {k: st[k] for k in want} == want and all(clean[k] == 0 for k in want)
+    assert st["lines"] == clean["lines"] + len(bad) - len(ref)
+    assert {k: v for k, v in st.items() if k not in want and k != "lines"} == \
+        {k: v for k, v in clean.items() if k not in want and k != "lines"}
+    assert st["bad_lines"] == st["gaps"] == 0 and st["ticker_disagree"] == 0
+    from feeds.ticks import MAX_PRICE
+    t = a[a["kind"] == KIND_TRADE]
+    assert ((t["price"] > 0) & (t["price"] <= MAX_PRICE)).all() and (t["size"] > 0).all()
+    q = a[a["kind"] == KIND_QUOTE]
+    assert (q["bid_px"] > 0).all() and (q["bid_sz"] > 0).all() and (q["bid_px"] < q["ask_px"]).all()

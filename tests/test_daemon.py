@@ -229,7 +229,7 @@ def test_one_engine_per_core(daemon, tmp_path, shm_name):
     ('core = "one"\n', "core must be an integer, got 'one'"),
     ('[feed]\nspeed = "fast"\n', "feed.speed must be a number"),
     ('core = 4096\n', "--core 4096 is not available"),
-    ('[feed]\nring_capacity = 1000\n', "ring_capacity must be a power of two"),
+    ('[feed]\nring_capacity = 1000\n', "feed.ring_capacity: must be a power of two"),
     ('this is not toml', "not valid TOML"),
     ('[loop]\npolicy = "rr"\n', "loop.policy must be one of auto, fifo, other, got 'rr'"),
     ('[loop]\nwait = 3\n', "loop.wait must be a string"),

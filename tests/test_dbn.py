@@ -163,3 +163,82 @@ def test_real_cme_file_rebuilds_without_inconsistency():
     assert np.array_equal(a, b)
     with pytest.raises(FeedError, match="no instrument NOPE"):
         read_all(f"dbn:{REAL}?symbols=NOPE")
+
+
+def _prices_a_tick_can_carry(a):
+    """No tick carries a price of 0 or below (but an empty side's 0) or above MAX_PRICE."""
+    from engine.records import KIND_LEVEL
+    from feeds.ticks import MAX_PRICE
+    t = a[a["kind"] == KIND_TRADE]
+    lv = a[(a["kind"] == KIND_LEVEL) & (a["side"] != SIDE_NONE)]
+    assert ((t["price"] > 0) & (t["price"] <= MAX_PRICE)).all() and (t["size"] > 0).all()
+    assert ((lv["price"] > 0) & (lv["price"] <= MAX_PRICE)).all()
+    for k in ("bid_px", "ask_px"):
+        assert ((a[k] >= 0) & (a[k] <= MAX_PRICE)).all(), k
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="../shared/data is not here (a user's clone); CI has it")
+def test_bad_prices_and_sizes_in_the_real_day_are_rejected_and_counted(tmp_path):
+    """The real day with every 400th add, modify and trade spoilt: a price of 0, negative, 2^63 - 2
+    or past MAX_PRICE, or a size of 0. The ticks (levels included) are exactly those of the day with
+    each spoilt record made a no-op (an N record: its event still ends), so none reaches the book
+    or a tick; each is counted as bad_price or bad_size, every other counter as in that day."""
+    from tests.helpers.fake_databento import load, spoil
+    _, _, recs = load(REAL)
+    bad, ref, n_price, n_size = spoil(recs)
+    assert n_price > 80 and n_size > 10
+    (tmp_path / "bad.dbn").write_bytes(meta() + bad.tobytes())
+    (tmp_path / "ref.dbn").write_bytes(meta() + ref.tobytes())
+    a, src = read_all(f"dbn:{tmp_path / 'bad.dbn'}")
+    b, rsrc = read_all(f"dbn:{tmp_path / 'ref.dbn'}")
+    assert np.array_equal(a, b)
+    st, want = src.stats(), rsrc.stats()
+    assert st["bad_price"] == n_price and st["bad_size"] == n_size
+    assert want["bad_price"] == want["bad_size"] == 0
+    assert {k: v for k, v in st.items() if k not in ("bad_price", "bad_size")} == \
+        {k: v for k, v in want.items() if k not in ("bad_price", "bad_size")}
+    _prices_a_tick_can_carry(a)
+    check_book_consistent(src.ladders, src.orders)
+
+
+def test_mbp_and_trade_records_with_bad_prices_are_rejected(tmp_path):
+    """MBP-1 records whose touch has a negative or 2^63 - 2 price change nothing; an MBP-1 trade
+    of price 0 is not taken (its levels are); trades of size 0, a negative price or no price are
+    not taken. MBP-10: a record with one level at price 0 is rejected whole."""
+    good = dbn.BidAskPair(100 * PX, 101 * PX, 7, 9, 1, 1)
+    after = dbn.BidAskPair(100 * PX, 101 * PX, 7, 5, 1, 1)
+
+    def m1(ts, levels, px=100 * PX, size=7, action=A.ADD):
+        return bytes(dbn.MBP1Msg(1, 5, ts, px, size, action, S.BID, depth=0, ts_recv=ts + 1, flags=LAST,
+                                 levels=levels))
+
+    def tr(ts, px, size):
+        return bytes(dbn.TradeMsg(1, 5, ts, px, size, A.TRADE, S.NONE, depth=0, ts_recv=ts + 1))
+
+    data = meta(dbn.Schema.MBP_1) + b"".join([
+        m1(10, good),
+        m1(20, dbn.BidAskPair(-PX, 101 * PX, 7, 9, 1, 1)),
+        m1(30, dbn.BidAskPair(100 * PX, 2**63 - 2, 7, 9, 1, 1)),
+        m1(40, after, px=0, size=4, action=A.TRADE),
+        tr(50, 99 * PX, 0), tr(60, -99 * PX, 1), tr(70, 2**63 - 1, 1), tr(80, 98 * PX, 1),
+    ])
+    a, src = read_all("dbn:" + write(tmp_path, data))
+    assert rows(a) == [
+        (KIND_QUOTE, 0, 0, 0, 0, 100 * PX, 7, 101 * PX, 9),
+        (KIND_QUOTE, 0, 0, 0, 0, 100 * PX, 7, 101 * PX, 5),
+        (KIND_TRADE, 0, 98 * PX, 1, SIDE_NONE, 100 * PX, 7, 101 * PX, 5),
+    ]
+    st = src.stats()
+    assert (st["bad_price"], st["bad_size"], st["undef_price"], st["trades"]) == (4, 1, 1, 1)
+    _prices_a_tick_can_carry(a)
+
+    lv = [dbn.BidAskPair((100 - i) * PX, (101 + i) * PX, 7 + i, 9 + i, 1, 1) for i in range(10)]
+    spoilt = list(lv)
+    spoilt[3] = dbn.BidAskPair(0, 104 * PX, 1, 12, 1, 1)
+    data = meta(dbn.Schema.MBP_10) + b"".join(
+        bytes(dbn.MBP10Msg(1, 5, ts, 100 * PX, 7, A.ADD, S.BID, depth=0, ts_recv=ts + 1, flags=LAST, levels=levels))
+        for ts, levels in ((10, lv), (20, spoilt)))
+    a, src = read_all("dbn:" + write(tmp_path, data))
+    assert rows(a) == [(KIND_QUOTE, 0, 0, 0, 0, 100 * PX, 7, 101 * PX, 9)]
+    assert src.stats()["bad_price"] == 1 and len(a) == 1 + 20  # the quote and the first record's 20 levels
+    _prices_a_tick_can_carry(a)

@@ -228,6 +228,17 @@ def test_bad_key_fails_with_one_line_and_never_shows_the_key(shm_name):
     assert bad not in res.stderr + res.stdout and bad[-5:] not in res.stderr + res.stdout
 
 
+def test_a_refusal_is_one_line_whatever_the_gateway_says(monkeypatch):
+    """The gateway's reason for refusing the key is its text: escaped in the error line."""
+    from feeds.sources import open_source
+    from tests.helpers.fake_databento import FakeGateway
+    monkeypatch.setenv("DATABENTO_API_KEY", "db-WRONGwrongWRONGwrongWRONG9Zz")
+    with FakeGateway(limit=100, auth_error="denied\x1b[2K\r[feed] all is well") as gw:
+        with pytest.raises(FeedError) as e:
+            open_source(live_uri(gw))
+    assert str(e.value).endswith(r"authentication failed at 127.0.0.1:%d: denied\x1b[2K\r[feed] all is well" % gw.port)
+
+
 def test_key_file_must_be_private(tmp_path, monkeypatch):
     from feeds.sources import open_source
     from tests.helpers.fake_databento import KEY, FakeGateway
@@ -293,3 +304,122 @@ def test_official_client_against_the_fake():
         bad = db.Live(key="db-WRONGwrongWRONGwrongWRONG9Zz", gateway="127.0.0.1", port=gw.port)
         with pytest.raises(db.BentoError, match="Authentication failed"):
             bad.subscribe(dataset="GLBX.MDP3", schema="mbo", symbols="ESH4")
+
+
+# --- a hostile gateway (tests/helpers/fake_databento.py inject=, spoil) ----------------------------
+
+EVIL = "\x1b[2J\x1b[31mdisk full\n[feed] dbn-live://GLBX.MDP3: all is well\r\u202e"
+
+
+def test_venue_text_is_escaped_and_cut():
+    from feeds.venue_text import CAP, escape
+    assert escape(EVIL) == r"\x1b[2J\x1b[31mdisk full\n[feed] dbn-live://GLBX.MDP3: all is well\r\u202e"
+    assert escape("a\\nb") == r"a\\nb"  # a backslash the venue sent cannot pass for an escape of ours
+    assert escape("é ok") == "é ok"
+    long = escape("\n" * 1000)
+    assert long.startswith(r"\n" * (CAP // 2)) and long.endswith("... [1000 characters, cut]") and len(long) < CAP + 40
+
+
+def test_a_flood_of_gateway_messages_is_escaped_and_rate_limited(ref_slice, key, capfd):
+    """The gateway sends 60,000 error and 60,000 system messages carrying ANSI escapes, a newline
+    that would forge a log line and a carriage return, mid-stream. Every one is counted; at most
+    venue_text.LINES are printed per PER_S seconds, escaped (one message, one line, no control
+    byte), and the rest are said as a number: printed + said == sent. A refused symbol mapping
+    after it is still said (a budget of its own). The ticks are unchanged."""
+    from feeds.venue_text import LINES, PER_S
+    from tests.helpers.fake_databento import FakeGateway, error_records, mapping_records, system_records
+    want, _ = ref_slice
+    n = 60_000
+    flood = error_records(n, EVIL) + system_records(n, "slow\nreader\x1b[0m") + mapping_records([(99_999, "ESH4")])
+    with FakeGateway(limit=SLICE, inject={0: [(5000, flood)]}) as gw:
+        t0 = time.monotonic()
+        got, src = run_live(live_uri(gw, idle_s=0.5))
+        elapsed = time.monotonic() - t0
+    st = src.stats()
+    assert st["gateway_errors"] == st["system_msgs"] == n
+    assert np.array_equal(got, want)
+    err = capfd.readouterr().err
+    assert not any(c in err for c in "\x1b\r\u202e")
+    lines = err.splitlines()
+    assert all(ln.startswith("[feed] ") for ln in lines), [ln for ln in lines if not ln.startswith("[feed] ")][:3]
+    shown = [ln for ln in lines if ": gateway error: " in ln or ": gateway: " in ln]
+    assert r"gateway error: \x1b[2J\x1b[31mdisk full\n[feed] dbn-live://GLBX.MDP3: all is well\r\u202e" in shown[0]
+    said = [int(ln.split(": ")[1].split()[0]) for ln in lines if "more gateway messages not shown" in ln]
+    assert st["log_suppressed"] == sum(said) > 0 and len(shown) + sum(said) == 2 * n
+    assert len(shown) <= LINES * (elapsed // PER_S + 2)  # (per started interval, however long the run)
+    assert len(err) < 20_000 * (elapsed // PER_S + 2)
+    assert st["mapping_conflicts"] == 1 and "gateway mapped id 99999 to ESH4 but ESH4 is id 17077" in err
+
+
+def test_mappings_of_symbols_never_subscribed_make_no_instrument(ref_slice, key, capfd):
+    """50,000 symbol mappings of symbols never subscribed, then records of those ids: no instrument
+    is made (the URI's symbols are the instruments), the mappings are counted, the records too
+    (untracked), and the ticks are unchanged. The refusals are said within the log's budget."""
+    from feeds.venue_text import LINES, PER_S
+    from tests.helpers.fake_databento import FakeGateway, load, mapping_records, with_id
+    want, _ = ref_slice
+    recs = load(DATA, 2000)[2]
+    junk = mapping_records([(500_000 + i, f"ZZ{i}\x1b[0m") for i in range(50_000)])
+    junk += with_id(recs[:1000], 500_001).tobytes() + with_id(recs[1000:], 549_999).tobytes()
+    with FakeGateway(limit=SLICE, inject={0: [(3000, junk)]}) as gw:
+        t0 = time.monotonic()
+        got, src = run_live(live_uri(gw, idle_s=0.5))
+        elapsed = time.monotonic() - t0
+    st = src.stats()
+    assert src.instruments == ["ESH4"] and st["instruments"] == 1
+    assert st["unsubscribed_mappings"] == 50_000 and st["untracked"] == 2000 and st["mapping_conflicts"] == 0
+    assert np.array_equal(got, want)
+    err = capfd.readouterr().err
+    shown = [ln for ln in err.splitlines() if ", a symbol not subscribed: ignored" in ln]
+    said = [int(ln.split(": ")[1].split()[0]) for ln in err.splitlines()
+            if "more refused symbol mappings not shown" in ln]
+    assert r"gateway mapped id 500000 to ZZ0\x1b[0m, a symbol not subscribed" in shown[0] and "\x1b" not in err
+    assert len(shown) + sum(said) == 50_000 == len(shown) + st["log_suppressed"]
+    assert len(shown) <= LINES * (elapsed // PER_S + 2)
+
+
+def test_a_second_id_for_a_symbol_or_symbol_for_an_id_never_merges_two_books(ref_slice, key, capfd):
+    """Mid-stream the gateway maps ESH4 to a second id (then sends another book's records under
+    it) and ESM4, also subscribed, to ESH4's id: both mappings are refused and counted, the second
+    id's records are untracked, and ESH4's ticks and book are dbn:FILE's alone."""
+    from tests.helpers.fake_databento import FakeGateway, load, mapping_records, with_id
+    want, wsrc = ref_slice
+    other = with_id(load(DATA, 9000)[2], 99_999)  # the day's opening book again, as another instrument
+    junk = mapping_records([(99_999, "ESH4"), (17077, "ESM4")]) + other.tobytes()
+    with FakeGateway(limit=SLICE, inject={0: [(12_000, junk)]}) as gw:
+        got, src = run_live(live_uri(gw, symbols="ESH4,ESM4", idle_s=0.5))
+    st = src.stats()
+    assert st["mapping_conflicts"] == 2 and st["untracked"] == len(other) and st["unsubscribed_mappings"] == 0
+    assert src.instruments == ["ESH4", "ESM4"] and st["gateway_errors"] == 1  # ESM4: not in the fake's file
+    assert np.array_equal(got, want)
+    for side in range(2):
+        for a, b in zip(src.ladders.side(side), wsrc.ladders.side(side)):
+            assert np.array_equal(a, b)
+    check_book_consistent(src.ladders, src.orders)
+    err = capfd.readouterr().err
+    assert "gateway mapped id 99999 to ESH4 but ESH4 is id 17077 in this session: ignored" in err
+    assert "gateway mapped id 17077 to ESM4 but id 17077 is ESH4 in this session: ignored" in err
+
+
+def test_bad_prices_from_the_gateway_never_reach_a_tick(key, tmp_path):
+    """The gateway's records with bad values (fake_databento.spoil: prices of 0, negative, 2^63 - 2,
+    past MAX_PRICE; sizes of 0): the live ticks are dbn:FILE's of the same records with each spoilt
+    one made a no-op, and each is counted by kind."""
+    from tests.helpers.fake_databento import FakeGateway, load, spoil
+    import databento_dbn as dbn
+    dataset, _, recs = load(DATA, SLICE)
+    bad, ref, n_price, n_size = spoil(recs, every=100)
+    head = dbn.Metadata(dataset=dataset, start=0, stype_in=dbn.SType.RAW_SYMBOL, stype_out=dbn.SType.INSTRUMENT_ID,
+                        schema=dbn.Schema.MBO, version=3).encode()
+    (tmp_path / "ref.dbn").write_bytes(head + ref.tobytes())
+    want, rsrc = read_all(f"dbn:{tmp_path / 'ref.dbn'}")
+    with FakeGateway(limit=SLICE) as gw:
+        gw.recs[:] = bad  # (before any session: what every session is sent)
+        gw.body = gw.recs.tobytes()
+        got, src = run_live(live_uri(gw, idle_s=0.5))
+    st = src.stats()
+    assert st["bad_price"] == n_price > 50 and st["bad_size"] == n_size > 10
+    assert np.array_equal(got, want)
+    from feeds.ticks import MAX_PRICE
+    for k in ("price", "bid_px", "ask_px"):
+        assert ((got[k] >= 0) & (got[k] <= MAX_PRICE)).all(), k

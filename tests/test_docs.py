@@ -201,3 +201,26 @@ def test_readme_parquet_examples_run_as_printed(pandas, tmp_path, default_model)
                            text=True, timeout=300)
         assert r.returncode == 0, f"README's example fails:\n{block}\n{r.stderr}"
         assert "SYN0000" in r.stdout and "SYN0001" in r.stdout, r.stdout  # the tables' symbols, per instrument
+
+
+def test_every_documented_figure_is_its_results_files():
+    """A measured figure in the docs is its benchmark's results file's (bench/docs_figures.py): each
+    one marked with its key equals the committed bench/results value as written, and the results
+    table is made from the files; a figure changed by hand, or a results file rerun without
+    `--update`, fails here."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import docs_figures
+    paths = docs_figures.docs()
+    assert docs_figures.check(paths) == []
+    marked = sum(len(docs_figures.figures(p.read_text())) for p in paths)
+    assert marked >= 20 and any(docs_figures.TABLE.search(p.read_text()) for p in paths)
+
+
+def test_a_figure_that_is_not_its_results_fails(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import docs_figures
+    doc = tmp_path / "x.md"
+    doc.write_text("it made 123456789<!--fig lead_lag.metrics.trees--> trees\n")
+    assert docs_figures.check([doc]) and "but" in docs_figures.check([doc])[0]
+    doc.write_text("<!-- bench-table -->\n| stale |\n<!-- /bench-table -->\n")
+    assert "results table" in docs_figures.check([doc])[0]

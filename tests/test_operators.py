@@ -269,7 +269,8 @@ def test_alerts_and_dashboard_use_only_exported_metrics(eng):
     from app.daemon import PAPER_METRICS
     from app.drift_monitor import DRIFT_METRICS
     # (a --paper run's and a --drift run's: tests/test_paper.py and tests/test_drift.py scrape them)
-    exported = set(scrape(eng)) | set(PAPER_METRICS) | set(DRIFT_METRICS)
+    private = set(daemon_scrape(eng, private=True)[0])  # (the money and the kill switch: the private job's)
+    exported = set(scrape(eng)) | private | set(PAPER_METRICS) | set(DRIFT_METRICS)
     job = yaml.safe_load((OPS / "prometheus.yml").read_text())["scrape_configs"][0]["job_name"]
     for e in exprs + panels:
         for n in _names(e):

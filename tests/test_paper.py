@@ -111,9 +111,17 @@ def test_a_paper_limit_kills_the_run(tmp_path, default_model, limit):
             assert line in r.stdout.splitlines(), (line, r.stdout)
 
         def settled_scrape():  # (/metrics renders at most every 0.25 s: one from after the figures settled)
-            m = scrape(d)[0]
+            m = scrape(d, private=True)[0]
             return m if m["engine_paper_fills_total"][()] == pp["fills"] else None
         m = wait_until(settled_scrape, "a scrape after the figures settled", timeout=5)
+        # money, positions and the kill switch are the owner's: not on the /metrics any local process reads
+        public = scrape(d)[0]
+        assert not [k for k in public if k.startswith(("engine_paper_", "engine_kill"))], sorted(public)
+        assert d.get("/metrics/private")[0] == 401 and d.get("/metrics/private", "wrong")[0] == 401
+        tok = d.metrics_token_file.read_text().strip()
+        code, body = d.get("/metrics/private", tok)  # (the token a Prometheus of another user is given)
+        assert code == 200 and b"engine_paper_pnl" in body
+        assert d.get("/status", tok)[0] == 401  # (it reads the metrics, nothing more)
         assert m["engine_killed"][()] == 1
         assert {k[0][1]: v for k, v in m["engine_kills_total"].items() if v} == {limit: 1}, m["engine_kills_total"]
         assert set(m["engine_paper_pnl"]) == {(("currency", "USD"), ("kind", k)) for k in ("net", "gross")}
@@ -239,7 +247,7 @@ def test_paper_money_is_per_currency_in_status_stats_and_metrics(tmp_path, defau
                    f"{m(f['drawdown'])}" in head, (c, head)
 
         def settled_scrape():
-            s = scrape(d)[0]
+            s = scrape(d, private=True)[0]
             return s if s["engine_paper_fills_total"][()] == pp["fills"] else None
         s = wait_until(settled_scrape, "a scrape after the figures settled", timeout=5)
         assert set(s["engine_paper_pnl"]) == {(("currency", c), ("kind", k)) for c in by for k in ("net", "gross")}

@@ -7,12 +7,14 @@ import json
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from engine.signal_log import read_signals
 from tests.conftest import strategy_core
+from tests.helpers.as_user import can_make_users, throwaway_users
 from tests.helpers.daemon import Daemon, wait_until
 from tests.helpers.feedutil import cli, one_line_error
 from tests.test_hot_swap import second_model  # noqa: F401  (a module fixture: another real model)
@@ -72,6 +74,8 @@ def test_register_promote_rollback(tmp_path, default_model, second_model):  # no
 @pytest.mark.parametrize("args,said", [
     (["model", "promote", "micro@9"], "micro has no version 9"),
     (["model", "promote", "micro@x"], "the version after @ is a number"),
+    (["model", "promote", "micro@\uff11"], "the version after @ is a number"),  # (a full-width 1: isdigit says yes)
+    (["model", "show", "micro@\u00b9"], "the version after @ is a number"),  # (a superscript 1)
     (["model", "show", "nothere"], "no model named 'nothere'"),
     (["model", "register", "/etc", "--name", "m"], "not a model artifact"),
     (["model", "register", "DEFAULT", "--name", "../up"], "model name '../up'"),
@@ -88,6 +92,75 @@ def test_a_registry_others_can_write_is_refused(tmp_path, default_model):
     assert cli("model", "register", str(default_model), "--name", "micro", "--registry", str(reg)).returncode == 0
     os.chmod(reg, stat.S_IRWXU | stat.S_IWGRP | stat.S_IXGRP | stat.S_IRGRP)
     assert "only it can write" in one_line_error(cli("model", "list", "--registry", str(reg)))
+
+
+def _planted_by(other, script):
+    """Run `script` as the other user (a shell)."""
+    from tests.helpers.as_user import shell_as
+    shell_as(other, script)
+
+
+@pytest.fixture
+def open_tmp():
+    """A directory of ours other users may enter (pytest's tmp_path is under root's 0700 one)."""
+    d = Path(tempfile.mkdtemp(prefix="engine-registry-"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(bool(can_make_users()), reason=str(can_make_users()))
+def test_live_names_objects_another_user_planted_are_refused_never_used(open_tmp, default_model, second_model,  # noqa: F811
+                                                                        monkeypatch):
+    """A registry directory that was open to others (made 0777, then closed by its owner): what another
+    user made in it stays theirs. Their live/, names/ and objects/ were kept and used (engine model
+    register wrote into them, a run loaded their live link); now each is refused by name. So is an
+    entry they planted in an open subdirectory of ours: a name, a live link, an object."""
+    from models.registry import RegistryError, resolve_model
+    tmp_path = open_tmp
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    os.chmod(reg, 0o777)
+    fake = "f" * 64
+    with throwaway_users(1) as (other,):
+        _planted_by(other, f"cd {reg} && mkdir names live objects objects/{fake} && "
+                           f"echo '{{\"name\": \"micro\", \"versions\": [{{\"version\": 1, \"id\": \"{fake}\"}}]}}' "
+                           f"> names/micro.json && ln -s ../objects/{fake} live/micro && chmod 755 names live objects")
+        os.chmod(reg, 0o700)  # (its owner closes it: what was planted stays)
+        for args in (("model", "register", str(default_model), "--name", "micro"), ("model", "list"),
+                     ("model", "promote", "micro@1")):
+            line = one_line_error(cli(*args, "--registry", str(reg)))
+            assert f"registry {reg}: objects is owned by uid {other.pw_uid}" in line and "refused" in line, line
+        monkeypatch.setenv("ENGINE_REGISTRY", str(reg))
+        with pytest.raises(RegistryError, match=f"objects is owned by uid {other.pw_uid}"):
+            resolve_model("registry:micro")
+        assert not list((reg / "objects" / fake).iterdir())  # (nothing of ours went into theirs)
+
+        # a registry of ours whose subdirectories were left open: each planted entry is refused by name
+        good = tmp_path / "good"
+        assert cli("model", "register", str(default_model), "--name", "micro", "--registry", str(good),
+                   "--promote").returncode == 0
+        assert cli("model", "register", str(second_model), "--name", "other", "--registry", str(good)).returncode == 0
+        v2 = json.loads((good / "names" / "other.json").read_text())["versions"][0]["id"]
+        os.chmod(good, 0o755)
+        for sub in ("names", "live", "objects"):
+            os.chmod(good / sub, 0o777)
+        planted = json.dumps({"name": "evil", "versions": [{"version": 1, "id": v2}]})
+        _planted_by(other, f"cd {good} && echo '{planted}' > names/evil.json && ln -sfn ../objects/{v2} live/micro && "
+                           f"mkdir objects/{'e' * 64}")
+        for sub in ("names", "live", "objects"):
+            os.chmod(good / sub, 0o700)
+        line = one_line_error(cli("model", "show", "evil", "--registry", str(good)))
+        assert f"names/evil.json is owned by uid {other.pw_uid}" in line, line
+        monkeypatch.setenv("ENGINE_REGISTRY", str(good))
+        with pytest.raises(RegistryError, match=f"live/micro is owned by uid {other.pw_uid}"):
+            resolve_model("registry:micro")  # (their link, though to one of our objects: a run would load it)
+        e = json.loads((good / "names" / "micro.json").read_text())
+        e["versions"].append(dict(e["versions"][0], version=2, id="e" * 64))
+        (good / "names" / "micro.json").write_text(json.dumps(e))
+        line = one_line_error(cli("model", "promote", "micro@2", "--registry", str(good)))
+        assert f"objects/{'e' * 64} is owned by uid {other.pw_uid}" in line, line
+        assert resolve_model("registry:micro@1").endswith(e["versions"][0]["id"])  # (ours: still served)
 
 
 def test_a_running_engine_follows_promotion_and_rollback(tmp_path, default_model, second_model,  # noqa: F811

@@ -249,7 +249,7 @@ def test_kill_switch_flattens_every_instrument_and_holds_until_resumed(tmp_path,
             from engine import signal_counts
             st = cli("stats", "--name", name)
             assert st.returncode == 0 and signal_counts.line(sc) in st.stdout, st.stdout
-            m = scrape(d)[0]
+            m = scrape(d, private=True)[0]
             assert m["engine_killed"][()] == 1
             assert {r: v for (((_, r),), v) in m["engine_kills_total"].items()} == {
                 "command": 1, "file": 1, "feed": 1, "loss": 0, "drawdown": 0}, m["engine_kills_total"]

@@ -5,14 +5,15 @@ that model, field for field; the live model as a shadow gives the live file's de
 execution); a shadow that fails to load is refused by name before anything runs."""
 import json
 import os
+import subprocess
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from engine.records import SIGNAL_FLAG_MARK
 from engine.signal_log import read_signals
-from tests.conftest import strategy_core
-from tests.helpers.feedutil import cli
+from tests.conftest import engine_cmd, engine_env, strategy_core
+from tests.helpers.feedutil import cli, one_line_error
 from tests.test_hot_swap import second_model  # noqa: F401  (a fixture: another real model)
 from tests.test_replay import ticks_file
 
@@ -90,6 +91,26 @@ def test_a_shadow_that_does_not_load_is_refused_by_name(tmp_path, default_model)
     assert not list(tmp_path.glob("s.shadow-*")) and not sig.exists()
     r = cli("shadow", "report", str(tmp_path / "nothing.sig"))
     assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+def test_an_empty_shadow_names_no_model_never_the_current_directory(tmp_path, default_model):
+    """--shadow '' (and shadow.models = "", ctl shadow add ''): refused in one line, where it read the
+    current directory as the candidate's model (here: a real model, which it would have loaded)."""
+    from app.shadow import Shadows
+    sig = tmp_path / "s.sig"
+    args = ("run", "--no-rt", "--feed", "synthetic://?instruments=2&count=1000", "--max", "--signals-out", str(sig),
+            "--http", "none", "--pub", "none", "--name", f"shadowempty{os.getpid()}")
+    conf = tmp_path / "e.toml"
+    conf.write_text('[shadow]\nmodels = ["", "registry:x"]\n')
+    for extra in (("--shadow", ""), ("--config", str(conf))):
+        r = subprocess.run(engine_cmd(*args, *extra), cwd=default_model, env=engine_env(), capture_output=True,
+                           text=True, timeout=300)
+        assert "--shadow '': names no model" in one_line_error(r), r.stderr
+        assert not sig.exists() and not list(tmp_path.glob("s.shadow-*"))
+    loaded = []
+    shadows = Shadows(make=None, load=loaded.append)
+    assert shadows.add("") == {"ok": False, "error": "--shadow '': names no model (a model directory, or "
+                                                     "registry:NAME[@VERSION])"} and not loaded
 
 
 def test_shadows_added_and_removed_while_the_run_goes(tmp_path, default_model, second_model):  # noqa: F811

@@ -168,7 +168,10 @@ def test_a_squatter_on_the_http_port_never_sees_the_token_and_tokens_change(tmp_
         r = cli("ctl", "status", "--http", d.http, "--token-file", str(d.token_file))
         assert r.returncode == 0 and r.stdout.startswith(f"engine {shm_name} "), r.stderr
     finally:
+        d.proc.kill()  # (killed: its token stays, as a clean exit would not leave it, for a client that still
+        d.proc.wait()  # holds it to meet a squatter on the port)
         d.stop()
+    assert d.token_file.exists()
     with throwaway_users(1) as (attacker,):
         for kind, reply in REPLIES.items():
             squat = subprocess.Popen(as_user(attacker, "python", HTTP_SQUATTER % (d.http_port, reply)), cwd=ROOT,

@@ -2,14 +2,27 @@
 them as flags, `engine run --paper` as one string of the same flags (--paper-exec), so a paper run
 and the backtest of its recording are asked for in the same words."""
 import argparse
+import math
 import shlex
 
 from .common import existing_file, nonneg_float, nonneg_int
 
 
+def finite_float(s):
+    """A finite number (a fee may be negative: a rebate). NaN or infinity is refused: a NaN fee
+    makes every PnL NaN, and no loss limit (--kill-loss) fires on NaN."""
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {s}")
+    return v
+
+
 def _latency(s):
     """Order-entry latency: microseconds, or a distribution lognormal:MEDIAN_US,SIGMA or
-    uniform:LO_US,HI_US (drawn per order, seeded)."""
+    uniform:LO_US,HI_US (drawn per order, seeded), each number finite."""
     try:
         return nonneg_float(s)
     except (ValueError, argparse.ArgumentTypeError):
@@ -18,6 +31,8 @@ def _latency(s):
     try:
         a, b = (float(x) for x in args.split(","))
     except ValueError:
+        a = b = -1.0
+    if not (math.isfinite(a) and math.isfinite(b)):
         a = b = -1.0
     if kind == "lognormal" and a > 0 and b >= 0:
         return s
@@ -60,13 +75,13 @@ def exec_args(bt):
                          "ahead^n / (ahead^n + behind^n) (default 3)")
     bt.add_argument("--l3", default=None, metavar="FILE.dbn.zst", type=existing_file,
                     help="exact FIFO queue positions from this DBN MBO file (the one the tick file was converted from)")
-    bt.add_argument("--fee-bps", type=float, default=None,
+    bt.add_argument("--fee-bps", type=finite_float, default=None,
                     help="taker fee, basis points of notional (default: --instruments, else the venue's published standard "
                          "tier, e.g. 5 for Binance USD-M; 0 where none is known, said in the summary)")
-    bt.add_argument("--maker-bps", type=float, default=None,
+    bt.add_argument("--maker-bps", type=finite_float, default=None,
                     help="maker fee, bp of notional, negative for a rebate (default: --instruments, else the venue's standard "
                          "tier, e.g. 2 for Binance USD-M)")
-    bt.add_argument("--per-lot", type=float, default=None,
+    bt.add_argument("--per-lot", type=finite_float, default=None,
                     help="fee per lot per fill in the instrument's currency (default: --instruments, else the venue's: CME "
                          "exchange + NFA fees, e.g. 1.40 USD for ES)")
     bt.add_argument("--instruments", default=None, metavar="FILE.toml", type=existing_file,

@@ -10,6 +10,7 @@ from models.artifact import BACKEND_CHOICES
 
 from .common import (SIGN_KEY_HELP, SOURCES_HELP, Flag, int_range, nonneg_float, npy_file, positive_float,
                      merge_arg, positive_int, strategy_args, strategy_host, verify_key_arg)
+from .exec_options import finite_float
 
 
 def cmd_model_keygen(a):
@@ -484,7 +485,7 @@ def _add_train(sub):
     r.add_argument("--gate-metric", default="pnl", choices=("pnl", "pnl_gross", "sharpe"),
                    help="what the candidate must beat the incumbent on, in the backtest of the held-out days "
                         "(default pnl: net)")
-    r.add_argument("--gate-margin", type=float, default=0.0, metavar="X",
+    r.add_argument("--gate-margin", type=finite_float, default=0.0, metavar="X",
                    help="by more than this (the metric's unit; default 0)")
     r.add_argument("--gate-exec", default="", metavar="'FLAGS'",
                    help="the gate's backtest execution, in engine backtest's flags (e.g. '--latency-us 200 --fee-bps "

@@ -101,6 +101,26 @@ def _pub_key(a, name, rt, endpoint):
     return read_public_key(path), path, name
 
 
+def _client_keys(a, name, endpoint):
+    """(this subscriber's CURVE keypair, where it came from): the keypair engine NAME admits as its
+    owner's, which its runtime file names (a service keeps it in its own state directory), else
+    this user's own (app/zauth.py: made on first use; another user's engine admits it once its
+    owner lists the public key in --pub-clients)."""
+    from app.runtime_file import RuntimeFileError, find, find_publisher
+    from app.zauth import own_client_keys, own_key_paths
+    if not getattr(a, "server_key", None):
+        try:
+            rt = find(name)
+        except RuntimeFileError:
+            rt = None
+        if rt is None or rt.get("pub") != endpoint:
+            rt = find_publisher(endpoint) or rt
+        path = rt.get("pub_client_key_file") if rt is not None and rt.get("pub") == endpoint else None
+        if isinstance(path, str) and path:
+            return own_client_keys(path=path), path + ".pub"
+    return own_client_keys(), own_key_paths()[1]
+
+
 class _UnixHTTP(http.client.HTTPConnection):
     """HTTP on the engine's unix socket; the server must be this user (or root): SO_PEERCRED."""
 
@@ -382,7 +402,9 @@ def cmd_signals_follow(a):
         except ValueError:
             return sub.key
 
-    sub = Subscriber(endpoint, key, name, [t.encode() for t in a.topic or [""]], key_from, current_key, say)
+    client, client_from = _client_keys(a, name, endpoint)
+    sub = Subscriber(endpoint, key, name, [t.encode() for t in a.topic or [""]], key_from, current_key, say,
+                     client=client, client_source=client_from)
     n = 0
     last = {}  # topic -> its last publication number: a jump is signals this subscriber lost
     try:
@@ -476,7 +498,10 @@ def _add_signals(sub):
     s = sub.add_parser("signals", help="signal tools: show a signal file, or --follow a running engine",
                        description="engine signals --follow [ENDPOINT] prints a running engine's signals as JSON "
                                    "lines (from its zmq PUB socket: ENDPOINT, else --config's [control] pub, else "
-                                   "the runtime file of --name); engine signals show FILE prints a signal file.")
+                                   "the runtime file of --name); engine signals show FILE prints a signal file. "
+                                   "The engine admits its own user's subscribers; another user's client key "
+                                   "($XDG_STATE_HOME/engine/zmq-client.key.pub, made on first use) must be in "
+                                   "the file of client keys its run names (engine run's pub-clients option).")
     s.add_argument("--follow", nargs="?", const=True, default=None, metavar="ENDPOINT", type=sub_endpoint,
                    help="subscribe to ENDPOINT (default: where engine --name publishes)")
     _where_args(s, http=False)

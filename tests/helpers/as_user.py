@@ -19,7 +19,7 @@ import uuid
 PRELOAD = ("numpy", "numba", "app.cli", "app.live", "app.daemon", "app.config",
            "app.run_summary", "engine.strategy_build", "engine.strategy_load", "engine.outputs", "engine.locks",
            "engine.isolation", "engine.instruments", "feeds.sources", "feeds.synthetic", "json", "pwd", "secrets",
-           "socket", "errno", "zmq")
+           "socket", "errno", "zmq", "fractions")
 
 
 def can_make_users():

@@ -97,8 +97,13 @@ class Daemon:
         self.err_path = tmp_path / f"{name}.err"
         self.sig_path = tmp_path / f"{name}.sig"
         self.hlog = tmp_path / f"{name}.hlog"
+        # (a metrics token as an operator gives its Prometheus one: readable by a group, not others)
+        self.metrics_token_file = tmp_path / f"{name}.metrics-token"
+        self.metrics_token_file.write_text(f"mt-{os.urandom(12).hex()}\n")
+        os.chmod(self.metrics_token_file, 0o640)
         args = ["run", "--no-rt", "--name", name, "--http", self.http, "--pub", self.pub, "--token-file",
-                str(self.token_file), "--signals-out", str(self.sig_path), "--hlog", str(self.hlog), *extra]
+                str(self.token_file), "--signals-out", str(self.sig_path), "--hlog", str(self.hlog),
+                "--metrics-token-file", str(self.metrics_token_file), *extra]
         if core is not None:
             args += ["--core", str(core)]
         self.err = open(self.err_path, "w")
@@ -178,11 +183,12 @@ class Daemon:
         return None
 
 
-def scrape(d):
-    """({sample name: {frozen labels: value}}, raw body) of a real GET /metrics of daemon d."""
+def scrape(d, private=False):
+    """({sample name: {frozen labels: value}}, raw body) of a real GET /metrics of daemon d (private:
+    /metrics/private, with its token: money, positions and the kill switch too)."""
     from prometheus_client.parser import text_string_to_metric_families
-    code, body = d.get("/metrics")
-    assert code == 200
+    code, body = d.get("/metrics/private", d.token()) if private else d.get("/metrics")
+    assert code == 200, (code, body)
     out = {}
     for fam in text_string_to_metric_families(body.decode()):
         for s in fam.samples:

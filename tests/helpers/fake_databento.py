@@ -19,12 +19,19 @@ snapshot then shows, but are never sent); resume=False replays from the start fo
 
 Faults, per session number (0 = the first connection), as constructor options:
   key            the valid key: a client with another one fails authentication
+  auth_error     what the refusal says (default "Authentication failed.", as Databento's)
   drop_after     {session: N}: close the TCP connection after N records
   silent_after   {session: N}: after N records send nothing at all (no heartbeats) and never close:
                  what a half-open connection looks like to the client
   error_after    {session: N}: send an ErrorMsg (error_text) after N records, then go on
   refuse         sessions closed as soon as they connect (before the greeting): failed attempts
-Records count only the file's records (not mappings, snapshot or heartbeats).
+  inject         {session: [(N, bytes), ...]}: send these bytes after N records, then go on: a
+                 hostile gateway's records, made by the functions below (floods of error and
+                 system messages carrying ANSI escapes and newlines, mappings of symbols never
+                 subscribed, a second id for a subscribed symbol, records of any id)
+Records count only the file's records (not mappings, snapshot, heartbeats or injected bytes).
+A gateway's bad prices are the file's records altered (`recs`, then `body = recs.tobytes()`,
+before the first session).
 
 Run alone (`python -m tests.helpers.fake_databento --repeat 20`, key from $FAKE_DATABENTO_KEY) it
 prints its port and serves until killed (bench/_live_dbn.py).
@@ -82,6 +89,55 @@ def load(path=DATA, limit=None, repeat=1):
     return meta.dataset, symbols, recs
 
 
+def error_records(n, text):
+    """n ErrorMsg records saying `text` (any characters: escapes, newlines)."""
+    import databento_dbn as dbn
+    return bytes(dbn.ErrorMsg(0, text, code=dbn.ErrorCode.INTERNAL_ERROR)) * n
+
+
+def system_records(n, text):
+    """n SystemMsg records that are not heartbeats (a slow-reader warning's code) saying `text`."""
+    import databento_dbn as dbn
+    return bytes(dbn.SystemMsg(0, text, code=dbn.SystemCode.SLOW_READER_WARNING)) * n
+
+
+def mapping_records(pairs):
+    """A SymbolMappingMsg per (instrument id, raw symbol)."""
+    import databento_dbn as dbn
+    return b"".join(bytes(dbn.SymbolMappingMsg(1, iid, 0, dbn.SType.RAW_SYMBOL, sym, dbn.SType.RAW_SYMBOL, sym, 0,
+                                               UNDEF_PRICE)) for iid, sym in pairs)
+
+
+def with_id(recs, iid):
+    """A copy of MBO records as instrument `iid`'s."""
+    out = recs.copy()
+    out["instrument_id"] = iid
+    return out
+
+
+BAD_PRICES = (0, -4800 * 10**9, 2**63 - 2, -1, 2**62 + 1)  # none a tick can carry (feeds/ticks.py price_ok)
+
+
+def spoil(recs, every=400):
+    """A gateway's bad values in MBO records: every `every`-th add, modify and trade gets a price
+    from BAD_PRICES or (some adds and trades) a size of 0. Returns (the spoilt records, the same
+    with each spoilt record made an N (none) record: what a parser that rejects them applies, event
+    ends included; how many bad prices, how many bad sizes)."""
+    bad, ref = recs.copy(), recs.copy()
+    n_price = n_size = 0
+    for act in b"AMT":
+        at = np.nonzero(recs["action"] == act)[0][every // 2::every]
+        for j, i in enumerate(at):
+            if act != ord("M") and j % 3 == 2:
+                bad["size"][i] = 0
+                n_size += 1
+            else:
+                bad["price"][i] = BAD_PRICES[j % len(BAD_PRICES)]
+                n_price += 1
+        ref["action"][at] = ord("N")
+    return bad, ref, n_price, n_size
+
+
 def book_at(recs, k):
     """Resting orders after records[:k], per instrument in priority order:
     {iid: {order_id: [side, price, size, ts_event, sequence]}}."""
@@ -114,11 +170,13 @@ def book_at(recs, k):
 class FakeGateway:
     def __init__(self, path=DATA, key=KEY, limit=None, repeat=1, speed=0.0, at_end="hold", drop_after=None,
                  silent_after=None, error_after=None, error_text="fake gateway error: something went wrong",
-                 skip_on_reconnect=0, resume=True, refuse=(), host="127.0.0.1", port=0):
+                 skip_on_reconnect=0, resume=True, refuse=(), inject=None, auth_error="Authentication failed.",
+                 host="127.0.0.1", port=0):
         self.dataset, self.symbols, self.recs = load(path, limit, repeat)
         self.body = self.recs.tobytes()
         self.key, self.speed, self.at_end = key, speed, at_end
         self.drop_after, self.silent_after, self.error_after = drop_after or {}, silent_after or {}, error_after or {}
+        self.inject, self.auth_error = inject or {}, auth_error
         self.error_text, self.skip, self.resume, self.refuse = error_text, skip_on_reconnect, resume, set(refuse)
         self.cursor = 0            # the market's position: the next record a session sends
         self.sessions = []         # per connection: what the client asked and what it was sent
@@ -210,7 +268,7 @@ class FakeGateway:
         want = hashlib.sha256(f"{challenge}|{self.key}".encode()).hexdigest() + "-" + self.key[-5:]
         if auth.get("auth") != want:
             info["closed_by"] = "auth failure"
-            conn.sendall(b"success=0|error=Authentication failed.\n")
+            conn.sendall(f"success=0|error={self.auth_error}\n".encode())
             return
         if auth.get("dataset") != self.dataset:
             info["closed_by"] = "bad dataset"
@@ -276,9 +334,10 @@ class FakeGateway:
     def _stream(self, conn, k, info, start, mine, hb):
         """Send records from `start` (only the subscribed instruments'), with this session's faults."""
         import databento_dbn as dbn
-        faults = [(n, what) for what, d in (("drop", self.drop_after), ("silent", self.silent_after),
-                                            ("error", self.error_after)) if k in d for n in [d[k]]]
-        faults.sort()
+        faults = [(n, what, None) for what, d in (("drop", self.drop_after), ("silent", self.silent_after),
+                                                  ("error", self.error_after)) if k in d for n in [d[k]]]
+        faults += [(n, "inject", data) for n, data in self.inject.get(k, ())]
+        faults.sort(key=lambda f: f[0])
         i, sent = start, 0
         t0, ts0 = time.monotonic(), int(self.recs["ts_recv"][min(start, len(self.recs) - 1)])
         last_send = time.monotonic()
@@ -309,7 +368,7 @@ class FakeGateway:
             else:
                 time.sleep(0.001)
             while faults and sent >= faults[0][0]:
-                _, what = faults.pop(0)
+                _, what, data = faults.pop(0)
                 if what == "drop":
                     info["closed_by"] = "drop"
                     conn.shutdown(socket.SHUT_RDWR)
@@ -318,6 +377,9 @@ class FakeGateway:
                     info["closed_by"] = "silent"
                     self._wait_for_close(conn)
                     return
+                if what == "inject":
+                    conn.sendall(data)
+                    continue
                 conn.sendall(bytes(dbn.ErrorMsg(0, self.error_text, code=dbn.ErrorCode.INTERNAL_ERROR)))
         if self.at_end == "close":
             info["closed_by"] = "end"
