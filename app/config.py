@@ -8,7 +8,8 @@ Several sources: one `[[feed]]` table per source instead of the `[feed]` table, 
 `uri`; the other feed.* keys (rate, speed, ring_capacity, ...) are the run's and may be written in
 any of the tables, once (or with the same value), as in [feed]."""
 import argparse
-import tomllib
+
+from engine.toml_file import read_toml
 
 from .run_options import keys, many_keys
 
@@ -33,18 +34,7 @@ def _flatten(d, prefix=""):
 
 def load(path):
     """{argparse dest: value} from a TOML file."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise ConfigError(f"{path}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    except RecursionError:  # (tomllib parses nested arrays and inline tables recursively)
-        raise ConfigError(f"{path}: nested too deeply to be an engine configuration") from None
-    except UnicodeDecodeError as e:  # a binary file: TOML is UTF-8 text
-        raise ConfigError(f"{path}: not a TOML file (not UTF-8 text: byte {e.start} is {e.object[e.start]:#04x})") \
-            from None
+    data = read_toml(path, "an engine configuration", ConfigError)
     out = {}
     params = data.get("strategy", {}).pop("params", None) if isinstance(data.get("strategy"), dict) else None
     if params is not None:  # [strategy.params]: the strategy's own names, checked against its PARAMS later

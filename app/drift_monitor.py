@@ -26,22 +26,24 @@ from engine.readonly import read_only
 from engine.realtime import set_idle, set_other
 from models import drift
 
+from .metrics import METRICS as M, exported
 from .tap_reader import BATCH, TapReader
 
 IDLE_S = 0.01
 # exported only by a run with --drift (tests/test_drift.py scrapes them; the ops files use them)
-DRIFT_METRICS = ("engine_feature_psi", "engine_score_psi", "engine_drift_rows_total")
+DRIFT_METRICS = exported("--drift")
 
 
 class DriftMonitor(TapReader):
-    """tap: the run's tap ring; host: its strategy host; n_inst/depth/bound: its instruments, book
-    depth and UNIVERSE binding; live(): the model now live (models.artifact predictor)."""
+    """run: app/tap_sides.py TapRun (the tap, the strategy host, the instruments, book depth and
+    UNIVERSE binding); live(): the model now live (models.artifact predictor)."""
 
-    def __init__(self, tap, host, n_inst, depth, bound, live, half_life):
+    def __init__(self, run, live, half_life):
         super().__init__("engine-drift", IDLE_S)
+        host = run.host
         self.host, self.live, self.half_life = host, live, half_life
-        self.hs = host.state(n_inst, depth, bound)
-        self.claim(tap)
+        self.hs = host.state(run.n_inst, run.depth, run.bound)
+        self.claim(run.tap)
         self.X = np.empty((BATCH, host.nfeat), np.float32)
         self.inst, self.mid, self.idx = np.empty(BATCH, np.int64), np.empty(BATCH, np.float64), np.empty(BATCH, np.int64)
         self.row, self.pvals = host.new_row(), host.params()
@@ -188,15 +190,12 @@ def drift_families(mon):
     """engine_feature_psi{feature}, engine_score_psi, engine_drift_rows (none without --drift)."""
     if mon is None:
         return
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     f = mon.figures()
-    g = GaugeMetricFamily("engine_feature_psi", "population stability of each feature of the live rows against the "
-                          "model's training rows (0 the same; > 0.25 shifted)", labels=["feature"])
+    g = M["engine_feature_psi"].family()
     for k, v in f["features"].items():
         if np.isfinite(v):
             g.add_metric([k], v)
     yield g
     if f["score"] is not None and np.isfinite(f["score"]):
-        yield GaugeMetricFamily("engine_score_psi", "population stability of the live model's score (margin) against "
-                                "its training rows", value=f["score"])
-    yield CounterMetricFamily("engine_drift_rows", "rows the drift monitor binned", value=f["rows"])
+        yield M["engine_score_psi"].family(f["score"])
+    yield M["engine_drift_rows"].family(f["rows"])

@@ -26,34 +26,31 @@ import time
 
 import numpy as np
 
-from engine.records import (KIND_BOOK, KIND_QUOTE, KIND_TRADE, PRICE_SCALE, SIGNAL_DTYPE, SIGNAL_FLAG_MARK,
-                            signal_flags, tick_instruments, tick_kinds)
+from engine.records import SIGNAL_DTYPE, SIGNAL_FLAG_MARK, signal_flags
 from engine import shm
 from engine.tickring import TickConsumer
 
-from replay.evaluate import UNKNOWN_CURRENCY
-
+from .paper_money import PaperMoney
 from .recorder import drain
 
 BATCH = 4096
 IDLE_S = 0.002
 SPEC_EVERY_S = 0.2
-CONVERTED = object()  # (the converted total's peak, beside each currency's)
 
 
 class PaperTrader(threading.Thread):
-    """tap: the tap ring (engine.tickring.TickRing); n_inst: the run's instrument ids; specs():
-    the run's instrument records (engine/instruments.py), as the run knows them; kill(code): the
-    control plane's kill switch, called when the net PnL falls below -loss or the drawdown passes
-    `drawdown` (None: no such limit); p: replay.jobs.Params (the execution options), values: the
-    strategy's parameters (its `maker`)."""
+    """run: app/tap_sides.py TapRun (the tap ring, the run's instrument ids, book depth, and its
+    instrument table as it knows it: table()[1], the records of engine/instruments.py); kill(code):
+    the control plane's kill switch, called when the net PnL falls below -loss or the drawdown
+    passes `drawdown` (None: no such limit); p: replay.jobs.Params (the execution options), values:
+    the strategy's parameters (its `maker`)."""
 
-    def __init__(self, tap, n_inst, specs, depth, p, values, kill=None, loss=None, drawdown=None):
+    def __init__(self, run, p, values, kill=None, loss=None, drawdown=None):
         super().__init__(name="engine-paper", daemon=True)
         from replay import execsim, jobs
         self.x, self.p = execsim, p
         self.lat = jobs.EntryLatencies(p)
-        self.c = TickConsumer(tap.path.rsplit("/", 1)[-1])
+        self.c = TickConsumer(run.tap.path.rsplit("/", 1)[-1])
         self.c.claim("oldest")  # no back-pressure: the loop never waits for us
         self.buf = np.zeros((BATCH, 8), np.int64)
         self.words = np.zeros((1 << 16, 8), np.int64)
@@ -67,11 +64,11 @@ class PaperTrader(threading.Thread):
         # the figures (cash, fees, positions, peaks) change together in _step; pnl() from another
         # thread (/status, /metrics) takes this, so a scrape never sees a re-pricing half done
         self.figures_lock = threading.Lock()
-        self.specs_fn, self.kill, self.loss, self.drawdown = specs, kill, loss, drawdown
-        self.depth = int(depth)
+        self.specs_fn, self.kill, self.loss, self.drawdown = (lambda: run.table()[1]), kill, loss, drawdown
+        self.depth = int(run.depth)
         self.xp = execsim.ExecParams(response_ns=p.response_ns, feed_ns=p.feed_ns, queue_power=p.queue_power,
                                      maker=jobs.maker_orders(p, values))
-        k = max(1, int(n_inst))
+        k = max(1, int(run.n_inst))
         self.O = np.zeros((k, 6), np.int64)
         self.F = np.zeros((k, 4), np.float64)
         self.pos = np.zeros(k, np.int64)
@@ -89,22 +86,13 @@ class PaperTrader(threading.Thread):
         self.head, self.tail = np.full(k, -1, np.int64), np.full(k, -1, np.int64)
         self.nxt = np.full(1024, -1, np.int64)
         self.sources = []           # each instrument's source (its record's), as known: whose clocks
-        self.fills = []             # (rows, fees) chunks
-        self.cash = np.zeros(k)     # per instrument, quote currency, before fees
-        self.fees_paid = np.zeros(k)
-        self.nfills = np.zeros(k, np.int64)  # fills per instrument
-        self.mid = np.zeros(k)      # last two-sided mid, price units
-        self.peak = {}              # each currency's net PnL peak (and the converted total's: CONVERTED)
-        self.peaks = np.zeros(k)    # each instrument's net PnL peak (its drawdown is below it)
-        self.cur = np.full(k, UNKNOWN_CURRENCY, object)  # each instrument's currency, as its record says
-        self.known = np.zeros(k, bool)  # (an instrument nothing describes names no currency until it trades)
-        self.spec, self.spec_at = None, 0.0
+        self.money = PaperMoney(k, execsim, getattr(p, "fx", None))
         self.stop_flag = threading.Event()
         self.error = None
         # compiled (or loaded) now for these exact types, no tick: a first compile in the thread would
         # hold the GIL for seconds while the run goes (the control thread's lease lapses)
         self._step(0)
-        execsim.fees_of(self.fbuf[:0], self.spec, self.fee[:0])
+        execsim.fees_of(self.fbuf[:0], self.money.spec, self.fee[:0])
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -126,7 +114,7 @@ class PaperTrader(threading.Thread):
                 w[:self.n] = self.words[:self.n]
                 self.words = w
             self.words[self.n:self.n + n] = self.buf[:n]
-            self._marks(self.buf[:n])
+            self.money.marks(self.buf[:n])
             self.n += n
         return n
 
@@ -139,14 +127,6 @@ class PaperTrader(threading.Thread):
         """The control plane drained every signal there was after the loop had taken `upto` ticks:
         the decisions on all of them are in (a conflated one may come later: counted as late)."""
         self.decided_upto = max(self.decided_upto, int(upto))
-
-    def _marks(self, w):
-        """The last two-sided mid of each instrument in w (quotes, trades and book ticks carry it)."""
-        kinds = tick_kinds(w)
-        ok = ((kinds == KIND_QUOTE) | (kinds == KIND_TRADE) | (kinds == KIND_BOOK)) & (w[:, 4] > 0) & (w[:, 5] > 0)
-        inst = tick_instruments(w)[ok]
-        ok_inst = inst < len(self.mid)
-        self.mid[inst[ok_inst]] = (w[ok, 4][ok_inst] + w[ok, 5][ok_inst]) / 2.0
 
     def _new_orders(self):
         """Signals whose tick we hold join the simulator's order list (in emission order)."""
@@ -203,35 +183,13 @@ class PaperTrader(threading.Thread):
     def _refresh_spec(self, force=False):
         """The instruments' money facts, looked at every SPEC_EVERY_S: a feed names instruments as it
         reads, so fills may come before their record; then every fill so far is priced again."""
-        now = time.monotonic()
-        if not force and self.spec is not None and now - self.spec_at < SPEC_EVERY_S:
+        now, m = time.monotonic(), self.money
+        if not force and m.spec is not None and now - m.spec_at < SPEC_EVERY_S:
             return
-        self.spec_at = now
-        from replay.costs import spec_array
+        m.spec_at = now
         dicts = self._specs()
-        spec = spec_array(dicts)
-        cur = np.array([d["currency"] for d in dicts], object)
         self.sources = [d.get("source", "") for d in dicts]
-        self.known = np.array([d["known"] for d in dicts], bool)
-        if self.spec is None or not np.array_equal(spec, self.spec) or not np.array_equal(cur, self.cur):
-            self.spec, self.cur = spec, cur
-            self.cash[:] = 0.0
-            self.fees_paid[:] = 0.0
-            for rows, _ in self.fills:
-                self._book(rows)
-            p = self._pnl()  # (the peaks were of the old prices: from here on, the new ones'; a
-            self.peak = {c: f["net"] for c, f in p["by_currency"].items()}  # drawdown limit must not fire
-            if p["converted"] is not None:                                   # on a re-pricing)
-                self.peak[CONVERTED] = p["converted"]["net"]
-            self.peaks[:] = p["net"]
-
-    def _book(self, rows):
-        """A batch of fills into the cash and fees per instrument, at the current spec."""
-        inst = rows[:, 4]
-        np.add.at(self.cash, inst, -rows[:, 5] * (rows[:, 6] / PRICE_SCALE) * self.spec[inst, self.x.SP_MULT])
-        fee = np.zeros(len(rows))
-        self.x.fees_of(rows, self.spec, fee)
-        np.add.at(self.fees_paid, inst, fee)
+        m.price(dicts, self.pos)
 
     def _step(self, upto, final=False):
         with self.figures_lock:
@@ -240,15 +198,12 @@ class PaperTrader(threading.Thread):
     def _step_locked(self, upto, final):
         self._refresh_spec(force=final)
         j, nf = self.x.simulate(self.words[:upto], self.j, self.head, self.nxt, self.sig[:self.m],
-                                self.arrival[:self.m], self.resp[:self.m], self.spec, float(self.xp.queue_power),
+                                self.arrival[:self.m], self.resp[:self.m], self.money.spec, float(self.xp.queue_power),
                                 self.depth, self.O, self.F, self.pos, self.book, self.bn, self.lv, self.fbuf, self.fee,
                                 self.unfilled, final)
         self.j = j
         if nf:
-            rows, fees = self.fbuf[:nf].copy(), self.fee[:nf].copy()
-            self.fills.append((rows, fees))
-            np.add.at(self.nfills, rows[:, 4], 1)  # (not in _book: a re-pricing books every fill again)
-            self._book(rows)
+            self.money.filled(self.fbuf[:nf].copy(), self.fee[:nf].copy())
         return nf
 
     def run(self):
@@ -269,52 +224,15 @@ class PaperTrader(threading.Thread):
     # -- figures -------------------------------------------------------------------------------
 
     def pnl(self):
-        """_pnl's figures, taken between two of this thread's steps (for any thread)."""
+        """The money's figures now (app/paper_money.py pnl), taken between two of this thread's steps
+        (for any thread)."""
         with self.figures_lock:
-            return self._pnl()
-
-    def _pnl(self):
-        """Per instrument: position (lots filled), fills, gross and net PnL marked to the last mid,
-        fees, and the drawdown of the net from its own peak, each in its currency (`currency`); per
-        currency of the instruments traded (none yet: of those described), `by_currency`: net,
-        gross, fees, fills, drawdown. Never a sum across currencies: `converted` is
-        the total at the rates the user gave (replay/currency.py), else None."""
-        spec = self.spec if self.spec is not None else np.ones((len(self.pos), 4))
-        mult = spec[:, self.x.SP_MULT]
-        gross = self.cash + self.pos * (self.mid / PRICE_SCALE) * mult
-        net = gross - self.fees_paid
-        traded = (self.nfills > 0) | (self.pos != 0)
-        by = {}
-        # the currencies of the instruments traded (none yet: of those described; an id nothing
-        # describes, as a run's unused ids between two sources' blocks, names no currency)
-        for c in sorted(set(self.cur[traded]) or set(self.cur[self.known])):
-            sel = self.cur == c
-            n = float(net[sel].sum())
-            by[str(c)] = {"net": n, "gross": float(gross[sel].sum()), "fees": float(self.fees_paid[sel].sum()),
-                          "fills": int(self.nfills[sel].sum()), "drawdown": max(self.peak.get(c, 0.0), n) - n}
-        return {"position": self.pos.copy(), "gross": gross, "net": net, "fees": self.fees_paid.copy(),
-                "fills_by": self.nfills.copy(), "drawdown_by": np.maximum(self.peaks, net) - net,
-                "currency": self.cur.copy(), "by_currency": by, "converted": self._converted(by),
-                "fills": int(self.nfills.sum())}
-
-    def _converted(self, by):
-        """The run's net, gross, fees and drawdown at the --fx rates, when they cover every currency."""
-        from replay.currency import rate
-        fx = getattr(self.p, "fx", None)
-        if not fx or not by or any(rate(fx, c) is None for c in by):
-            return None
-        out = {k: sum(rate(fx, c) * f[k] for c, f in by.items()) for k in ("net", "gross", "fees")}
-        out["drawdown"] = max(self.peak.get(CONVERTED, 0.0), out["net"]) - out["net"]
-        return {"currency": fx["to"], "rates": dict(fx["rates"]), **out}
+            return self.money.pnl(self.pos)
 
     def _check_limits(self):
         with self.figures_lock:
-            p = self._pnl()
-            for c, f in p["by_currency"].items():  # (this thread alone moves the peaks)
-                self.peak[c] = max(self.peak.get(c, 0.0), f["net"])
-            if p["converted"] is not None:
-                self.peak[CONVERTED] = max(self.peak.get(CONVERTED, 0.0), p["converted"]["net"])
-            np.maximum(self.peaks, p["net"], out=self.peaks)
+            p = self.money.pnl(self.pos)
+            self.money.raise_peaks(p)  # (this thread alone moves the peaks)
         if self.kill is None or (self.loss is None and self.drawdown is None):
             return
         from engine.risk import KILL_REASONS

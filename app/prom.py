@@ -18,6 +18,8 @@ import numpy as np
 
 from engine import latency
 
+from .metrics import METRICS as M, exported
+
 # bucket upper bounds, seconds: 100 ns to 1 s, 1-2-5 steps (+Inf is added)
 BUCKETS_S = (1e-7, 2e-7, 5e-7, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4,
              1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.25, 1.0)
@@ -64,13 +66,10 @@ def buckets(counts_row):
 
 def families(hist):
     """The latency histogram families for a control block's counts [stage, index]."""
-    from prometheus_client.core import HistogramMetricFamily
-    total = HistogramMetricFamily(TOTAL, "tick-to-signal latency (feed publish to decision) of every scored "
-                                  "tick, seconds", labels=[])
+    total = M[TOTAL].family()
     b, s = buckets(hist[latency.ST_TOTAL])
     total.add_metric([], b, s)
-    stage = HistogramMetricFamily(STAGE, "latency of each stage of the strategy loop, seconds: ring (feed "
-                                  "publish to dequeue), features, model, emit", labels=["stage"])
+    stage = M[STAGE].family()
     for i, name in enumerate(latency.STAGES):
         if i != latency.ST_TOTAL:
             b, s = buckets(hist[i])
@@ -83,21 +82,10 @@ def source_families(sources):
     `source` label: what the loop read from it, its gaps and losses by kind (ring: the loop was
     lapped on its ring; feed: gap ticks in its stream), ticks whose instrument did not fit its id
     block, its readiness and its restarts. Nothing when the run has one source."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     if not sources:
         return
-    ticks = CounterMetricFamily("engine_source_ticks", "ticks the strategy loop read from each source",
-                                labels=["source"])
-    gaps = CounterMetricFamily("engine_source_gaps", "gap events per source: kind=ring, the loop was lapped on its "
-                               "ring; kind=feed, gap ticks in its stream", labels=["source", "kind"])
-    lost = CounterMetricFamily("engine_source_lost_ticks", "what each source's gaps lost (kind as engine_source_gaps)",
-                               labels=["source", "kind"])
-    unmapped = CounterMetricFamily("engine_source_unmapped_ticks", "ticks of an instrument past the source's block "
-                                   "of the run's instrument ids (skipped)", labels=["source"])
-    ready = GaugeMetricFamily("engine_source_ready", "1 when the source's feed is alive (or played to its end)",
-                              labels=["source"])
-    restarts = CounterMetricFamily("engine_source_feed_restarts", "times the source's feed was restarted",
-                                   labels=["source"])
+    ticks, gaps, lost, unmapped, ready, restarts = (M[f"engine_source_{n}"].family() for n in (
+        "ticks", "gaps", "lost_ticks", "unmapped_ticks", "ready", "feed_restarts"))
     for name, s in sources.items():
         c = s["counters"]
         ticks.add_metric([name], c["ticks"])
@@ -112,9 +100,7 @@ def source_families(sources):
 
 
 # exported only by a run with --paper (tests/test_paper.py scrapes them; the ops files use them)
-PAPER_METRICS = ("engine_paper_pnl", "engine_paper_drawdown", "engine_paper_fills_total", "engine_paper_position",
-                 "engine_paper_instrument_pnl", "engine_paper_instrument_drawdown",
-                 "engine_paper_instrument_fills_total")
+PAPER_METRICS = exported("--paper")
 
 
 def paper_families(paper):
@@ -123,30 +109,18 @@ def paper_families(paper):
     each traded instrument's (by id, as engine_paper_position; its PnL with its currency)."""
     if paper is None:
         return
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
     from .paper_status import traded
     p = paper.pnl()
-    pnl = GaugeMetricFamily("engine_paper_pnl", "paper trading PnL of the run in one currency (its instruments'), "
-                            "marked to the last mid: kind=net (after fees) or gross", labels=["kind", "currency"])
-    dd = GaugeMetricFamily("engine_paper_drawdown", "paper net PnL in one currency below its peak",
-                           labels=["currency"])
+    pnl, dd = M["engine_paper_pnl"].family(), M["engine_paper_drawdown"].family()
     for c, f in p["by_currency"].items():
         pnl.add_metric(["net", c], f["net"])
         pnl.add_metric(["gross", c], f["gross"])
         dd.add_metric([c], f["drawdown"])
     yield pnl
     yield dd
-    yield CounterMetricFamily("engine_paper_fills", "fills of the paper trader's orders", value=p["fills"])
-    pos = GaugeMetricFamily("engine_paper_position", "lots held by the paper trader, per instrument id",
-                            labels=["instrument"])
-    ipnl = GaugeMetricFamily("engine_paper_instrument_pnl", "paper trading PnL of one instrument (id), marked to "
-                             "its last mid, in its currency: kind=net (after fees) or gross",
-                             labels=["instrument", "kind", "currency"])
-    idd = GaugeMetricFamily("engine_paper_instrument_drawdown", "one instrument's (id) paper net PnL below its peak, "
-                            "in its currency", labels=["instrument", "currency"])
-    ifills = CounterMetricFamily("engine_paper_instrument_fills", "fills of the paper trader's orders in one "
-                                 "instrument (id)", labels=["instrument"])
+    yield M["engine_paper_fills"].family(p["fills"])
+    pos, ipnl, idd, ifills = (M[f"engine_paper_{n}"].family() for n in (
+        "position", "instrument_pnl", "instrument_drawdown", "instrument_fills"))
     for i in traded(p):  # (every instrument traded, flat or not)
         k, c = str(i), str(p["currency"][i])
         pos.add_metric([k], float(p["position"][i]))

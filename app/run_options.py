@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from engine import defaults
+from engine.risk_limits import LIMITS, PER_INSTRUMENT
 
 # The default endpoints of a run's control plane (engine stats/ctl/signals look there too)
 HTTP_DEFAULT = "127.0.0.1:9464"
@@ -33,8 +34,8 @@ class Opt:
     cli: str | None = None          # a function of app/cli/run_cmds.py adding the flags that follow (fn(parser))
     arg: object = None              # fn(namespace) -> the field's value, or the name of one in app/cli/common.py
     #                                 (default: the dest's value)
-    check: object = None            # (ok(value), "message") for a value that may come from the file;
-    #                                 "parse": the flag's own validator, for it too
+    check: object = None            # (ok(value), "message") for a value that may come from the file (a
+    #                                 flag's own validator, parse, checks it there too: app/config.py apply)
     many: bool = False              # the flag may be given several times (argparse "append"); the field holds
     #                                 the one value given once, or the list (the file: [[section]] tables)
 
@@ -50,6 +51,22 @@ def _limit(key):
     """check= of a risk limit: none, or a finite number >= 0."""
     return (lambda v: v is None or (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0),
             f"{key} must be a finite number >= 0")
+
+
+def with_risk_limits(cls):
+    """A field risk_NAME for each limit of engine/risk_limits.py (its flag --risk-NAME, its key
+    risk.NAME, its unit and help from there), after risk_mode: --help's order."""
+    ann = {}
+    for k, v in cls.__annotations__.items():
+        ann[k] = v
+        if k == "risk_mode":
+            for name, lim in LIMITS:
+                ann[f"risk_{name}"] = float | None
+                setattr(cls, f"risk_{name}", option(None, f"--risk-{name.replace('_', '-')}", key=f"risk.{name}",
+                                                    parse="nonneg_float", kind=float, metavar=lim.unit,
+                                                    check=_limit(f"risk.{name}"), help=f"{lim.help} (default: none)"))
+    cls.__annotations__ = ann
+    return cls
 
 
 def one_or_list(v):
@@ -78,6 +95,7 @@ def _finite_pos(v):
 
 
 @dataclass
+@with_risk_limits
 class RunConfig:
     """One `engine run`: every option (option(): its default, flag, TOML key, help, check)."""
     core: int | None = option(None, "--core", key="core", parse=int, kind=int,
@@ -192,8 +210,7 @@ class RunConfig:
         PUB_DEFAULT, "--pub", key="control.pub", parse="pub_endpoint",
         help="zmq endpoint signals are published on (XPUB: SUB sockets connect): topic = instrument, "
              "then the 128-byte signal record, then the topic's publication number (uint64 LE: a jump "
-             "is a gap) (default %(default)s; none = off)",
-        check="parse")
+             "is a gap) (default %(default)s; none = off)")
     pub_clients: str | None = option(
         None, "--pub-clients", key="control.pub_clients", metavar="FILE",
         help="who may subscribe besides this user's own subscribers (engine signals --follow): a file of "
@@ -247,27 +264,7 @@ class RunConfig:
                             help="what the risk gate does to a decision over a limit: clip it to what fits (default), "
                                  "refuse it whole, or off (limits not applied; a kill still stops new exposure). "
                                  "Either way it is counted per rule and recorded in the signal file (flags)")
-    risk_max_position: float | None = option(None, "--risk-max-position", key="risk.max_position", parse="nonneg_float",
-                                             kind=float, metavar="UNITS", check=_limit("risk.max_position"),
-                                             help="largest |target position| per instrument, in units (default: none)")
-    risk_max_notional: float | None = option(
-        None, "--risk-max-notional", key="risk.max_notional", parse="nonneg_float", kind=float, metavar="MONEY",
-        check=_limit("risk.max_notional"), help="largest |position| x multiplier x mid per instrument, in its quote currency; an "
-                            "instrument with no known multiplier or mid is refused new exposure (default: none)")
-    risk_max_gross: float | None = option(None, "--risk-max-gross", key="risk.max_gross", parse="nonneg_float",
-                                          kind=float, metavar="MONEY", check=_limit("risk.max_gross"),
-                                          help="largest notional of the whole run, every instrument's summed (default: none)")
-    risk_max_rate: float | None = option(None, "--risk-max-rate", key="risk.max_rate", parse="nonneg_float", kind=float,
-                                         metavar="PER_S", check=_limit("risk.max_rate"),
-                                         help="signals per second per instrument (a token bucket of a second's worth); "
-                                              "over it a new entry is refused, a reduction still goes (default: none)")
-    risk_max_rate_total: float | None = option(None, "--risk-max-rate-total", key="risk.max_rate_total",
-                                               parse="nonneg_float", kind=float, metavar="PER_S", check=_limit("risk.max_rate_total"),
-                                               help="signals per second of the whole run (default: none)")
-    risk_min_flip_ms: float | None = option(None, "--risk-min-flip-ms", key="risk.min_flip_ms", parse="nonneg_float",
-                                            kind=float, metavar="MS", check=_limit("risk.min_flip_ms"),
-                                            help="least time between two reversals (long to short or back) of an "
-                                                 "instrument; a quicker one is cut to flat (default: none)")
+    # (then a field risk_NAME for each of engine/risk_limits.py's limits: with_risk_limits)
     kill_file: str | None = option(None, "--kill-file", key="risk.kill_file", metavar="PATH",
                                    help="kill the run when this file appears (checked every 50 ms): every "
                                         "instrument's target goes flat, no new exposure until `engine ctl resume "
@@ -289,7 +286,7 @@ class RunConfig:
                               "reads and the signals it emits (off the strategy core): positions, fills, PnL and "
                               "drawdown live (engine_paper_*, engine stats), and at the end the report a backtest of "
                               "the run's recording writes (--paper-out)")
-    paper_exec: str = option("", "--paper-exec", key="paper.exec", kind=str, parse="paper_exec_arg", check="parse",
+    paper_exec: str = option("", "--paper-exec", key="paper.exec", kind=str, parse="paper_exec_arg",
                              metavar="'FLAGS'",
                              help="with --paper: how the paper orders execute, in the execution flags of engine "
                                   "backtest as one string, e.g. '--latency-us 200 --orders maker --fee-bps 4'; "
@@ -302,7 +299,7 @@ class RunConfig:
     risk_instrument: object = option(None, "--risk-instrument", key="risk.instrument", many=True, kind=str,
                                      parse="risk_instrument", metavar="SYMBOL:NAME=VALUE,...",
                                      help="one instrument's own limits over the above (repeatable; the config: a list "
-                                          "of strings), NAME one of max_position, max_notional, max_rate, min_flip_ms")
+                                          f"of strings), NAME one of {', '.join(PER_INSTRUMENT)}")
 
     shadow: object = option(None, "--shadow", key="shadow.models", many=True, kind=str, metavar="MODEL",
                             help="a candidate model scored beside the live one on the same ticks, off the strategy "
@@ -351,14 +348,13 @@ class RunConfig:
 EXTRA_KEYS = {"model.verify_key": ("verify_key", str), "feed.max": ("max", bool)}
 
 
-RISK_FIELDS = ("risk_mode", "risk_max_position", "risk_max_notional", "risk_max_gross", "risk_max_rate",
-               "risk_max_rate_total", "risk_min_flip_ms", "risk_instrument")
+RISK_FIELDS = ("risk_mode", *(f"risk_{name}" for name, _ in LIMITS), "risk_instrument")
 
 
 def risk_limits(obj):
     """engine.risk.Limits from the risk_* values of a RunConfig or a parsed command line
     (`engine backtest` adds the same flags); ValueError naming a bad --risk-instrument."""
-    from engine.risk import Limits, parse_instrument
+    from engine.risk_limits import Limits, parse_instrument
     v = {k: getattr(obj, k, None) for k in RISK_FIELDS}
     items = v.pop("risk_instrument")
     items = [] if items is None else [items] if isinstance(items, str) else list(items)
@@ -371,7 +367,7 @@ def risk_limits(obj):
             if _same_instrument(sym, other):
                 raise ValueError(f"--risk-instrument {sym}: given twice ({other} too): give an instrument's limits "
                                  f"in one entry ({sym}:max_position=1,max_rate=5)")
-    return Limits(mode=v.pop("risk_mode") or "clip", instruments=inst, **{k[5:]: x for k, x in v.items()})
+    return Limits(mode=v.pop("risk_mode") or "clip", instruments=inst, **{k.removeprefix("risk_"): x for k, x in v.items()})
 
 
 def _same_instrument(a, b):

@@ -62,18 +62,18 @@ def shadow_names(dirs, taken=()):
 
 
 class Shadow(TapReader):
-    """One candidate: tap (the run's tap ring, engine.tickring.TickRing), pred (its verified model,
-    models.artifact.load), host (the run's compiled strategy host), n_inst/depth/bound (the run's
-    instruments, book depth and UNIVERSE binding), names/specs/limits (the run's instrument table
-    and risk limits), path: its signal file; start: "oldest" (from the run's first tick) or "now"
-    (one added while the run goes: from the next tick, its features cold)."""
+    """One candidate: run (app/tap_sides.py TapRun: the tap, the strategy host, the instruments,
+    book depth and UNIVERSE binding), pred (its verified model, models.artifact.load),
+    names/specs/limits (the run's instrument table and risk limits), path: its signal file; start:
+    "oldest" (from the run's first tick) or "now" (one added while the run goes: from the next
+    tick, its features cold)."""
 
-    def __init__(self, tap, name, model_dir, pred, host, n_inst, depth, bound, names, specs, limits, path,
-                 start="oldest"):
+    def __init__(self, run, name, model_dir, pred, *, names, specs, limits, path, start="oldest"):
         super().__init__(f"engine-shadow-{name}", IDLE_S)
         from models.artifact import uses_sigmoid
+        host = run.host
         self.label, self.model_dir, self.pred, self.host, self.path = name, model_dir, pred, host, path
-        self.hs = host.state(n_inst, depth, bound)
+        self.hs = host.state(run.n_inst, run.depth, run.bound)
         risk.configure(self.hs.rlim, self.hs.rg, names, specs, limits)
         self.multipliers = len(specs or [])
         legs = max(1, len(host.strategy.universe))
@@ -88,7 +88,7 @@ class Shadow(TapReader):
         host.mod.backtest_loop(*backtest_args(host.mod, self.parts._replace(words=self.buf[:0])))
         self.log = SignalLog(path)  # (0600, like the live file; an OutputError names it)
         try:
-            self.claim(tap, start)
+            self.claim(run.tap, start)
         except BaseException:
             self.log.close()
             os.unlink(path)  # (nothing was written: no empty file left behind)

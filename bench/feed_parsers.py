@@ -174,18 +174,13 @@ def python_binance(lines):
 
     def apply(d):
         nonlocal last, top
-        for p, q in d["b"]:
-            px, qty = num(p), num(q)
-            if qty:
-                bids[px] = qty
-            else:
-                bids.pop(px, None)
-        for p, q in d["a"]:
-            px, qty = num(p), num(q)
-            if qty:
-                asks[px] = qty
-            else:
-                asks.pop(px, None)
+        for key, book in (("b", bids), ("a", asks)):
+            for p, q in d[key]:
+                px, qty = num(p), num(q)
+                if qty:
+                    book[px] = qty
+                else:
+                    book.pop(px, None)
         last = d["u"]
         t = (bids.peekitem(-1) if bids else None, asks.peekitem(0) if asks else None)
         if t != top:

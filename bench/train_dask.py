@@ -57,9 +57,9 @@ def main():
         sizes = client.gather([client.submit(lambda r: len(r[0]), f, pure=False) for f in futs])
         dask_build = time.perf_counter() - t0
         assert sum(sizes) == len(X), (sum(sizes), len(X))
-        from models.dask_train import _pieces
-        Xd = _pieces(futs, sizes, 0, len(tr), 0, len(names), np.float32)
-        yd = _pieces(futs, sizes, 0, len(tr), 1, 0, np.float32)
+        from models.dask_train import pieces
+        Xd = pieces(futs, sizes, 0, len(tr), 0, len(names), np.float32)
+        yd = pieces(futs, sizes, 0, len(tr), 1, 0, np.float32)
         t0 = time.perf_counter()
         xgd.train(client, prm, xgd.DaskDMatrix(client, Xd, yd, feature_names=names), num_boost_round=TREES)
         dask_train = time.perf_counter() - t0

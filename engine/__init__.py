@@ -28,14 +28,21 @@ def private_tree(path):
                 os.chmod(os.path.join(d, f), 0o600)
 
 
-def _numba_cache_dir():
+CACHE_KEY_MARK = b"\nNUMBA_CACHE_KEY = True"  # in a package's __init__.py: its sources key the numba cache
+
+
+def numba_cache_dir():
     """numba's on-disk cache checks only a cached function's own file, not the functions it
     inlines from other modules; after an edit or upgrade it could run stale machine code.
-    So the cache lives in a directory named by a hash of all of the engine's sources."""
-    root = Path(__file__).resolve().parent.parent
+    So the cache lives in a directory named by a hash of the sources numba compiles: the engine's
+    and those of each package beside it whose __init__.py says `NUMBA_CACHE_KEY = True` (the
+    packages above the core say so themselves: the core names none of them)."""
+    here = Path(__file__).resolve().parent
+    keyed = sorted(p.parent for p in here.parent.glob("*/__init__.py")
+                   if p.parent != here and CACHE_KEY_MARK in p.read_bytes())
     h = hashlib.sha256()
-    for pkg in ("engine", "feeds", "models", "replay"):
-        for p in sorted((root / pkg).glob("*.py")):
+    for pkg in [here, *keyed]:
+        for p in sorted(pkg.glob("*.py")):
             h.update(p.name.encode())
             h.update(p.read_bytes())
     return cache_dir("numba", h.hexdigest()[:16])
@@ -63,7 +70,7 @@ def _prune_numba_caches(current, idle_s=3600):
 
 
 if "NUMBA_CACHE_DIR" not in os.environ:
-    os.environ["NUMBA_CACHE_DIR"] = _numba_cache_dir()
+    os.environ["NUMBA_CACHE_DIR"] = numba_cache_dir()
     if not os.path.isdir(os.environ["NUMBA_CACHE_DIR"]):
         _prune_numba_caches(os.environ["NUMBA_CACHE_DIR"])
     if "numba" in sys.modules:

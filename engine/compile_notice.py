@@ -16,33 +16,21 @@ from contextlib import contextmanager
 
 from numba.core import event
 
-# what the functions of a module are part of, as a user would name it: (log prefix, component)
-COMPONENTS = {
-    "feeds.binance_scan": ("feed", "the Binance parser"),
-    "feeds.jscan": ("feed", "the Binance parser"),
-    "feeds.dbn": ("feed", "the DBN parser"),
-    "feeds.itch": ("feed", "the ITCH 5.0 parser"),
-    "feeds.synthetic": ("feed", "the market simulator"),
-    "feeds.itch_writer": ("feed", "the ITCH writer"),
-    "feeds.mold_server": ("feed", "the MoldUDP64 server"),
-}
-PACKAGES = {"feeds": ("feed", "the order book and tick publisher"),
-            "replay": ("backtest", "the execution simulator and evaluation"),
-            "engine": ("engine", "the engine's rings, clock and latency code")}
+from .components import component_of
+
 HOST_PREFIX = "engine_host_"  # engine/strategy_build.py's generated modules: engine_host_<name>_<key>
 
 
 def component(dispatcher):
-    """(prefix, what) for a numba dispatcher, or None for numba's own helpers."""
+    """(prefix, what) for a numba dispatcher (engine/components.py names them), or None for numba's
+    own helpers."""
     mod = getattr(dispatcher.py_func, "__module__", "") or ""
     if mod.startswith(HOST_PREFIX):
         return "strategy", f"strategy {mod[len(HOST_PREFIX):].rpartition('_')[0]} into the engine's loops"
-    if mod in COMPONENTS:
-        return COMPONENTS[mod]
-    top = mod.partition(".")[0]
-    if top in PACKAGES:
-        return PACKAGES[top]
-    if top == "numba":
+    named = component_of(mod)
+    if named is not None:
+        return named
+    if mod.partition(".")[0] == "numba":
         return None
     return "numba", f"{mod}.{dispatcher.py_func.__qualname__}"
 

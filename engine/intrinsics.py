@@ -18,6 +18,12 @@ def _elem_ptr(context, builder, arrty, arr, idx):
     return cgutils.get_item_pointer(context, builder, arrty, ary, [idx], wraparound=False)
 
 
+def _elem_value(context, builder, sig, args, k=2):
+    """The pointer to arr[idx] (args 0 and 1) and args[k] cast to the array's type."""
+    ptr = _elem_ptr(context, builder, sig.args[0], args[0], args[1])
+    return ptr, context.cast(builder, args[k], sig.args[k], sig.args[0].dtype)
+
+
 def _check_int64_array(arr):
     if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype in (types.int64, types.uint64)):
         raise TypeError("atomics need a 1-d int64/uint64 array")
@@ -41,8 +47,7 @@ def _make_store(ordering):
         _check_int64_array(arr)
 
         def codegen(context, builder, sig, args):
-            ptr = _elem_ptr(context, builder, sig.args[0], args[0], args[1])
-            v = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
+            ptr, v = _elem_value(context, builder, sig, args)
             builder.store_atomic(v, ptr, ordering, 8)
             return context.get_dummy_value()
         return types.void(arr, idx, val), codegen
@@ -61,8 +66,7 @@ def fetch_add(typingctx, arr, idx, val):
     _check_int64_array(arr)
 
     def codegen(context, builder, sig, args):
-        ptr = _elem_ptr(context, builder, sig.args[0], args[0], args[1])
-        v = context.cast(builder, args[2], sig.args[2], sig.args[0].dtype)
+        ptr, v = _elem_value(context, builder, sig, args)
         return builder.atomic_rmw("add", ptr, v, "seq_cst")
     return arr.dtype(arr, idx, val), codegen
 
@@ -73,10 +77,8 @@ def compare_exchange(typingctx, arr, idx, expected, new):
     _check_int64_array(arr)
 
     def codegen(context, builder, sig, args):
-        dt = sig.args[0].dtype
-        ptr = _elem_ptr(context, builder, sig.args[0], args[0], args[1])
-        e = context.cast(builder, args[2], sig.args[2], dt)
-        n = context.cast(builder, args[3], sig.args[3], dt)
+        ptr, e = _elem_value(context, builder, sig, args)
+        n = context.cast(builder, args[3], sig.args[3], sig.args[0].dtype)
         res = builder.cmpxchg(ptr, e, n, "seq_cst", "seq_cst")
         return builder.extract_value(res, 1)
     return types.boolean(arr, idx, expected, new), codegen

@@ -27,11 +27,10 @@ In mode MODE_CLIP a cut decision goes out as clipped (unless nothing is left of 
 MODE_REFUSE any cut refuses it whole. Either way every rule that cut it is counted
 (rg[RG_RULES + bit]). Notional is price units (1e-9, engine/records.py) x multiplier x 1e-9.
 """
-from dataclasses import dataclass
-
 import numpy as np
 from .jit import njit
 
+from .risk_limits import LIMITS, PER_INSTRUMENT, Limits, parse_instrument  # noqa: F401  (the limits: named there)
 from .records import SIGNAL_FLAG_CLIPPED, SIGNAL_FLAG_KILLED, SIGNAL_FLAG_REFUSED, SIGNAL_RULES_SHIFT
 
 # rules (bit numbers; a decision's cut rules are a mask of 1 << bit)
@@ -137,63 +136,6 @@ def set_limits(rlim, row, *, max_position=None, max_notional=None, multiplier=No
 
 # --- the limits of a run: `engine run` / `engine backtest` --risk-* flags, [risk] in the config ---
 
-PER_INSTRUMENT = ("max_position", "max_notional", "max_rate", "min_flip_ms")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A run's limits (None: none). max_position (units), max_notional (quote currency: |position|
-    x multiplier x mid), max_rate (signals per second) and min_flip_ms hold for every instrument,
-    unless `instruments` ((symbol, {name: value}), ...) says otherwise for one; max_gross (the
-    run's notional) and max_rate_total (the run's signals per second) for the run. mode: clip,
-    refuse or off (off: limits not applied; a kill still stops entries)."""
-    mode: str = "clip"
-    max_position: float | None = None
-    max_notional: float | None = None
-    max_gross: float | None = None
-    max_rate: float | None = None
-    max_rate_total: float | None = None
-    min_flip_ms: float | None = None
-    instruments: tuple = ()
-
-    def any(self):
-        return any(v is not None for v in (self.max_position, self.max_notional, self.max_gross, self.max_rate,
-                                           self.max_rate_total, self.min_flip_ms)) or bool(self.instruments)
-
-    def describe(self):
-        """One line for the log: what is limited, or that nothing is."""
-        if not self.any():
-            return "risk: no limits (kill switch only)"
-        parts = [f"{k.replace('_', ' ')} {v:g}" for k, v in (
-            ("max_position", self.max_position), ("max_notional", self.max_notional), ("max_gross", self.max_gross),
-            ("max_rate", self.max_rate), ("max_rate_total", self.max_rate_total), ("min_flip_ms", self.min_flip_ms))
-            if v is not None]
-        parts += [f"{sym}: " + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in d.items()) for sym, d in self.instruments]
-        return f"risk ({self.mode}): " + "; ".join(parts)
-
-
-def parse_instrument(text):
-    """--risk-instrument SYMBOL:NAME=VALUE[,NAME=VALUE...] -> (symbol, {name: value}); ValueError
-    saying what is wrong."""
-    sym, sep, rest = str(text).rpartition(":")
-    if not sep or not sym.strip() or not rest.strip():
-        raise ValueError(f"{text!r}: expected SYMBOL:NAME=VALUE[,NAME=VALUE], NAME one of {', '.join(PER_INSTRUMENT)}")
-    out = {}
-    for item in rest.split(","):
-        k, eq, v = item.partition("=")
-        k = k.strip().replace("-", "_")
-        if not eq or k not in PER_INSTRUMENT:
-            raise ValueError(f"{text!r}: {item.strip()!r} is not NAME=VALUE with NAME one of {', '.join(PER_INSTRUMENT)}")
-        try:
-            x = float(v)
-        except ValueError:
-            raise ValueError(f"{text!r}: {k} must be a number, got {v.strip()!r}") from None
-        if not x >= 0 or x == float("inf"):
-            raise ValueError(f"{text!r}: {k} must be a finite number >= 0, got {v.strip()!r}")
-        out[k] = x
-    return sym.strip(), out
-
-
 def configure(rlim, rg, names, specs, limits):
     """Fill a run's limits (new_state's rlim and rg) for its instruments: names, index order, and
     their records (engine/instruments.py; the multiplier prices a position, unknown instruments have
@@ -211,9 +153,8 @@ def configure(rlim, rg, names, specs, limits):
     for i in range(n):
         spec = specs[i] if specs is not None and i < len(specs) else None
         mult = float(spec["multiplier"]) if spec is not None and spec.get("known", True) else 0.0
-        set_limits(rlim, i, max_position=limits.max_position, max_notional=limits.max_notional, multiplier=mult,
-                   max_rate=limits.max_rate, min_flip_ms=limits.min_flip_ms)
-    set_limits(rlim, n, max_notional=limits.max_gross, max_rate=limits.max_rate_total)
+        set_limits(rlim, i, multiplier=mult, **{name: getattr(limits, name) for name in PER_INSTRUMENT})
+    set_limits(rlim, n, **{lim.run_as: getattr(limits, name) for name, lim in LIMITS if lim.run_as})
     given = {}  # instrument id -> the override that named it
     for sym, d in limits.instruments:
         # (VENUE:SYMBOL as a run with several sources names it, or SYMBOL alone; a venue given to a

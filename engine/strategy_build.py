@@ -401,3 +401,15 @@ def load_host(spec=None, overrides=None, universe=None):
     """load + build: the usual entry point (`--strategy SPEC --param ... --universe ...`)."""
     from .strategy_load import load
     return build(load(spec, overrides, universe))
+
+
+_LOADED = {}
+
+
+def loaded_host(spec, overrides, universe):
+    """load_host once per process per strategy, parameters and universe (a worker's backtests and
+    training tasks: replay/jobs.py, models/dask_train.py)."""
+    key = (spec, tuple(sorted(overrides.items())), tuple(sorted(universe.items())))
+    if key not in _LOADED:
+        _LOADED[key] = load_host(spec, overrides, universe)
+    return _LOADED[key]

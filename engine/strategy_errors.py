@@ -137,56 +137,61 @@ def _reason(msg, s):
     return out
 
 
+def _return_type(fname):
+    return "an int (the target position)" if fname == "decide" else "a bool" if fname == "on_tick" else "one type"
+
+
+# the common mistakes: (what numba's message says, a regular expression; the hint, a text or
+# fn(match, function name, strategy)), the first that matches wins
+HINTS = (
+    (r"Unknown attribute '(\w+)' of type Book",
+     lambda m, fname, s: f"book has {BOOK_FIELDS} (int64[DEPTH] arrays, best level first, prices at 1e-9), no "
+                         f"{m.group(1)!r}: the mid is (book.bid_px[0] + book.ask_px[0]) / 2"),
+    (r"Unknown attribute '(\w+)' of type Params",
+     lambda m, fname, s: f"params has the names in PARAMS ({', '.join(s.param_names) or 'none'}); add "
+                         f"{m.group(1)!r} to PARAMS (a number) to read params.{m.group(1)}"),
+    (r"NameError: name '(\w+)' is not defined",
+     lambda m, fname, s: f"{m.group(1)} is not defined where {fname} can see it: import it or define it at module "
+                         "level (numba reads globals when it compiles)"),
+    (r"Untyped global name '(\w+)'.*<class '(function|builtin_function_or_method)'>",
+     lambda m, fname, s: f"{m.group(1)} is a plain Python function: decorate it with @njit too (everything {fname} "
+                         "calls runs compiled)"),
+    (r"Untyped global name|reflected (list|set)|Cannot determine Numba type of <class",
+     "compiled code cannot use Python objects (dict, list, set, class instances) from the module: keep constants "
+     "as numbers, tuples or numpy arrays, and per-instrument values in state"),
+    (r"Unknown attribute '(\w+)' of type Module\(<module '([\w.]+)'",
+     lambda m, fname, s: f"numba cannot compile {m.group(2)}.{m.group(1)}: inside on_tick/decide use numbers, "
+                         "numpy arrays, math and the numpy functions numba supports"),
+    (r"Unsupported array index type (unicode_type|Literal\[str\])",
+     "arrays are indexed by integers: state[0], row[1]; to name columns, define module-level constants (S_MID = 0) "
+     "and write state[S_MID]"),
+    (r"cannot index array\(\w+, 1d", "state, row and book's arrays are 1-d: index them with one integer (row[j])"),
+    (r"setitem\(array\(float(32|64), 1d, \w\), [^,]+, (unicode_type|Literal\[str\]\([^)]*\)|none)\)",
+     "row (float32) and state (float64) hold numbers: store a number (float(x); np.nan for a missing feature), "
+     "never a str or None"),
+    (r"Cannot unify \S+ and \S+",
+     "a variable or an `x if c else y` gets two types here: give every branch the same type (a number; np.nan for "
+     "missing, not None or a str)"),
+    (r"Can't unify return type",
+     lambda m, fname, s: f"every return of {fname} must give the same type: {_return_type(fname)}"),
+    (r"Cannot bind .* (too many positional arguments|missing a required argument)",
+     "a function on this line is called with the wrong number of arguments (the tick accessors take the tick "
+     "alone: kind(tick), bid_px(tick), ...)"),
+    (r"IMPORT_NAME", "import at the top of the file, not inside a compiled function"),
+    (r"unsupported opcode|Unsupported",
+     "numba cannot compile this construct: move it out of on_tick/decide (they run compiled, per tick)"),
+    (r"No implementation of function",
+     "no operation for these types (the >>> line): score is float32, position int64, state float64[], row "
+     "float32[], book's arrays and the tick int64[], params' fields float64"),
+)
+
+
 def _hint(msg, fname, s):
     """One line for the common mistakes; else the general rule."""
-    m = re.search(r"Unknown attribute '(\w+)' of type Book", msg)
-    if m:
-        return (f"book has {BOOK_FIELDS} (int64[DEPTH] arrays, best level first, prices at 1e-9), no "
-                f"{m.group(1)!r}: the mid is (book.bid_px[0] + book.ask_px[0]) / 2")
-    m = re.search(r"Unknown attribute '(\w+)' of type Params", msg)
-    if m:
-        known = ", ".join(s.param_names) or "none"
-        return (f"params has the names in PARAMS ({known}); add {m.group(1)!r} to PARAMS (a number) to read "
-                f"params.{m.group(1)}")
-    m = re.search(r"NameError: name '(\w+)' is not defined", msg)
-    if m:
-        return (f"{m.group(1)} is not defined where {fname} can see it: import it or define it at module level "
-                "(numba reads globals when it compiles)")
-    m = re.search(r"Untyped global name '(\w+)'.*<class '(function|builtin_function_or_method)'>", msg)
-    if m:
-        return (f"{m.group(1)} is a plain Python function: decorate it with @njit too (everything {fname} calls "
-                "runs compiled)")
-    if re.search(r"Untyped global name|reflected (list|set)|Cannot determine Numba type of <class", msg):
-        return ("compiled code cannot use Python objects (dict, list, set, class instances) from the module: keep "
-                "constants as numbers, tuples or numpy arrays, and per-instrument values in state")
-    m = re.search(r"Unknown attribute '(\w+)' of type Module\(<module '([\w.]+)'", msg)
-    if m:
-        return (f"numba cannot compile {m.group(2)}.{m.group(1)}: inside on_tick/decide use numbers, numpy arrays, "
-                "math and the numpy functions numba supports")
-    if re.search(r"Unsupported array index type (unicode_type|Literal\[str\])", msg):
-        return ("arrays are indexed by integers: state[0], row[1]; to name columns, define module-level "
-                "constants (S_MID = 0) and write state[S_MID]")
-    if re.search(r"cannot index array\(\w+, 1d", msg):
-        return "state, row and book's arrays are 1-d: index them with one integer (row[j])"
-    if re.search(r"setitem\(array\(float(32|64), 1d, \w\), [^,]+, (unicode_type|Literal\[str\]\([^)]*\)|none)\)", msg):
-        return ("row (float32) and state (float64) hold numbers: store a number (float(x); np.nan for a missing "
-                "feature), never a str or None")
-    if re.search(r"Cannot unify \S+ and \S+", msg):
-        return ("a variable or an `x if c else y` gets two types here: give every branch the same type (a number; "
-                "np.nan for missing, not None or a str)")
-    if "Can't unify return type" in msg:
-        want = "an int (the target position)" if fname == "decide" else "a bool" if fname == "on_tick" else "one type"
-        return f"every return of {fname} must give the same type: {want}"
-    if re.search(r"Cannot bind .* (too many positional arguments|missing a required argument)", msg):
-        return ("a function on this line is called with the wrong number of arguments (the tick accessors take "
-                "the tick alone: kind(tick), bid_px(tick), ...)")
-    if "IMPORT_NAME" in msg:
-        return "import at the top of the file, not inside a compiled function"
-    if "unsupported opcode" in msg or "Unsupported" in msg:
-        return "numba cannot compile this construct: move it out of on_tick/decide (they run compiled, per tick)"
-    if "No implementation of function" in msg:
-        return ("no operation for these types (the >>> line): score is float32, position int64, state float64[], "
-                "row float32[], book's arrays and the tick int64[], params' fields float64")
+    for pattern, hint in HINTS:
+        m = re.search(pattern, msg)
+        if m:
+            return hint if isinstance(hint, str) else hint(m, fname, s)
     return ("on_tick, decide and what they call are compiled by numba (nopython mode): numbers, numpy arrays and "
             "@njit functions only; see README, 'Strategies'")
 

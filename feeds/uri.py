@@ -1,5 +1,6 @@
 """Source URIs: `scheme:PATH?key=value&...` (or `scheme://HOST:PORT?...`), checked strictly."""
 import datetime as dt
+import math
 from urllib.parse import parse_qsl
 
 
@@ -70,3 +71,46 @@ def depth(s):
     if not 0 <= d <= MAX_DEPTH:
         raise ValueError(f"must be 0..{MAX_DEPTH}")
     return d
+
+
+# Casts for `take`: a value a parameter cannot sensibly take (nan, inf, a negative time or CPU) is
+# refused here, one rule for every source, the rule in the message.
+
+def _float(s, rule, ok):
+    try:
+        v = float(s)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and ok(v)):
+        raise ValueError(f"must be {rule}")
+    return v
+
+
+def _int(s, rule, ok):
+    try:
+        v = int(s)
+    except ValueError:
+        raise ValueError(f"must be {rule}") from None
+    if not ok(v):
+        raise ValueError(f"must be {rule}")
+    return v
+
+
+def finite_pos(s):
+    """A finite number > 0 (a duration, a unit)."""
+    return _float(s, "a finite number > 0", lambda v: v > 0)
+
+
+def finite_nonneg(s):
+    """A finite number >= 0 (a duration where 0 means none)."""
+    return _float(s, "a finite number >= 0", lambda v: v >= 0)
+
+
+def nonneg_int(s):
+    """An integer >= 0 (a CPU number)."""
+    return _int(s, "an integer >= 0", lambda v: v >= 0)
+
+
+def pos_int(s):
+    """An integer >= 1."""
+    return _int(s, "an integer >= 1", lambda v: v >= 1)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from models import artifact
-from models.artifact import ArtifactError, Predictor, _dlopen_bytes
+from models.artifact import ArtifactError, Predictor, dlopen_bytes
 
 
 def cache_dir(model_sha, leaf_bits):
@@ -46,7 +46,7 @@ def load(art_dir, manifest, blobs, leaf_bits=16):
     import hashlib
     if hashlib.sha256(lib_bytes).hexdigest() != m["files"]["libfpga_sim.so"]:
         raise ArtifactError(f"{d}: libfpga_sim.so does not match fpga.json; refusing to load it")
-    lib, fd = _dlopen_bytes(lib_bytes, f"{Path(art_dir).name}-fpga-sim")
+    lib, fd = dlopen_bytes(lib_bytes, f"{Path(art_dir).name}-fpga-sim")
     import ctypes
     lib.engine_predict_batch.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     lib.engine_predict_batch.restype = None

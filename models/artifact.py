@@ -175,7 +175,9 @@ def uses_sigmoid(pred):
     return score_kind(pred.manifest) == "probability"
 
 
-def _dlopen_bytes(data, label):
+def dlopen_bytes(data, label):
+    """A shared library from verified bytes (never a path another process could swap): loaded from
+    a memfd; (the ctypes library, the memfd to close when it is unloaded)."""
     fd = os.memfd_create(f"engine-model-{label}", os.MFD_CLOEXEC)
     os.write(fd, data)
     try:
@@ -243,7 +245,7 @@ def _open_backend(art_dir, m, blobs, name):
     rel = m["backends"][name]["lib"]
     if rel not in blobs:
         raise ArtifactError(f"{art_dir}: {name} library {rel} is not covered by the manifest")
-    lib, fd = _dlopen_bytes(blobs[rel], f"{art_dir.name}-{name}")
+    lib, fd = dlopen_bytes(blobs[rel], f"{art_dir.name}-{name}")
     pred = Predictor(lib, 0, 0, m, str(art_dir), name, fd, [])
     try:
         return _check_backend(art_dir, m, blobs, name, pred)

@@ -20,22 +20,17 @@ import numpy as np
 from .drift import Reference
 from .training import build_dataset, log, time_embargo
 
-_HOSTS = {}
-
 
 def rows_one(uri, strategy, params, universe, kw):
     """On a worker: one source's (X float32, y, exchange times, instruments, drift reference), by
     the strategy host (compiled once per worker process)."""
-    from engine.strategy_build import load_host
-    key = (strategy, tuple(sorted(params.items())), tuple(sorted(universe.items())))
-    if key not in _HOSTS:
-        _HOSTS[key] = load_host(strategy, params, universe)
+    from engine.strategy_build import loaded_host
     ref = Reference()
-    X, y, n_inst, ts = build_dataset(_HOSTS[key], [uri], reference=ref, **kw)
+    X, y, n_inst, ts = build_dataset(loaded_host(strategy, params, universe), [uri], reference=ref, **kw)
     return X, y, ts, n_inst, ref
 
 
-def _pieces(futs, sizes, lo, hi, col, width, dtype):
+def pieces(futs, sizes, lo, hi, col, width, dtype):
     """Rows lo..hi of the sources laid end to end (column `col` of each task's result) as one dask
     array, piece by piece from the workers' results (nothing gathered here)."""
     import dask
@@ -97,7 +92,7 @@ def run_train_dask(sources, out, *, host, strategy, params, universe, workers=2,
             f"(embargo {embargo} rows between them); built in {build_s:.1f} s ({n / build_s:,.0f} rows/s)")
 
         def rows(idx, col, width, dtype):
-            return _pieces(futs, sizes, int(idx[0]), int(idx[-1]) + 1, col, width, dtype)
+            return pieces(futs, sizes, int(idx[0]), int(idx[-1]) + 1, col, width, dtype)
         dtrain = xgd.DaskDMatrix(client, rows(tr, 0, nf, np.float32), rows(tr, 1, 0, np.float32), feature_names=names)
         dvalid = xgd.DaskDMatrix(client, rows(va, 0, nf, np.float32), rows(va, 1, 0, np.float32), feature_names=names)
         prm = {"objective": objective, "max_depth": depth, "eta": eta, "tree_method": "hist", "max_bin": 256,

@@ -40,24 +40,31 @@ class SignatureError(ArtifactError):
 
 
 def read_regular(path, limit=MAX_FILE_BYTES):
-    """The bytes of `path`, which must be a regular file of at most `limit` bytes. O_NOFOLLOW: a
-    symbolic link is refused; O_NONBLOCK: a FIFO (or a device) opens without waiting for a writer
-    and is then refused, as fstat does not call it a regular file. Nothing here can block forever
-    on a local file (a stalled network file system still can: the engine's stop does not wait on
-    a reload). FileNotFoundError passes through; anything else is an ArtifactError naming `path`."""
+    """The bytes of `path`, which must be a regular file of at most `limit` bytes (read_file)."""
+    return read_file(path, limit)[0]
+
+
+def read_file(path, limit, error=ArtifactError, name=None):
+    """(bytes, permission bits) of `path`, which must be a regular file of at most `limit` bytes.
+    O_NOFOLLOW: a symbolic link is refused; O_NONBLOCK: a FIFO (or a device) opens without waiting
+    for a writer and is then refused, as fstat does not call it a regular file. Nothing here can
+    block forever on a local file (a stalled network file system still can: the engine's stop does
+    not wait on a reload). FileNotFoundError passes through; anything else is error(one line
+    starting with `name`, default the path)."""
+    name = name or str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise
     except OSError as e:
-        why = "a symbolic link (refused)" if e.errno == errno.ELOOP else e.strerror
-        raise ArtifactError(f"{path}: cannot open: {why}") from None
+        why = "it is a symbolic link (refused)" if e.errno == errno.ELOOP else e.strerror
+        raise error(f"{name}: cannot open: {why}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ArtifactError(f"{path}: not a regular file (mode {stat.filemode(st.st_mode)}); refusing to read it")
+            raise error(f"{name}: not a regular file (mode {stat.filemode(st.st_mode)}); refusing to read it")
         if st.st_size > limit:
-            raise ArtifactError(f"{path}: {st.st_size} bytes, more than the {limit} allowed")
+            raise error(f"{name}: {st.st_size} bytes, more than the {limit} allowed")
         chunks, n = [], 0
         while True:  # (the file may grow while read: never past the bound)
             b = os.read(fd, min(1 << 20, limit + 1 - n))
@@ -66,10 +73,10 @@ def read_regular(path, limit=MAX_FILE_BYTES):
             chunks.append(b)
             n += len(b)
             if n > limit:
-                raise ArtifactError(f"{path}: grew past the {limit} bytes allowed while read")
-        return b"".join(chunks)
+                raise error(f"{name}: grew past the {limit} bytes allowed while read")
+        return b"".join(chunks), stat.S_IMODE(st.st_mode)
     except OSError as e:
-        raise ArtifactError(f"{path}: unreadable: {e.strerror}") from None
+        raise error(f"{name}: unreadable: {e.strerror}") from None
     finally:
         os.close(fd)
 

@@ -26,11 +26,11 @@ import hashlib
 import hmac
 import json
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .manifest import MANIFEST, MAX_MANIFEST_BYTES, ArtifactError, SignatureError, read_regular, verify_files
+from .manifest import (MANIFEST, MAX_MANIFEST_BYTES, ArtifactError, SignatureError, read_file, read_regular,
+                       verify_files)
 
 ENV_VERIFY = "ENGINE_MODEL_VERIFY_KEY"
 ENV_SIGN = "ENGINE_MODEL_SIGN_KEY"
@@ -91,28 +91,10 @@ class Key:
 
 def _read_key_file(path):
     """The bytes of a key file, opened without following a symbolic link; (data, mode)."""
-    path = str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as e:
-        if e.errno == 40:  # ELOOP: the last component is a symbolic link
-            raise KeyFileError(f"key file {path} is a symbolic link; refusing it (give the real file)") from None
-        raise KeyFileError(f"cannot open key file {path}: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"key file {path} is not a regular file")
-        if st.st_size > MAX_KEY_BYTES:
-            raise KeyFileError(f"key file {path} is {st.st_size} bytes: not a key")
-        data = b""
-        while len(data) <= MAX_KEY_BYTES:
-            chunk = os.read(fd, MAX_KEY_BYTES + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(fd)
-    return data, stat.S_IMODE(st.st_mode)
+        return read_file(path, MAX_KEY_BYTES, KeyFileError, f"key file {path}")
+    except FileNotFoundError:
+        raise KeyFileError(f"key file {path}: cannot open: no such file") from None
 
 
 def _key_id(raw):

@@ -22,11 +22,11 @@
 4. The run's `--maker-bps`, `--fee-bps` (taker) and `--per-lot`, for every instrument.
 """
 import math
-import tomllib
 
 import numpy as np
 
 from engine.instruments import CALENDARS
+from engine.toml_file import read_toml
 
 from .execsim import SP_MAKER_BPS, SP_MULT, SP_PER_LOT, SP_TAKER_BPS
 
@@ -43,13 +43,7 @@ class InstrumentsError(ValueError):
 
 def load_file(path):
     """{pattern: {key: value}} from a TOML file; one line naming the file on any problem."""
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as e:
-        raise InstrumentsError(f"--instruments {path}: {e.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise InstrumentsError(f"--instruments {path}: not TOML: {e}") from None
+    raw = read_toml(path, "an instruments file", InstrumentsError, f"--instruments {path}")
     out = {}
     for pat, t in raw.items():
         if not isinstance(t, dict):

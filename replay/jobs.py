@@ -44,22 +44,16 @@ class Params:
 _MODELS = {}
 
 
-_HOSTS = {}
-
-
-def _host(p):
+def host_of(p):
     """The strategy compiled into the host loops (once per process per strategy and parameters)."""
-    from engine.strategy_build import load_host
-    key = (p.strategy, tuple(sorted(p.params.items())), tuple(sorted(p.universe.items())))
-    if key not in _HOSTS:
-        _HOSTS[key] = load_host(p.strategy, p.params, p.universe)
-    return _HOSTS[key]
+    from engine.strategy_build import loaded_host
+    return loaded_host(p.strategy, p.params, p.universe)
 
 
 def _model(p):
     """The verified model, for this strategy, loaded once per process (each Dask worker verifies
     it itself)."""
-    host = _host(p)
+    host = host_of(p)
     if p.model is None:
         from models.default import default_model_dir
         p.model = str(default_model_dir(host.strategy))
@@ -74,7 +68,7 @@ def _model(p):
 def bound_model(p, path):
     """_model, a UNIVERSE strategy's members bound first to the instruments of tick file `path` (a
     model is trained for those members, and refused for others)."""
-    host = _host(p)
+    host = host_of(p)
     if host.strategy.universe:
         from engine.tickfile import TickFile
 
@@ -154,7 +148,7 @@ def backtest_one(path, p, k=0, progress=False, looped=None):
 
     from .backtest import bind, file_depth, run_file, warm_up
     from .evaluate import MidIndex, evaluate_file
-    host = _host(p)
+    host = host_of(p)
     try:
         tf = TickFile(path, verify=False)  # (structure checked here; the CRCs beside the loop)
     except TickFileError as e:
@@ -359,7 +353,7 @@ def _backtest(files, out_dir, p, workers, scheduler, progress, plotter, atomic_d
     from models.artifact import uses_sigmoid
 
     from . import report
-    host = _host(p)  # a broken strategy or a model trained for another one: a clear error now
+    host = host_of(p)  # a broken strategy or a model trained for another one: a clear error now
     pred = bound_model(p, files[0])  # verified (and loaded once when the files run here)
     host.strategy.check_scale(uses_sigmoid(pred))
     shown = {"probability": uses_sigmoid(pred)}

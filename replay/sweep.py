@@ -113,8 +113,8 @@ def sweep(files, out_dir, base, grid, workers=1, scheduler=None, progress=True):
     import pickle
 
     from .evaluate import summarize
-    from .jobs import _host, bound_model
-    host = _host(base)  # a broken strategy or model: one line now, not on every worker
+    from .jobs import bound_model, host_of
+    host = host_of(base)  # a broken strategy or model: one line now, not on every worker
     pred = bound_model(base, files[0])
     combos = cells(grid)
     cdir = os.path.join(out_dir, "cells")

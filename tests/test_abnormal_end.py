@@ -22,6 +22,7 @@ from tests.helpers.as_user import can_make_users, shell_as, throwaway_users
 from tests.helpers.daemon import Daemon
 from tests.helpers import feedutil
 from tests.helpers.feedutil import cli
+from tests.helpers.strategies import quotes_strategy, trained
 
 
 def one_line_error(res):
@@ -29,44 +30,17 @@ def one_line_error(res):
     return feedutil.one_line_error(res, ("engine: error: ", "engine run: error: "))
 
 # one strategy file, told by its parameters how to misbehave (the model checks the file, not the params)
-MISBEHAVE = '''
-from numba import njit
-from engine.strategy_api import KIND_QUOTE, kind, bid_sz, ask_sz
-
-FEATURES = ("imb",)
-DEPTH = 0
-STATE = 2
-PARAMS = {"hang_after": 0.0, "raise_after": 0.0}
-
-@njit
-def on_tick(state, book, tick, row, params):
-    if kind(tick) != KIND_QUOTE:
-        return False
-    state[0] += 1.0
+MISBEHAVE = quotes_strategy({"hang_after": 0.0, "raise_after": 0.0}, first="""
     if params.hang_after > 0 and state[0] >= params.hang_after:
         while state[1] >= 0.0:  # never returns
             state[1] += 1.0
     if params.raise_after > 0 and state[0] >= params.raise_after:
-        raise ValueError("misbehave: raised on purpose")
-    b = float(bid_sz(tick))
-    a = float(ask_sz(tick))
-    row[0] = (b - a) / (b + a) if b + a > 0 else 0.0
-    return state[0] >= 3
-'''
+        raise ValueError("misbehave: raised on purpose")""")
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    d = tmp_path_factory.mktemp("abnormal")
-    strat = d / "misbehave.py"
-    strat.write_text(MISBEHAVE)
-    ticks = d / "s.ticks"
-    r = cli("convert", "synthetic://?instruments=2&count=200000&seed=3&depth=0", "--out", str(ticks))
-    assert r.returncode == 0, r.stderr
-    r = cli("train", f"tickfile:{ticks}", "--strategy", str(strat), "--out", str(d / "model"), "--trees", "5",
-            "--depth", "2", "--backends", "flat", timeout=900)
-    assert r.returncode == 0, r.stderr
-    return {"strategy": strat, "ticks": ticks, "model": d / "model"}
+    return trained(tmp_path_factory.mktemp("abnormal"), "misbehave", MISBEHAVE, 200000)
 
 
 def run_misbehaving(world, name, *extra):
@@ -246,9 +220,9 @@ def test_odd_run_values_are_one_line(args, want):
 
 
 def test_config_values_are_checked_as_flags_are(tmp_path):
-    for text, want in (("duration = nan\n", "duration must be a finite number of seconds > 0, got nan"),
+    for text, want in (("duration = nan\n", "c.toml: duration: must be a finite number > 0, got nan"),
                        ("name = \"\"\n", "--name '' is empty"),
-                       ("[loop]\nstall_exit = inf\n", "stall_exit must be a finite number of seconds >= 0")):
+                       ("[loop]\nstall_exit = inf\n", "c.toml: loop.stall_exit: must be a finite number >= 0, got inf")):
         conf = tmp_path / "c.toml"
         conf.write_text(text)
         err = one_line_error(cli("run", "--config", str(conf), "--no-doctor", "--http", "none", "--pub", "none"))

@@ -74,6 +74,21 @@ def test_a_bad_value_is_one_line_naming_it(files, args, needles):
     assert not any(p.name.startswith(f"enginetest-bad-{os.getpid()}") for p in Path("/dev/shm").iterdir())
 
 
+def test_an_instruments_file_that_is_no_toml_is_one_line_naming_it(files, tmp_path):
+    """--instruments reads its TOML as --config does (engine/toml_file.py): binary, too deep,
+    missing or broken, one line naming the flag and the file."""
+    from replay.costs import InstrumentsError, load_file
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    broken = tmp_path / "broken.toml"
+    broken.write_text('["ES*"\nmultiplier = 50\n')
+    for path, want in ((files / "binary.toml", "not a TOML file (not UTF-8 text"), (deep, "nested too deeply"),
+                       (broken, "not valid TOML"), (tmp_path / "missing.toml", "No such file")):
+        with pytest.raises(InstrumentsError) as e:
+            load_file(path)
+        assert str(e.value).startswith(f"--instruments {path}: {want}") and "\n" not in str(e.value), e.value
+
+
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     """`engine signals show F | head`: no 'Broken pipe', no traceback; exits as a SIGPIPE'd tool does."""
     from engine.records import SIGNAL_WORDS

@@ -11,47 +11,18 @@ import pytest
 from engine.signal_log import status
 
 from tests.helpers.feedutil import cli
+from tests.helpers.strategies import quotes_strategy, trained
 
 # a helper in the strategy file writes row[1] of a one-feature row once the instrument has seen
 # `oob_after` quotes (0: never)
-OOB = '''
-from numba import njit
-from engine.strategy_api import KIND_QUOTE, kind, bid_sz, ask_sz
-
-FEATURES = ("imb",)
-DEPTH = 0
-STATE = 2
-PARAMS = {"oob_after": 0.0}
-
-@njit
-def put(row, j, v):
-    row[j] = v
-
-@njit
-def on_tick(state, book, tick, row, params):
-    if kind(tick) != KIND_QUOTE:
-        return False
-    state[0] += 1.0
-    b = float(bid_sz(tick))
-    a = float(ask_sz(tick))
+OOB = quotes_strategy({"oob_after": 0.0}, head="@njit\ndef put(row, j, v):\n    row[j] = v\n", row="""
     j = 1 if params.oob_after > 0 and state[0] >= params.oob_after else 0
-    put(row, j, (b - a) / (b + a) if b + a > 0 else 0.0)
-    return state[0] >= 3
-'''
+    put(row, j, (b - a) / (b + a) if b + a > 0 else 0.0)""")
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    d = tmp_path_factory.mktemp("check")
-    strat = d / "oob.py"
-    strat.write_text(OOB)
-    ticks = d / "s.ticks"
-    r = cli("convert", "synthetic://?instruments=2&count=20000&seed=3&depth=0", "--out", str(ticks))
-    assert r.returncode == 0, r.stderr
-    r = cli("train", f"tickfile:{ticks}", "--strategy", str(strat), "--out", str(d / "model"), "--trees", "5",
-            "--depth", "2", "--backends", "flat", timeout=900)
-    assert r.returncode == 0, r.stderr
-    return {"strategy": strat, "ticks": ticks, "model": d / "model"}
+    return trained(tmp_path_factory.mktemp("check"), "oob", OOB, 20000)
 
 
 # thresholds near 0.5: the small model's scores cross them, so there are signals to compare

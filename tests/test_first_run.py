@@ -104,9 +104,16 @@ def test_an_edited_source_gets_a_cache_of_its_own(tmp_path):
     before = cache_dir()
     assert before.startswith(str(tmp_path / "cache" / "engine" / "numba"))
     assert cache_dir() == before  # stable while nothing changes
+    with open(tree / "strategies" / "microstructure.py", "a") as f:  # no NUMBA_CACHE_KEY: its own key
+        f.write("\n# edited\n")
+    assert cache_dir() == before
     with open(tree / "feeds" / "depth.py", "a") as f:  # a module the parsers inline
         f.write("\n# edited\n")
-    assert cache_dir() != before
+    edited = cache_dir()
+    assert edited != before
+    with open(tree / "replay" / "execsim.py", "a") as f:  # each package that marks itself counts
+        f.write("\n# edited\n")
+    assert cache_dir() not in (before, edited)
 
 
 def test_old_caches_are_pruned_but_never_a_recent_one(tmp_path):
@@ -134,6 +141,7 @@ def test_old_caches_are_pruned_but_never_a_recent_one(tmp_path):
 def test_a_compile_is_announced_and_quiet_says_nothing():
     from numba import njit
 
+    import feeds  # noqa: F401  (names its modules' components: engine/components.py)
     from engine.compile_notice import shown
 
     def fresh():

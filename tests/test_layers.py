@@ -215,3 +215,43 @@ def test_a_long_function_is_caught(tree):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
     _append(tree, "replay/evaluate.py", f"def too_long():\n{body}")
     assert any(f == "too_long" for _, _, f in long_functions(module_files(tree)))
+
+
+# -- the core names nothing above it --
+
+def upper_names_in_core(files):
+    """[(module, line, text)]: a string in engine/'s code (docstrings and comments aside) that names a
+    package above the core or one of its modules ("feeds", "feeds.dbn"), so the core would know the
+    layers built on it without importing them (a table of their module names, a list of their
+    folders). Those layers register what the core needs instead (engine/components.py) or mark
+    themselves (engine/__init__.py NUMBA_CACHE_KEY). strategies/ is left out: it holds the built-in
+    strategy files, which the core loads by path as it loads a user's (engine/strategy_load.py),
+    never as modules."""
+    upper = {m for m in files if m.split(".")[0] not in ("engine", "strategies")}
+    out = []
+    for mod, path in files.items():
+        if not _within(mod, ("engine",)):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                text = node.value.strip().replace("/", ".").removesuffix(".py")
+                if any(text == m or text.startswith(m + ".") for m in upper):
+                    out.append((mod, node.lineno, node.value))
+    return out
+
+
+def test_the_core_names_no_module_above_it():
+    bad = upper_names_in_core(module_files())
+    assert not bad, "engine/ names the layers above it:\n" + "\n".join(f"  {m}:{n}: {t!r}" for m, n, t in bad)
+
+
+@pytest.mark.parametrize("line", ['NAMES = {"feeds.dbn": ("feed", "the DBN parser")}',
+                                  'PACKAGES = ("engine", "replay")',
+                                  'SOURCES = "models/"'])
+def test_an_upper_name_in_the_core_is_caught(tree, line):
+    _append(tree, "engine/compile_notice.py", line)
+    assert [t for m, _, t in upper_names_in_core(module_files(tree)) if m == "engine.compile_notice"]

@@ -332,7 +332,7 @@ def test_a_replays_tap_holds_all_of_it_so_a_stalled_recorder_is_late_never_lappe
     big = converted("synthetic://?instruments=2&count=300000&seed=23")
     a, _ = _files()
     total = len(TickFile(big)) + len(TickFile(a))
-    assert total > 1 << 18  # more than the tap's least (app/live.py TAP_CAPACITY)
+    assert total > 1 << 18  # more than the tap's least (app/run_input.py TAP_CAPACITY)
     proc = subprocess.Popen(engine_cmd("run", "--no-rt", "--no-doctor", "--http", "none", "--pub", "none",
                                        "--feed", f"tickfile:{big}", "--feed", f"tickfile:{a}", "--duration", "3",
                                        "--name", shm_name, "--record", str(tmp_path / "rec.ticks"),

@@ -282,8 +282,17 @@ def test_alerts_and_dashboard_use_only_exported_metrics(eng):
 
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian package prometheus) not installed")
-def test_promtool_accepts_the_rules_and_their_unit_tests():
-    for args in (("check", "rules", "engine-alerts.yml"), ("check", "config", "prometheus.yml"),
+def test_promtool_accepts_the_rules_and_their_unit_tests(tmp_path):
+    # promtool checks that the private job's credentials file exists: the shipped config, pointed at
+    # a token file here (the path is the only change)
+    token = tmp_path / "metrics.token"
+    token.write_text("x" * 32 + "\n")
+    shipped = (OPS / "prometheus.yml").read_text()
+    assert "/etc/engine/metrics.token" in shipped
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(shipped.replace("/etc/engine/metrics.token", str(token)))
+    shutil.copy(OPS / "engine-alerts.yml", tmp_path)  # (its rule_files are beside it)
+    for args in (("check", "rules", "engine-alerts.yml"), ("check", "config", str(conf)),
                  ("test", "rules", "engine-alerts.test.yml")):
         r = subprocess.run(["promtool", *args], cwd=OPS, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, (args, r.stdout, r.stderr)

@@ -79,7 +79,7 @@ def test_options_about_the_paper_pnl_need_paper(tmp_path, key):
 
 
 def test_paper_exec_takes_the_backtests_flags_and_names_a_bad_one(tmp_path):
-    from app.cli.exec_options import paper_exec
+    from app.exec_options import paper_exec
     p = paper_exec("--latency-us lognormal:50,0.3 --fee-bps 4 --orders maker --seed 7")
     assert (p.latency, p.fee_bps, p.orders, p.seed) == ("lognormal:50,0.3", 4.0, "maker", 7)
     for bad, said in (("--latency-us -3", "--latency-us"), ("--bogus 1", "--bogus"), ("--l3 " + __file__, "--l3"),
@@ -94,7 +94,7 @@ def test_paper_exec_takes_the_backtests_flags_and_names_a_bad_one(tmp_path):
 def test_paper_exec_refuses_a_number_that_is_not_finite(tmp_path, flags):
     """A NaN fee made every paper PnL NaN, and --kill-loss never fired on it: refused, as a flag
     of engine backtest, inside --paper-exec, and in the file's paper.exec."""
-    from app.cli.exec_options import paper_exec
+    from app.exec_options import paper_exec
     with pytest.raises(ValueError, match=flags.split()[0]):
         paper_exec(flags)
     with pytest.raises(SystemExit):

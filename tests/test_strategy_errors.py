@@ -15,34 +15,14 @@ from engine.strategy_load import load
 
 from tests.conftest import ROOT
 from tests.helpers.feedutil import cli
+from tests.helpers.strategies import quotes_strategy
 
-GOOD = '''
-from numba import njit
-from engine.strategy_api import KIND_QUOTE, kind, bid_sz, ask_sz
-
-FEATURES = ("imb",)
-DEPTH = 0
-STATE = 2
-PARAMS = {"warmup": 3.0}
-
-@njit
-def on_tick(state, book, tick, row, params):
-    if kind(tick) != KIND_QUOTE:
-        return False
-    state[0] += 1.0
-    b = float(bid_sz(tick))
-    a = float(ask_sz(tick))
-    row[0] = (b - a) / (b + a) if b + a > 0 else 0.0
-    return state[0] >= params.warmup
-
-@njit
-def decide(state, score, position, params):
+GOOD = quotes_strategy({"warmup": 3.0}, ready="state[0] >= params.warmup", decide="""
     if score > 0.6:
         return 1
     if score < 0.4:
         return -1
-    return position
-'''
+    return position""")
 
 # name: (GOOD's text -> the broken text, what numba's reason says, what the hint says); the line
 # the message must name is the one marked `# <-`

@@ -4,51 +4,29 @@ loaded for it (engine train, run, backtest, sweep, reload), as a model for anoth
 
 The ternary model is real: trained by `engine train --labels ternary` (a regression objective)."""
 import json
-import textwrap
 
 import pytest
 
 from engine.strategy_load import StrategyError, load
 
 from tests.helpers.feedutil import cli, one_line_error
+from tests.helpers.strategies import IMBALANCE, quotes_strategy
 
-BASE = '''
-from numba import njit
-from engine.strategy_api import KIND_QUOTE, kind, bid_sz, ask_sz
-
-FEATURES = ("imb", "quotes")
-DEPTH = 0
-STATE = 2
-PARAMS = {"warmup": 3.0, "enter": ENTER_AT}
-SCORE_LINE
-
-@njit
-def on_tick(state, book, tick, row, params):
-    if kind(tick) != KIND_QUOTE:
-        return False
-    state[0] += 1.0
-    b = float(bid_sz(tick))
-    a = float(ask_sz(tick))
-    row[0] = (b - a) / (b + a) if b + a > 0 else 0.0
-    row[1] = state[0]
-    return state[0] >= params.warmup
-
-@njit
-def decide(state, score, position, params):
+def source(score_line, params, center=0.5, decide=True):
+    """Strategies with the same FEATURES: `score_line` (SCORE = ...) says which score decide reads;
+    decide (when asked for) enters at params.enter and at as far below `center`."""
+    return quotes_strategy(params, ("imb", "quotes"), head=score_line, row=IMBALANCE + "\nrow[1] = state[0]",
+                           ready="state[0] >= params.warmup", decide=f"""
     if score >= params.enter:
         return 1
-    if score <= MIDDLE - (params.enter - MIDDLE):
+    if score <= {center!r} - (params.enter - {center!r}):
         return -1
-    return position
-'''
+    return position""" if decide else None)
 
 
 def strategy(tmp_path, name, score, enter, center):
-    line = f"SCORE = {score!r}" if score else ""
-    src = textwrap.dedent(BASE).replace("SCORE_LINE", line)
-    src = src.replace("ENTER_AT", repr(enter)).replace("MIDDLE", repr(center))
     f = tmp_path / f"{name}.py"
-    f.write_text(src)
+    f.write_text(source(f"SCORE = {score!r}" if score else "", {"warmup": 3.0, "enter": enter}, center))
     return f
 
 
@@ -157,21 +135,17 @@ BAD_SCORE = {
 @pytest.mark.parametrize("case", sorted(BAD_SCORE))
 def test_bad_score_declarations_are_one_line(tmp_path, case):
     line, what = BAD_SCORE[case]
-    src = textwrap.dedent(BASE).replace("SCORE_LINE", line).replace("ENTER_AT", "0.6").replace("MIDDLE", "0.5")
-    if case != "unknown":
-        src = src[:src.index("@njit\ndef decide")]  # the engine's hysteresis rule decides
     f = tmp_path / f"{case}.py"
-    f.write_text(src)
+    f.write_text(source(line, {"warmup": 3.0, "enter": 0.6}, decide=case == "unknown"))  # (else hysteresis decides)
     with pytest.raises(StrategyError, match="SCORE") as e:
         load(str(f))
     assert what in str(e.value) and str(f) in str(e.value)
 
 
 def test_hysteresis_reads_a_margin_with_its_own_thresholds(tmp_path):
-    src = textwrap.dedent(BASE).replace("SCORE_LINE", 'SCORE = "margin"').replace(
-        '"enter": ENTER_AT', '"enter_long": 0.3, "exit_long": 0.1, "enter_short": -0.3, "exit_short": -0.1')
     f = tmp_path / "hyst_margin.py"
-    f.write_text(src[:src.index("@njit\ndef decide")])
+    f.write_text(source('SCORE = "margin"', {"warmup": 3.0, "enter_long": 0.3, "exit_long": 0.1, "enter_short": -0.3,
+                                             "exit_short": -0.1}, decide=False))
     s = load(str(f))
     s.check_scale(False)  # a margin model: fine
     with pytest.raises(StrategyError, match="expects a raw margin"):

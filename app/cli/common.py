@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 
+from app.arg_types import (existing_file, int_range, nonneg_float, nonneg_int,  # noqa: F401  (the shared
+                           positive_float, positive_int, pow2)  # validators: app/exec_options.py takes them too)
 from app.run_options import RunConfig, http_addr  # noqa: F401  (http_addr: for the clients as for engine run)
 
 
@@ -26,74 +28,6 @@ sources:
   that run a strategy ask for what it reads (0 for a touch-only strategy) unless the URI says
   rate= is a pace: feed, run and record keep it; the commands that read as fast as they can refuse it
 """
-
-
-def positive_float(s):
-    v = float(s)
-    if not (v > 0 and v != float("inf")):  # (nan and inf too: a --duration nan would never end)
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {s}")
-    return v
-
-
-def nonneg_float(s):
-    v = float(s)
-    if not (v >= 0 and v != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {s}")
-    return v
-
-
-def pow2(s):
-    v = int(s)
-    if v < 2 or v & (v - 1):
-        raise argparse.ArgumentTypeError(f"must be a power of two >= 2, got {s}")
-    return v
-
-
-# argparse type= validators shared by every command: a bad value is one line naming the option
-# (argparse adds "argument --NAME:"), before any work starts
-
-def _int(s):
-    try:
-        return int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
-
-
-def positive_int(s):
-    v = _int(s)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {s}")
-    return v
-
-
-def nonneg_int(s):
-    v = _int(s)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
-    return v
-
-
-def int_range(lo, hi):
-    def check(s):
-        v = _int(s)
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be {lo}..{hi}, got {s}")
-        return v
-    return check
-
-
-def existing_file(s):
-    """A readable regular file (a directory, a missing or unreadable path is refused by name)."""
-    import stat
-    try:
-        st = os.stat(s)
-    except OSError as e:
-        raise argparse.ArgumentTypeError(f"{s}: {e.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise argparse.ArgumentTypeError(f"{s}: is a directory, not a file")
-    if not os.access(s, os.R_OK):
-        raise argparse.ArgumentTypeError(f"{s}: permission denied")
-    return s
 
 
 def npy_file(s):
@@ -167,6 +101,31 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         """One line, not the usage block: which argument and why, and where to look."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def refused(parse, *args):
+    """parse(*args) for an argparse type=: its ValueError becomes argparse's one line naming the option."""
+    try:
+        return parse(*args)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def command(sub, name, fn, help, description=None, sources=False, **kw):
+    """The parser of command `name` (or of a subcommand: `sub` from subcommands()), which runs
+    fn(args) (None: one of its subcommands does). sources: the description is printed as written,
+    followed by the source URIs the command reads (SOURCES_HELP)."""
+    if sources:
+        description, kw["formatter_class"] = description + SOURCES_HELP, argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(name, help=help, description=description, **kw)
+    if fn is not None:
+        p.set_defaults(fn=fn)
+    return p
+
+
+def subcommands(p, dest, required=True):
+    """p's subcommands (args.DEST names the one given)."""
+    return p.add_subparsers(dest=dest, required=required, metavar="SUBCOMMAND")
 
 
 STRATEGY_HELP = ("strategy: a shipped one by name (%(shipped)s: strategies/) or a .py file written to the "

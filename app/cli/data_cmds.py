@@ -5,8 +5,8 @@ import json
 import signal
 import threading
 
-from .common import (SOURCES_HELP, Flag, help_from, nonneg_float, nonneg_int, positive_float, positive_int,
-                     merge_arg, print_warnings, strategy_args, strategy_host)
+from .common import (Flag, command, help_from, merge_arg, nonneg_float, nonneg_int, positive_float, positive_int,
+                     print_warnings, refused, strategy_args, strategy_host, subcommands)
 
 
 def cmd_convert(a):
@@ -90,10 +90,7 @@ def cmd_record(a):
 
 def _rotate(s):
     from app.daily_files import parse_rotate
-    try:
-        return parse_rotate(s)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return refused(parse_rotate, s)
 
 
 def cmd_ring_inspect(a):
@@ -138,31 +135,30 @@ def add_parsers(sub):
 
 def _add_convert(sub):
     """`engine convert SOURCE --out FILE`."""
-    cv = sub.add_parser("convert", help="write a source's normalised ticks to a tick file, .parquet, .csv or ITCH 5.0",
-                        description="Read SOURCE to its end and write its ticks, in the format --out's extension "
-                                    "names: .ticks (an engine tick file: what backtest, replay and tickfile: read), "
-                                    ".parquet or .csv (one column per tick field, prices int64 at 1e-9, sizes as in "
-                                    "the record, seq from 0), .itch / .itch.gz (ITCH 5.0 messages through the ITCH "
-                                    "writer). The output appears only when complete; a live source (moldudp64://) "
-                                    "runs until its session ends or SIGINT, then its file is completed. "
-                                    + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cv = command(sub, "convert", cmd_convert,
+                 help="write a source's normalised ticks to a tick file, .parquet, .csv or ITCH 5.0",
+                 description="Read SOURCE to its end and write its ticks, in the format --out's extension "
+                             "names: .ticks (an engine tick file: what backtest, replay and tickfile: read), "
+                             ".parquet or .csv (one column per tick field, prices int64 at 1e-9, sizes as in "
+                             "the record, seq from 0), .itch / .itch.gz (ITCH 5.0 messages through the ITCH "
+                             "writer). The output appears only when complete; a live source (moldudp64://) "
+                             "runs until its session ends or SIGINT, then its file is completed. ", sources=True)
     cv.add_argument("source")
     help_from(cv.add_argument("--out", required=True, help="output file, its format by extension: %(formats)s"),
               formats=_formats)
     cv.add_argument("--quiet", action=Flag, help="no progress lines")
     cv.add_argument("--json", action=Flag, help="print the summary as one JSON object")
-    cv.set_defaults(fn=cmd_convert)
 
 
 def _add_moldudp64(sub):
     """`engine moldudp64 serve`."""
-    mo = sub.add_parser("moldudp64", help="MoldUDP64 tools")
-    mos = mo.add_subparsers(dest="mold_cmd", required=True, metavar="SUBCOMMAND")
-    ms_ = mos.add_parser("serve", help="send an ITCH stream as MoldUDP64 packets and answer re-requests",
-                         description="Send SOURCE (itch:FILE, or synthetic://?...&count=N through the ITCH writer) "
-                                     "to --dest as MoldUDP64 (unicast or multicast), then end the session and "
-                                     "linger, answering re-requests on --rerequest. --drop loses chosen packets "
-                                     "on purpose, to test gap handling.")
+    mo = command(sub, "moldudp64", None, help="MoldUDP64 tools")
+    mos = subcommands(mo, "mold_cmd")
+    ms_ = command(mos, "serve", cmd_mold_serve, help="send an ITCH stream as MoldUDP64 packets and answer re-requests",
+                  description="Send SOURCE (itch:FILE, or synthetic://?...&count=N through the ITCH writer) "
+                              "to --dest as MoldUDP64 (unicast or multicast), then end the session and "
+                              "linger, answering re-requests on --rerequest. --drop loses chosen packets "
+                              "on purpose, to test gap handling.")
     ms_.add_argument("source")
     ms_.add_argument("--dest", required=True, help="HOST:PORT to send to (a 224-239.x.x.x group for multicast)")
     ms_.add_argument("--rerequest", default=None, help="HOST:PORT to serve re-requests on (default: none)")
@@ -177,33 +173,32 @@ def _add_moldudp64(sub):
     ms_.add_argument("--iface", default=None, help="local interface address to send multicast from (e.g. 127.0.0.1)")
     ms_.add_argument("--quiet", action=Flag, help="no progress lines (errors and the result still print)")
     ms_.add_argument("--json", action=Flag, help="print a summary object")
-    ms_.set_defaults(fn=cmd_mold_serve)
 
 
 def _add_record(sub):
     """`engine record SOURCE... --out DIR` and `engine record --ring NAME --out FILE.ticks`."""
-    rc = sub.add_parser("record", help="record live sources into daily tick files (or a tick ring into a file)",
-                        description="engine record SOURCE [SOURCE...] --out DIR [--rotate daily|SIZE] [--raw]\n"
-                                    "Record each SOURCE (its own process when several) into DIR/LABEL/ as tick "
-                                    "files named by the recorder's UTC date (2026-11-26.ticks), cut at UTC midnight "
-                                    "and, with --rotate SIZE, when a file reaches SIZE; each cut completes the file "
-                                    "(fsync) and the next opens, nothing lost. A restart never overwrites: the next "
-                                    "piece of a day is DATE.1.ticks, DATE.2.ticks, ... LABEL is the URI's scheme, "
-                                    "its target (a file's base name, HOST:PORT, a market or dataset) and its "
-                                    "symbols= value, joined by '-', other characters than A-Z a-z 0-9 . _ - made '_' "
-                                    "(moldudp64://127.0.0.1:26400 -> moldudp64-127.0.0.1_26400). --raw keeps the "
-                                    "venue's own messages beside each tick file (DATE.itch.zst, .dbn.zst, "
-                                    ".binance.zst: what itch:, dbn:, binance: read). Runs until SIGINT/SIGTERM, "
-                                    "--duration, or the sources end; a full disk stops it with the file marked "
-                                    "incomplete, its whole records kept, and one error line naming it.\n\n"
-                                    "engine record --ring NAME --out FILE.ticks\n"
-                                    "Consume ring NAME like any other reader (never slowing its producer; gaps are "
-                                    "recorded with their exact counts) and write FILE.ticks until SIGINT/SIGTERM, "
-                                    "--duration, or the producer's end of stream, then completes the file; a write "
-                                    "that fails (a full disk) stops it with the file marked incomplete, its whole "
-                                    "records kept. "
-                                    "Run it off the strategy core (--core pins it).\n" + SOURCES_HELP,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    rc = command(sub, "record", cmd_record,
+                 help="record live sources into daily tick files (or a tick ring into a file)",
+                 description="engine record SOURCE [SOURCE...] --out DIR [--rotate daily|SIZE] [--raw]\n"
+                             "Record each SOURCE (its own process when several) into DIR/LABEL/ as tick "
+                             "files named by the recorder's UTC date (2026-11-26.ticks), cut at UTC midnight "
+                             "and, with --rotate SIZE, when a file reaches SIZE; each cut completes the file "
+                             "(fsync) and the next opens, nothing lost. A restart never overwrites: the next "
+                             "piece of a day is DATE.1.ticks, DATE.2.ticks, ... LABEL is the URI's scheme, "
+                             "its target (a file's base name, HOST:PORT, a market or dataset) and its "
+                             "symbols= value, joined by '-', other characters than A-Z a-z 0-9 . _ - made '_' "
+                             "(moldudp64://127.0.0.1:26400 -> moldudp64-127.0.0.1_26400). --raw keeps the "
+                             "venue's own messages beside each tick file (DATE.itch.zst, .dbn.zst, "
+                             ".binance.zst: what itch:, dbn:, binance: read). Runs until SIGINT/SIGTERM, "
+                             "--duration, or the sources end; a full disk stops it with the file marked "
+                             "incomplete, its whole records kept, and one error line naming it.\n\n"
+                             "engine record --ring NAME --out FILE.ticks\n"
+                             "Consume ring NAME like any other reader (never slowing its producer; gaps are "
+                             "recorded with their exact counts) and write FILE.ticks until SIGINT/SIGTERM, "
+                             "--duration, or the producer's end of stream, then completes the file; a write "
+                             "that fails (a full disk) stops it with the file marked incomplete, its whole "
+                             "records kept. "
+                             "Run it off the strategy core (--core pins it).\n", sources=True)
     rc.add_argument("sources", nargs="*", metavar="SOURCE", help="source URIs to record into --out DIR")
     rc.add_argument("--ring", default=None, help="record this tick ring instead (name in /dev/shm or a path)")
     rc.add_argument("--out", required=True, help="with SOURCEs: the directory (made if missing); with --ring: "
@@ -223,26 +218,25 @@ def _add_record(sub):
                     help="seconds between progress lines per source (ticks, rate, file; 0 = none; default 10)")
     rc.add_argument("--quiet", action=Flag, help="no progress lines (errors, warnings and the result still print)")
     rc.add_argument("--json", action=Flag, help="print a summary object at the end (one line per source)")
-    rc.set_defaults(fn=cmd_record)
 
 
 def _add_ring(sub):
     """`engine ring inspect NAME`."""
-    g = sub.add_parser("ring", help="ring tools")
-    gs = g.add_subparsers(dest="ring_cmd", required=True, metavar="SUBCOMMAND")
-    gi = gs.add_parser("inspect", help="print a ring's header and counters (read-only)")
+    g = command(sub, "ring", None, help="ring tools")
+    gs = subcommands(g, "ring_cmd")
+    gi = command(gs, "inspect", cmd_ring_inspect, help="print a ring's header and counters (read-only)")
     gi.add_argument("name", help="ring name in /dev/shm (e.g. engine.ticks) or a path")
     gi.add_argument("--json", action=Flag)
-    gi.set_defaults(fn=cmd_ring_inspect)
 
 
 def _add_features(sub):
     """`engine features SOURCE... --out FILE`."""
-    fe = sub.add_parser("features", help="write a strategy's feature rows (the data set `engine train` uses)",
-                        description="Run the strategy over SOURCE(s) exactly as training does and write one row per "
-                                    "tick it scores: seq, ts_event, ts_recv, instrument, symbol (and source, with "
-                                    "several), then every feature by name. The output appears only when complete. "
-                                    + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    fe = command(sub, "features", cmd_features,
+                 help="write a strategy's feature rows (the data set `engine train` uses)",
+                 description="Run the strategy over SOURCE(s) exactly as training does and write one row per "
+                             "tick it scores: seq, ts_event, ts_recv, instrument, symbol (and source, with "
+                             "several), then every feature by name. The output appears only when complete. ",
+                 sources=True)
     fe.add_argument("sources", nargs="+", metavar="SOURCE")
     fe.add_argument("--out", required=True, help="output file: .parquet or .csv")
     strategy_args(fe)
@@ -251,4 +245,3 @@ def _add_features(sub):
                     help="ticks per synthetic source without count= (default 400000)")
     fe.add_argument("--quiet", action=Flag, help="no progress lines")
     fe.add_argument("--json", action=Flag, help="print the summary as one JSON object")
-    fe.set_defaults(fn=cmd_features)

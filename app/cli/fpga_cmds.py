@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from .common import SIGN_KEY_HELP, Flag, overrides, positive_int, verify_key_arg
+from .common import SIGN_KEY_HELP, Flag, command, overrides, positive_int, subcommands, verify_key_arg
 
 
 def cmd_fpga_generate(a):
@@ -77,12 +77,12 @@ def cmd_fpga_build(a):
 
 def add_parsers(sub):
     """`engine fpga generate|sim|build`."""
-    fp = sub.add_parser("fpga", help="FPGA offload: HLS tree kernel, bit-accurate C++ and RTL simulation",
-                        description="generate: exact fixed point, HLS C++ (+ g++ emulation), Verilog, checked against "
-                                    "XGBoost; sim: golden vs C++ emulation vs RTL; build: Vitis, where installed. "
-                                    "`engine run --backend fpga-sim` runs the engine through the emulation.")
-    fps = fp.add_subparsers(dest="fpga_cmd", required=True, metavar="SUBCOMMAND")
-    fg = fps.add_parser("generate", help="fixed point + HLS C++ + emulation + RTL from a model")
+    fp = command(sub, "fpga", None, help="FPGA offload: HLS tree kernel, bit-accurate C++ and RTL simulation",
+                 description="generate: exact fixed point, HLS C++ (+ g++ emulation), Verilog, checked against "
+                             "XGBoost; sim: golden vs C++ emulation vs RTL; build: Vitis, where installed. "
+                             "`engine run --backend fpga-sim` runs the engine through the emulation.")
+    fps = subcommands(fp, "fpga_cmd")
+    fg = command(fps, "generate", cmd_fpga_generate, help="fixed point + HLS C++ + emulation + RTL from a model")
     fg.add_argument("model", help="engine model artifact directory, or an XGBoost .json model")
     fg.add_argument("--out", required=True, help="directory to write (replaced whole when complete)")
     fg.add_argument("--leaf-bits", type=positive_int, default=16,
@@ -95,17 +95,14 @@ def add_parsers(sub):
                     help="cap every feature's integer width (default: as wide as exactness needs, up to 127)")
     verify_key_arg(fg)
     fg.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP + " (writes fpga.sig)")
-    fg.set_defaults(fn=cmd_fpga_generate)
-    fsim = fps.add_parser("sim", help="run rows through golden model, C++ emulation and (--rtl) the RTL")
+    fsim = command(fps, "sim", cmd_fpga_sim, help="run rows through golden model, C++ emulation and (--rtl) the RTL")
     fsim.add_argument("dir")
     fsim.add_argument("--rtl", action=Flag, help="also simulate the Verilog with Icarus (slower)")
     fsim.add_argument("--rows", type=positive_int, default=None, help="first N validation rows (default all)")
     fsim.add_argument("--json", action=Flag, help="exactly one JSON object")
     verify_key_arg(fsim)
-    fsim.set_defaults(fn=cmd_fpga_sim)
-    fb = fps.add_parser("build", help="synthesize and link an xclbin with Vitis (where installed)")
+    fb = command(fps, "build", cmd_fpga_build, help="synthesize and link an xclbin with Vitis (where installed)")
     fb.add_argument("dir")
     fb.add_argument("--platform", default="xilinx_u250_gen3x16_xdma_4_1_202210_1")
     fb.add_argument("--target", default="hw", choices=("sw_emu", "hw_emu", "hw"))
     verify_key_arg(fb)
-    fb.set_defaults(fn=cmd_fpga_build)

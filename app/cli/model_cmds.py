@@ -8,9 +8,9 @@ import time
 
 from models.artifact import BACKEND_CHOICES
 
-from .common import (SIGN_KEY_HELP, SOURCES_HELP, Flag, int_range, nonneg_float, npy_file, positive_float,
-                     merge_arg, positive_int, strategy_args, strategy_host, verify_key_arg)
-from .exec_options import finite_float
+from .common import (SIGN_KEY_HELP, Flag, command, int_range, nonneg_float, npy_file, positive_float,
+                     merge_arg, positive_int, strategy_args, strategy_host, subcommands, verify_key_arg)
+from app.arg_types import finite_float
 
 
 def cmd_model_keygen(a):
@@ -201,7 +201,7 @@ def _retrain(a):
 
     from replay import retrain
     from .common import overrides, universe
-    from .exec_options import paper_exec
+    from app.exec_options import paper_exec
     if a.sources:
         raise ValueError("give SOURCE(s) or --recordings DIR, not both")
     days = retrain.day_files(a.recordings, retrain.parse_since(a.since or "7d"))
@@ -271,24 +271,23 @@ def add_parsers(sub):
 
 def _add_model(sub):
     """`engine model default|inspect|keygen|sign|register|list|show|promote|rollback`."""
-    m = sub.add_parser("model", help="model tools")
-    ms = m.add_subparsers(dest="model_cmd", required=True, metavar="SUBCOMMAND")
-    md = ms.add_parser("default", help="build (if needed) the default model and print its directory")
-    md.set_defaults(fn=cmd_model_default)
-    mi = ms.add_parser("inspect", help="print an artifact's manifest")
+    m = command(sub, "model", None, help="model tools")
+    ms = subcommands(m, "model_cmd")
+    command(ms, "default", cmd_model_default, help="build (if needed) the default model and print its directory")
+    mi = command(ms, "inspect", cmd_model_inspect, help="print an artifact's manifest")
     mi.add_argument("dir")
     mi.add_argument("--verify", action=Flag, help="also verify the signature (with a verify key), "
                     "hashes and bit-exactness")
     verify_key_arg(mi)
-    mi.set_defaults(fn=cmd_model_inspect)
-    dr = ms.add_parser("drift", help="how far a tick source's features and scores are from a model's training data",
-                       description="Population stability (PSI; below 0.1 stable, 0.1-0.25 moved, above 0.25 shifted) of "
-                                   "each feature and of the model's score (margin) over SOURCE against the deciles "
-                                   "kept in the model's manifest of every row the strategy scores in its training "
-                                   "data: SOURCE a tick file (a path, or tickfile:FILE) or feed URI (as engine train "
-                                   "reads), or a run's signal file (RUN.sig: the whole run's figures its engine run "
-                                   "--drift wrote beside it, RUN.sig.drift.json). Every row the strategy scores is "
-                                   "binned, as engine run --drift does live, so the training data gives 0.")
+    dr = command(ms, "drift", cmd_model_drift,
+                 help="how far a tick source's features and scores are from a model's training data",
+                 description="Population stability (PSI; below 0.1 stable, 0.1-0.25 moved, above 0.25 shifted) of "
+                             "each feature and of the model's score (margin) over SOURCE against the deciles "
+                             "kept in the model's manifest of every row the strategy scores in its training "
+                             "data: SOURCE a tick file (a path, or tickfile:FILE) or feed URI (as engine train "
+                             "reads), or a run's signal file (RUN.sig: the whole run's figures its engine run "
+                             "--drift wrote beside it, RUN.sig.drift.json). Every row the strategy scores is "
+                             "binned, as engine run --drift does live, so the training data gives 0.")
     dr.add_argument("source", metavar="SOURCE", help="a tick file, a source URI, or a run's signal file (.sig)")
     dr.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (default: "
                                                   "the strategy's default model; for RUN.sig, the run's own, which "
@@ -299,24 +298,22 @@ def _add_model(sub):
     strategy_args(dr)
     dr.add_argument("--json", action=Flag, help="one JSON object")
     verify_key_arg(dr)
-    dr.set_defaults(fn=cmd_model_drift)
-    mk = ms.add_parser("keygen", help="make a signing key: ed25519 NAME.key (0600) + NAME.pub, or --hmac",
-                       description="Write a new ed25519 key pair into DIR: NAME.key (private, mode 0600; signs on "
-                                   "the build host) and NAME.pub (public; engine hosts verify with it). --hmac: one "
-                                   "HMAC-SHA256 secret NAME.hmac (0600) that both signs and verifies. Never "
-                                   "overwrites a key.")
+    mk = command(ms, "keygen", cmd_model_keygen,
+                 help="make a signing key: ed25519 NAME.key (0600) + NAME.pub, or --hmac",
+                 description="Write a new ed25519 key pair into DIR: NAME.key (private, mode 0600; signs on "
+                             "the build host) and NAME.pub (public; engine hosts verify with it). --hmac: one "
+                             "HMAC-SHA256 secret NAME.hmac (0600) that both signs and verifies. Never "
+                             "overwrites a key.")
     mk.add_argument("--out", required=True, metavar="DIR", help="directory to write the key files into")
     mk.add_argument("--name", default="model", help="file name stem (default model)")
     mk.add_argument("--hmac", action=Flag, help="an HMAC-SHA256 secret instead of an ed25519 pair")
-    mk.set_defaults(fn=cmd_model_keygen)
-    msg = ms.add_parser("sign", help="sign an artifact's manifest (or an FPGA directory's fpga.json)",
-                        description="Check every file of DIR against its manifest, then sign the manifest's exact "
-                                    "bytes (which hold every file's sha256) with --key, writing DIR/manifest.sig "
-                                    "(fpga.sig for an FPGA directory). Engines with a verify key refuse anything "
-                                    "not signed by it.")
+    msg = command(ms, "sign", cmd_model_sign, help="sign an artifact's manifest (or an FPGA directory's fpga.json)",
+                  description="Check every file of DIR against its manifest, then sign the manifest's exact "
+                              "bytes (which hold every file's sha256) with --key, writing DIR/manifest.sig "
+                              "(fpga.sig for an FPGA directory). Engines with a verify key refuse anything "
+                              "not signed by it.")
     msg.add_argument("dir", help="model artifact directory, or an FPGA directory")
     msg.add_argument("--key", required=True, metavar="PRIVATE_KEY", help="ed25519 private key or HMAC secret (0600)")
-    msg.set_defaults(fn=cmd_model_sign)
     _add_registry(ms)
 
 
@@ -393,49 +390,46 @@ def _add_registry(ms):
     def where(p):
         p.add_argument("--registry", metavar="DIR", default=None,
                        help="the registry (default: ENGINE_REGISTRY, else the state directory's registry)")
-    r = ms.add_parser("register", help="copy a verified artifact into the registry as NAME's next version",
-                      description="Verify DIR (hashes, signature with a verify key, bit-exactness with XGBoost), then "
-                                  "copy it read-only into the registry, content-addressed (the sha256 of its manifest, "
-                                  "which lists every file's sha256), as NAME's next version, with its training data "
-                                  "and test metrics from the manifest. The same bytes again are the version they are.")
+    r = command(ms, "register", cmd_model_register,
+                help="copy a verified artifact into the registry as NAME's next version",
+                description="Verify DIR (hashes, signature with a verify key, bit-exactness with XGBoost), then "
+                            "copy it read-only into the registry, content-addressed (the sha256 of its manifest, "
+                            "which lists every file's sha256), as NAME's next version, with its training data "
+                            "and test metrics from the manifest. The same bytes again are the version they are.")
     r.add_argument("dir", help="model artifact directory (engine train --out)")
     r.add_argument("--name", required=True, help="the model's name in the registry")
     r.add_argument("--note", default=None, help="a line kept with the version (why it was trained)")
     r.add_argument("--promote", action=Flag, help="and make it the live version")
     verify_key_arg(r)  # (with a key: only what it signed is registered)
     where(r)
-    r.set_defaults(fn=cmd_model_register)
-    ls = ms.add_parser("list", help="the registry's models, or one model's versions")
+    ls = command(ms, "list", cmd_model_list, help="the registry's models, or one model's versions")
     ls.add_argument("name", nargs="?", default=None)
     ls.add_argument("--json", action=Flag, help="the registry entries as JSON")
     where(ls)
-    ls.set_defaults(fn=cmd_model_list)
-    sh = ms.add_parser("show", help="one version's record: NAME (the live one) or NAME@VERSION")
+    sh = command(ms, "show", cmd_model_show, help="one version's record: NAME (the live one) or NAME@VERSION")
     sh.add_argument("ref", metavar="NAME[@VERSION]")
     where(sh)
-    sh.set_defaults(fn=cmd_model_show)
-    pr = ms.add_parser("promote", help="make NAME@VERSION live: what engine run --model registry:NAME loads",
-                       description="Flip NAME's live link to VERSION atomically and record the promotion. An engine "
-                                   "running --model registry:NAME sees the link move and reloads: the verified hot "
-                                   "swap, adopted between two ticks.")
+    pr = command(ms, "promote", cmd_model_promote,
+                 help="make NAME@VERSION live: what engine run --model registry:NAME loads",
+                 description="Flip NAME's live link to VERSION atomically and record the promotion. An engine "
+                             "running --model registry:NAME sees the link move and reloads: the verified hot "
+                             "swap, adopted between two ticks.")
     pr.add_argument("ref", metavar="NAME@VERSION")
     where(pr)
-    pr.set_defaults(fn=cmd_model_promote)
-    rb = ms.add_parser("rollback", help="make live again the version live before the last promotion (or NAME@VERSION: "
-                                        "that earlier live version)")
+    rb = command(ms, "rollback", cmd_model_rollback,
+                 help="make live again the version live before the last promotion (or NAME@VERSION: "
+                                  "that earlier live version)")
     rb.add_argument("ref", metavar="NAME[@VERSION]")
     where(rb)
-    rb.set_defaults(fn=cmd_model_rollback)
 
 
 def _add_train(sub):
     """`engine train SOURCE... --out DIR`."""
-    t = sub.add_parser("train", help="train and compile a model for a strategy from tick sources",
-                       description="Build a data set from SOURCE(s) with the strategy's own code (the rows `engine "
-                                   "features` writes), label it from future mid moves, split by time (train/validation/"
-                                   "test with an embargo), train XGBoost with early stopping, print test metrics, and "
-                                   "write a verified artifact that records the strategy it was trained for. "
-                                   + SOURCES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t = command(sub, "train", cmd_train, help="train and compile a model for a strategy from tick sources",
+                description="Build a data set from SOURCE(s) with the strategy's own code (the rows `engine "
+                            "features` writes), label it from future mid moves, split by time (train/validation/"
+                            "test with an embargo), train XGBoost with early stopping, print test metrics, and "
+                            "write a verified artifact that records the strategy it was trained for. ", sources=True)
     t.add_argument("sources", nargs="*", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7 (or "
                                                                 "--recordings)")
     strategy_args(t)
@@ -490,12 +484,11 @@ def _add_train(sub):
     r.add_argument("--gate-exec", default="", metavar="'FLAGS'",
                    help="the gate's backtest execution, in engine backtest's flags (e.g. '--latency-us 200 --fee-bps "
                         "4'; default its defaults)")
-    t.set_defaults(fn=cmd_train)
 
 
 def _add_compile(sub):
     """`engine compile MODEL --out DIR`."""
-    c = sub.add_parser("compile", help="compile an XGBoost model trained elsewhere into an artifact")
+    c = command(sub, "compile", cmd_compile, help="compile an XGBoost model trained elsewhere into an artifact")
     c.add_argument("model", help="XGBoost model (.json or .ubj)")
     c.add_argument("--out", required=True, help="artifact directory to write")
     c.add_argument("--generic", action=Flag,
@@ -503,12 +496,11 @@ def _add_compile(sub):
     c.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build")
     strategy_args(c)
     c.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP)
-    c.set_defaults(fn=cmd_compile)
 
 
 def _add_predict(sub):
     """`engine predict DIR --input X.npy --output Y.npy`."""
-    pr = sub.add_parser("predict", help="score float32 rows from a .npy file through one back end")
+    pr = command(sub, "predict", cmd_predict, help="score float32 rows from a .npy file through one back end")
     pr.add_argument("dir", help="model artifact directory")
     pr.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                     help="auto = the fastest bit-exact back end here; xgboost = the reference")
@@ -516,4 +508,3 @@ def _add_predict(sub):
     pr.add_argument("--output", required=True, help="float32 results (.npy), written atomically")
     pr.add_argument("--margin", action=Flag, help="raw margins instead of probabilities")
     verify_key_arg(pr)
-    pr.set_defaults(fn=cmd_predict)

@@ -18,7 +18,7 @@ import numpy as np
 
 from app.run_options import HTTP_DEFAULT, PUB_DEFAULT, RunConfig, token_path
 
-from .common import Flag, existing_file, http_addr, nonneg_int, sub_endpoint, zmq_endpoint
+from .common import Flag, command, existing_file, http_addr, nonneg_int, sub_endpoint, subcommands, zmq_endpoint
 
 DEFAULTS = {"http": HTTP_DEFAULT, "pub": PUB_DEFAULT}  # engine run's own defaults
 FLAG = {"http": "--http", "pub": "--follow"}
@@ -495,13 +495,13 @@ def add_parsers(sub):
 
 def _add_signals(sub):
     """`engine signals --follow [ENDPOINT]` and `engine signals show FILE`."""
-    s = sub.add_parser("signals", help="signal tools: show a signal file, or --follow a running engine",
-                       description="engine signals --follow [ENDPOINT] prints a running engine's signals as JSON "
-                                   "lines (from its zmq PUB socket: ENDPOINT, else --config's [control] pub, else "
-                                   "the runtime file of --name); engine signals show FILE prints a signal file. "
-                                   "The engine admits its own user's subscribers; another user's client key "
-                                   "($XDG_STATE_HOME/engine/zmq-client.key.pub, made on first use) must be in "
-                                   "the file of client keys its run names (engine run's pub-clients option).")
+    s = command(sub, "signals", cmd_signals, help="signal tools: show a signal file, or --follow a running engine",
+                description="engine signals --follow [ENDPOINT] prints a running engine's signals as JSON "
+                            "lines (from its zmq PUB socket: ENDPOINT, else --config's [control] pub, else "
+                            "the runtime file of --name); engine signals show FILE prints a signal file. "
+                            "The engine admits its own user's subscribers; another user's client key "
+                            "($XDG_STATE_HOME/engine/zmq-client.key.pub, made on first use) must be in "
+                            "the file of client keys its run names (engine run's pub-clients option).")
     s.add_argument("--follow", nargs="?", const=True, default=None, metavar="ENDPOINT", type=sub_endpoint,
                    help="subscribe to ENDPOINT (default: where engine --name publishes)")
     _where_args(s, http=False)
@@ -512,62 +512,57 @@ def _add_signals(sub):
                         "secret key are refused")
     s.add_argument("--topic", action="append", help="only these instruments (repeatable; default all)")
     s.add_argument("--count", type=nonneg_int, default=0, help="stop after N signals (default 0: never)")
-    s.set_defaults(fn=cmd_signals)
-    ss = s.add_subparsers(dest="signals_cmd", required=False, metavar="SUBCOMMAND")
-    sh = ss.add_parser("show", help="print the signals in a signal file")
+    ss = subcommands(s, "signals_cmd", required=False)
+    sh = command(ss, "show", cmd_signals, help="print the signals in a signal file")
     sh.add_argument("file", type=existing_file)
     sh.add_argument("--limit", type=nonneg_int, default=0, help="only the first N (default 0: all)")
     sh.add_argument("--json", action=Flag, help="one JSON object per line")
-    sh.set_defaults(fn=cmd_signals)
 
 
 def _add_ctl(sub):
     """`engine ctl status|pause|resume|reload|kill|risk|shadow`."""
-    ct = sub.add_parser("ctl", help="control a running engine: status, pause, resume, reload, kill, risk, shadow",
-                        description="pause: the loop keeps reading ticks and features stay current, but nothing is "
-                                    "scored or signalled; resume; reload: verify and swap the model (as SIGHUP); "
-                                    "kill: every instrument's target goes flat at the loop's next tick and the risk "
-                                    "gate refuses new exposure until `resume --after-kill`; risk: the limits, what "
-                                    "each rule cut, the kill switch; shadow list | add MODEL | remove NAME: the "
-                                    "candidate models scored beside the live one (engine run --shadow), a new one "
-                                    "from the next tick on (verified first: one that fails changes nothing), a "
-                                    "removed one's signal file closed. "
-                                    "status, pause and resume print the engine's status line after the command "
-                                    "(--json: the same JSON object each time). Authenticated: by --name over the engine's "
-                                    "unix socket (this user's uid), else over TCP by a challenge-response in which "
-                                    "the engine first proves it knows the token; the token is never sent.")
+    ct = command(sub, "ctl", cmd_ctl,
+                 help="control a running engine: status, pause, resume, reload, kill, risk, shadow",
+                 description="pause: the loop keeps reading ticks and features stay current, but nothing is "
+                             "scored or signalled; resume; reload: verify and swap the model (as SIGHUP); "
+                             "kill: every instrument's target goes flat at the loop's next tick and the risk "
+                             "gate refuses new exposure until `resume --after-kill`; risk: the limits, what "
+                             "each rule cut, the kill switch; shadow list | add MODEL | remove NAME: the "
+                             "candidate models scored beside the live one (engine run --shadow), a new one "
+                             "from the next tick on (verified first: one that fails changes nothing), a "
+                             "removed one's signal file closed. "
+                             "status, pause and resume print the engine's status line after the command "
+                             "(--json: the same JSON object each time). Authenticated: by --name over the engine's "
+                             "unix socket (this user's uid), else over TCP by a challenge-response in which "
+                             "the engine first proves it knows the token; the token is never sent.")
     ct.add_argument("command", choices=("status", "pause", "resume", "reload", "kill", "risk", "shadow"))
     ct.add_argument("args", nargs="*", metavar="ARG", help="shadow: list (default), add MODEL, remove NAME")
     ct.add_argument("--after-kill", action=Flag, help="with resume: reset the kill switch (entries allowed again)")
     _where_args(ct)
     ct.add_argument("--json", action=Flag, help="one JSON object on one line")
-    ct.set_defaults(fn=cmd_ctl)
 
 
 def _add_stats(sub):
     """`engine stats`."""
-    st = sub.add_parser("stats", help="a running engine's counters and latency percentiles")
+    st = command(sub, "stats", cmd_stats, help="a running engine's counters and latency percentiles")
     _where_args(st)
     st.add_argument("--json", action=Flag)
-    st.set_defaults(fn=cmd_stats)
 
 
 def _add_latency_plot(sub):
     """`engine latency-plot FILE.hlog --out PNG`."""
-    lp = sub.add_parser("latency-plot", help="plot an .hlog's percentile distribution per stage")
+    lp = command(sub, "latency-plot", cmd_latency_plot, help="plot an .hlog's percentile distribution per stage")
     lp.add_argument("file", type=existing_file, help="HdrHistogram interval log (.hlog)")
     lp.add_argument("--out", required=True, help="PNG to write")
     lp.add_argument("--stage", action="append", help="only these stages (repeatable; default all)")
-    lp.set_defaults(fn=cmd_latency_plot)
 
 
 def _add_doctor(sub):
     """`engine doctor [--core N]`."""
-    dr = sub.add_parser("doctor", help="check how well this machine is tuned for a strategy core",
-                        description="Reads the kernel command line, isolated/nohz_full/rcu_nocbs CPUs, governor, "
-                                    "C-states and PM QoS, THP, IRQ affinity, RT throttling, swap, memlock and RT "
-                                    "limits, clock source and the SMT sibling, and prints pass/warn/fail/n/a with "
-                                    "what it read. Exit status 1 if any check fails.")
+    dr = command(sub, "doctor", cmd_doctor, help="check how well this machine is tuned for a strategy core",
+                 description="Reads the kernel command line, isolated/nohz_full/rcu_nocbs CPUs, governor, "
+                             "C-states and PM QoS, THP, IRQ affinity, RT throttling, swap, memlock and RT "
+                             "limits, clock source and the SMT sibling, and prints pass/warn/fail/n/a with "
+                             "what it read. Exit status 1 if any check fails.")
     dr.add_argument("--core", type=int, default=None, help="the strategy core (default: the last one)")
     dr.add_argument("--json", action=Flag)
-    dr.set_defaults(fn=cmd_doctor)

@@ -14,7 +14,7 @@ from models.artifact import BACKEND_CHOICES
 from app.run_options import RISK_FIELDS, risk_limits
 from .common import (Flag, existing_file, overrides, positive_int, print_warnings, universe,
                      merge_arg, publisher_args, strategy_args, verify_key_arg)
-from .exec_options import exec_args, exec_params
+from app.exec_options import exec_args, exec_params
 
 
 def _horizons_ms(s):
@@ -56,51 +56,12 @@ def cmd_backtest(a):
         raise ValueError(f"--horizons-ms needs positive milliseconds, got {a.horizons_ms!r}")
     if a.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {a.workers}")
-    marks = kills = pauses = None
-    if a.conflate_as_recorded:
-        from engine.signal_log import SignalLogError, model_swaps, read_kills, read_marks, read_pauses, read_records
-        if len(a.files) != 1 and not a.merge:  # (with --merge the files are one stream: the run's, over them)
-            raise ValueError("--conflate-as-recorded replays one live run: give the one tick file it read (or the "
-                             "files it read as feeds, with --merge)")
-        try:
-            recs = read_records(a.conflate_as_recorded)
-            marks, kills, pauses, swaps = read_marks(recs), read_kills(recs), read_pauses(recs), model_swaps(recs)
-        except (OSError, SignalLogError) as e:
-            raise ValueError(f"--conflate-as-recorded {a.conflate_as_recorded}: {getattr(e, 'strerror', None) or e}") \
-                from None
-        if not a.quiet:
-            print(f"[backtest] replaying {len(marks):,} conflation windows, {len(kills):,} kill switch moves and "
-                  f"{len(pauses):,} pause moves from {a.conflate_as_recorded}", file=sys.stderr, flush=True)
-        from engine.signal_log import status
-        note = status(a.conflate_as_recorded)["note"]  # a run cut short: its marks stop there too
-        if note:
-            print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
-        if len(swaps) > 1:  # (one model here: its signals are the run's only where the run scored with it)
-            print(f"[backtest] warning: {a.conflate_as_recorded}: the run swapped models "
-                  f"({', '.join(f'generation {g} from tick {t:,}' for g, t in swaps)}); this backtest scores "
-                  "every tick with one model, so only that model's stretch of the run can match",
-                  file=sys.stderr, flush=True)
+    marks, kills, pauses = _recorded_moves(a) if a.conflate_as_recorded else (None, None, None)
     p = _backtest_params(a, hz, marks)
     p.kills, p.pauses = kills, pauses
     from .run_cmds import check_mode
     check_mode(a)
-    merged = None
-    if a.merge and len(a.files) > 1:  # (the report names it: it lives in OUT, and goes if the backtest fails)
-        from engine.outputs import check_writable
-        from replay.merged import write_merged
-        from engine.strategy_load import load
-        check_writable(a.out, "the backtest report", directory=True)
-        depth = load(a.strategy, overrides(a), universe(a)).depth
-        made = not os.path.isdir(a.out)
-        os.makedirs(a.out, exist_ok=True)
-        try:
-            merged = (write_merged(a.files, os.path.join(a.out, "merged.ticks"), depth), made)
-        except BaseException:
-            _unmerge((os.path.join(a.out, "merged.ticks"), made))
-            raise
-        a.files = [merged[0]]
-        if not a.quiet:
-            print(f"[backtest] merged by receive time into {a.files[0]}", file=sys.stderr, flush=True)
+    merged = _merge_inputs(a) if a.merge and len(a.files) > 1 else None
     try:
         summary = backtest(a.files, a.out, p, workers=a.workers, scheduler=a.scheduler, progress=not a.quiet)
     except IndexError as e:  # --check: what boundscheck caught, one line naming the file and function
@@ -114,26 +75,80 @@ def cmd_backtest(a):
     if a.json:
         print(json.dumps(summary, default=str))
     else:
-        from replay.report import money_lines
-        for line in money_lines(summary):
-            print(f"  {line}")
-        keys = ["files", "ticks", "signals"] + [k for k in summary if k.startswith("hit_rate")] + \
-            ["ic", "fills", "break_even_fee_bps", "sharpe", "max_drawdown", "turnover_units", "loop_ticks_per_s",
-             "wall_seconds"]
-        from engine import signal_counts
-        for k in keys:
-            v = summary.get(k)
-            if k == "signals" and summary.get("signal_counts"):  # (published; the rest beside: one definition)
-                v = signal_counts.detail(summary["signal_counts"])
-            print(f"  {k:<20} {v}")
-        cut = signal_counts.cuts((summary.get("risk") or {}).get("blocked", {}))
-        if cut:
-            print(f"  {'risk: cut':<20} {cut}")
-        if summary.get("sharpe") is None and summary.get("sharpe_reason"):
-            print(f"  {'':<20} (no Sharpe: {summary['sharpe_reason']})")
-        print(f"  report: {os.path.join(a.out, 'report.md')}")
+        _print_backtest(summary, a.out)
     print_warnings(summary.get("warnings", []), a.json)
     return 0
+
+
+def _recorded_moves(a):
+    """--conflate-as-recorded RUN.sig: (conflation marks, kill switch moves, pause moves) of the run,
+    said on stderr (with what keeps this backtest from being the run's)."""
+    from engine.signal_log import SignalLogError, model_swaps, read_kills, read_marks, read_pauses, read_records
+    if len(a.files) != 1 and not a.merge:  # (with --merge the files are one stream: the run's, over them)
+        raise ValueError("--conflate-as-recorded replays one live run: give the one tick file it read (or the "
+                         "files it read as feeds, with --merge)")
+    try:
+        recs = read_records(a.conflate_as_recorded)
+        marks, kills, pauses, swaps = read_marks(recs), read_kills(recs), read_pauses(recs), model_swaps(recs)
+    except (OSError, SignalLogError) as e:
+        raise ValueError(f"--conflate-as-recorded {a.conflate_as_recorded}: {getattr(e, 'strerror', None) or e}") \
+            from None
+    # (said even with --quiet: what the backtest replays is part of its result, not progress)
+    print(f"[backtest] replaying {len(marks):,} conflation windows, {len(kills):,} kill switch moves and "
+          f"{len(pauses):,} pause moves from {a.conflate_as_recorded}", file=sys.stderr, flush=True)
+    from engine.signal_log import status
+    note = status(a.conflate_as_recorded)["note"]  # a run cut short: its marks stop there too
+    if note:
+        print(f"[backtest] warning: {a.conflate_as_recorded}: {note}", file=sys.stderr, flush=True)
+    if len(swaps) > 1:  # (one model here: its signals are the run's only where the run scored with it)
+        print(f"[backtest] warning: {a.conflate_as_recorded}: the run swapped models "
+              f"({', '.join(f'generation {g} from tick {t:,}' for g, t in swaps)}); this backtest scores "
+              "every tick with one model, so only that model's stretch of the run can match",
+              file=sys.stderr, flush=True)
+    return marks, kills, pauses
+
+
+def _merge_inputs(a):
+    """--merge: the files merged by receive time into OUT/merged.ticks, which a.files then names (the
+    report names it: it lives in OUT, and goes if the backtest fails); returns (path, OUT was made)."""
+    from engine.outputs import check_writable
+    from replay.merged import write_merged
+    from engine.strategy_load import load
+    check_writable(a.out, "the backtest report", directory=True)
+    depth = load(a.strategy, overrides(a), universe(a)).depth
+    made = not os.path.isdir(a.out)
+    os.makedirs(a.out, exist_ok=True)
+    try:
+        merged = (write_merged(a.files, os.path.join(a.out, "merged.ticks"), depth), made)
+    except BaseException:
+        _unmerge((os.path.join(a.out, "merged.ticks"), made))
+        raise
+    a.files = [merged[0]]
+    if not a.quiet:
+        print(f"[backtest] merged by receive time into {a.files[0]}", file=sys.stderr, flush=True)
+    return merged
+
+
+def _print_backtest(summary, out):
+    """The backtest's summary lines (the money per currency first), and where its report is."""
+    from replay.report import money_lines
+    for line in money_lines(summary):
+        print(f"  {line}")
+    keys = ["files", "ticks", "signals"] + [k for k in summary if k.startswith("hit_rate")] + \
+        ["ic", "fills", "break_even_fee_bps", "sharpe", "max_drawdown", "turnover_units", "loop_ticks_per_s",
+         "wall_seconds"]
+    from engine import signal_counts
+    for k in keys:
+        v = summary.get(k)
+        if k == "signals" and summary.get("signal_counts"):  # (published; the rest beside: one definition)
+            v = signal_counts.detail(summary["signal_counts"])
+        print(f"  {k:<20} {v}")
+    cut = signal_counts.cuts((summary.get("risk") or {}).get("blocked", {}))
+    if cut:
+        print(f"  {'risk: cut':<20} {cut}")
+    if summary.get("sharpe") is None and summary.get("sharpe_reason"):
+        print(f"  {'':<20} (no Sharpe: {summary['sharpe_reason']})")
+    print(f"  report: {os.path.join(out, 'report.md')}")
 
 
 def cmd_sweep(a):

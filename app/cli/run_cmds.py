@@ -8,7 +8,7 @@ import threading
 
 from app import run_options
 
-from .common import (SOURCES_HELP, Flag, nonneg_float, nonneg_int, overrides, positive_float, positive_int, pow2,
+from .common import (Flag, command, refused, nonneg_float, nonneg_int, overrides, positive_float, positive_int, pow2,
                      pub_endpoint, publisher_args, strategy_args, universe, verify_key_arg)
 
 
@@ -26,24 +26,14 @@ def cmd_run(a):
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, lambda signum, frame: reload.set())  # reload --model, swap between ticks
     from app.run_summary import warnings
-    if not a.json:
-        res = run(cfg, stop, reload)
-        print(table(res), flush=True)
-    else:
-        # --json promises exactly one JSON object on stdout: whatever a library prints on the way
-        # goes to stderr
-        sys.stdout.flush()
-        real_stdout = os.dup(1)
-        os.dup2(2, 1)
-        try:
-            res = run(cfg, stop, reload)
-        finally:
-            sys.stdout.flush()
-            os.dup2(real_stdout, 1)
-            os.close(real_stdout)
-        print(dumps(as_json(res)), flush=True)
-        for w in warnings(res):
-            print(f"engine: warning: {w}", file=sys.stderr, flush=True)
+    from app.feed_procs import StoppedBeforeStart
+    try:
+        res = _run(a, cfg, stop, reload, run, table, as_json, dumps)
+    except StoppedBeforeStart as e:  # (a stop asked for before anything ran: no summary to give)
+        print(f"engine run: {e}", file=sys.stderr, flush=True)
+        return 0
+    for w in (warnings(res) if a.json else ()):
+        print(f"engine: warning: {w}", file=sys.stderr, flush=True)
     if res.abnormal:  # the strategy raised or hung, its lease expired, its feed died: the summary says what was done
         print(f"engine: error: {res.abnormal}", file=sys.stderr, flush=True)
         return 1
@@ -95,14 +85,13 @@ def add_parsers(sub):
 def _add_run(sub):
     """`engine run` and its options: the fields of app/run_options.py RunConfig (app/config.py reads
     the same from --config)."""
-    r = sub.add_parser("run", help="run the engine: feed -> ring -> pinned strategy loop -> signals",
-                       description="Run the engine end to end. With no --model the default model is used "
-                                   "(trained on the synthetic market and cached on first run). On exit "
-                                   "(--duration over, SIGINT, SIGTERM) prints a summary; progress goes to stderr.")
+    r = command(sub, "run", cmd_run, help="run the engine: feed -> ring -> pinned strategy loop -> signals",
+                description="Run the engine end to end. With no --model the default model is used "
+                            "(trained on the synthetic market and cached on first run). On exit "
+                            "(--duration over, SIGINT, SIGTERM) prints a summary; progress goes to stderr.")
     r.add_argument("--config", default=None, help="TOML file with any of these options (ops/engine.toml is a "
                    "commented sample); flags given here win")
     add_arguments(r)
-    r.set_defaults(fn=cmd_run)
 
 
 def _wait_help():
@@ -143,17 +132,9 @@ def add_arguments(p, only=None):
 
 def check_args(a):
     """What argparse checks for flags, checked again for values that came from --config."""
-    for name, o in run_options.opts():
-        if o.check is None:
-            continue
-        v = getattr(a, o.dest or name)
-        if o.check == "parse":  # the flag's own validator
-            try:
-                _named(o.parse)(v)
-            except argparse.ArgumentTypeError as e:
-                raise ValueError(f"{o.flag}: {e}") from None
-        elif not o.check[0](v):
-            raise ValueError(f"{o.check[1]}, got {v!r}")
+    for name, o in run_options.opts():  # (a flag's own validator checked its value where it came in: argparse, apply)
+        if o.check is not None and not o.check[0](getattr(a, o.dest or name)):
+            raise ValueError(f"{o.check[1]}, got {getattr(a, o.dest or name)!r}")
     if not a.paper:  # (a limit on a PnL nobody computes would protect nothing, silently)
         given = [f for f, v in (("--kill-loss", a.kill_loss), ("--kill-drawdown", a.kill_drawdown),
                                 ("--paper-exec", a.paper_exec), ("--paper-out", a.paper_out)) if v not in (None, "")]
@@ -178,22 +159,16 @@ def from_args(a):
 
 
 def paper_exec_arg(v):
-    """--paper-exec 'FLAGS': engine backtest's execution flags (app/cli/exec_options.py)."""
-    from .exec_options import paper_exec
-    try:
-        paper_exec(v)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    """--paper-exec 'FLAGS': engine backtest's execution flags (app/exec_options.py)."""
+    from app.exec_options import paper_exec
+    refused(paper_exec, v)
     return v
 
 
 def risk_instrument(v):
-    """--risk-instrument SYMBOL:NAME=VALUE,... (engine/risk.py parse_instrument)."""
-    from engine.risk import parse_instrument
-    try:
-        return parse_instrument(v)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    """--risk-instrument SYMBOL:NAME=VALUE,... (engine/risk_limits.py parse_instrument)."""
+    from engine.risk_limits import parse_instrument
+    return refused(parse_instrument, v)
 
 
 # the flags that follow a field's own (its `cli`): aliases and options of the command line only
@@ -248,10 +223,9 @@ def crossed_after_arg(q, default):
 
 def _add_feed(sub):
     """`engine feed SOURCE`."""
-    f = sub.add_parser("feed", help="run a feed handler process writing a tick ring",
-                       description="Publish ticks from SOURCE into a tick ring until the source ends or "
-                                   "SIGINT/SIGTERM. " + SOURCES_HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    f = command(sub, "feed", cmd_feed, help="run a feed handler process writing a tick ring",
+                description="Publish ticks from SOURCE into a tick ring until the source ends or "
+                            "SIGINT/SIGTERM. ", sources=True)
     f.add_argument("source")
     publisher_args(f)
     f.add_argument("--rate", type=nonneg_float, default=None,
@@ -260,4 +234,23 @@ def _add_feed(sub):
                    help="stop after this many ticks (a synthetic source: or count= in its URI, not both)")
     f.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
     crossed_after_arg(f, run_options.RunConfig.crossed_after)
-    f.set_defaults(fn=cmd_feed)
+
+
+def _run(a, cfg, stop, reload, run, table, as_json, dumps):
+    """The run, its summary printed: a table, or (--json) exactly one JSON object on stdout."""
+    if not a.json:
+        res = run(cfg, stop, reload)
+        print(table(res), flush=True)
+        return res
+    # (whatever a library prints on the way goes to stderr)
+    sys.stdout.flush()
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        res = run(cfg, stop, reload)
+    finally:
+        sys.stdout.flush()
+        os.dup2(real_stdout, 1)
+        os.close(real_stdout)
+    print(dumps(as_json(res)), flush=True)
+    return res

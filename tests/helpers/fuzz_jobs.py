@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from engine import _numba_cache_dir
+from engine import numba_cache_dir
 
 from tests.conftest import ROOT, engine_env, strategy_core
 
@@ -39,7 +39,7 @@ def _background():
 def boundscheck_env():
     # NUMBA_BOUNDSCHECK turns every out-of-bounds index into an IndexError (numba normally reads
     # past the buffer silently); its machine code differs, so it gets its own cache directory
-    return engine_env(NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=_numba_cache_dir() + "-boundscheck")
+    return engine_env(NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=numba_cache_dir() + "-boundscheck")
 
 
 def _files(where, i):

@@ -69,36 +69,56 @@ def on_tick(state, book, tick, row, params):
     return True
 '''
 
+IMBALANCE = "row[0] = (b - a) / (b + a) if b + a > 0 else 0.0"
+
+
+def quotes_strategy(params, features=("imb",), head="", first="", row=IMBALANCE, ready="state[0] >= 3",
+                    decide=None):
+    """A strategy file's text: on_tick scores quotes only, counts them in state[0], runs `first`
+    (lines, after the count), then puts the touch imbalance of sizes b and a into the row (`row`:
+    the lines that do) and is ready once `ready` holds; `head`: module-level lines before on_tick;
+    `decide`: decide's body (none: the engine's hysteresis rule decides)."""
+    src = (f"\nfrom numba import njit\nfrom engine.strategy_api import KIND_QUOTE, kind, bid_sz, ask_sz\n\n"
+           f"FEATURES = {tuple(features)!r}\nDEPTH = 0\nSTATE = 2\nPARAMS = {params!r}\n{_lines(head, 0)}\n"
+           "@njit\ndef on_tick(state, book, tick, row, params):\n    if kind(tick) != KIND_QUOTE:\n"
+           f"        return False\n    state[0] += 1.0\n{_lines(first, 4)}    b = float(bid_sz(tick))\n"
+           f"    a = float(ask_sz(tick))\n{_lines(row, 4)}    return {ready}\n")
+    if decide is not None:
+        src += f"\n@njit\ndef decide(state, score, position, params):\n{_lines(decide, 4)}"
+    return src
+
+
+def _lines(text, indent):
+    text = textwrap.dedent(text).strip("\n")
+    return textwrap.indent(text, " " * indent) + "\n" if text else ""
+
+
 # a decide that sizes: the further the score from 0.5, the bigger the position
-SIZING = '''
-from numba import njit
-from engine.strategy_api import KIND_QUOTE, kind, bid_sz, ask_sz
-
-FEATURES = ("imb", "quotes")
-DEPTH = 0
-STATE = 2
-PARAMS = {"scale": 40.0, "cap": 7.0}
-
-@njit
-def on_tick(state, book, tick, row, params):
-    if kind(tick) != KIND_QUOTE:
-        return False
-    state[0] += 1.0
-    b = float(bid_sz(tick))
-    a = float(ask_sz(tick))
-    row[0] = (b - a) / (b + a) if b + a > 0 else 0.0
-    row[1] = state[0]
-    return state[0] >= 2.0
-
-@njit
-def decide(state, score, position, params):
+SIZING = quotes_strategy({"scale": 40.0, "cap": 7.0}, ("imb", "quotes"), row=IMBALANCE + "\nrow[1] = state[0]",
+                         ready="state[0] >= 2.0", decide='''
     units = int(round((score - 0.5) * params.scale))
     if units > params.cap:
         units = int(params.cap)
     if units < -params.cap:
         units = -int(params.cap)
     return units
-'''
+''')
+
+
+def trained(d, name, src, count):
+    """{"strategy", "ticks", "model"} in directory d: strategy file NAME.py with text src, a synthetic
+    tick file of `count` ticks (two instruments, top of book) and a small model `engine train`
+    made for the strategy from it."""
+    from tests.helpers.feedutil import cli
+    strat = d / f"{name}.py"
+    strat.write_text(src)
+    ticks = d / "s.ticks"
+    r = cli("convert", f"synthetic://?instruments=2&count={count}&seed=3&depth=0", "--out", str(ticks))
+    assert r.returncode == 0, r.stderr
+    r = cli("train", f"tickfile:{ticks}", "--strategy", str(strat), "--out", str(d / "model"), "--trees", "5",
+            "--depth", "2", "--backends", "flat", timeout=900)
+    assert r.returncode == 0, r.stderr
+    return {"strategy": strat, "ticks": ticks, "model": d / "model"}
 
 
 def write(tmp_path, name, src):

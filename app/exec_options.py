@@ -1,23 +1,12 @@
 """The execution simulator's options (replay/execsim.py): `engine backtest` and `engine sweep` take
-them as flags, `engine run --paper` as one string of the same flags (--paper-exec), so a paper run
-and the backtest of its recording are asked for in the same words."""
+them as flags, `engine run --paper` as one string of the same flags (--paper-exec, and `engine
+model train --gate-exec`), so a paper run and the backtest of its recording are asked for in the
+same words. Below the command line: the run parses --paper-exec with them too."""
 import argparse
 import math
 import shlex
 
-from .common import existing_file, nonneg_float, nonneg_int
-
-
-def finite_float(s):
-    """A finite number (a fee may be negative: a rebate). NaN or infinity is refused: a NaN fee
-    makes every PnL NaN, and no loss limit (--kill-loss) fires on NaN."""
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {s}")
-    return v
+from .arg_types import existing_file, finite_float, nonneg_float, nonneg_int
 
 
 def _latency(s):
