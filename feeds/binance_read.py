@@ -10,7 +10,8 @@ bad line, a control frame) comes back to Python, which finishes the read the two
 (feeds/binance_live.py `_fused`), so the outcome is the same ticks either way.
 """
 import numpy as np
-from numba import njit, types
+from numba import types
+from engine.jit import njit
 
 from engine.readonly import read_only
 

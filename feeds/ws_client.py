@@ -10,9 +10,11 @@ reads (a capture's line format), so Python runs per read, not per frame.
 What it does: the HTTP upgrade (Sec-WebSocket-Accept checked), text frames (a newline inside one
 becomes a space, so a line stays one line), pings answered with pongs, a close frame answered and
 the connection ended, fragmented messages joined (rare: handled in Python), binary frames and pongs
-ignored, a masked server frame or one larger than `max_frame` ending the connection (a protocol
-error: the caller reconnects). TLS through asyncio (wss://). Client frames are masked as the RFC
-requires.
+ignored. What a hostile or broken server could grow without bound ends the connection instead (a
+protocol error: the caller reconnects): a masked server frame, a frame or fragmented message
+larger than `max_frame`, a control frame over 125 bytes or fragmented (RFC 6455 5.5), pongs the
+server does not read piling up past WRITE_MAX. TLS through asyncio (wss://). Client frames are
+masked as the RFC requires.
 """
 import asyncio
 import base64
@@ -23,7 +25,7 @@ import time
 from urllib.parse import urlsplit
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.readonly import read_only
 
@@ -35,6 +37,8 @@ OP_CONT, OP_TEXT, OP_BIN, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
 # deframe's status
 D_MORE, D_CONTROL, D_BAD = 0, 1, 2
 LINE_EXTRA = 24  # bytes a frame's line adds at most: the stamp (<= 20 digits), a space, a newline
+MAX_CONTROL = 125  # a control frame's payload at most (RFC 6455 5.5)
+WRITE_MAX = 64 << 10  # bytes we may have written that the server has not read (pongs, a close)
 _NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
 
 
@@ -58,7 +62,8 @@ def _copy_line(src, s, dst, w, ln):
 def deframe(b, n, stamp, out, max_frame):
     """Frames of b[:n] -> lines in out: (consumed, written, frames, status, opcode, fin, start, length).
     Stops (status D_CONTROL) before any frame that is not a complete text message, giving its
-    opcode, FIN bit and payload span for Python to handle, or (D_BAD) at a masked or oversized frame;
+    opcode, FIN bit and payload span for Python to handle, or (D_BAD) at a bad frame's header: its
+    length -1 when masked, else over max_frame, or a control frame over MAX_CONTROL or fragmented;
     D_MORE: everything complete was taken. out must hold n + LINE_EXTRA * (n // 2 + 1) bytes."""
     pos = 0
     w = 0
@@ -71,7 +76,7 @@ def deframe(b, n, stamp, out, max_frame):
         op = b0 & 0x0F
         fin = (b0 & 0x80) != 0
         if b1 & 0x80:
-            return pos, w, frames, D_BAD, op, fin, 0, 0
+            return pos, w, frames, D_BAD, op, fin, 0, -1
         ln = np.int64(b1 & 0x7F)
         h = 2
         if ln == 126:
@@ -86,9 +91,10 @@ def deframe(b, n, stamp, out, max_frame):
             for k in range(8):
                 ln = (ln << 8) | np.int64(b[pos + 2 + k])
             h = 10
-            if ln < 0:
-                return pos, w, frames, D_BAD, op, fin, 0, 0
-        if ln > max_frame:
+            if ln < 0:  # (2^63 and over)
+                ln = np.int64(0x7FFFFFFFFFFFFFFF)
+        # (judged on the header: such a frame is never buffered, however slowly it comes)
+        if ln > max_frame or (op >= 8 and (ln > MAX_CONTROL or not fin)):
             return pos, w, frames, D_BAD, op, fin, 0, ln
         if pos + h + ln > n:
             break
@@ -135,8 +141,14 @@ def frame(op, payload=b""):
     return head + mask + bytes(p)
 
 
+def _seen(fut):
+    if not fut.cancelled():
+        fut.exception()
+
+
 class HandshakeError(OSError):
-    """The server did not upgrade (its status line says why: a refused subscription, a bad path)."""
+    """The server did not upgrade (its status line says why: a refused subscription, a bad path).
+    Its text, like a close frame's reason, holds the server's words as sent: escape it to print."""
 
 
 class WsProtocol(asyncio.Protocol):
@@ -151,6 +163,7 @@ class WsProtocol(asyncio.Protocol):
         self.offset, self.max_frame = offset, max_frame
         self.key = base64.b64encode(os.urandom(16))
         self.upgraded = asyncio.get_event_loop().create_future()
+        self.upgraded.add_done_callback(_seen)  # (an error nobody awaits any more, after a timeout, is no warning)
         self.head = b""
         self.inbuf = bytearray()
         self.frag = None  # a fragmented message being joined
@@ -206,9 +219,14 @@ class WsProtocol(asyncio.Protocol):
         data is returned as a view (None: nothing left, or the connection ended). Joining the
         whole read to the cut piece instead copied every read (~256 KiB) once more, flat out."""
         cut = len(self.inbuf)
-        end = frame_end(bytes(self.inbuf) + bytes(data[:10]))
-        if end <= 0 or end > cut + len(data):  # (its header still cut, a masked frame, or longer than
-            joined = bytes(self.inbuf) + data  # this read too: the two joined, as they come)
+        head = bytes(self.inbuf[:10])
+        known = frame_end(head)  # (> 0: its header was whole when it was cut, and deframe passed it)
+        if known > cut + len(data):  # (still cut after this read too: kept as it is, so a frame
+            self.inbuf += data       # trickled in pieces costs each piece once)
+            return None
+        end = known or frame_end(head + bytes(data[:10 - len(head)]))
+        if end <= 0 or end > cut + len(data):  # (its header cut, a masked frame, or longer than this
+            joined = bytes(self.inbuf) + data  # read too: the two joined, deframe judges the header)
             self.inbuf.clear()
             return joined
         self.inbuf += memoryview(data)[:end - cut]
@@ -240,8 +258,7 @@ class WsProtocol(asyncio.Protocol):
             if st == D_MORE:
                 break
             if st == D_BAD:
-                self.reason = (f"a frame of {ln} bytes (over {self.max_frame})" if ln else "a masked frame from the server")
-                self.close(1009 if ln else 1002)
+                self._bad(op, fin, ln)
                 return
             payload = bytes(rest[s:s + ln])
             pos = base + s + ln
@@ -251,27 +268,51 @@ class WsProtocol(asyncio.Protocol):
         if pos < len(arr):
             self.inbuf += data[pos:]
 
+    def _bad(self, op, fin, ln):
+        """deframe's D_BAD: the connection ends with the reason."""
+        if ln < 0:
+            self.reason, code = "a masked frame from the server", 1002
+        elif ln > self.max_frame:
+            self.reason, code = f"a frame of {ln} bytes (over {self.max_frame})", 1009
+        else:
+            self.reason, code = (f"a control frame of {ln} bytes{'' if fin else ', fragmented'} (RFC 6455: at most "
+                                 f"{MAX_CONTROL}, whole)"), 1002
+        self.close(code)
+
     def _control(self, op, fin, payload, stamp):
         if op == OP_PING:
             self.transport.write(frame(OP_PONG, payload))
+            if self.transport.get_write_buffer_size() > WRITE_MAX:  # (pongs pile up: the server reads nothing)
+                self.reason = f"the server reads nothing ({self.transport.get_write_buffer_size()} bytes unsent)"
+                self.transport.abort()
         elif op == OP_CLOSE:
             code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
-            self.reason = f"close frame {code}"
+            said = payload[2:].decode("utf-8", "replace")  # (the server's words, as sent: a printer escapes them)
+            self.reason = f"close frame {code}" + (f": {said}" if said else "")
             self.close(code if code not in (1005, 1006, 1015) else 1000)
         elif op == OP_TEXT and not fin:
+            if self.frag is not None:
+                self.reason = "a new message inside a fragmented one"
+                self.close(1002)
+                return
             self.frag = bytearray(payload)
         elif op == OP_CONT and self.frag is not None:
+            if len(self.frag) + len(payload) > self.max_frame:
+                self.reason = f"a fragmented message over {self.max_frame} bytes"
+                self.frag = None
+                self.close(1009)
+                return
             self.frag += payload
             if fin:
                 msg, self.frag = bytes(self.frag).replace(b"\n", b" "), None
                 self.sink(stamp.tobytes() + msg + b"\n", 1)
-        # binary frames and pongs: nothing to do
+        # binary frames (and their continuations) and pongs: nothing to do
 
     def _check_upgrade(self, head):
         lines = head.split(b"\r\n")
         status = lines[0].split(b" ", 2)
         if len(status) < 2 or status[1] != b"101":
-            return HandshakeError(f"the server answered {lines[0].decode('latin-1')!r}, not an upgrade")
+            return HandshakeError(f"the server answered \"{lines[0][:200].decode('latin-1')}\", not an upgrade")
         want = base64.b64encode(hashlib.sha1(self.key + GUID).digest())
         for ln in lines[1:]:
             k, _, v = ln.partition(b":")
@@ -286,10 +327,14 @@ class WsProtocol(asyncio.Protocol):
         self.transport.abort()
 
     def close(self, code=1000):
-        """Send a close frame (once) and end the connection."""
+        """Send a close frame (once) and end the connection (at once when the server is not
+        reading: what we wrote would wait for it for ever)."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(frame(OP_CLOSE, code.to_bytes(2, "big")))
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()
+            else:
+                self.transport.close()
 
     def abort(self):
         if self.transport is not None:

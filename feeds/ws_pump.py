@@ -17,14 +17,14 @@ The handover (the only seam between this thread and the source's own):
   stream or an error, or a stop asked (ctl[C_STOP] set, then the eventfd written). Python then
   finishes that read the way the read callback would (what is left of its bytes goes back through
   feeds/ws_client.WsProtocol, a frame cut at the end into its buffer), and resumes reading.
-- Counters it keeps in ctl (frames, last read's clock, ticks published) are folded into the
+- Counters it keeps in ctl (frames, the clock of the last read that completed a frame, ticks published) are folded into the
   source's own between event-loop steps.
 """
 import os
 import threading
 
 import numpy as np
-from numba import njit
+from engine.jit import njit
 
 from engine.intrinsics import cpu_pause, load_acquire, monotonic_ns, store_relaxed
 from engine.readonly import read_only
@@ -88,7 +88,8 @@ def pump(fd, wake_fd, spin, ctl, buf, stamp, lines, offset, max_frame, H, top, o
         store_relaxed(ctl, C_FRAMES, ctl[C_FRAMES] + frames)
         store_relaxed(ctl, C_PUB, ctl[C_PUB] + pub)
         store_relaxed(ctl, C_READS, ctl[C_READS] + 1)
-        store_relaxed(ctl, C_LAST_NS, now)
+        if frames > 0:  # (the last whole frame's time: silence is not broken by a frame's pieces)
+            store_relaxed(ctl, C_LAST_NS, now)
         if st != D_MORE or r != S.R_DONE or want or n - used >= buf.shape[0] - READ_MAX:
             return W_PYTHON, 0, n, used, w, st, pos, nt, r, want, now
         have = n - used
@@ -175,5 +176,5 @@ class Pump:
         return d
 
     def last_s(self):
-        """The last read's CLOCK_MONOTONIC time in s, or 0.0 before the first."""
+        """The CLOCK_MONOTONIC time in s of the last read that completed a frame, or 0.0 before the first."""
         return int(self.ctl[C_LAST_NS]) / 1e9

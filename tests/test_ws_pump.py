@@ -113,7 +113,7 @@ def test_the_compile_sink_takes_real_publishes():
     P = binance_read.throwaway_publish()
     published = 0
     for _ in range(50):
-        r = binance_read.read(frame, len(frame), np.frombuffer(b"1723161255088176367 ", np.uint8), lines, ro, 1 << 20,
+        r = binance_read.read(frame, len(frame), np.frombuffer(b"1723161256323176367 ", np.uint8), lines, ro, 1 << 20,
                               sc.table(), sc.top, np.zeros((64, 8), np.int64), P, 0, 0, 0, 0)
         published += r[11]
     hdr, _, feed, f2t = binance_read._SINK[0][:4]

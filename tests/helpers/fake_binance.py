@@ -61,11 +61,38 @@ duplicated diff counts; the injected malformed/oversized frames do not):
   max_conn_s          close every connection (frame 1001) that many seconds after it opened
                       (except a half-open one: it sends nothing)
 
-Counters (read from any thread): connections (accepted), live_connections (open sockets),
+Hostile faults (a broken or hostile venue; attributes too, read when a connection opens or a
+request comes, so a driver can change them as it goes): ws_fault applies to every connection
+opened while it is set, after its ws_fault_after-th frame; it then sends no more market data and
+streams its attack (never more than hostile_budget bytes a connection: hostile_spent counts the
+connections that sent all of it, i.e. the client never dropped them):
+  "fragments"   a text frame without FIN, then 64 KiB continuation frames for ever
+  "big_pings"   1 MiB pings for ever; reads nothing more from the client
+  "ping_flood"  125-byte pings for ever; reads nothing more (the client's pongs pile up)
+  "trickle"     a 1000-byte text frame a byte every trickle_s (the frame never completes)
+  "close"       a close frame (1000, its reason venue_text): a connection that dies young
+rest_fault maps an endpoint ("depth", "exchangeInfo") to the reply every call gets:
+  "retry_after_0" / "retry_after_huge"  429 with Retry-After 0 / 1e23
+  "garbage"     200, an HTML body          "bad_json"  200, JSON cut short after its '{'
+  "stale"       the book's reply with lastUpdateId 10^7 lower (every reply, older than any diff)
+  "huge"        200, a chunked body that never ends (up to hostile_budget)
+  "never"       no reply at all (the request waits until the server stops)
+  "list"        200, a JSON list           "not_objects"  200, {"symbols": [1, "x", null]}
+  "nested"      200, {"symbols": [[[...]]]} nested 100,000 deep
+  "refused"     400, {"code": -1121, "msg": venue_text} (Binance's refusal, in the venue's words)
+ws_refuse (an attribute, read as an upgrade comes): refuse every new websocket connection (HTTP 503,
+Binance's overloaded body; counted in ws_refused), as a venue under maintenance does.
+venue_text is what a hostile venue says in its own words (default a plain "Invalid symbol."): a
+control sequence or a newline in it tries to forge the client's log.
+
+Counters (read from any thread): connections (accepted), conn_times (monotonic s of each accept),
+rest_times [(monotonic s, path)] of every REST request as it arrives, hostile_sent (bytes of
+attacks), hostile_spent, live_connections (open sockets),
 frames_sent (capture frames, all connections), rest_calls [(path, decoded query string, status)],
 pongs, pings_sent, closed_reasons [(connection number, reason)] with reason one of client,
 drop_after, close_after, half_open_after (recorded when it goes half-open; "client" follows when
-the peer drops it), pong_timeout, max_conn_s, send_error, server_stop; frames_by_conn {connection
+the peer drops it), pong_timeout, max_conn_s, send_error, server_stop, kick (kick()), close
+(ws_fault "close"); frames_by_conn {connection
 number: k}, position (capture lines played), rest_waiting (depth requests waiting for the
 capture's snapshot), done (threading.Event: every line played and every live connection's queue
 written).
@@ -138,7 +165,23 @@ QUEUE_FRAMES = 1024  # how far the market may run ahead of one connection's sock
 WRITE_BATCH = 256  # frames per socket write
 OVERSIZED_BYTES = 2 * 1024 * 1024
 
-LIVE, SILENT, HALF_OPEN, CLOSED = "live", "silent", "half_open", "closed"
+LIVE, SILENT, HALF_OPEN, CLOSED, HOSTILE = "live", "silent", "half_open", "closed", "hostile"
+WS_FAULTS = ("fragments", "big_pings", "ping_flood", "trickle", "close")
+REST_FAULTS = ("retry_after_0", "retry_after_huge", "garbage", "bad_json", "stale", "huge", "never", "list",
+               "not_objects", "nested", "refused")
+
+
+def _raw_frame(op, payload, fin=None):
+    """An unmasked server frame with opcode op (FIN set unless op starts a fragmented message: 0x1
+    here always begins one, a continuation 0x0 never ends it)."""
+    fin = op not in (0x0, 0x1) if fin is None else fin
+    n = len(payload)
+    b0 = (0x80 if fin else 0) | op
+    if n < 126:
+        return bytes((b0, n)) + payload
+    if n < 65536:
+        return struct.pack("!BBH", b0, 126, n) + payload
+    return struct.pack("!BBQ", b0, 127, n) + payload
 
 
 def _frame(payload):
@@ -244,6 +287,7 @@ class _Conn:
     def __init__(self, no, ws, request, faulted):
         self.no, self.ws, self.request, self.faulted = no, ws, request, faulted
         self.streams, self.k, self.state = set(), 0, LIVE
+        self.fault = self.fault_after = None  # a hostile fault (ws_fault) and after which frame
         self.queue = asyncio.Queue(QUEUE_FRAMES)
         self.resume = asyncio.Event()
         self.unanswered = None  # loop time of the first ping not yet answered
@@ -256,7 +300,8 @@ class FakeBinance:
                  drop_after=None, close_after=None, silence_after=None, silence_s=1.0,
                  half_open_after=None, skip_diffs=(), dup_diffs=(), malformed_at=(), oversized_at=(),
                  stale_snapshot=False, rest_delay_s=0.0, rest_status=(), retry_after=1,
-                 max_conn_s=None, fault_every_connection=False):
+                 max_conn_s=None, fault_every_connection=False, ws_fault=None, ws_fault_after=1,
+                 rest_fault=None, trickle_s=0.5, hostile_budget=256 << 20, venue_text="Invalid symbol."):
         if market not in MARKETS:
             raise ValueError(f"market {market!r}: one of {', '.join(MARKETS)}")
         if speed < 0:
@@ -273,6 +318,11 @@ class FakeBinance:
         self.stale_snapshot, self.rest_delay_s = stale_snapshot, rest_delay_s
         self.rest_status, self.retry_after = list(rest_status), retry_after
         self.max_conn_s, self.fault_every_connection = max_conn_s, fault_every_connection
+        self.ws_fault, self.ws_fault_after, self.rest_fault = ws_fault, ws_fault_after, dict(rest_fault or {})
+        self.trickle_s, self.hostile_budget, self.venue_text = trickle_s, hostile_budget, venue_text
+        self.conn_times, self.rest_times = [], []
+        self.ws_refuse, self.ws_refused = False, 0
+        self.hostile_sent = self.hostile_spent = 0
         # counters
         self.connections = self.live_connections = self.frames_sent = self.pongs = self.pings_sent = 0
         self.rest_calls, self.closed_reasons, self.frames_by_conn = [], [], {}
@@ -323,8 +373,18 @@ class FakeBinance:
         self._thread.join(30)
         self._thread = None
 
+    def kick(self):
+        """Close every live connection (frame 1001, as the venue's maintenance does): the client's
+        next connection gets the faults set now. From any thread."""
+        asyncio.run_coroutine_threadsafe(self._kick(), self._loop).result(10)
+
+    async def _kick(self):
+        await asyncio.gather(*(self._close(c, 1001, "kick") for c in list(self._conns.values())
+                               if c.state in (LIVE, SILENT)))
+
     async def _serve_start(self):
         self._conns = {}
+        self._stopping = asyncio.Event()  # (what waits for ever waits for this)
         self._subs = {}  # stream -> set of connections
         self._started = asyncio.Event()
         self._snap_reached = asyncio.Event()
@@ -335,8 +395,8 @@ class FakeBinance:
         app = web.Application()
         app.router.add_get("/stream", self._ws_handler)
         p = self.prefix
-        app.router.add_get(f"{p}/depth", self._rest(self._depth, None))
-        app.router.add_get(f"{p}/exchangeInfo", self._rest(self._exchange_info, self.info_weight))
+        app.router.add_get(f"{p}/depth", self._rest(self._depth, None, "depth"))
+        app.router.add_get(f"{p}/exchangeInfo", self._rest(self._exchange_info, self.info_weight, "exchangeInfo"))
         app.router.add_get(f"{p}/ping", self._rest(self._ping, 1))
         app.router.add_get(f"{p}/time", self._rest(self._time, 1))
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
@@ -349,12 +409,17 @@ class FakeBinance:
         self._market_task = asyncio.get_running_loop().create_task(self._market())
 
     async def _serve_stop(self):
+        self._stopping.set()
         self._market_task.cancel()
         for c in list(self._conns.values()):
-            if c.state == HALF_OPEN:
+            if c.state in (HALF_OPEN, HOSTILE):
                 self._abort(c)
         await asyncio.gather(*(self._close(c, 1001, "server_stop") for c in list(self._conns.values())))
         await self._runner.cleanup()
+        left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]  # (requests still waiting)
+        for t in left:
+            t.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
 
     # ---- the market clock
     async def _market(self):
@@ -398,12 +463,20 @@ class FakeBinance:
         bad = [s for s in streams if not STREAM_RE.match(s)]
         if bad:
             return web.json_response({"code": -1100, "msg": f"Invalid stream name {bad[0]!r}."}, status=400)
+        if self.ws_refuse:
+            self.ws_refused += 1
+            return web.json_response(ERRORS[503], status=503)
         ws = web.WebSocketResponse(autoping=False, autoclose=False, compress=False, max_msg_size=1 << 20)
         await ws.prepare(request)
         self.connections += 1
+        self.conn_times.append(time.monotonic())
         self.live_connections += 1
         no = self.connections
         c = _Conn(no, ws, request, self.fault_every_connection or no == 1)
+        if self.ws_fault is not None:
+            if self.ws_fault not in WS_FAULTS:
+                raise ValueError(f"ws_fault {self.ws_fault!r}: one of {', '.join(WS_FAULTS)}")
+            c.fault, c.fault_after = self.ws_fault, self.ws_fault_after
         self._conns[no] = c
         self.frames_by_conn[no] = 0
         loop = asyncio.get_running_loop()
@@ -505,6 +578,8 @@ class FakeBinance:
         parts = []
         actions = {self.drop_after, self.close_after, self.half_open_after, self.silence_after} - {None} \
             if c.faulted else set()
+        if c.fault is not None:
+            actions.add(c.fault_after)
         skip, dup = (self.skip_diffs, self.dup_diffs) if c.faulted else (set(), set())
         inject = (self.oversized_at | self.malformed_at) if c.faulted else set()
 
@@ -565,6 +640,9 @@ class FakeBinance:
 
     async def _after_frame(self, c, k):
         """The per-connection faults that fire after the k-th frame; True: stop writing."""
+        if c.fault is not None and k == c.fault_after:
+            await self._hostile(c)
+            return True
         if not c.faulted:
             return False
         if k == self.drop_after:
@@ -586,6 +664,46 @@ class FakeBinance:
             asyncio.get_running_loop().call_later(self.silence_s, self._unsilence, c)
         return False
 
+    async def _hostile(self, c):
+        """c's hostile fault (ws_fault), streamed until the client drops it or hostile_budget is spent."""
+        fault = c.fault
+        if fault == "close":
+            await self._close(c, 1000, "close", self.venue_text.encode()[:123])
+            return
+        c.state = HOSTILE
+        self._update_consumers()
+        tr, protocol = c.request.transport, c.ws._writer.protocol
+        if fault in ("big_pings", "ping_flood"):
+            tr.pause_reading()  # (the client's pongs go unread)
+        if fault == "fragments":
+            chunks = [_raw_frame(0x1, b'{"stream":"btcusdt@trade","data":{"p":"'), _raw_frame(0x0, b"x" * (64 << 10))]
+        elif fault == "big_pings":
+            chunks = [_raw_frame(0x9, b"p" * (1 << 20))]
+        elif fault == "ping_flood":
+            chunks = [_raw_frame(0x9, b"p" * 125) * 512]
+        else:  # trickle: a byte at a time of a frame that never ends
+            whole = _frame(b'{"stream":"btcusdt@trade","data":{"p":"' + b"1" * 1000)
+            chunks = [whole[i:i + 1] for i in range(len(whole))]
+        sent, i = 0, 0
+        try:
+            while c.state == HOSTILE and not tr.is_closing():
+                b = chunks[i % len(chunks)] if fault == "trickle" else chunks[min(i, len(chunks) - 1)]
+                if sent + len(b) > self.hostile_budget:
+                    self.hostile_spent += 1
+                    return
+                tr.write(b)
+                sent += len(b)
+                self.hostile_sent += len(b)
+                i += 1
+                if fault == "trickle":
+                    await asyncio.sleep(self.trickle_s)
+                elif protocol._paused:
+                    await protocol._drain_helper()
+                else:
+                    await asyncio.sleep(0)
+        except (ConnectionError, RuntimeError):  # the client dropped it
+            pass
+
     def _unsilence(self, c):
         if c.state == SILENT:
             c.state = LIVE
@@ -597,12 +715,12 @@ class FakeBinance:
         if tr is not None:
             tr.abort()
 
-    async def _close(self, c, code, reason):
+    async def _close(self, c, code, reason, message=b""):
         if c.state == CLOSED:
             return
         self._closed(c, reason)
         try:
-            await asyncio.wait_for(c.ws.close(code=code), 2.0)
+            await asyncio.wait_for(c.ws.close(code=code, message=message), 2.0)
         except Exception:
             self._abort(c)
 
@@ -646,8 +764,16 @@ class FakeBinance:
             await self._close(c, 1001, "max_conn_s")
 
     # ---- REST
-    def _rest(self, handler, weight):
+    def _rest(self, handler, weight, name=None):
         async def wrapped(request):
+            self.rest_times.append((time.monotonic(), request.path))
+            hostile = self.rest_fault.get(name)
+            if hostile is not None and hostile != "stale":
+                if hostile not in REST_FAULTS:
+                    raise ValueError(f"rest_fault {hostile!r}: one of {', '.join(REST_FAULTS)}")
+                resp = await self._hostile_rest(request, hostile)
+                self.rest_calls.append((request.path, request.query_string, resp.status))
+                return resp
             status_fault = self.rest_status.pop(0) if self.rest_status else None
             if self.rest_delay_s:
                 await asyncio.sleep(self.rest_delay_s)
@@ -662,6 +788,36 @@ class FakeBinance:
             self.rest_calls.append((request.path, request.query_string, resp.status))
             return resp
         return wrapped
+
+    async def _hostile_rest(self, request, fault):
+        if fault.startswith("retry_after"):
+            return web.json_response(ERRORS[429], status=429,
+                                     headers={"Retry-After": "0" if fault == "retry_after_0" else "1e23"})
+        if fault == "refused":
+            return web.json_response({"code": -1121, "msg": self.venue_text}, status=400)
+        if fault == "never":
+            await self._stopping.wait()
+            return web.Response(status=503)
+        if fault == "huge":
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            sent, pad = 0, b" " * (64 << 10)
+            try:
+                await resp.write(b'{"symbols":[')
+                while sent + len(pad) <= self.hostile_budget:
+                    await resp.write(pad)
+                    sent += len(pad)
+                    self.hostile_sent += len(pad)
+                self.hostile_spent += 1
+                await resp.write_eof()
+            except (ConnectionError, RuntimeError):  # the client dropped it
+                pass
+            return resp
+        body = {"garbage": b"<html><body>502 Bad Gateway</body></html>", "bad_json": b'{"lastUpdateId":12,"bids":[["6',
+                "list": b'[{"symbol":"BTCUSDT"}]', "not_objects": b'{"symbols":[1,"BTCUSDT",null]}',
+                "nested": b'{"symbols":' + b"[" * 100_000 + b"]" * 100_000 + b"}"}[fault]
+        return web.Response(body=body, content_type="text/html" if fault == "garbage" else "application/json")
 
     def _use_weight(self, w):
         minute = int(time.time() // 60)
@@ -712,8 +868,9 @@ class FakeBinance:
                 snap.update(E=self.book.E or now, T=self.book.T or now)
             snap.update(bids=bids, asks=asks)
             body = None
-        if self._stale_now():
-            snap["lastUpdateId"] -= 1000
+        if self._stale_now():  # (older than the diffs it should bridge: spot's ids move ~10 an event,
+            # futures' thousands, so a hostile venue's "stale" goes back 10^7)
+            snap["lastUpdateId"] -= 10**7 if self.rest_fault.get("depth") == "stale" else 1000
         self._depth_replies += 1
         if body is None:
             body = orjson.dumps(snap)
@@ -734,7 +891,7 @@ class FakeBinance:
         self._book_at = max(self._book_at, self.position)
 
     def _stale_now(self):
-        return self.stale_snapshot and self._depth_replies == 0
+        return (self.stale_snapshot and self._depth_replies == 0) or self.rest_fault.get("depth") == "stale"
 
     def _symbol_info(self, sym):
         info = SYMBOLS.get((self.market, sym))
