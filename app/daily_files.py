@@ -31,8 +31,8 @@ import time
 import zlib
 
 from engine.outputs import OutputError, open_private, reason
-from feeds.sources import FILE_SCHEMES
-from feeds.uri import split
+from feeds.core.sources import FILE_SCHEMES
+from feeds.core.uri import split
 
 FRAME_BYTES = 1 << 20    # raw bytes compressed into one zstd frame
 FRAME_SECONDS = 1.0      # ... or at least this often, so a killed recorder loses at most this

@@ -43,7 +43,8 @@ def ring_names(name, n):
 
 def fixed_instruments(src):
     """How many instruments a source has, when it knows them all once opened (else None)."""
-    from feeds.sources import Synthetic, TickFileSource, TickFilesSource
+    from feeds.core.sources import TickFileSource, TickFilesSource
+    from feeds.synthetic.source import Synthetic
     if isinstance(src, (Synthetic, TickFileSource, TickFilesSource)) or getattr(src, "instruments_at_open", False):
         return max(1, len(src.instruments))
     return None

@@ -11,7 +11,7 @@ incomplete with the reason, and the command fails naming the file; a killed reco
 file whose filled blocks readers still check (engine/tickfile.py).
 
 `engine record SOURCE... --out DIR [--rotate daily|SIZE] [--raw]`: each source (any URI of
-feeds/sources.py open_source; a synthetic one at its rate=) read by a recorder of its own into
+feeds/core/sources.py open_source; a synthetic one at its rate=) read by a recorder of its own into
 DIR/<label>/ (app/daily_files.py: the label, the names, the resume rule). One source is
 recorded in this process; several by one child process each (this same command with one
 SOURCE): a source's parser, its socket reads and
@@ -335,8 +335,8 @@ class Pieces:
 def check_raw(uri):
     """--raw: FeedError (one line) unless the URI's source can give its raw messages; asked of its
     class, so nothing is opened, started or made for any source of the command first."""
-    from feeds.sources import source_class
-    from feeds.uri import FeedError
+    from feeds.core.sources import source_class
+    from feeds.core.uri import FeedError
     if not getattr(source_class(uri), "raw_suffix", None):
         raise FeedError(f"{uri}: --raw: this source cannot give its raw messages (it has no raw_suffix); "
                         "record it without --raw")
@@ -347,7 +347,7 @@ def record_source(uri, out, *, rotate=None, raw=False, duration=None, quiet=Fals
     """Record one source into out/<label>/ until it ends, a stop signal, or `duration`; returns a
     summary dict. `clock`: the wall clock that names and cuts the pieces (UTC seconds)."""
     from engine.outputs import OutputError, check_writable, private_dirs, reason
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
 
     from .daily_files import label, lock_dir
     name = label(uri)
@@ -440,11 +440,11 @@ def _loop(uri, src, d, name, rotate, raw, duration, progress, clock, say, tell, 
 
 
 def _batches(src):
-    """The source's batches, at its own pace when it has one (synthetic rate=, feeds/synthetic.py
+    """The source's batches, at its own pace when it has one (synthetic rate=, feeds/synthetic/market.py
     paced: a recording of a simulated market takes as long as its pace says); others as they come."""
-    from feeds.sources import Synthetic
+    from feeds.synthetic.source import Synthetic
     if isinstance(src, Synthetic) and src.params.rate > 0:
-        from feeds.synthetic import paced
+        from feeds.synthetic.market import paced
         return paced(src.batches(), src.params.rate)
     return src.batches()
 
@@ -476,7 +476,7 @@ def record_sources(uris, out, child_args=(), **kw):
     own summaries and error lines)."""
     import subprocess
 
-    from feeds.sources import as_uri
+    from feeds.core.sources import as_uri
 
     from .daily_files import label
     uris = [as_uri(u) for u in uris]  # (a tick file's plain path: that file)

@@ -21,7 +21,7 @@ def feed_list(cfg):
 
 def feed_uri(cfg, strategy=None, uri=None):
     """The source a feed process reads, with the book levels the strategy needs."""
-    from feeds.sources import as_uri
+    from feeds.core.sources import as_uri
     uri = as_uri(uri or (feed_list(cfg) or [None])[0] or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}")
     return strategy.source_uri(uri) if strategy is not None else uri
 
@@ -62,7 +62,7 @@ class RunInput:
         TAP_WHOLE_MAX, in a quarter of the room /dev/shm has): a recorder stalled on a busy disk is
         then late, never lapped (284k ticks went by in 0.3 s, and one whole-suite run lost them)."""
         if self._tap_cap is None:
-            from feeds.sources import TickFileSource
+            from feeds.core.sources import TickFileSource
             cap = max(cfg.ring_capacity, TAP_CAPACITY)
             srcs = self.srcs
             if not cfg.ring and srcs and all(isinstance(x, TickFileSource) for x in srcs):
@@ -130,7 +130,8 @@ def attach_input(cfg):
 def feed_input(cfg, strat):
     """--feed (or the synthetic market): each source opened once (a bad URI fails here, before
     anything is created), the rings its feed processes will make, their ids and depth."""
-    from feeds.sources import Synthetic, open_source
+    from feeds.core.sources import open_source
+    from feeds.synthetic.source import Synthetic
 
     from .multi_rings import fixed_instruments, id_blocks, labels, ring_names
     uris = [feed_uri(cfg, strat, u) for u in feed_list(cfg)] or [feed_uri(cfg, strat)]

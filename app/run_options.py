@@ -81,7 +81,7 @@ def http_addr(v):
     """--http HOST:PORT as (host, port); None for none."""
     if v in (None, *OFF):
         return None
-    from feeds.uri import hostport
+    from feeds.core.uri import hostport
     return hostport(v, "HOST:PORT for --http")
 
 

@@ -103,8 +103,8 @@ FLAGS = {
 def source(uri):
     """The Src of a URI (scheme and kind None for what is not a source URI: a path, a signal file;
     the command says what is wrong with it)."""
-    from feeds.sources import FILE_SCHEMES, SCHEMES, as_uri
-    from feeds.uri import FeedError, split
+    from feeds.core.sources import FILE_SCHEMES, SCHEMES, as_uri
+    from feeds.core.uri import FeedError, split
     try:
         scheme, _, params = split(as_uri(uri))  # (a tick file's plain path is a file source)
     except FeedError:

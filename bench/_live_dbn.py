@@ -1,7 +1,7 @@
 """dbn-live:// against the fake Databento gateway (tests/helpers/fake_databento.py, a subprocess on
 loopback, flat out), and Databento's official client on the same server in the same run.
 
-- Ours: the native source (feeds/dbn_live.py: socket -> numba scan + dbn.parse -> L3 book ->
+- Ours: the native source (feeds/databento/live.py: socket -> numba scan + dbn.parse -> L3 book ->
   ticks), records/s from the first batch asked to the last tick, and the latency from the
   receive that completed a record's bytes (src.rx_ns, CLOCK_MONOTONIC after recv_into returns)
   to the batch holding its ticks being handed out (per tick: p50 / p99 / p99.9).
@@ -36,7 +36,7 @@ def _serve(repeat):
 
 
 def _ours(port, key, nrec):
-    from feeds.dbn_live import DbnLive
+    from feeds.databento.live import DbnLive
     old = os.environ.get("DATABENTO_API_KEY")
     os.environ["DATABENTO_API_KEY"] = key
     try:

@@ -68,7 +68,7 @@ def ticks_file(book_ticker):
     from feeds.convert import convert
     h = hashlib.sha256()
     for pkg in ("feeds", "engine"):
-        for p in sorted((ROOT / pkg).glob("*.py")):
+        for p in sorted((ROOT / pkg).rglob("*.py")):
             h.update(p.read_bytes())
     stem = f"usdm_btcusdt_20240808-{book_ticker}"
     f = CACHE / f"{stem}-{h.hexdigest()[:12]}.ticks"

@@ -9,7 +9,7 @@ compile plus a few milliseconds of work:
   - binance: the Binance scanner at depth 10 (the default) over the first 2,000 lines of the
     real spot capture;
   - binance-live: opening a `binance-live://` source (it compiles the scanner and the one-call
-    read, feeds/binance_read.py, before it connects; no connection is made);
+    read, feeds/binance/read.py, before it connects; no connection is made);
   - dbn-live: opening a `dbn-live://` source (the DBN parser and book, compiled before it
     connects; the gateway refuses: no connection);
   - itch: the ITCH 5.0 parser + order book at depth 10 over a small synthetic day;
@@ -55,19 +55,19 @@ numba_lock.acquire_for = lambda dispatcher: None
 """
 
 FIRST_BATCH = """
-from feeds.sources import open_source
+from feeds.core.sources import open_source
 next(iter(open_source({uri!r}).batches()))
 """
 
 OPEN = """
-from feeds.sources import open_source
+from feeds.core.sources import open_source
 open_source({uri!r})
 """
 
 OPEN_DBN_LIVE = """
 import os
-from feeds.sources import open_source
-from feeds.uri import FeedError
+from feeds.core.sources import open_source
+from feeds.core.uri import FeedError
 os.environ["DATABENTO_API_KEY"] = "db-" + "0" * 29
 try:
     open_source({uri!r})

@@ -9,7 +9,7 @@ reading of the same data in the same run.
   databento-dbn's own decoder, iterating records in Python into a dict order book (Databento's
   example design, SortedDict levels).
 - Binance: the real spot capture, lines/s (a line is one message). Ours: the numba byte scanner
-  (feeds/binance_scan.py): parse, continuity, L2 book, ticks written, bookTickers as quotes.
+  (feeds/binance/scan.py): parse, continuity, L2 book, ticks written, bookTickers as quotes.
   Peer: orjson (the fastest decoder installed here) + a SortedDict book with the same continuity
   checks, ticks as tuples. Both run alternately, best of N, in the same run.
 Both sides work from bytes already in memory (decompressed), so neither times gunzip/zstd.
@@ -63,7 +63,7 @@ def itch_file(ticks):
 
 
 def ours_itch(data, depth=0):
-    from feeds.itch import ST_OUT, ItchBooks
+    from feeds.nasdaq.itch import ST_OUT, ItchBooks
     buf = np.frombuffer(data, np.uint8)
     out = np.zeros((8192, 8), np.int64)
     books = ItchBooks(depth=depth)
@@ -94,7 +94,7 @@ def meatpy_itch(path, limit):
 # --- DBN --------------------------------------------------------------------------------
 
 def ours_dbn(raw, depth=0):
-    from feeds import dbn as D
+    from feeds.databento import dbn as D
     f = D.DbnFile("dbn:/dev/null", "/dev/null", {"depth": str(depth)})
     off = f._start(raw)
     out = np.zeros((8192, 8), np.int64)
@@ -152,7 +152,7 @@ def python_dbn(raw):
 
 def ours_binance(path, raw, depth=0):
     """The scanner over the decompressed bytes in memory (`path` only names the source)."""
-    from feeds.binance import BinanceFile
+    from feeds.binance.capture import BinanceFile
     src = BinanceFile(f"binance:{path}", str(path), {"depth": str(depth)})
     out = np.zeros((src.OUT_ROWS, 8), np.int64)
     for _ in src._scan(np.frombuffer(raw, np.uint8), 0, True, out):
@@ -213,7 +213,7 @@ def python_binance(lines):
 
 def synthetic_events(depth, events):
     """Simulate at least `events` market events (their ticks written) at this depth; returns how many."""
-    from feeds.synthetic import G_EVENTS, Simulator, parse_uri
+    from feeds.synthetic.market import G_EVENTS, Simulator, parse_uri
     sim = Simulator(parse_uri(f"synthetic://?instruments=4&seed=3&depth={depth}"))
     out = np.zeros((8192, 8), np.int64)
     while sim.g[G_EVENTS] < events:

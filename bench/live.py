@@ -6,12 +6,12 @@ the blast server serves the capture's depth diffs and trades under those names),
 get the same bytes. One pass per session: a second pass would apply the capture's first diffs on the
 book its last diffs left (stale levels, a crossed book: neither realistic nor the same work), so each
 measurement is a fresh connection and a fresh book, repeated, and the median is quoted.
-- ours: `binance-live://usdm?...` (feeds/binance_live.py, its default reader: auto, native on ws://
+- ours: `binance-live://usdm?...` (feeds/binance/live.py, its default reader: auto, native on ws://
   once synced) run in-process and publishing into a real tick ring as the feed process does
   (feeds/process.py Put: from the socket's read callback, one numba call a read
-  (feeds/binance_read.py), then from the native reader's thread (feeds/ws_pump.py), the rest as
+  (feeds/binance/read.py), then from the native reader's thread (feeds/binance/pump.py), the rest as
   batches; no consumer): the socket reads,
-  the numba websocket deframer (feeds/ws_client.py), the numba scanner (JSON, book, ticks) and the
+  the numba websocket deframer (feeds/transport/ws_client.py), the numba scanner (JSON, book, ticks) and the
   ring publish; nothing downstream. frames_per_s: the pass's frames over the time from the connection's start to the
   last frame's ticks in the ring (median of the sessions). frame_to_tick_p50/p99/p999_ns: per
   tick, a frame's receive time (read in the websocket callback) to its ticks being in the ring
@@ -88,7 +88,7 @@ import numpy as np
 
 from engine import shm
 from engine.records import KIND_GAP, tick_kinds
-from feeds import binance_scan as S
+from feeds.binance import scan as S
 
 ROOT = _common.ROOT
 USDM = ROOT.parent / "shared" / "data" / "binance" / "usdm_btcusdt_20240808.gz"
@@ -135,7 +135,7 @@ def into_ring(src):
     import os
 
     from engine.tickring import TickRing
-    from feeds.crossed import CrossedWatch
+    from feeds.books.crossed import CrossedWatch
     from feeds.process import Put
     ring = TickRing(f"bench-live-{os.getpid()}", 1 << 16, depth=src.depth)
     try:
@@ -157,9 +157,9 @@ def into_ring(src):
 def ours(blast, runs, reader="auto"):
     """`runs` sessions of one pass each (a fresh source: a fresh book) with the given reader; frames/s
     per run, and the frame_to_tick histogram of all runs pooled."""
-    from feeds.feed_latency import Latencies
+    from feeds.core.feed_latency import Latencies
     from feeds.process import keep_freed_memory
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     keep_freed_memory()  # (as the feed process does)
     pooled = Latencies("frame_to_tick")
     rates, tick_rates = [], []
@@ -358,8 +358,8 @@ def bare_picows(url, want):
 
 
 def bare_ours(url, want):
-    """feeds/ws_client.py alone: socket reads deframed in numba into capture lines, counted."""
-    from feeds import ws_client
+    """feeds/transport/ws_client.py alone: socket reads deframed in numba into capture lines, counted."""
+    from feeds.transport import ws_client
     loop = _loop()
     count = _Count(loop, want)
 
@@ -443,7 +443,7 @@ def venue(capture, cpus=None, **faults):
 def reconnect(capture, drops, every):
     """Drop every connection after `every` frames (FakeBinance, capture pace); per drop, the gap
     tick's receive time to the loop seeing the next snapshot placed (ms)."""
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     out = []
     with venue(capture, drop_after=every, fault_every_connection=True) as (ws, rest):
         src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&backoff_s=0.05")
@@ -477,7 +477,7 @@ def paced(capture, seconds, reader="python", core=-1):
     it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns. core >= 0: the
     native reader on that CPU (reader_core=), the venue and this thread on the others (a core
     set aside for the reader, as far as an untuned VM can)."""
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     others = os.sched_getaffinity(0) - {core} if core >= 0 else None
     with venue(capture, others) as (ws, rest):
         src = open_source(f"binance-live://usdm?symbols=BTCUSDT&ws={ws}&rest={rest}&update=0ms&reader={reader}"
@@ -553,7 +553,7 @@ def machine_floor(samples=400):
     {p50, p99}} in ns."""
     from numba import njit
 
-    from feeds import ws_client
+    from feeds.transport import ws_client
     payload = b'{"stream":"btcusdt@bookTicker","data":{"e":"bookTicker","u":4009002171,"s":"BTCUSDT",' \
               b'"b":"25351.90","B":"31.210","a":"25365.20","A":"40.660","T":1,"E":1}}'
     data = np.frombuffer(bytes([0x81, 126]) + len(payload).to_bytes(2, "big") + payload, np.uint8)

@@ -31,7 +31,7 @@ from engine.intrinsics import cpu_pause, monotonic_ns
 from engine.tickring import POLL_EMPTY, POLL_TICK, TickConsumer, TickRing
 from engine.tickring import poll as ring_poll
 from engine.realtime import set_timer_slack
-from feeds.publisher import publish_all, publish_paced
+from feeds.core.publisher import publish_all, publish_paced
 
 try:
     import iceoryx2 as iox2

@@ -42,8 +42,8 @@ def numba_cache_dir():
                    if p.parent != here and CACHE_KEY_MARK in p.read_bytes())
     h = hashlib.sha256()
     for pkg in [here, *keyed]:
-        for p in sorted(pkg.glob("*.py")):
-            h.update(p.name.encode())
+        for p in sorted(pkg.rglob("*.py")):  # (a package's subpackages too)
+            h.update(str(p.relative_to(pkg)).encode())
             h.update(p.read_bytes())
     return cache_dir("numba", h.hexdigest()[:16])
 

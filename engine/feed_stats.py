@@ -17,7 +17,7 @@ _NAMES = _VALUES + MAX_STATS                              # word offset of the n
 NAME_BYTES = (shm.HEADER_WORDS - shm.H_FEED_STATS - _NAMES) * 8
 # values that go up and down (the rest only grow): exported as gauges
 class _Gauges(frozenset):
-    """The names below, and every percentile a live feed reports (`..._p50_us`, feeds/feed_latency.py)."""
+    """The names below, and every percentile a live feed reports (`..._p50_us`, feeds/core/feed_latency.py)."""
 
     def __contains__(self, name):
         return frozenset.__contains__(self, name) or name.endswith("_us")

@@ -1,7 +1,7 @@
 """What an instrument is, beside its name: the facts that turn a tick's price and size into money.
 
 One record per instrument, in the stream's instrument order (its index in the tick's word 7). A
-source makes them (feeds/venues.py knows each venue), and they travel with the ticks: the ring's
+source makes them (feeds/core/venues.py knows each venue), and they travel with the ticks: the ring's
 instrument table (engine/tickring.py), every tick file's header (engine/tickfile.py: `specs`,
 beside `instruments`), Parquet outputs (`engine.instruments`); backtests read them from the file
 (replay/costs.py adds fees and overrides), so a file made by `engine convert` and one made

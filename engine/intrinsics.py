@@ -246,7 +246,7 @@ def f32_bits(typingctx, x):
 # instruction and decrements it later. `borrow(a)` is `a` with no count (a null meminfo, as for an
 # array numba builds over a raw pointer): incref/decref of it do nothing. Only for arrays the
 # caller keeps alive for the whole call and that never escape it (not returned, not stored).
-# Users: the feed parsers (feeds/borrow.py), the host loop's book (engine/host_template.py).
+# Users: the feed parsers (feeds/core/borrow.py), the host loop's book (engine/host_template.py).
 
 
 def borrowed_array(context, builder, a, value):

@@ -57,7 +57,7 @@ CLOCK_ARRIVAL, CLOCK_PACED, CLOCK_UNPACED = 0, 1, 2
 H_CONSUMERS = 64       # broadcast consumer lines start here, 8 words each:
 C_PID, C_CURSOR, C_LOST, C_GAPS, C_ATTACHED_NS = range(5)
 C_RESYNC = 5           # the consumer bumps it to have the producer re-send every depth window
-C_BACKPRESSURE = 6     # 1: a file producer waits for this consumer rather than lap it (feeds/publisher.py)
+C_BACKPRESSURE = 6     # 1: a file producer waits for this consumer rather than lap it (feeds/core/publisher.py)
 MAX_CONSUMERS = 32
 H_FEED_STATS = 328     # tick rings, words 328-511: the feed's own counters, written between batches (engine/feed_stats.py)
 

@@ -257,7 +257,7 @@ class Strategy:
     def source_uri(self, uri):
         """A source URI with the book levels this strategy needs: depth=0 for a touch-only
         strategy, at least its DEPTH otherwise, unless the URI says; tick files carry theirs (a
-        plain path is one: feeds.sources.as_uri, which callers apply first)."""
+        plain path is one: feeds.core.sources.as_uri, which callers apply first)."""
         if uri.startswith("tickfile:") or "depth=" in uri.partition("?")[2]:
             return uri
         want = 0 if self.depth == 0 else max(self.depth, 10)

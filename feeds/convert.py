@@ -1,8 +1,6 @@
 """`engine convert SOURCE --out FILE`: a source's normalised ticks to an engine tick file (.ticks,
 with each instrument's record: engine/instruments.py), .parquet, .csv, or ITCH 5.0 (.itch, .itch.gz). Written to a temporary file and renamed, so a failed conversion leaves nothing;
 a failed write (a full disk) is an error naming the output."""
-import datetime as dt
-import gzip
 import os
 import sys
 import time
@@ -11,8 +9,8 @@ import numpy as np
 
 from engine.records import TICK_DTYPE, symbol_column, table_metadata
 
-from .sources import open_source
-from .uri import FeedError
+from feeds.core.sources import open_source
+from feeds.core.uri import FeedError
 
 FORMATS = (".parquet", ".csv", ".itch", ".itch.gz", ".ticks")
 COLUMNS = ("seq", "ts_event", "ts_recv", "instrument", "kind", "side", "price", "size",
@@ -109,38 +107,6 @@ class TicksSink:
         self.w.close()
 
 
-class ItchSink:
-    def __init__(self, path, fmt, source, fileobj=None):
-        self.f = fileobj or (gzip.open(path, "wb") if fmt == ".itch.gz" else open(path, "wb"))
-        self.source = source
-        self.writer = None
-        self.last_ts = 0
-
-    def write(self, ticks, seq0):
-        from .itch_writer import ItchWriter
-        if not len(ticks):
-            return
-        if self.writer is None:
-            first = int(ticks[0, 1])
-            day = first - first % (86_400 * 10**9)
-            self.writer = ItchWriter(len(self.source.instruments), day,
-                                     [s[:8] for s in self.source.instruments], depth=getattr(self.source, "depth", 0))
-            self.f.write(self.writer.start(first))
-            self.day = dt.datetime.fromtimestamp(day / 1e9, dt.timezone.utc).date().isoformat()
-        for b in self.writer.write(ticks):
-            self.f.write(b)
-        self.last_ts = int(ticks[-1, 1])
-
-    def finish(self):
-        if self.writer is not None:
-            self.f.write(self.writer.finish(self.last_ts))
-
-    def close(self):
-        self.finish()
-        self.f.close()
-        return f"read it back as itch:FILE?date={self.day}" if self.writer else None
-
-
 def convert(uri, out, progress=True, on_source=None):
     """Convert; returns a summary dict. Raises FeedError on bad input (no output left behind).
     A live source runs until it ends (MoldUDP64 end of session, idle_s) or its stop() is called
@@ -156,7 +122,11 @@ def convert(uri, out, progress=True, on_source=None):
     t0 = last = time.monotonic()
     first = None
     try:
-        sink = (ItchSink if fmt.startswith(".itch") else TicksSink if fmt == ".ticks" else _Tabular)(tmp, fmt, src)
+        if fmt.startswith(".itch"):
+            from feeds.nasdaq.itch_sink import ItchSink as sink_class  # (its writer compiles only for ITCH)
+        else:
+            sink_class = TicksSink if fmt == ".ticks" else _Tabular
+        sink = sink_class(tmp, fmt, src)
         for ticks in src.batches():
             sink.write(ticks, n)
             n += len(ticks)

@@ -16,7 +16,7 @@ looks at the consumers' resync words and, when one changed, has the source re-se
 window (`src.resync()`: each instrument's next event sends a clear tick and its whole window).
 
 Counters: between batches (at most every STATS_EVERY_S) the feed writes its source's `stats()`
-and the crossed-book watch's (feeds/crossed.py) into the ring's header (engine/feed_stats.py),
+and the crossed-book watch's (feeds/books/crossed.py) into the ring's header (engine/feed_stats.py),
 where the engine's control plane reads them for /metrics, /status and the run's summary.
 
 Live sources: everything is compiled before the source is opened (a live one binds or joins
@@ -35,10 +35,10 @@ from engine import defaults, feed_stats, latency, shm
 from engine.realtime import set_timer_slack
 from engine.tickring import TickRing
 
-from .borrow import handles
-from .crossed import CrossedWatch
-from .publisher import Waiter, publish_all, publish_due, publish_live, publish_paced
-from .sources import Synthetic, open_source
+from feeds.core.borrow import handles
+from feeds.books.crossed import CrossedWatch
+from feeds.core.publisher import Waiter, publish_all, publish_due, publish_live, publish_paced
+from feeds.core.sources import open_source
 
 STATS_EVERY_S = 0.05   # the feed's counters in the ring header are this fresh
 
@@ -87,7 +87,7 @@ def _publish_timed(ring, ticks, clock, speed, stopped):
 def _start_clock(ring, src, first, speed, run_clock, stopped):
     """The ring's clock, set before it is marked producing: (data0, mono0) for a paced file, else
     None. run_clock: wait for the reading run's anchor (its one clock for all its files)."""
-    if src.live or isinstance(src, Synthetic):
+    if src.live or _generated(src):
         return None  # CLOCK_ARRIVAL: ts_recv is stamped on arrival
     if speed == 0:
         ring.set_clock(shm.CLOCK_UNPACED)
@@ -135,7 +135,7 @@ class Put:
 
     def live_handles(self, lat):
         """(handle table, ring mask, crossed limit ns) for a read published in one numba call
-        (feeds/binance_read.py PUBLISH: the ring's header and data, lat's feed_latency and
+        (feeds/binance/read.py PUBLISH: the ring's header and data, lat's feed_latency and
         frame_to_tick histograms, the crossed watch's arrays), built once: they live as long as we do."""
         if self._live is None or self._live[0] is not lat:
             r, c = self.ring, self.crossed
@@ -155,7 +155,7 @@ class Put:
     def __call__(self, ticks, lat, offset):
         """A live source's batch (ts_recv on the wall clock, minus offset for CLOCK_MONOTONIC):
         published in one numba call that also records its feed latency and frame-to-tick time in
-        lat (feeds/feed_latency.py Latencies: feed_latency, frame_to_tick)."""
+        lat (feeds/core/feed_latency.py Latencies: feed_latency, frame_to_tick)."""
         self.name_instruments()
         r = self.ring
         i = publish_live(r.hdr, r.data, r.mask, ticks, lat.counts["feed_latency"], lat.counts["frame_to_tick"], offset)
@@ -188,7 +188,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
     _compile()  # first: a live source listens from the moment it is opened
     keep_freed_memory()
     src = source or open_source(uri)
-    if isinstance(src, Synthetic):
+    if _generated(src):
         if rate is not None:
             src.params.rate = rate
         if count is not None:
@@ -236,7 +236,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
         clock = [_start_clock(ring, src, first, speed, run_clock, stopped)]
         ring.set_state(shm.STATE_PRODUCING)
         deadline = time.monotonic() + duration if duration else None
-        if isinstance(src, Synthetic):
+        if _generated(src):
             interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
             next_due = time.monotonic_ns()
         next_look = next_stats = 0.0
@@ -246,13 +246,13 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
             src.direct = put
         import itertools
         for ticks in itertools.chain([] if first is None else [first], batches):
-            if count is not None and not isinstance(src, Synthetic):
+            if count is not None and not _generated(src):
                 ticks = ticks[:max(0, count - put.produced)]
-            if not isinstance(src, Synthetic) and (src.live or speed == 0):
+            if not _generated(src) and (src.live or speed == 0):
                 put.batch(ticks)
             else:
                 put.name_instruments()
-                if isinstance(src, Synthetic):
+                if _generated(src):
                     i, next_due = publish_all(ring, ticks, len(ticks), next_due, interval, stopped)
                 else:
                     if getattr(src, "segment", 0) != segment and not run_clock:
@@ -280,7 +280,7 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
         counters.write(st)  # the last counts, before the ring says finished
         ring.set_state(shm.STATE_FINISHED)
         say(f"published {put.produced} ticks")
-        if st and not isinstance(src, Synthetic):
+        if st and not _generated(src):
             say(" ".join(f"{k}={v}" for k, v in st.items() if v))
         return put.produced
     finally:
@@ -297,3 +297,8 @@ def _close(batches):
     close = getattr(batches, "close", None)
     if close is not None:
         close()
+
+
+def _generated(src):
+    """A source that makes its ticks (the simulator: paced by its own rate, never a file's time)."""
+    return getattr(src, "generated", False)

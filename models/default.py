@@ -34,7 +34,7 @@ def default_key(strategy):
     h.update(json.dumps(artifact.versions(), sort_keys=True).encode())
     root = Path(__file__).resolve().parent.parent
     for mod in ("models/compile.py", "models/flat.py", "models/templates/flat.c.tpl", "models/trees.py", "engine/render.py",
-                "models/build.py", "models/dataset.py", "models/drift.py", "models/default.py", "feeds/synthetic.py",
+                "models/build.py", "models/dataset.py", "models/drift.py", "models/default.py", "feeds/synthetic/market.py",
                 "engine/host_template.py"):
         h.update((root / mod).read_bytes())
     return h.hexdigest()[:16]

@@ -36,7 +36,7 @@ def input_streams(sources, default_ticks, strategy=None, merge=False):
 
 
 def _read(uri, default_ticks, strategy):
-    from feeds.sources import as_uri, open_source
+    from feeds.core.sources import as_uri, open_source
     uri = as_uri(uri)  # (a tick file's plain path)
     if strategy is not None:
         uri = strategy.source_uri(uri)

@@ -1,10 +1,10 @@
 """What a backtest charges and counts in money for each instrument, read from one place.
 
 1. The instrument's record (engine/instruments.py): what one lot is worth (multiplier), currency,
-   calendar, carried by the tick file from its source (feeds/venues.py made it: a Binance lot is
+   calendar, carried by the tick file from its source (feeds/core/venues.py made it: a Binance lot is
    the capture's size_unit of the base asset, ES is 50 USD a point, a stock is a share). An older
    file that has names only is described from its source URI as that source would today.
-2. Fees: the venue's published standard tier (feeds/venues.py FEES: Binance spot, USD-M and COIN-M
+2. Fees: the venue's published standard tier (feeds/core/venues.py FEES: Binance spot, USD-M and COIN-M
    maker/taker; CME exchange + NFA fees per contract), with its source and date in the report.
    Where no fee is known (synthetic data, Nasdaq, an unknown root) the run is a zero-cost run,
    and the summary says so loudly.
@@ -85,9 +85,9 @@ def _match(table, spec):
 
 def file_specs(tf, names):
     """The tick file's instrument records for `names` (the loop's table, which may run past the
-    file's own with indices as names): the file's, else its source's (feeds/venues.py)."""
+    file's own with indices as names): the file's, else its source's (feeds/core/venues.py)."""
     from engine.instruments import unknown
-    from feeds.venues import of_file
+    from feeds.core.venues import of_file
     by_name = {s["symbol"]: s for s in of_file(tf)}
     return [by_name.get(str(n)) or unknown(str(n)) for n in names]
 
@@ -96,7 +96,7 @@ def resolve(specs, table=None, overrides=None):
     """[{key: value}] per instrument record: the record's money facts, the venue's standard fees,
     then the TOML table's, then run-wide overrides (maker_bps, taker_bps, per_lot given on the
     command line). `fee_source` says where the fees came from (None: nobody: zero cost)."""
-    from feeds.venues import fees
+    from feeds.core.venues import fees
     out = []
     for spec in specs:
         d = {k: spec[k] for k in ("symbol", "venue", "multiplier", "currency", "calendar", "tick_size", "lot_size",

@@ -21,11 +21,11 @@ from engine.jit import njit
 from engine import levelbook
 from engine.intrinsics import borrow
 from engine.levelbook import SZ
-from feeds import book as B
-from feeds import files
-from feeds.dbn import (MIN_LEN, RT_MBO, UNDEF_PRICE, mbo_fields, read_metadata, record_instrument, record_ts_event,
+from feeds.books import book as B
+from feeds.core import files
+from feeds.databento.dbn import (MIN_LEN, RT_MBO, UNDEF_PRICE, mbo_fields, read_metadata, record_instrument, record_ts_event,
                        symbol_table)
-from feeds.uri import FeedError
+from feeds.core.uri import FeedError
 
 from .execsim import (FILL_WORDS, O_ACTIVE, O_PX, O_REM, O_SIDE, O_SIG, U_ORDERED, U_TAKER, U_UNPLACED, fills_table,
                       maker_fill, order_inputs, send, unfilled_info)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_GAP, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
-from feeds.binance import fixed, price9, qty8
-from feeds.uri import FeedError
+from feeds.binance.capture import fixed, price9, qty8
+from feeds.core.uri import FeedError
 
 from tests.conftest import SHARED_DATA
 from tests.helpers.feedutil import cli, one_line_error, read_all, without_depth
@@ -131,7 +131,7 @@ def test_cut_gzip_is_an_error_not_a_short_file(tmp_path):
 def _both(uri_tail, path, **params):
     """(ticks, stats) of the scanner with book_ticker=check and of the orjson reader, same input."""
     from tests.helpers.binance_orjson import BinanceFile as Orjson
-    from feeds.binance import BinanceFile
+    from feeds.binance.capture import BinanceFile
     out = []
     for cls, extra in ((BinanceFile, {"book_ticker": "check"}), (Orjson, {})):
         src = cls(f"binance:{path}", str(path), {**params, **extra})
@@ -155,7 +155,7 @@ def test_plain_shape_read_straight_fills_what_the_general_parser_fills():
     2nd line of both real captures (tickers, trades, diffs, the snapshot) and on shapes it must
     leave to the general one: the same end and the same field tables where it takes a line; -1
     where it does not."""
-    from feeds import binance_scan as S
+    from feeds.binance import scan as S
 
     def tables(body):
         b = np.frombuffer(body, np.uint8)
@@ -345,7 +345,7 @@ def test_quote_ticks_cover_every_book_ticker_change_of_the_touch(path, unit):
 def test_newline_search_finds_every_position():
     """The scanner's word-at-a-time newline search (feeds/jscan.find_byte) against bytes.find, for
     a newline at every offset of a word, none at all, and spans that do not start at 0."""
-    from feeds.jscan import find_byte
+    from feeds.core.jscan import find_byte
     for size in (0, 1, 7, 8, 9, 23, 64):
         for at in range(-1, size):
             b = bytearray(b"x" * size)
@@ -361,7 +361,7 @@ def test_newline_search_finds_every_position():
 @pytest.mark.parametrize("at", [850, 748, 702])
 def test_a_ticker_deep_inside_the_book_shows_the_levels_under_it(tmp_path, at):
     """A bookTicker whose bid lies deep inside the diff book (under the ladder part of the book,
-    feeds/book_deep.py: its best 128 here) still shows the book's next levels under its touch:
+    feeds/books/book_deep.py: its best 128 here) still shows the book's next levels under its touch:
     850 finds them in the table's levels the view pulls into the ladder; 748 needs the last of
     those and then the table's; 702 only the table's last level."""
     bids = [[f"{p}.0", "1"] for p in range(1000, 700, -1)]
@@ -456,7 +456,7 @@ def test_bad_values_in_a_real_capture_are_rejected_and_counted(tmp_path):
     assert {k: v for k, v in st.items() if k not in want and k != "lines"} == \
         {k: v for k, v in clean.items() if k not in want and k != "lines"}
     assert st["bad_lines"] == st["gaps"] == 0 and st["ticker_disagree"] == 0
-    from feeds.ticks import MAX_PRICE
+    from feeds.books.ticks import MAX_PRICE
     t = a[a["kind"] == KIND_TRADE]
     assert ((t["price"] > 0) & (t["price"] <= MAX_PRICE)).all() and (t["size"] > 0).all()
     q = a[a["kind"] == KIND_QUOTE]

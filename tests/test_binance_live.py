@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_GAP, TICK_DTYPE
-from feeds.uri import FeedError
+from feeds.core.uri import FeedError
 
 from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
 from tests.helpers.feedutil import cli, consume_ring, one_line_error, read_all
@@ -34,7 +34,9 @@ def uri(fb, market="spot", **extra):
 
 def _compiled():
     """The signatures of every numba function a live run calls from Python."""
-    from feeds import binance_read, binance_scan, feed_latency, ws_client, ws_pump
+    from feeds.binance import read as binance_read, scan as binance_scan, pump as ws_pump
+    from feeds.core import feed_latency
+    from feeds.transport import ws_client
     fns = (binance_scan.scan_packed, ws_client.deframe, feed_latency.record_feed, feed_latency.record_since,
            binance_read.read, binance_scan.needs_snapshot, ws_pump.pump)
     return {f.__name__: list(f.signatures) for f in fns}
@@ -45,11 +47,11 @@ def run_live(fb, u, direct=True, raw=True):
     source has read nothing more for QUIET_S, its raw lines, and the source
     (direct: published from the read callback, else every batch yielded; "ring": as the feed process
     runs it, the read callback publishing through feeds/process.py Put into a real tick ring, one
-    numba call a read (feeds/binance_read.py), and the ticks read back from the ring).
+    numba call a read (feeds/binance/read.py), and the ticks read back from the ring).
     Nothing is compiled once the source is open (it compiles before it connects: a compile of
     the scanner after is a minute with no frame read, on a cold cache). raw=False: no raw lines
     (the native reader runs only when nothing records them)."""
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     src = open_source(u)
     before = _compiled()
     lines, parts = [], []
@@ -60,7 +62,7 @@ def run_live(fb, u, direct=True, raw=True):
     threading.Thread(target=_stop_after_the_venue, args=(fb, src), daemon=True).start()
 
     def put(t, lat, offset):  # (what the feed process's publish_live does, into a list)
-        from feeds.feed_latency import record_feed, record_since
+        from feeds.core.feed_latency import record_feed, record_since
         record_feed(lat.counts["feed_latency"], t, offset)
         parts.append(t.copy())
         record_since(lat.counts["frame_to_tick"], t, time.monotonic_ns())
@@ -100,7 +102,7 @@ def _run_into_ring(src, raw, before):
     from engine import shm
     from engine.records import RECORD_WORDS
     from engine.tickring import TickRing
-    from feeds.crossed import CrossedWatch
+    from feeds.books.crossed import CrossedWatch
     from feeds.process import Put
     ring = TickRing(f"test-binlive-{os.getpid()}", 1 << 18, depth=src.depth)
     try:
@@ -456,7 +458,7 @@ def test_unknown_symbol_and_bad_uris_are_one_line(shm_name):
         res = cli("feed", uri(fb, "usdm", symbols="BTCUSDT,NOPE"), "--ring", shm_name, timeout=120)
     line = one_line_error(res)
     assert "NOPE" in line and "unknown symbol" in line and "Invalid symbol" in line
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     for bad, says in (("binance-live://moon?symbols=X", "market"), ("binance-live://spot", "no symbols"),
                       ("binance-live://spot?symbols=X&update=7ms", "update"),
                       ("binance-live://spot?symbols=X&silence_s=0", "silence_s"),
@@ -474,7 +476,7 @@ def test_deframe_makes_one_line_a_text_frame_whatever_its_length_and_newlines():
     """ws_client.deframe (copying eight bytes a step): every payload length 0..300, newlines at the
     start, the end, inside and across a word boundary, several frames in one read and the last one
     cut short: each complete frame is `<stamp><payload, newline -> space>\\n` and nothing else."""
-    from feeds import ws_client
+    from feeds.transport import ws_client
     rng = np.random.default_rng(7)
     frames, want = [], []
     for ln in range(0, 301):
@@ -506,7 +508,7 @@ def test_frames_cut_across_socket_reads_come_out_whole():
     import hashlib
     import socket
 
-    from feeds import ws_client
+    from feeds.transport import ws_client
     rng = np.random.default_rng(11)
     payloads = [rng.integers(32, 127, n, dtype=np.uint8).tobytes() for n in
                 list(range(0, 301)) + [1000, 70000, 5, 70000, 126, 65535, 65536]]

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from feeds import book
-from feeds.book import Ladders, Orders
+from feeds.books import book
+from feeds.books.book import Ladders, Orders
 
 
 def _ref_side(levels, side):

@@ -1,10 +1,10 @@
-"""The ladder + hash-table L2 book (feeds/book_deep.py) against a dict, under Binance-like batches."""
+"""The ladder + hash-table L2 book (feeds/books/book_deep.py) against a dict, under Binance-like batches."""
 import numpy as np
 import pytest
 
-from feeds import book_deep as deep
-from feeds.book import Ladders
-from feeds.book_deep import Deep
+from feeds.books import book_deep as deep
+from feeds.books.book import Ladders
+from feeds.books.book_deep import Deep
 
 
 def _grow_for(L, D, b, V, off, k, cleared=False):

@@ -173,7 +173,7 @@ def test_an_external_feed_that_dies_and_comes_back(tmp_path, shm_name, default_m
 
 def test_sigterm_under_load_flushes_logs_and_every_signal_has_its_tick(tmp_path, shm_name, default_model):
     from engine import hlog
-    from feeds.synthetic import Simulator, parse_uri
+    from feeds.synthetic.market import Simulator, parse_uri
     uri = SYN.format(rate=100000)
     d = Daemon(tmp_path, shm_name, "--feed", uri, "--hlog-interval", "0.5", core=strategy_core())
     d.wait_for("/metrics /health /ready")

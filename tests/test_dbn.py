@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE, SIDE_SELL
-from feeds.uri import FeedError
+from feeds.core.uri import FeedError
 
 from tests.conftest import SHARED_DATA
 from tests.helpers.feedutil import check_book_consistent, cli, one_line_error, read_all, without_depth
@@ -168,7 +168,7 @@ def test_real_cme_file_rebuilds_without_inconsistency():
 def _prices_a_tick_can_carry(a):
     """No tick carries a price of 0 or below (but an empty side's 0) or above MAX_PRICE."""
     from engine.records import KIND_LEVEL
-    from feeds.ticks import MAX_PRICE
+    from feeds.books.ticks import MAX_PRICE
     t = a[a["kind"] == KIND_TRADE]
     lv = a[(a["kind"] == KIND_LEVEL) & (a["side"] != SIDE_NONE)]
     assert ((t["price"] > 0) & (t["price"] <= MAX_PRICE)).all() and (t["size"] > 0).all()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_GAP, KIND_QUOTE, TICK_DTYPE
-from feeds.uri import FeedError
+from feeds.core.uri import FeedError
 
 from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
 from tests.helpers.feedutil import check_book_consistent, consume_ring as _consume, one_line_error, read_all
@@ -54,7 +54,7 @@ def live_uri(gw, **extra):
 
 def run_live(uri, sink=None):
     """Every tick of a live source run in this process until it idles: (ticks, source)."""
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     src = open_source(uri)
     if sink is not None:
         src.raw_sink = sink
@@ -201,7 +201,7 @@ def test_the_uris_symbols_have_their_ids_from_the_start_in_its_order(ref_slice, 
     a UNIVERSE to them before the first record): ESH4 named second is instrument 1 before the
     gateway maps it and after; NOPE4, which the gateway cannot resolve, keeps its id, unused."""
     from app.multi_rings import fixed_instruments
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     from tests.helpers.fake_databento import FakeGateway
     want, _ = ref_slice
     with FakeGateway(limit=SLICE) as gw:
@@ -230,7 +230,7 @@ def test_bad_key_fails_with_one_line_and_never_shows_the_key(shm_name):
 
 def test_a_refusal_is_one_line_whatever_the_gateway_says(monkeypatch):
     """The gateway's reason for refusing the key is its text: escaped in the error line."""
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     from tests.helpers.fake_databento import FakeGateway
     monkeypatch.setenv("DATABENTO_API_KEY", "db-WRONGwrongWRONGwrongWRONG9Zz")
     with FakeGateway(limit=100, auth_error="denied\x1b[2K\r[feed] all is well") as gw:
@@ -240,7 +240,7 @@ def test_a_refusal_is_one_line_whatever_the_gateway_says(monkeypatch):
 
 
 def test_key_file_must_be_private(tmp_path, monkeypatch):
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     from tests.helpers.fake_databento import KEY, FakeGateway
     monkeypatch.delenv("DATABENTO_API_KEY", raising=False)
     f = tmp_path / "db.key"
@@ -259,7 +259,7 @@ def test_key_file_must_be_private(tmp_path, monkeypatch):
 
 def test_bad_uris_and_unreachable_gateway(key):
     import socket
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     for uri, msg in (("dbn-live://GLBX.MDP3", "symbols= is required"),
                      ("dbn-live://GLBX.MDP3?symbols=ESH4&schema=mbp-1&snapshot=1", "snapshot=1 needs schema=mbo"),
                      ("dbn-live://GLBX.MDP3?symbols=ESH4&schema=ohlcv-1s", "must be one of mbo"),
@@ -276,7 +276,7 @@ def test_bad_uris_and_unreachable_gateway(key):
 
 
 def test_default_gateway_is_the_official_clients():
-    from feeds.dbn_live import cram_response, default_gateway
+    from feeds.databento.live import cram_response, default_gateway
     assert default_gateway("GLBX.MDP3") == ("glbx-mdp3.lsg.databento.com", 13000)
     from databento.common.cram import get_challenge_response
     assert cram_response("abc123", "db-0123456789abcdefXYZ") == get_challenge_response("abc123", "db-0123456789abcdefXYZ")
@@ -312,7 +312,7 @@ EVIL = "\x1b[2J\x1b[31mdisk full\n[feed] dbn-live://GLBX.MDP3: all is well\r\u20
 
 
 def test_venue_text_is_escaped_and_cut():
-    from feeds.venue_text import CAP, escape
+    from feeds.core.venue_text import CAP, escape
     assert escape(EVIL) == r"\x1b[2J\x1b[31mdisk full\n[feed] dbn-live://GLBX.MDP3: all is well\r\u202e"
     assert escape("a\\nb") == r"a\\nb"  # a backslash the venue sent cannot pass for an escape of ours
     assert escape("é ok") == "é ok"
@@ -326,7 +326,7 @@ def test_a_flood_of_gateway_messages_is_escaped_and_rate_limited(ref_slice, key,
     venue_text.LINES are printed per PER_S seconds, escaped (one message, one line, no control
     byte), and the rest are said as a number: printed + said == sent. A refused symbol mapping
     after it is still said (a budget of its own). The ticks are unchanged."""
-    from feeds.venue_text import LINES, PER_S
+    from feeds.core.venue_text import LINES, PER_S
     from tests.helpers.fake_databento import FakeGateway, error_records, mapping_records, system_records
     want, _ = ref_slice
     n = 60_000
@@ -355,7 +355,7 @@ def test_mappings_of_symbols_never_subscribed_make_no_instrument(ref_slice, key,
     """50,000 symbol mappings of symbols never subscribed, then records of those ids: no instrument
     is made (the URI's symbols are the instruments), the mappings are counted, the records too
     (untracked), and the ticks are unchanged. The refusals are said within the log's budget."""
-    from feeds.venue_text import LINES, PER_S
+    from feeds.core.venue_text import LINES, PER_S
     from tests.helpers.fake_databento import FakeGateway, load, mapping_records, with_id
     want, _ = ref_slice
     recs = load(DATA, 2000)[2]
@@ -420,6 +420,6 @@ def test_bad_prices_from_the_gateway_never_reach_a_tick(key, tmp_path):
     st = src.stats()
     assert st["bad_price"] == n_price > 50 and st["bad_size"] == n_size > 10
     assert np.array_equal(got, want)
-    from feeds.ticks import MAX_PRICE
+    from feeds.books.ticks import MAX_PRICE
     for k in ("price", "bid_px", "ask_px"):
         assert ((got[k] >= 0) & (got[k] <= MAX_PRICE)).all(), k

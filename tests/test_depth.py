@@ -11,7 +11,7 @@ import pytest
 
 from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_NONE,
                             SIDE_SELL, TICK_DTYPE)
-from feeds.uri import FeedError
+from feeds.core.uri import FeedError
 
 from tests.conftest import SHARED_DATA, engine_cmd, spawn
 from tests.helpers.depthbook import (DepthBooks, History, check_window, quotes_and_trades, same_history,
@@ -42,7 +42,7 @@ def same_quotes_and_trades(a, b, prefix=False, skip=()):
 # --- the synthetic market ------------------------------------------------------------------
 
 def test_synthetic_windows_are_the_simulators_own_book():
-    from feeds.synthetic import Simulator, parse_uri
+    from feeds.synthetic.market import Simulator, parse_uri
     sim = Simulator(parse_uri("synthetic://?instruments=3&seed=5&depth=10"))
     one = np.zeros((1, 8), np.int64)
     books, kinds = DepthBooks(10), []
@@ -216,16 +216,16 @@ def test_itch_reader_windows_equal_a_python_book_of_the_messages(itch_day):
 
 
 def test_itch_out_of_room_resumes_without_losing_or_repeating_a_level(itch_day, monkeypatch):
-    import feeds.itch_file
+    import feeds.nasdaq.itch_file
     path, _, date = itch_day
     a, _ = read_all(f"itch:{path}?date={date}&depth=5")
-    monkeypatch.setattr(feeds.itch_file, "BATCH", 2 + 4 * 5 + 1)  # exactly one message's worth
+    monkeypatch.setattr(feeds.nasdaq.itch_file, "BATCH", 2 + 4 * 5 + 1)  # exactly one message's worth
     b, _ = read_all(f"itch:{path}?date={date}&depth=5")
     assert np.array_equal(a, b)
 
 
 def _itch_messages():
-    from feeds.itch_writer import message, preamble
+    from feeds.nasdaq.itch_writer import message, preamble
 
     def add(ref, side, qty, px):
         return message(b"A", 1, 1000 + ref, ref.to_bytes(8, "big") + side + qty.to_bytes(4, "big") + b"AAPL    "
@@ -260,10 +260,11 @@ def test_moldudp64_gap_voids_every_book_and_each_window_is_resent():
     event brings a clear tick and its whole window, so the stream stays consistent."""
     import io
     import socket
-    from feeds.convert import ItchSink
-    from feeds.mold_server import frame_offsets
-    from feeds.moldudp64 import packet
-    from feeds.sources import Synthetic, open_source
+    from feeds.nasdaq.itch_sink import ItchSink
+    from feeds.nasdaq.mold_server import frame_offsets
+    from feeds.nasdaq.moldudp64 import packet
+    from feeds.core.sources import open_source
+    from feeds.synthetic.source import Synthetic
     syn = Synthetic("synthetic://?instruments=3&count=20000&seed=9&depth=10")
     sink = ItchSink(None, ".itch", syn, fileobj=io.BytesIO())
     for t in syn.batches():
@@ -371,7 +372,7 @@ def test_dbn_real_file_windows_equal_databento_dbns_decoder_book():
 
 @needs(DBN_REAL)
 def test_dbn_out_of_room_resumes_without_losing_or_repeating_a_level(monkeypatch):
-    from feeds import dbn
+    from feeds.databento import dbn
     a, _ = read_all(f"dbn:{DBN_REAL}?depth=4")
     monkeypatch.setattr(dbn.DbnFile, "OUT_ROWS", dbn.PENDING + 4 + 2 * (4 * 4 + 1))
     b, _ = read_all(f"dbn:{DBN_REAL}?depth=4")
@@ -439,7 +440,7 @@ def test_dbn_mbp10_mbp1_trades_and_clears(tmp_path):
 
 def binance_reference(path, depth, div):
     """A dict L2 book from the raw lines with Binance's documented continuity rules."""
-    from feeds.binance import price9, qty8
+    from feeds.binance.capture import price9, qty8
     insts, h, orphan = {}, History(), [None]
     size = lambda q: sat_size(q, div)  # noqa: E731
 
@@ -598,7 +599,7 @@ def test_tick_files_keep_the_depth(tmp_path):
     z = tmp_path / "z.ticks"
     res = cli("convert", "synthetic://?instruments=2&count=100&seed=3&depth=0", "--out", str(z), "--quiet")
     assert res.returncode == 0
-    from feeds.sources import TickFilesSource
+    from feeds.core.sources import TickFilesSource
     with pytest.raises(FeedError, match=r"different depth.*s\.ticks \(depth 5\).*z\.ticks \(depth 0\)"):
         TickFilesSource([str(out), str(z)])
     two = TickFilesSource([str(out), str(out)])
@@ -717,7 +718,7 @@ def _terminal_windows(a, depth):
 
 
 def test_sources_report_depth_and_validate_it(tmp_path):
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     assert open_source("synthetic://?depth=0").depth == 0 and open_source("synthetic://").depth == 10
     p = tmp_path / "x.itch"
     p.write_bytes(_itch_messages())

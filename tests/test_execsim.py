@@ -205,7 +205,7 @@ def test_round_trips_split_a_flip_and_attribute_pnl_and_fees():
 
 
 def test_instrument_records_put_pnl_in_money():
-    from feeds.venues import from_uri
+    from feeds.core.venues import from_uri
     assert from_uri("dbn:/x/esh4.mbo.dbn.zst", "ESH4")["multiplier"] == 50.0
     assert from_uri("dbn:/x", "ESH4")["calendar"] == "cme"
     assert from_uri("dbn:/x", "ESH4")["tick_size"] == 0.25
@@ -218,7 +218,7 @@ def test_instrument_records_put_pnl_in_money():
 
 
 def test_venue_fees_are_the_default_and_an_instruments_file_and_flags_override(tmp_path):
-    from feeds.venues import binance, cme
+    from feeds.core.venues import binance, cme
     from replay.costs import InstrumentsError, load_file, resolve, warnings
     (es,) = resolve([cme("ESH4")])
     assert (es["maker_bps"], es["taker_bps"], es["per_lot"]) == (0.0, 0.0, 1.40) and "CME" in es["fee_source"]

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from engine.records import KIND_GAP, KIND_QUOTE, KIND_TRADE, SIDE_BUY, TICK_DTYPE
-from feeds.synthetic import Simulator, parse_uri
+from feeds.synthetic.market import Simulator, parse_uri
 
 from .conftest import builtin_host
 

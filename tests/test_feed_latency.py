@@ -1,11 +1,11 @@
 """A feed latency spans two clocks (the venue's event time, our receive time): it is reported only
-while they are comparable (feeds/feed_latency.py), on the real Binance capture's own timestamps,
+while they are comparable (feeds/core/feed_latency.py), on the real Binance capture's own timestamps,
 shifted as a wrong clock or a venue replaying it later would shift them. (The live sources against
 the fake venues: tests/test_binance_live.py, tests/test_dbn_live.py.)"""
 import numpy as np
 import pytest
 
-from feeds.feed_latency import MAX_LATENCY_NS, MAX_SKEW_NS, Latencies, on_one_clock, record_feed
+from feeds.core.feed_latency import MAX_LATENCY_NS, MAX_SKEW_NS, Latencies, on_one_clock, record_feed
 
 from tests.conftest import SHARED_DATA
 from tests.helpers.feedutil import read_all

@@ -66,7 +66,7 @@ def test_a_live_batch_is_published_in_one_call_with_its_latencies(shm_name):
     the feed latency of the ticks with an event time, and one frame-to-tick time a tick."""
     from engine import latency, shm
     from engine.tickring import POLL_TICK, TickConsumer, TickRing, poll
-    from feeds.publisher import publish_live
+    from feeds.core.publisher import publish_live
     ring = TickRing(shm_name, 1 << 6)
     c = TickConsumer(shm_name, start="oldest")
     try:

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from feeds.itch_writer import message, preamble
+from feeds.nasdaq.itch_writer import message, preamble
 
 from tests.conftest import ROOT, engine_cmd, engine_env
 
@@ -49,8 +49,8 @@ def _frozen_tree(tmp_path):
 PROBE = """
 import gc, json, sys
 from numba.core.registry import CPUDispatcher
-from feeds import itch
-from feeds.sources import open_source
+from feeds.nasdaq import itch
+from feeds.core.sources import open_source
 n = sum(len(b) for b in open_source(sys.argv[1]).batches())
 every = [d for d in gc.get_objects() if isinstance(d, CPUDispatcher)]  # every numba function in the process
 print(json.dumps({"ticks": n, "hits": sum(itch.parse.stats.cache_hits.values()),
@@ -86,7 +86,7 @@ def test_a_second_process_loads_the_itch_parser_from_the_engine_cache(tmp_path):
 
 
 def _ticks(path):
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     return np.concatenate([b.copy() for b in open_source(f"tickfile:{path}").batches()])
 
 
@@ -107,7 +107,7 @@ def test_an_edited_source_gets_a_cache_of_its_own(tmp_path):
     with open(tree / "strategies" / "microstructure.py", "a") as f:  # no NUMBA_CACHE_KEY: its own key
         f.write("\n# edited\n")
     assert cache_dir() == before
-    with open(tree / "feeds" / "depth.py", "a") as f:  # a module the parsers inline
+    with open(tree / "feeds" / "books" / "depth.py", "a") as f:  # a module the parsers inline
         f.write("\n# edited\n")
     edited = cache_dir()
     assert edited != before
@@ -147,7 +147,7 @@ def test_a_compile_is_announced_and_quiet_says_nothing():
     def fresh():
         def twice(x):
             return 2 * x
-        twice.__module__ = "feeds.dbn"
+        twice.__module__ = "feeds.databento.dbn"
         return njit(cache=False)(twice)
 
     buf = io.StringIO()
@@ -188,8 +188,8 @@ def test_the_default_model_trains_on_one_thread():
 _SCAN_CALL = """
 import os
 from numba.core import dispatcher
-from feeds import binance_read, binance_scan as S
-from feeds.binance_live import MAX_FRAME, Scanner
+from feeds.binance import read as binance_read, scan as S
+from feeds.binance.live import MAX_FRAME, Scanner
 get = dispatcher.Dispatcher.get_call_template
 
 def typed(self, args, kws):  # the types read calls the scanner with, then out before it compiles it
@@ -204,7 +204,7 @@ os._exit(3)
 
 
 def test_the_live_read_calls_the_scanner_with_the_file_readers_types(tmp_path):
-    """feeds/binance_read.py read calls the Binance scanner with the types binance:FILE does, so a
+    """feeds/binance/read.py read calls the Binance scanner with the types binance:FILE does, so a
     cold start compiles the scanner once (numba types a constant argument as a literal: `0, False`
     there compiled all of it a second time, ~70 s). Typed in a fresh process on an empty cache, up to
     that call."""
@@ -217,13 +217,13 @@ def test_the_live_read_calls_the_scanner_with_the_file_readers_types(tmp_path):
 def test_dbn_live_and_dbn_files_share_one_parser_compile():
     """dbn-live parses a writable receive buffer, a file's chunks are read-only bytes: the parser
     gets a read-only view of either, so numba compiles it once for both."""
-    from feeds import dbn
+    from feeds.databento import dbn
     from tests.conftest import SHARED_DATA
     paths = sorted((SHARED_DATA / "dbn").glob("*.dbn.zst")) if (SHARED_DATA / "dbn").is_dir() else []
     if not paths:
         import pytest
         pytest.skip("../shared/data is not here (a user's clone); CI has it")
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     src = open_source(f"dbn:{paths[0]}")
     next(iter(src.batches()))
     src._apply(np.zeros(64, np.uint8)[:0], 0, np.zeros((src.OUT_ROWS, 8), np.int64), 0)

@@ -16,8 +16,8 @@ def test_parsers_survive_hostile_inputs_without_an_out_of_bounds_read():
 def test_boundscheck_is_really_on_in_the_fuzz_process():
     """The fuzz test is only worth something if an out-of-bounds read does raise there."""
     # be16 indexes an array; the Binance scanner reads its input through data_ptr and a word at a
-    # time through load_u64 (feeds/borrow.py), which must raise there too
-    code = ("import numpy as np\nfrom feeds.itch import be16\nfrom feeds.borrow import data_ptr, load_u64\n"
+    # time through load_u64 (feeds/core/borrow.py), which must raise there too
+    code = ("import numpy as np\nfrom feeds.nasdaq.itch import be16\nfrom feeds.core.borrow import data_ptr, load_u64\n"
             "from numba import njit\n"
             "reads = {'be16': njit(lambda a: be16(a, 9)), 'data_ptr': njit(lambda a: data_ptr(a)[10]),\n"
             "         'load_u64': njit(lambda a: load_u64(a, 3)), 'load_u64 <0': njit(lambda a: load_u64(a, -1))}\n"

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from feeds.uri import FeedError
+from feeds.core.uri import FeedError
 
 from tests.conftest import ROOT, SHARED_DATA
 from tests.helpers.feed_proc import FeedProc
@@ -351,7 +351,7 @@ def test_a_rest_url_that_is_not_http_is_one_line(shm_name):
 def test_binance_live_values_are_checked(q, says):
     """nan durations, backoff_max_s=inf, idle_s=-1, reader_core=-5 were taken; size_unit=nan said
     "cannot convert float NaN to integer": each is one line naming the value and the rule."""
-    from feeds.sources import open_source
+    from feeds.core.sources import open_source
     with pytest.raises(FeedError, match=says.replace("(", r"\(").replace("?", r"\?")):
         open_source(f"binance-live://spot?symbols=BTCUSDT&{q}")
 
@@ -363,8 +363,8 @@ def test_binance_live_values_are_checked(q, says):
     ("idle_s=-1", "idle_s='-1'"), ("connect_timeout_s=nan", "connect_timeout_s='nan'"),
 ])
 def test_dbn_live_values_are_checked_by_the_same_rules(q, says):
-    """One validator for every source (feeds/uri.py): dbn-live's values, the same words."""
-    from feeds.sources import open_source
+    """One validator for every source (feeds/core/uri.py): dbn-live's values, the same words."""
+    from feeds.core.sources import open_source
     with pytest.raises(FeedError, match=says):
         open_source(f"dbn-live://GLBX.MDP3?symbols=ESH4&key_file=/nonexistent&{q}")
 
@@ -467,14 +467,14 @@ def test_a_soak_of_alternating_faults_keeps_memory_flat_and_counts_every_gap(mon
 
 
 def test_a_frame_header_cut_byte_by_byte_is_judged_once_whole():
-    """feeds/ws_client.py over a real loopback socket, the server writing a byte at a time: a text
+    """feeds/transport/ws_client.py over a real loopback socket, the server writing a byte at a time: a text
     frame whose header, once whole, says 2 GiB ends the connection there (nothing of it kept); the
     frames before it, cut anywhere, come out whole."""
     import asyncio
     import base64
     import hashlib
 
-    from feeds import ws_client
+    from feeds.transport import ws_client
     good = [bytes([0x81, 126]) + (300).to_bytes(2, "big") + b"a" * 300, bytes([0x81, 5]) + b"hello"]
     evil = bytes([0x81, 127]) + (2 << 30).to_bytes(8, "big") + b"x" * 64
     got = []

@@ -117,8 +117,8 @@ def _cut(src, dst, keep):
 
 @pytest.mark.skipif(NO_DATA, reason=f"the real captures are not in {SHARED_DATA}")
 def test_every_cut_of_a_real_zstd_capture_is_an_error_naming_it(tmp_path):
-    from feeds import files
-    from feeds.uri import FeedError
+    from feeds.core import files
+    from feeds.core.uri import FeedError
     data = DBN.read_bytes()
     whole = b"".join(files.chunks(str(DBN)))
     assert len(whole) > len(data)

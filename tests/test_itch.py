@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
-from feeds.itch_writer import message, preamble
-from feeds.uri import FeedError
+from feeds.nasdaq.itch_writer import message, preamble
+from feeds.core.uri import FeedError
 
 from tests.helpers.feedutil import check_book_consistent, cli, one_line_error, read_all
 
@@ -180,9 +180,9 @@ _TICKS_SHA = {0: "57d94f6255781c33e31c2737299bdb4c469bd6db2a721848f5b79796fad82f
 def test_ticks_are_byte_identical_to_the_reference_parser(tmp_path):
     import hashlib
 
-    from feeds.book import Orders
+    from feeds.books.book import Orders
     from feeds.convert import convert
-    from feeds.itch import ST_OUT, ItchBooks
+    from feeds.nasdaq.itch import ST_OUT, ItchBooks
     path = tmp_path / "syn.itch"
     convert("synthetic://?instruments=3&count=30000&seed=5&depth=10", str(path), progress=False)
     data = path.read_bytes()

@@ -1,5 +1,5 @@
-"""ITCH 5.0 values no tick can carry: adds and replaces at price 0 (feeds/itch.py)."""
-from feeds.itch_writer import message, preamble
+"""ITCH 5.0 values no tick can carry: adds and replaces at price 0 (feeds/nasdaq/itch.py)."""
+from feeds.nasdaq.itch_writer import message, preamble
 
 from tests.helpers.feedutil import check_book_consistent, read_all
 from tests.test_itch import _day, add, be, write

@@ -1,4 +1,4 @@
-"""The JSON byte primitives (feeds/jscan.py) against plain Python on many strings: the
+"""The JSON byte primitives (feeds/core/jscan.py) against plain Python on many strings: the
 word-at-a-time paths (8 digits, 8 string bytes) must read exactly what a byte loop reads, at
 every length and alignment around 8 and 16."""
 import random
@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from feeds import jscan
+from feeds.core import jscan
 
 _DEC = re.compile(r"(-?)([0-9]*)(?:\.([0-9]*))?")
 

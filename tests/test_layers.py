@@ -8,8 +8,8 @@ imported, and every import counts, module-level or inside a function.
   daemon) sits on top and nothing imports it.
 - no import cycle among the project's modules.
 - no function over MAX_LINES lines in engine/, feeds/, models/, replay/, fpga/, strategies/.
-  The feed parsers' numba loops (feeds/itch.py, feeds/dbn.py `parse`) count too: their message
-  families are helpers inlined into the loop (inline="always", on borrowed arrays, feeds/borrow.py),
+  The feed parsers' numba loops (feeds/nasdaq/itch.py, feeds/databento/dbn.py `parse`) count too: their message
+  families are helpers inlined into the loop (inline="always", on borrowed arrays, feeds/core/borrow.py),
   so the split costs no call and no reference counting (measured with bench/feed_parsers.py).
 
 Each rule is a function over a module graph, so the tests below also show that each rule fails
@@ -32,6 +32,10 @@ LAYERS = {
     "app": {"engine", "feeds", "models", "fpga", "replay", "strategies"},
 }
 SIZED = ("engine", "feeds", "models", "replay", "fpga", "strategies")
+# inside feeds/ (feeds/__init__.py): what each room may import of feeds/; a venue never another
+SHARED_ROOMS = {"core": set(), "books": {"core"}, "transport": {"core"}}
+VENUES = ("binance", "databento", "nasdaq", "synthetic")
+FEED_ROOMS = {**SHARED_ROOMS, **{v: {"core", "books", "transport"} for v in VENUES}}
 MAX_LINES = 120
 
 
@@ -93,6 +97,23 @@ def upward_imports(graph):
             if d.split(".")[0] != mod.split(".")[0] and d.split(".")[0] not in LAYERS[mod.split(".")[0]]]
 
 
+def feed_room_imports(graph):
+    """[(module, what it imports of another room of feeds/ that FEED_ROOMS does not allow)]."""
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        parts = mod.split(".")
+        if parts[0] != "feeds" or len(parts) < 3:  # (feeds/__init__ and feeds/convert.py sit above the rooms)
+            continue
+        for d in sorted(deps):
+            dp = d.split(".")
+            if dp[0] == "feeds" and len(dp) >= 2 and dp[1] != parts[1] and dp[1] in FEED_ROOMS \
+                    and dp[1] not in FEED_ROOMS[parts[1]]:
+                bad.append((mod, d))
+            elif dp == ["feeds", "convert"]:
+                bad.append((mod, d)) if parts[1] in SHARED_ROOMS else None
+    return bad
+
+
 def find_cycle(graph):
     """One import cycle as a list [a, b, ..., a], or None."""
     state, stack = {}, []
@@ -142,6 +163,21 @@ def test_the_core_and_the_packages_import_nothing_above_them():
     assert not bad, "imports against the layers (README 'Layout'):\n" + "\n".join(f"  {m} imports {d}" for m, d in bad)
 
 
+def test_a_venue_imports_no_other_venue_and_the_shared_rooms_no_venue():
+    g = import_graph()
+    rooms = {m.split(".")[1] for m in g if m.startswith("feeds.") and m.count(".") >= 2}
+    assert rooms == set(FEED_ROOMS), sorted(rooms)  # (a new room is placed in FEED_ROOMS)
+    bad = feed_room_imports(g)
+    assert not bad, "feeds/ rooms (feeds/__init__.py):\n" + "\n".join(f"  {m} imports {d}" for m, d in bad)
+
+
+def test_the_room_rule_fails_when_broken():
+    g = import_graph()
+    for mod, dep in (("feeds.binance.live", "feeds.databento.live"), ("feeds.core.publisher", "feeds.synthetic.source"),
+                     ("feeds.books.book", "feeds.transport.ws_client")):
+        assert feed_room_imports({**g, mod: g[mod] | {dep}}) == [(mod, dep)]
+
+
 def test_the_folder_map_has_no_arrow_back_up():
     """The top-level folders and their imports, as a map: every arrow points down LAYERS, and
     the map itself has no cycle (so LAYERS is a real order, not only a list of permissions)."""
@@ -170,7 +206,7 @@ def test_the_graph_sees_the_known_edges():
     assert "app.live" in g["app.cli.run_cmds"]  # `from app.live import ...` inside cmd_run
     assert "app.cli.common" in g["app.cli.run_cmds"]  # `from .common import ...`
     assert "app.cli" in g["app.__main__"]
-    assert "engine.records" in g["feeds.ticks"]
+    assert "engine.records" in g["feeds.books.ticks"]
     assert "models.artifact" in g["replay.jobs"]
 
 
@@ -194,11 +230,11 @@ def _append(tree, rel, text):
 @pytest.mark.parametrize("rel, line, edge", [
     ("engine/shm.py", "def f():\n    from models.artifact import load", ("engine.shm", "models.artifact")),
     ("engine/tickring.py", "from app import live", ("engine.tickring", "app.live")),
-    ("engine/latency.py", "import feeds.synthetic", ("engine.latency", "feeds.synthetic")),
+    ("engine/latency.py", "import feeds.synthetic.market", ("engine.latency", "feeds.synthetic.market")),
     ("replay/jobs.py", "def g():\n    from app.run_summary import table", ("replay.jobs", "app.run_summary")),
-    ("feeds/dbn.py", "from models import flat", ("feeds.dbn", "models.flat")),
+    ("feeds/databento/dbn.py", "from models import flat", ("feeds.databento.dbn", "models.flat")),
     ("models/flat.py", "from replay import execsim", ("models.flat", "replay.execsim")),
-    ("strategies/microstructure.py", "import feeds.book", ("strategies.microstructure", "feeds.book")),
+    ("strategies/microstructure.py", "import feeds.books.book", ("strategies.microstructure", "feeds.books.book")),
 ])
 def test_an_upward_import_is_caught(tree, rel, line, edge):
     _append(tree, rel, line)
@@ -221,7 +257,7 @@ def test_a_long_function_is_caught(tree):
 
 def upper_names_in_core(files):
     """[(module, line, text)]: a string in engine/'s code (docstrings and comments aside) that names a
-    package above the core or one of its modules ("feeds", "feeds.dbn"), so the core would know the
+    package above the core or one of its modules ("feeds", "feeds.databento.dbn"), so the core would know the
     layers built on it without importing them (a table of their module names, a list of their
     folders). Those layers register what the core needs instead (engine/components.py) or mark
     themselves (engine/__init__.py NUMBA_CACHE_KEY). strategies/ is left out: it holds the built-in
@@ -249,7 +285,7 @@ def test_the_core_names_no_module_above_it():
     assert not bad, "engine/ names the layers above it:\n" + "\n".join(f"  {m}:{n}: {t!r}" for m, n, t in bad)
 
 
-@pytest.mark.parametrize("line", ['NAMES = {"feeds.dbn": ("feed", "the DBN parser")}',
+@pytest.mark.parametrize("line", ['NAMES = {"feeds.databento.dbn": ("feed", "the DBN parser")}',
                                   'PACKAGES = ("engine", "replay")',
                                   'SOURCES = "models/"'])
 def test_an_upper_name_in_the_core_is_caught(tree, line):

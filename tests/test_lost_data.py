@@ -198,8 +198,8 @@ def test_packets_that_trickle_in_are_published_as_they_come(itch_day):
     batch fills or the socket has been quiet for its timeout (and the heartbeat with them)."""
     import threading
 
-    from feeds.mold_server import Server
-    from feeds.sources import open_source
+    from feeds.nasdaq.mold_server import Server
+    from feeds.core.sources import open_source
     port = free_port()
     src = open_source(f"moldudp64://127.0.0.1:{port}?date={DATE}&start=1&idle_s=30")
     server = Server(f"itch:{itch_day}", ("127.0.0.1", port), rate=4500, linger=0.3, quiet=True)  # ~100 packets/s

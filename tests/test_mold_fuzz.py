@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine import feed_stats, shm
-from feeds.moldudp64 import END_OF_SESSION, HEADER, MAX_HELD, heartbeat, packet
+from feeds.nasdaq.moldudp64 import END_OF_SESSION, HEADER, MAX_HELD, heartbeat, packet
 
 from tests.conftest import ROOT, engine_cmd, engine_env
 from tests.test_moldudp64 import free_port

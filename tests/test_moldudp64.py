@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from engine.records import KIND_GAP
-from feeds.moldudp64 import HEADER, packet
-from feeds.sources import open_source
+from feeds.nasdaq.moldudp64 import HEADER, packet
+from feeds.core.sources import open_source
 
 from tests.conftest import ROOT, engine_cmd, engine_env
 

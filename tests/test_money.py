@@ -162,9 +162,9 @@ def test_the_equity_grid_is_bounded_however_far_apart_the_exchange_times_are():
 
 
 def test_a_binance_capture_says_which_market_it_is(tmp_path):
-    from feeds.binance import _futures_capture
-    from feeds.sources import open_source
-    from feeds.uri import FeedError
+    from feeds.binance.capture import _futures_capture
+    from feeds.core.sources import open_source
+    from feeds.core.uri import FeedError
     need(SPOT)
     assert not _futures_capture(str(SPOT)) and _futures_capture(str(USDM))
     src = open_source(f"binance:{USDM}")
@@ -180,9 +180,9 @@ def test_a_name_that_is_two_instruments_in_two_files_is_not_replayed_as_one(tmp_
     """BTCUSDT recorded with 1e-3 BTC lots in one file and 1e-5 in another: one stream of both
     would give one position two meanings."""
     from engine.tickfile import TickFileWriter
-    from feeds.sources import TickFilesSource
-    from feeds.uri import FeedError
-    from feeds.venues import binance
+    from feeds.core.sources import TickFilesSource
+    from feeds.core.uri import FeedError
+    from feeds.core.venues import binance
     paths = []
     for unit in (1e-3, 1e-5, 1e-5):
         p = tmp_path / f"{unit}-{len(paths)}.ticks"

@@ -36,7 +36,7 @@ def test_numba_is_left_as_it_comes_for_everyone_else():
     from importlib.metadata import entry_points
     assert [e for e in entry_points(group="numba_extensions") if e.value.startswith(("engine.", "app."))] == []
     code = f"""
-import numba, engine, app.cli, feeds.sources
+import numba, engine, app.cli, feeds.core.sources
 import {', '.join(FIXES)}
 fixes = [{', '.join(FIXES)}]
 state = lambda: "".join("1" if f.patched() else "0" for f in fixes)

@@ -34,7 +34,7 @@ RUN = ("--no-doctor", "--http", "none", "--pub", "none", "--hlog", "none")
 WRITER = """
 import sys, time
 import numpy as np
-from feeds.sources import open_source
+from feeds.core.sources import open_source
 from engine.tickfile import TickFileWriter
 src = open_source("synthetic://?instruments=2&count=%d&seed=3")
 words = np.concatenate([b.copy() for b in src.batches()])

@@ -14,7 +14,7 @@ import pytest
 
 from app.daily_files import label, pieces
 from engine.tickfile import TickFile
-from feeds.sources import open_source
+from feeds.core.sources import open_source
 
 from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
 from tests.helpers.feedutil import cli, one_line_error, without_depth

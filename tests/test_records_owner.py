@@ -149,6 +149,8 @@ def test_max_instruments_is_every_index_the_instrument_field_holds():
     assert R.MAX_INSTRUMENTS == np.iinfo(R.TICK_DTYPE["instrument"]).max + 1 == \
         np.iinfo(R.SIGNAL_DTYPE["instrument"]).max + 1
     from app import live
-    from feeds import crossed, dbn, itch
+    from feeds.books import crossed
+    from feeds.databento import dbn
+    from feeds.nasdaq import itch
     assert dbn.MAX_INSTRUMENTS is itch.MAX_INSTRUMENTS is crossed.N_INSTRUMENTS is live.MAX_INSTRUMENTS is \
         R.MAX_INSTRUMENTS

@@ -13,7 +13,7 @@ from engine.sigring import SignalRing, drain
 from engine.strategy_api import check_thresholds, hysteresis, sigmoid32
 from engine.strategy_build import load_host
 from engine.tickring import TickConsumer, TickRing, publish
-from feeds.synthetic import Simulator, parse_uri
+from feeds.synthetic.market import Simulator, parse_uri
 from models import artifact, dataset
 
 

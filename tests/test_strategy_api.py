@@ -10,7 +10,7 @@ import pytest
 from engine.records import KIND_GAP, KIND_QUOTE, KIND_TRADE, TICK_DTYPE
 from engine.strategy_build import build
 from engine.strategy_load import StrategyError, load
-from feeds.sources import open_source
+from feeds.core.sources import open_source
 
 from tests.conftest import SHARED_DATA
 from tests.helpers import strategies as S

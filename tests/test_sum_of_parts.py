@@ -92,7 +92,7 @@ def test_venue_facts_are_the_venue_symbols_whatever_a_run_calls_the_instrument(t
     ESH4's CME fees, and an --instruments entry by the venue's symbol or by VENUE:SYMBOL means the
     same instrument whichever path named it."""
     from engine.universe import merge, run_name, venue_symbol
-    from feeds.venues import binance, cme, fees
+    from feeds.core.venues import binance, cme, fees
     from replay.costs import load_file, resolve
     es, btc = cme("ESH4"), binance("BTCUSDT")
     words = np.zeros((0, 8), np.int64)

@@ -15,7 +15,7 @@ from engine.sigring import SignalRing
 from engine.strategy_build import load_host
 from engine.tickring import TickConsumer, TickRing, publish
 from engine.waits import choose, make_wait
-from feeds.synthetic import Simulator, parse_uri
+from feeds.synthetic.market import Simulator, parse_uri
 from models import artifact
 
 

@@ -1,4 +1,4 @@
-"""The native reader's calls (feeds/netcalls.py) on real sockets: recv_into's bytes, -EAGAIN on an
+"""The native reader's calls (feeds/transport/netcalls.py) on real sockets: recv_into's bytes, -EAGAIN on an
 empty socket and 0 at the end of the stream; poll_two's mask for the socket and the wake eventfd and
 its timeout; a Pump blocked in poll stopped by its eventfd, its cut frame handed back; and the sink
 read and the pump are compiled with."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from feeds import netcalls
-from feeds.ws_pump import W_STOPPED
+from feeds.transport import netcalls
+from feeds.binance.pump import W_STOPPED
 
 
 @njit(nogil=True)
@@ -58,9 +58,9 @@ def test_a_waiting_pump_stops_at_once_and_hands_back_a_cut_frame(spin):
     """A Pump over a websocket-like stream (a real socket pair) with a frame cut short: waiting for
     more (blocked in poll, or spinning on recv), stop() ends it (the eventfd wakes the poll); the cut
     frame's bytes come back for Python to finish."""
-    from feeds import binance_read
-    from feeds.binance import Scanner
-    from feeds.ws_pump import Pump
+    from feeds.binance import read as binance_read
+    from feeds.binance.capture import Scanner
+    from feeds.binance.pump import Pump
     a, b = socket.socketpair()
     loop = asyncio.new_event_loop()
     try:
@@ -101,11 +101,16 @@ def test_the_compile_sink_takes_real_publishes():
     kept alive: reads that publish through it land in its one-record ring and its histograms, the
     same table every call (over arrays freed on return, one such publish wrote freed memory)."""
     from engine import shm
-    from feeds import binance_read
-    from feeds.binance import Scanner
+    from feeds.binance import read as binance_read
+    from feeds.binance.capture import Scanner
+    from feeds.core.feed_latency import HIST, OFF, OFF_N
     sc = Scanner("x", strict=False, quote=True, size_div=1000, depth=1)
-    msg = (b'{"stream":"btcusdt@trade","data":{"e":"trade","E":1723161256322,"T":1723161256322,"s":"BTCUSDT",'
-           b'"t":5266583935,"p":"61800.30","q":"0.006","X":"MARKET","m":false}}')
+    event_ms = 1723161256322
+    msg = (b'{"stream":"btcusdt@trade","data":{"e":"trade","E":%d,"T":%d,"s":"BTCUSDT",'
+           b'"t":5266583935,"p":"61800.30","q":"0.006","X":"MARKET","m":false}}' % (event_ms, event_ms))
+    # (received 1.2 ms after its event: a latency on one clock, feed_latency.on_one_clock; a stamp
+    # more than MAX_SKEW_NS before the event is counted off the clock, not in the histogram)
+    stamp = np.frombuffer(b"%d " % (event_ms * 1_000_000 + 1_176_367), np.uint8)
     frame = np.frombuffer(bytes([0x81, 126, 0, len(msg)]) + msg, np.uint8)
     lines = np.zeros(4096, np.uint8)
     ro = lines.view()
@@ -113,9 +118,10 @@ def test_the_compile_sink_takes_real_publishes():
     P = binance_read.throwaway_publish()
     published = 0
     for _ in range(50):
-        r = binance_read.read(frame, len(frame), np.frombuffer(b"1723161256323176367 ", np.uint8), lines, ro, 1 << 20,
+        r = binance_read.read(frame, len(frame), stamp, lines, ro, 1 << 20,
                               sc.table(), sc.top, np.zeros((64, 8), np.int64), P, 0, 0, 0, 0)
         published += r[11]
     hdr, _, feed, f2t = binance_read._SINK[0][:4]
     assert binance_read.throwaway_publish() is P and published > 0
-    assert hdr[shm.H_WRITE] == published and f2t[0].sum() == published and feed[0].sum() == published
+    assert hdr[shm.H_WRITE] == published and f2t[0].sum() == published
+    assert feed[OFF, OFF_N] == 0 and feed[HIST].sum() == published

@@ -28,8 +28,8 @@ def cmd_convert(a):
 
 
 def cmd_mold_serve(a):
-    from feeds.mold_server import Server
-    from feeds.uri import hostport
+    from feeds.nasdaq.mold_server import Server
+    from feeds.core.uri import hostport
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())

@@ -102,8 +102,8 @@ def cmd_model_drift(a):
 
 def _drift_source(s):
     """SOURCE of `engine model drift`: a source URI, or a plain path naming a tick file."""
-    from feeds.sources import as_uri
-    from feeds.uri import FeedError
+    from feeds.core.sources import as_uri
+    from feeds.core.uri import FeedError
     try:
         return as_uri(s)
     except FeedError as e:

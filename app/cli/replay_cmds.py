@@ -178,7 +178,7 @@ def cmd_sweep(a):
 
 def cmd_replay(a):
     from feeds.process import run_feed
-    from feeds.sources import TickFilesSource
+    from feeds.core.sources import TickFilesSource
     from engine.realtime import die_with_parent
     if a.die_with_parent:
         die_with_parent(signal.SIGTERM)

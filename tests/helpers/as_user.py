@@ -18,7 +18,7 @@ import uuid
 # what the engine imports lazily on the paths these tests take (imported while still root)
 PRELOAD = ("numpy", "numba", "app.cli", "app.live", "app.daemon", "app.config",
            "app.run_summary", "engine.strategy_build", "engine.strategy_load", "engine.outputs", "engine.locks",
-           "engine.isolation", "engine.instruments", "feeds.sources", "feeds.synthetic", "json", "pwd", "secrets",
+           "engine.isolation", "engine.instruments", "feeds.core.sources", "feeds.synthetic.market", "json", "pwd", "secrets",
            "socket", "errno", "zmq", "fractions")
 
 

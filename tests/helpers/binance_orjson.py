@@ -1,4 +1,4 @@
-"""The orjson Binance capture reader that feeds/binance.py replaced (kept verbatim as the reference
+"""The orjson Binance capture reader that feeds/binance/capture.py replaced (kept verbatim as the reference
 its numba scanner must match tick for tick with book_ticker=check; imports made absolute).
 
 `binance:FILE` — a raw Binance websocket capture: one line per message, the local receive time
@@ -41,10 +41,12 @@ from numba import njit
 
 from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 
-from feeds import book, depth, files, uri as U
-from feeds.book import Ladders
-from feeds.depth import Windows
-from feeds.ticks import emit, emit_gap, emit_quote, touch_changed
+from feeds.books import book, depth
+
+from feeds.core import files, uri as U
+from feeds.books.book import Ladders
+from feeds.books.depth import Windows
+from feeds.books.ticks import emit, emit_gap, emit_quote, touch_changed
 
 QTY_SCALE = 10**8
 HOLD_MAX = 100_000  # depth events held while waiting for a snapshot

@@ -176,7 +176,7 @@ def quotes_and_trades(a):
 
 
 def sat_size(q, div=1):
-    """A reference level size as a feed publishes it (feeds/depth.py)."""
+    """A reference level size as a feed publishes it (feeds/books/depth.py)."""
     q //= div
     return U32_MAX if q > U32_MAX else (1 if q <= 0 else q)
 

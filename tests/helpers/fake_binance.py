@@ -7,7 +7,7 @@
     python -m tests.helpers.fake_binance CAPTURE --market usdm --speed 0 --port 0
         prints `ws=URL rest=URL` on one line and serves until SIGTERM/SIGINT
 
-The capture is the `<receive ns> <json>` file feeds/binance.py reads (max_lines=N: its first N
+The capture is the `<receive ns> <json>` file feeds/binance/capture.py reads (max_lines=N: its first N
 lines only). Every websocket text frame is a capture line's JSON byte for byte, sent to the
 connections that subscribed its "stream" (in the URL, or by a live SUBSCRIBE; UNSUBSCRIBE and
 LIST_SUBSCRIPTIONS too). A stream name that is not `<symbol>@<known type>` (lower case) gets

@@ -115,7 +115,7 @@ def with_id(recs, iid):
     return out
 
 
-BAD_PRICES = (0, -4800 * 10**9, 2**63 - 2, -1, 2**62 + 1)  # none a tick can carry (feeds/ticks.py price_ok)
+BAD_PRICES = (0, -4800 * 10**9, 2**63 - 2, -1, 2**62 + 1)  # none a tick can carry (feeds/books/ticks.py price_ok)
 
 
 def spoil(recs, every=400):

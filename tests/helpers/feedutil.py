@@ -5,7 +5,7 @@ import time
 import numpy as np
 
 from engine.records import KIND_BOOK, KIND_LEVEL, TICK_DTYPE
-from feeds.sources import open_source
+from feeds.core.sources import open_source
 
 from tests.conftest import ROOT, engine_cmd, engine_env
 
@@ -44,7 +44,7 @@ def check_book_consistent(ladders, orders):
     there, every quantity is positive, and no order rests on a level that is missing."""
     from collections import defaultdict
 
-    from feeds import book
+    from feeds.books import book
     live = orders.keys != book.EMPTY_KEY
     assert live.sum() == orders.count[0]
     agg = defaultdict(lambda: [0, 0])

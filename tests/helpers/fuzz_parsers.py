@@ -18,8 +18,8 @@ import time
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from feeds import itch
-from feeds.uri import FeedError
+from feeds.nasdaq import itch
+from feeds.core.uri import FeedError
 
 PER_EXAMPLE = 25
 
@@ -53,8 +53,8 @@ def mutate(rng, data):
 
 
 def itch_seeds():
-    from feeds.itch_writer import ItchWriter, message
-    from feeds.sources import Synthetic
+    from feeds.nasdaq.itch_writer import ItchWriter, message
+    from feeds.synthetic.source import Synthetic
     src = Synthetic("synthetic://?instruments=3&count=400&seed=4")
     t = next(src.batches()).copy()
     w = ItchWriter(3, t[0, 1] - t[0, 1] % (86_400 * 10**9))
@@ -89,12 +89,12 @@ def run_itch(cases, seeds):
 
 
 def run_mold(cases, seeds):
-    from feeds.moldudp64 import MoldSource, packet
+    from feeds.nasdaq.moldudp64 import MoldSource, packet
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    from feeds.mold_server import frame_offsets
+    from feeds.nasdaq.mold_server import frame_offsets
     arr = np.frombuffer(seeds[0], np.uint8)
     offs = np.zeros(len(arr), np.int64)
     k, _ = frame_offsets(arr, offs)
@@ -153,7 +153,7 @@ def dbn_seed():
 
 
 def run_dbn(cases, _):
-    from feeds import dbn as D
+    from feeds.databento import dbn as D
     meta, recs = dbn_seed()
     out = np.zeros((D.PENDING + 64, 8), np.int64)
     counter = [0]
@@ -208,7 +208,7 @@ def binance_seed():
 def run_binance(cases, _):
     import tempfile
 
-    from feeds import binance as B
+    from feeds.binance import capture as B
     seed = binance_seed()
     counter = [0]
     with tempfile.NamedTemporaryFile(suffix=".txt") as f:

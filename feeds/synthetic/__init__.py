@@ -1,0 +1,1 @@
+"""The market simulator (synthetic://) and its generator."""

@@ -1,0 +1,1 @@
+"""Transport shared by live clients: the numba websocket client and socket intrinsics."""
