@@ -125,6 +125,10 @@ def soak(seconds=600.0, phase_s=10.0, quiet=True):
         with FeedProc(u, "--wait-consumers", "1", ring=ring) as f:
             counter = RingCounter(ring, f.proc)
             counter.start()
+            # (the cycles start once the feed is up: a cold cache compiles its parser first, which is
+            # no part of what the venue does to it)
+            f.wait(lambda: fb.connections >= 1 and counter.counts[0] > 0, timeout=900, every=0.2,
+                   what="the feed's first connection and ticks (after its compile)")
             rows, attacks = [], 0
             t0 = time.monotonic()
             for cycle in range(cycles):
