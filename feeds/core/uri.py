@@ -76,9 +76,10 @@ def depth(s):
 # Casts for `take`: a value a parameter cannot sensibly take (nan, inf, a negative time or CPU) is
 # refused here, one rule for every source, the rule in the message.
 
-def _float(s, rule, ok):
+def _checked(cast, s, rule, ok):
+    """cast(s) when it is a finite number that ok() takes, else ValueError with the rule."""
     try:
-        v = float(s)
+        v = cast(s)
     except ValueError:
         v = math.nan
     if not (math.isfinite(v) and ok(v)):
@@ -86,14 +87,12 @@ def _float(s, rule, ok):
     return v
 
 
+def _float(s, rule, ok):
+    return _checked(float, s, rule, ok)
+
+
 def _int(s, rule, ok):
-    try:
-        v = int(s)
-    except ValueError:
-        raise ValueError(f"must be {rule}") from None
-    if not ok(v):
-        raise ValueError(f"must be {rule}")
-    return v
+    return _checked(int, s, rule, ok)
 
 
 def finite_pos(s):
