@@ -75,11 +75,7 @@ WS_ATTACKS = {  # fault -> what the client says when it drops the connection
 
 def _live_gaps_agree(ring):
     """The feed's counters in its ring show every reconnect's gap (and at least two)."""
-    from engine import ring_info, shm
-    try:
-        c = ring_info.inspect(shm.ring_path(ring))["feed_counters"]
-    except (OSError, shm.RingError):
-        return False
+    c = ring_counters(ring)
     return c.get("reconnects", 0) >= 2 and c.get("stream_gaps", 0) == c.get("reconnects", 0)
 
 

@@ -13,9 +13,6 @@ from .common import (Flag, command, refused, nonneg_float, nonneg_int, overrides
 
 
 def cmd_run(a):
-    from app.run_summary import as_json, dumps, table
-    from app.live import run
-
     cfg = from_args(a)
     check_mode(a)
     stop, reload = threading.Event(), threading.Event()
@@ -28,7 +25,7 @@ def cmd_run(a):
     from app.run_summary import warnings
     from app.feed_procs import StoppedBeforeStart
     try:
-        res = _run(a, cfg, stop, reload, run, table, as_json, dumps)
+        res = _run(a, cfg, stop, reload)
     except StoppedBeforeStart as e:  # (a stop asked for before anything ran: no summary to give)
         print(f"engine run: {e}", file=sys.stderr, flush=True)
         return 0
@@ -236,8 +233,10 @@ def _add_feed(sub):
     crossed_after_arg(f, run_options.RunConfig.crossed_after)
 
 
-def _run(a, cfg, stop, reload, run, table, as_json, dumps):
+def _run(a, cfg, stop, reload):
     """The run, its summary printed: a table, or (--json) exactly one JSON object on stdout."""
+    from app.live import run
+    from app.run_summary import as_json, dumps, table
     if not a.json:
         res = run(cfg, stop, reload)
         print(table(res), flush=True)

@@ -87,29 +87,21 @@ def _checked(cast, s, rule, ok):
     return v
 
 
-def _float(s, rule, ok):
-    return _checked(float, s, rule, ok)
-
-
-def _int(s, rule, ok):
-    return _checked(int, s, rule, ok)
-
-
 def finite_pos(s):
     """A finite number > 0 (a duration, a unit)."""
-    return _float(s, "a finite number > 0", lambda v: v > 0)
+    return _checked(float, s, "a finite number > 0", lambda v: v > 0)
 
 
 def finite_nonneg(s):
     """A finite number >= 0 (a duration where 0 means none)."""
-    return _float(s, "a finite number >= 0", lambda v: v >= 0)
+    return _checked(float, s, "a finite number >= 0", lambda v: v >= 0)
 
 
 def nonneg_int(s):
     """An integer >= 0 (a CPU number)."""
-    return _int(s, "an integer >= 0", lambda v: v >= 0)
+    return _checked(int, s, "an integer >= 0", lambda v: v >= 0)
 
 
 def pos_int(s):
     """An integer >= 1."""
-    return _int(s, "an integer >= 1", lambda v: v >= 1)
+    return _checked(int, s, "an integer >= 1", lambda v: v >= 1)
