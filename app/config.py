@@ -6,7 +6,11 @@ nothing the command line refuses.
 
 Several sources: one `[[feed]]` table per source instead of the `[feed]` table, each with its
 `uri`; the other feed.* keys (rate, speed, ring_capacity, ...) are the run's and may be written in
-any of the tables, once (or with the same value), as in [feed]."""
+any of the tables, once (or with the same value), as in [feed].
+
+A feed's source parameters may also be a table beside its uri (`params = { symbols = ["BTCUSDT"],
+depth = 10 }`): TOML values, checked by the source's declaration as the URI's would be
+(feeds/core/params.py), and written into the uri the run is given."""
 import argparse
 
 from engine.toml_file import read_toml
@@ -48,6 +52,8 @@ def load(path):
             raise ConfigError(f"{path}: [strategy.universe] must map the UNIVERSE's roles to instrument names")
         out["universe_table"] = {str(k): v.strip() for k, v in roles.items()}
     feeds = data.get("feed")
+    if isinstance(feeds, dict) and "params" in feeds:  # [feed] with its source's parameters as a table
+        feeds = [feeds]
     if isinstance(feeds, list):  # [[feed]] tables: one source each
         data = {**data, "feed": _feed_tables(path, feeds)}
     try:
@@ -90,9 +96,9 @@ def _feed_tables(path, tables):
         uri = t.get("uri")
         if not isinstance(uri, str) or not uri:
             raise ConfigError(f"{path}: [[feed]] table {i} needs uri = \"SOURCE\" (a string)")
-        uris.append(uri)
+        uris.append(_with_params(path, i, uri, t["params"]) if "params" in t else uri)
         for k, v in t.items():
-            if k == "uri":
+            if k in ("uri", "params"):
                 continue
             if k in merged and merged[k] != v:
                 raise ConfigError(f"{path}: feed.{k} is given twice with different values ({merged[k]!r}, {v!r}): "
@@ -101,6 +107,33 @@ def _feed_tables(path, tables):
     if not uris:
         raise ConfigError(f"{path}: [[feed]] needs at least one table")
     return {**merged, "uri": uris}
+
+
+def _with_params(path, i, uri, table):
+    """The uri with a feed table's `params` written into it, each checked by the source's
+    declaration (a list is a comma-separated value); ConfigError naming the file and table."""
+    from urllib.parse import quote
+
+    from feeds.core.sources import as_uri, parse
+    from feeds.core.uri import FeedError, split
+    where = f"{path}: feed table {i}"
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{where}: params must be a table of the source's parameters (params = {{ depth = 10 }})")
+    words = []
+    for k, v in table.items():
+        if isinstance(v, dict) or isinstance(v, list) and not all(isinstance(x, str) for x in v):
+            raise ConfigError(f"{where}: params.{k} must be a string, a number, true/false or a list of strings")
+        text = ",".join(v) if isinstance(v, list) else str(int(v)) if isinstance(v, bool) else str(v)
+        words.append(f"{k}={quote(text, safe=',:/.@-_')}")
+    try:
+        uri = as_uri(uri)
+        twice = [k for k in table if k in split(uri)[2]]
+        if twice:
+            raise ConfigError(f"{where}: {', '.join(twice)} is given both in the uri and in params: say it once")
+        _, value, kind = parse(uri + ("&" if "?" in uri else "?") + "&".join(words))
+    except FeedError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return kind.uri(value)
 
 
 def given_on_command_line(parser, argv):

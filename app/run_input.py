@@ -21,9 +21,9 @@ def feed_list(cfg):
 
 def feed_uri(cfg, strategy=None, uri=None):
     """The source a feed process reads, with the book levels the strategy needs."""
-    from feeds.core.sources import as_uri
+    from feeds.core.sources import as_uri, unless_given
     uri = as_uri(uri or (feed_list(cfg) or [None])[0] or f"synthetic://?instruments={cfg.instruments}&seed={cfg.seed}")
-    return strategy.source_uri(uri) if strategy is not None else uri
+    return unless_given(uri, depth=strategy.source_depth()) if strategy is not None else uri
 
 
 @dataclass

@@ -4,7 +4,8 @@ never silently dropped.
 
 A source URI's parameters say what its ticks are (symbols=, depth=, on_error=, instruments=, seed=,
 count=, ...): the source reads them itself, so every command that opens it honours them. The
-exceptions are the parameters that set the pace the ticks come at (PACE): only a command that
+exceptions are the parameters that set the pace the ticks come at (declared `pace=`,
+feeds/core/params.py): only a command that
 hands ticks on in real time (COMMANDS: paced) keeps a pace; the others read as fast as they can
 and refuse a pace other than "flat out".
 
@@ -13,10 +14,6 @@ to some sources only; one given where none of the command's sources is such a so
 """
 import argparse
 from dataclasses import dataclass
-
-# Source parameters that set a pace: scheme -> {parameter: (its value for "as fast as it goes",
-# what bounds the source instead)}
-PACE = {"synthetic": {"rate": (0.0, "count= says how many ticks")}}
 
 # The commands that take source URIs: the argparse dest holding them (a URI or a list), and
 # whether the command hands the ticks on in real time (feed and run publish them at their pace,
@@ -136,10 +133,7 @@ def check(name, a, given):
     srcs = sources_of(name, a)
     if not COMMANDS[name][1]:
         for s in srcs:
-            for param, (flat_out, instead) in PACE.get(s.scheme, {}).items():
-                if param in s.params and _number(s.params[param]) not in (None, flat_out):
-                    raise ValueError(f"{s.uri}: {param}={s.params[param]} is a pace, and engine {name} reads its "
-                                     f"sources as fast as it can: leave {param}= out ({instead})")
+            _flat_out(name, s)
     flags = FLAGS.get(name, {})
     if name == "feed" and getattr(a, "die_with_parent", False):
         flags = {}  # a run's feed process: the run gave its flags to every feed and checked them against all
@@ -162,11 +156,21 @@ def _key(name, dest):
     return f" (config: {key})" if key else ""
 
 
-def _number(s):
+def _flat_out(name, s):
+    """ValueError for a source whose URI sets a pace other than flat out (its kind declares which
+    parameters are a pace); a URI its kind refuses is left to the source to say."""
+    if s.scheme is None:
+        return
+    from feeds.core.sources import parse
+    from feeds.core.uri import FeedError
     try:
-        return float(s)
-    except ValueError:
-        return None  # (the source says what is wrong with it)
+        _, v, kind = parse(s.uri)
+    except FeedError:
+        return
+    for p in kind.params:
+        if p.pace and p.name in s.params and getattr(v, p.name) != p.pace[0]:
+            raise ValueError(f"{s.uri}: {p.name}={s.params[p.name]} is a pace, and engine {name} reads its "
+                             f"sources as fast as it can: leave {p.name}= out ({p.pace[1]})")
 
 
 def command(parser, args):

@@ -94,8 +94,9 @@ def meatpy_itch(path, limit):
 # --- DBN --------------------------------------------------------------------------------
 
 def ours_dbn(raw, depth=0):
+    from feeds.core.sources import open_source
     from feeds.databento import dbn as D
-    f = D.DbnFile("dbn:/dev/null", "/dev/null", {"depth": str(depth)})
+    f = open_source(f"dbn:/dev/null?depth={depth}")
     off = f._start(raw)
     out = np.zeros((8192, 8), np.int64)
     buf = np.frombuffer(raw, np.uint8)
@@ -152,8 +153,8 @@ def python_dbn(raw):
 
 def ours_binance(path, raw, depth=0):
     """The scanner over the decompressed bytes in memory (`path` only names the source)."""
-    from feeds.binance.capture import BinanceFile
-    src = BinanceFile(f"binance:{path}", str(path), {"depth": str(depth)})
+    from feeds.core.sources import open_source
+    src = open_source(f"binance:{path}?depth={depth}")
     out = np.zeros((src.OUT_ROWS, 8), np.int64)
     for _ in src._scan(np.frombuffer(raw, np.uint8), 0, True, out):
         pass

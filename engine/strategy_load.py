@@ -254,14 +254,10 @@ class Strategy:
     def describe(self):
         return f"'{self.name}' (sha256 {self.sha256[:12]}, {len(self.features)} features, depth {self.depth})"
 
-    def source_uri(self, uri):
-        """A source URI with the book levels this strategy needs: depth=0 for a touch-only
-        strategy, at least its DEPTH otherwise, unless the URI says; tick files carry theirs (a
-        plain path is one: feeds.core.sources.as_uri, which callers apply first)."""
-        if uri.startswith("tickfile:") or "depth=" in uri.partition("?")[2]:
-            return uri
-        want = 0 if self.depth == 0 else max(self.depth, 10)
-        return f"{uri}{'&' if '?' in uri else '?'}depth={want}"
+    def source_depth(self):
+        """The book levels a side this strategy asks of a source whose URI does not say: none for
+        a touch-only strategy, at least its DEPTH otherwise."""
+        return 0 if self.depth == 0 else max(self.depth, 10)
 
     def score_mismatch(self, kind, model):
         """Why a model whose score is `kind` ("probability" | "margin", models.manifest.score_kind)

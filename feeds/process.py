@@ -25,6 +25,7 @@ when opened, and packets that arrive while a parser compiles overflow the socket
 import contextlib
 import ctypes
 import gc
+import itertools
 import signal
 import sys
 import time
@@ -176,6 +177,74 @@ def keep_freed_memory():
         pass
 
 
+class _Loop:
+    """The batch loop's two steps: publish a batch at its source's pace (a live source or a file
+    read flat out at once, the simulator at its rate, a paced file when its ticks are due), and
+    between batches (at most every ms) beat the heartbeat, serve a consumer's resync request and
+    write the counters (every STATS_EVERY_S)."""
+
+    def __init__(self, ring, src, put, clock, speed, run_clock, counters, crossed, stopped):
+        self.ring, self.src, self.put, self.clock, self.speed = ring, src, put, clock, speed
+        self.run_clock, self.counters, self.crossed, self.stopped = run_clock, counters, crossed, stopped
+        if _generated(src):
+            self.interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
+            self.next_due = time.monotonic_ns()
+        self.next_look = self.next_stats = 0.0
+        self.segment = 0
+
+    def publish(self, ticks):
+        src, put = self.src, self.put
+        if not _generated(src) and (src.live or self.speed == 0):
+            put.batch(ticks)
+            return
+        put.name_instruments()
+        if _generated(src):
+            i, self.next_due = publish_all(self.ring, ticks, len(ticks), self.next_due, self.interval, self.stopped)
+        else:
+            if getattr(src, "segment", 0) != self.segment and not self.run_clock:
+                # the next file of `engine replay A B`: its own clock (nobody waits out the time
+                # between two recordings); ticks of the last file still unread are timed on it too
+                self.segment = src.segment
+                self.clock[0] = (int(ticks[0, 2]), time.monotonic_ns()) if len(ticks) else self.clock[0]
+                self.ring.set_clock(shm.CLOCK_PACED, *self.clock[0], self.speed)
+            i = _publish_timed(self.ring, ticks, self.clock, self.speed, self.stopped)
+        put.done(ticks, i)
+
+    def tend(self, now):
+        if now < self.next_look:  # (at most every ms: small batches must not pay for it each time)
+            return
+        self.next_look = now + 0.001
+        self.ring.heartbeat()
+        if self.ring.resync_requested():  # a consumer's books are void: re-send every depth window
+            self.src.resync()
+        if now >= self.next_stats:
+            self.next_stats = now + STATS_EVERY_S
+            self.counters.write({**self.src.stats(), **self.crossed.counts()})
+
+
+def _stop_on_signals(src):
+    """SIGTERM and SIGINT stop the feed (and a source that can be stopped): the flag they set."""
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+        if hasattr(src, "stop"):
+            src.stop()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, on_signal)
+    return stop
+
+
+def _wait_consumers(ring, n, timeout, stopped):
+    """Hold the ticks until n consumers attach, for at most timeout seconds (0: no limit)."""
+    t_wait = time.monotonic()
+    while ring.consumers() < n and not stopped():
+        if timeout and time.monotonic() - t_wait > timeout:
+            raise TimeoutError(f"no consumer attached to {ring.path} within {timeout:g} s")
+        ring.heartbeat()
+        time.sleep(0.001)
+
+
 def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAPACITY, wait_consumers=0,
              wait_timeout=60.0, count=None, duration=None, keep=False, quiet=False, source=None,
              crossed_after=defaults.CROSSED_AFTER_S, run_clock=False):
@@ -189,19 +258,9 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
     keep_freed_memory()
     src = source or open_source(uri)
     if _generated(src):
-        if rate is not None:
-            src.params.rate = rate
-        if count is not None:
-            src.params.count = count
-        src.uri = src.params.uri()  # what it publishes, overrides included (the log names it)
-    stop = {"flag": False}
-
-    def on_signal(signum, frame):
-        stop["flag"] = True
-        if hasattr(src, "stop"):
-            src.stop()
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, on_signal)
+        src.override(rate=rate, count=count)
+    stop = _stop_on_signals(src)
+    stopped = lambda: stop["flag"]  # noqa: E731
 
     # The first batch before the ring exists: file parsers and the simulator compile on first use,
     # and a ring whose heartbeat stops for seconds while that happens would look like a dead feed.
@@ -226,53 +285,20 @@ def run_feed(uri, ring_name, *, rate=None, speed=1.0, capacity=defaults.RING_CAP
     try:
         if src.instruments:
             ring.publish_instruments(src.instruments, getattr(src, "specs", None))
-        t_wait = time.monotonic()
-        while ring.consumers() < wait_consumers and not stop["flag"]:
-            if wait_timeout and time.monotonic() - t_wait > wait_timeout:  # (0: no limit)
-                raise TimeoutError(f"no consumer attached to {ring.path} within {wait_timeout:g} s")
-            ring.heartbeat()
-            time.sleep(0.001)
-        stopped = lambda: stop["flag"]  # noqa: E731
+        _wait_consumers(ring, wait_consumers, wait_timeout, stopped)
         clock = [_start_clock(ring, src, first, speed, run_clock, stopped)]
         ring.set_state(shm.STATE_PRODUCING)
         deadline = time.monotonic() + duration if duration else None
-        if _generated(src):
-            interval = int(1e9 / src.params.rate) if src.params.rate > 0 else 0
-            next_due = time.monotonic_ns()
-        next_look = next_stats = 0.0
-        segment = 0
         put = Put(ring, src, crossed, stopped)
+        loop = _Loop(ring, src, put, clock, speed, run_clock, counters, crossed, stopped)
         if src.live and count is None and hasattr(src, "direct"):
             src.direct = put
-        import itertools
         for ticks in itertools.chain([] if first is None else [first], batches):
             if count is not None and not _generated(src):
                 ticks = ticks[:max(0, count - put.produced)]
-            if not _generated(src) and (src.live or speed == 0):
-                put.batch(ticks)
-            else:
-                put.name_instruments()
-                if _generated(src):
-                    i, next_due = publish_all(ring, ticks, len(ticks), next_due, interval, stopped)
-                else:
-                    if getattr(src, "segment", 0) != segment and not run_clock:
-                        # the next file of `engine replay A B`: its own clock (nobody waits out the
-                        # time between two recordings); ticks of the last file still unread are
-                        # timed on it too
-                        segment = src.segment
-                        clock[0] = (int(ticks[0, 2]), time.monotonic_ns()) if len(ticks) else clock[0]
-                        ring.set_clock(shm.CLOCK_PACED, *clock[0], speed)
-                    i = _publish_timed(ring, ticks, clock, speed, stopped)
-                put.done(ticks, i)
+            loop.publish(ticks)
             now = time.monotonic()
-            if now >= next_look:  # (at most every ms: small batches must not pay for it each time)
-                next_look = now + 0.001
-                ring.heartbeat()
-                if ring.resync_requested():  # a consumer's books are void: re-send every depth window
-                    src.resync()
-                if now >= next_stats:
-                    next_stats = now + STATS_EVERY_S
-                    counters.write({**src.stats(), **crossed.counts()})
+            loop.tend(now)
             if stop["flag"] or (deadline and now >= deadline) or (count is not None and put.produced >= count):
                 break
         _close(batches)  # (the source stops: a live one's reader threads too, before the last counts)

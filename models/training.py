@@ -36,12 +36,10 @@ def input_streams(sources, default_ticks, strategy=None, merge=False):
 
 
 def _read(uri, default_ticks, strategy):
-    from feeds.core.sources import as_uri, open_source
-    uri = as_uri(uri)  # (a tick file's plain path)
+    from feeds.core.sources import open_source, unless_given
     if strategy is not None:
-        uri = strategy.source_uri(uri)
-    if uri.startswith("synthetic:") and "count=" not in uri.partition("?")[2]:
-        uri = f"{uri}{'&' if '?' in uri else '?'}count={default_ticks}"
+        uri = unless_given(uri, depth=strategy.source_depth())
+    uri = unless_given(uri, count=default_ticks)  # (a synthetic source's length, unless it says)
     src = open_source(uri)
     if src.live:
         raise ValueError(f"{uri}: a live source has no end to train on; record it first")

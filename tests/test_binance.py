@@ -130,11 +130,12 @@ def test_cut_gzip_is_an_error_not_a_short_file(tmp_path):
 
 def _both(uri_tail, path, **params):
     """(ticks, stats) of the scanner with book_ticker=check and of the orjson reader, same input."""
+    from urllib.parse import urlencode
     from tests.helpers.binance_orjson import BinanceFile as Orjson
-    from feeds.binance.capture import BinanceFile
+    from feeds.core.sources import open_source
     out = []
-    for cls, extra in ((BinanceFile, {"book_ticker": "check"}), (Orjson, {})):
-        src = cls(f"binance:{path}", str(path), {**params, **extra})
+    for src in (open_source(f"binance:{path}?" + urlencode({**params, "book_ticker": "check"})),
+                Orjson(f"binance:{path}", str(path), params)):
         parts = [b.copy() for b in src.batches()]
         out.append((np.concatenate(parts) if parts else np.zeros((0, 8), np.int64), src.stats()))
     return out
@@ -151,20 +152,20 @@ def test_scanner_ticks_are_the_orjson_readers_byte_for_byte(path, depth_):
 
 @needs_data
 def test_plain_shape_read_straight_fills_what_the_general_parser_fills():
-    """parse_line's fast path (binance_scan._plain_wrapper) against the general _wrapper on every
+    """parse_line's fast path (feeds/binance/message.py _plain_wrapper) against the general _wrapper on every
     2nd line of both real captures (tickers, trades, diffs, the snapshot) and on shapes it must
     leave to the general one: the same end and the same field tables where it takes a line; -1
     where it does not."""
-    from feeds.binance import scan as S
+    from feeds.binance import message as M
 
     def tables(body):
         b = np.frombuffer(body, np.uint8)
         out = []
-        for fn in (S._plain_wrapper, S._wrapper):
-            F, F1 = np.full((S.NK, 3), 7, np.int64), np.full((S.NK, 3), 7, np.int64)
+        for fn in (M._plain_wrapper, M._wrapper):
+            F, F1 = np.full((M.NK, 3), 7, np.int64), np.full((M.NK, 3), 7, np.int64)
             j = fn(b, 0, len(b), F, F1)
-            seen = F[:, 0] != S.V_NONE
-            inner = F1[:, 0] != S.V_NONE if F[S.K_data, 0] == S.V_OBJ else np.zeros(S.NK, bool)
+            seen = F[:, 0] != M.V_NONE
+            inner = F1[:, 0] != M.V_NONE if F[M.K_data, 0] == M.V_OBJ else np.zeros(M.NK, bool)
             out.append((j, F[seen].tolist(), F1[inner].tolist()))
         return out
 

@@ -264,8 +264,7 @@ def test_moldudp64_gap_voids_every_book_and_each_window_is_resent():
     from feeds.nasdaq.mold_server import frame_offsets
     from feeds.nasdaq.moldudp64 import packet
     from feeds.core.sources import open_source
-    from feeds.synthetic.source import Synthetic
-    syn = Synthetic("synthetic://?instruments=3&count=20000&seed=9&depth=10")
+    syn = open_source("synthetic://?instruments=3&count=20000&seed=9&depth=10")
     sink = ItchSink(None, ".itch", syn, fileobj=io.BytesIO())
     for t in syn.batches():
         sink.write(t, 0)
@@ -278,7 +277,7 @@ def test_moldudp64_gap_voids_every_book_and_each_window_is_resent():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    src = open_source(f"moldudp64://127.0.0.1:{port}?depth=10&start=1")
+    src = open_source(f"moldudp64://127.0.0.1:{port}?depth=10&start_seq=1")
     out, n, parts, pending = np.zeros((4096, 8), np.int64), 0, [], {}
     try:
         for j, d in enumerate(pkts):

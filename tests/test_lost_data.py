@@ -51,7 +51,7 @@ def promtool_check(body):
 def test_an_unanswered_rerequest_is_counted_in_the_summary_stats_and_metrics(tmp_path, shm_name, default_model,
                                                                              itch_day):
     port, dead = free_port(), free_port()  # re-requests go to a port nobody answers on
-    uri = f"moldudp64://127.0.0.1:{port}?date={DATE}&start=1&rerequest=127.0.0.1:{dead}&recover_ms=50"
+    uri = f"moldudp64://127.0.0.1:{port}?date={DATE}&start_seq=1&rerequest=127.0.0.1:{dead}&recover_ms=50"
     d = Daemon(tmp_path, shm_name, "--feed", uri, "--crossed-after", "0.001", core=strategy_core())
     try:
         d.wait_for("endpoints in ")
@@ -152,7 +152,7 @@ def test_a_cold_feed_compiles_before_it_listens_and_loses_no_packet(tmp_path, sh
     env = engine_env(NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))  # cold: compiles everything
     err = tmp_path / "feed.err"
     with open(err, "w") as ef:
-        feed = subprocess.Popen(engine_cmd("feed", f"moldudp64://127.0.0.1:{port}?date={DATE}&start=1&idle_s=60",
+        feed = subprocess.Popen(engine_cmd("feed", f"moldudp64://127.0.0.1:{port}?date={DATE}&start_seq=1&idle_s=60",
                                            "--ring", ring), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=ef)
     try:
         wait_until(lambda: os.path.exists(f"/dev/shm/{ring}") or feed.poll() is not None, "the feed listens",
@@ -201,7 +201,7 @@ def test_packets_that_trickle_in_are_published_as_they_come(itch_day):
     from feeds.nasdaq.mold_server import Server
     from feeds.core.sources import open_source
     port = free_port()
-    src = open_source(f"moldudp64://127.0.0.1:{port}?date={DATE}&start=1&idle_s=30")
+    src = open_source(f"moldudp64://127.0.0.1:{port}?date={DATE}&start_seq=1&idle_s=30")
     server = Server(f"itch:{itch_day}", ("127.0.0.1", port), rate=4500, linger=0.3, quiet=True)  # ~100 packets/s
     t = threading.Thread(target=server.run)
     t.start()

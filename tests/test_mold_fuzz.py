@@ -26,7 +26,7 @@ class Feed:
     def __init__(self, ring, query=""):
         self.port = free_port()
         self.path = shm.ring_path(ring)
-        uri = f"moldudp64://127.0.0.1:{self.port}?start=1&date=2023-11-14&idle_s=300&session={SESSION.decode()}{query}"
+        uri = f"moldudp64://127.0.0.1:{self.port}?start_seq=1&date=2023-11-14&idle_s=300&session={SESSION.decode()}{query}"
         self.proc = subprocess.Popen(engine_cmd("feed", uri, "--ring", ring, "--keep"), cwd=ROOT, env=engine_env(),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -33,7 +33,7 @@ def serve(port, *extra):
 def receive(rerequest=None, drop=()):
     from engine.records import TICK_DTYPE
     port, rport = free_port(), free_port()
-    uri = f"moldudp64://127.0.0.1:{port}?date=2023-11-14&idle_s=60&start=1"
+    uri = f"moldudp64://127.0.0.1:{port}?date=2023-11-14&idle_s=60&start_seq=1"
     extra = ["--drop", ",".join(map(str, drop))] if drop else []
     if rerequest:
         uri += f"&rerequest=127.0.0.1:{rport}"
@@ -119,7 +119,7 @@ def test_multicast_group_into_engine_convert(tmp_path):
     from tests.helpers.feedutil import read_all
     port = free_port()
     out = tmp_path / "mc.parquet"
-    conv = subprocess.Popen(engine_cmd("convert", f"moldudp64://239.7.7.7:{port}?iface=127.0.0.1&idle_s=60&start=1"
+    conv = subprocess.Popen(engine_cmd("convert", f"moldudp64://239.7.7.7:{port}?iface=127.0.0.1&idle_s=60&start_seq=1"
                                        "&date=2023-11-14", "--out", str(out), "--quiet"),
                             cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120  # the receiver has bound (and joined) before the session starts

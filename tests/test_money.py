@@ -172,7 +172,7 @@ def test_a_binance_capture_says_which_market_it_is(tmp_path):
     assert src._specs.make("BTCUSD_PERP")["venue"] == "BINANCE-D"  # (COIN-M symbols in a futures capture)
     coin = open_source(f"binance:{USDM}?market=coinm")._specs.make("BTCUSD_PERP")
     assert coin["inverse"] and coin["currency"] == "BTC"
-    with pytest.raises(FeedError, match="market must be auto, spot, usdm, coinm"):
+    with pytest.raises(FeedError, match="market must be one of auto, spot, usdm, coinm"):
         open_source(f"binance:{SPOT}?market=perp")
 
 

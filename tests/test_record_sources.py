@@ -161,7 +161,7 @@ def test_raw_itch_beside_the_ticks_reads_back_as_the_same_ticks(tmp_path):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    uri = f"moldudp64://239.7.7.9:{port}?iface=127.0.0.1&idle_s=60&start=1&date=2023-11-14"
+    uri = f"moldudp64://239.7.7.9:{port}?iface=127.0.0.1&idle_s=60&start_seq=1&date=2023-11-14"
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     recs = [popen("record", uri, "--out", str(whole), "--raw", "--quiet", "--json"),
             popen("record", uri, "--out", str(cut), "--raw", "--rotate", "2M", "--quiet", "--json")]

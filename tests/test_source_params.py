@@ -94,9 +94,9 @@ def test_runs_synthetic_feed_options_are_sim_ones(old, new, tmp_path):
 
 
 @pytest.mark.parametrize("uri, said", [
-    (f"binance:{BINANCE}?book_ticker=1", "quote or check"),
+    (f"binance:{BINANCE}?book_ticker=1", "one of quote, check, got"),
     (f"binance:{BINANCE}?book_ticker=off", "binance-live"),
-    ("binance-live://spot?symbols=BTCUSDT&book_ticker=1", "quote, check or off"),
+    ("binance-live://spot?symbols=BTCUSDT&book_ticker=1", "one of quote, check, off, got"),
 ])
 def test_book_ticker_takes_one_set_of_values(uri, said, tmp_path):
     line = one_line_error(cli("convert", uri, "--out", str(tmp_path / "x.ticks"), timeout=600))

@@ -9,12 +9,12 @@ import os
 import signal
 import sys
 
-from . import data_cmds, fpga_cmds, model_cmds, ops_cmds, replay_cmds, run_cmds
+from . import data_cmds, fpga_cmds, model_cmds, ops_cmds, replay_cmds, run_cmds, sources_cmd
 from .common import Parser, model_keys
 from app.source_params import check_command
 
 # the groups, in the order `engine --help` lists their commands
-GROUPS = (run_cmds, data_cmds, replay_cmds, model_cmds, ops_cmds, fpga_cmds)
+GROUPS = (run_cmds, data_cmds, replay_cmds, model_cmds, ops_cmds, fpga_cmds, sources_cmd)
 # commands that end with os._exit once everything is flushed (see main)
 FAST_EXIT = ("run", "feed", "replay", "backtest", "sweep")
 

@@ -12,22 +12,21 @@ from app.arg_types import (existing_file, int_range, nonneg_float, nonneg_int,  
 from app.run_options import RunConfig, http_addr  # noqa: F401  (http_addr: for the clients as for engine run)
 
 
-SOURCES_HELP = """
-sources:
-  synthetic://?instruments=4&rate=100000&seed=1&trade_prob=0.1&gap_us=10&count=0&depth=10
-  itch:FILE[?symbols=A,B&date=YYYY-MM-DD&utc_offset=H&on_error=stop|skip&depth=10]   ITCH 5.0 day file (gzip ok)
-  moldudp64://HOST:PORT[?rerequest=HOST:PORT&recover_ms=200&iface=ADDR&idle_s=S&session=NAME&symbols=..&depth=10]   live ITCH
-  dbn:FILE[?symbols=ESH4&on_error=stop|skip&depth=10]      Databento DBN (MBO, MBP-1, MBP-10, trades; zstd ok)
-  binance:FILE[?size_unit=1e-5&market=auto&book_ticker=quote|check&depth=10]   raw Binance websocket capture (gzip ok)
-  binance-live://MARKET?symbols=BTCUSDT,..[&update=100ms&trades=trade&book_ticker=quote|check|off&ws=URL&rest=URL&silence_s=10&rotate_s=84600&idle_s=0&depth=10]
-                                                           Binance live: MARKET spot, usdm or coinm
-  dbn-live://DATASET?symbols=ESH4[&schema=mbo&snapshot=1&gateway=HOST:PORT&key_file=F&idle_s=0&depth=10]
-                                                           Databento live (key: $DATABENTO_API_KEY or key_file=)
-  tickfile:FILE                                            an engine tick file (engine convert, engine record)
-  depth=0..32: book levels a side sent as level ticks (0 = none; capped by what the data has); commands
-  that run a strategy ask for what it reads (0 for a touch-only strategy) unless the URI says
-  rate= is a pace: feed, run and record keep it; the commands that read as fast as they can refuse it
-"""
+def sources_help():
+    """The sources part of a command's help, made from the source declarations (feeds/core/params.py):
+    each kind's URI and the names of its parameters; `engine sources` says what each one means."""
+    import textwrap
+    from feeds.core.sources import kinds
+    out = ["", "sources (engine sources SCHEME: what each parameter means):"]
+    for k in kinds():
+        out.append(f"  {k.usage():<30} {k.title}")
+        if k.params:
+            out.append(textwrap.fill(" ".join(p.name for p in k.params), 96, initial_indent=" " * 6,
+                                     subsequent_indent=" " * 6))
+    out += ["  depth=0..32: book levels a side sent as level ticks; commands that run a strategy ask for what it",
+            "  reads (0 for a touch-only strategy) unless the URI says",
+            "  rate= is a pace: feed, run and record keep it; the commands that read as fast as they can refuse it", ""]
+    return "\n".join(out)
 
 
 def npy_file(s):
@@ -114,9 +113,9 @@ def refused(parse, *args):
 def command(sub, name, fn, help, description=None, sources=False, **kw):
     """The parser of command `name` (or of a subcommand: `sub` from subcommands()), which runs
     fn(args) (None: one of its subcommands does). sources: the description is printed as written,
-    followed by the source URIs the command reads (SOURCES_HELP)."""
+    followed by the source URIs the command reads (sources_help)."""
     if sources:
-        description, kw["formatter_class"] = description + SOURCES_HELP, argparse.RawDescriptionHelpFormatter
+        description, kw["formatter_class"] = description + sources_help(), argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(name, help=help, description=description, **kw)
     if fn is not None:
         p.set_defaults(fn=fn)

@@ -10,12 +10,21 @@ import numpy as np
 
 from feeds.core.uri import FeedError, split
 
-# scheme: (module, class), imported when a URI names it (a file replay never imports the live clients)
-CLASSES = {"synthetic": ("feeds.synthetic.source", "Synthetic"), "itch": ("feeds.nasdaq.itch_file", "ItchFile"),
-           "moldudp64": ("feeds.nasdaq.moldudp64", "MoldSource"), "dbn": ("feeds.databento.dbn", "DbnFile"),
-           "binance": ("feeds.binance.capture", "BinanceFile"), "tickfile": (__name__, "TickFileSource"),
-           "binance-live": ("feeds.binance.live", "BinanceLive"), "dbn-live": ("feeds.databento.live", "DbnLive")}
-SCHEMES = tuple(CLASSES)
+# scheme: (its declaration, the class that reads it), each "module:name", imported when a URI names
+# it: a declaration is light (help and checks import no parser), and a file replay never imports
+# the live clients
+ROWS = (  # (scheme, declaration, reader class)
+    ("synthetic", "feeds.synthetic.params:SYNTHETIC", "feeds.synthetic.source:Synthetic"),
+    ("itch", "feeds.nasdaq.params:ITCH", "feeds.nasdaq.itch_file:ItchFile"),
+    ("moldudp64", "feeds.nasdaq.params:MOLD", "feeds.nasdaq.moldudp64:MoldSource"),
+    ("dbn", "feeds.databento.params:FILE", "feeds.databento.dbn:DbnFile"),
+    ("binance", "feeds.binance.params:CAPTURE", "feeds.binance.capture:BinanceFile"),
+    ("tickfile", "feeds.core.params:TICKFILE", "feeds.core.sources:TickFileSource"),
+    ("binance-live", "feeds.binance.params:LIVE", "feeds.binance.live:BinanceLive"),
+    ("dbn-live", "feeds.databento.params:LIVE", "feeds.databento.live:DbnLive"),
+)
+SOURCES = {scheme: (decl, cls) for scheme, decl, cls in ROWS}
+SCHEMES = tuple(SOURCES)
 FILE_SCHEMES = ("itch", "dbn", "binance", "tickfile")  # a file: the URI must name one
 
 
@@ -24,10 +33,9 @@ class TickFileSource:
     Batches are copies (a replay of several renumbers instruments); backtests map the file directly."""
     live = False
 
-    def __init__(self, u, path, params):
+    def __init__(self, u, v):
         from engine.tickfile import TickFile, TickFileError
-        from feeds.core.uri import take
-        take(u, params, {})
+        path = v.target
         self.uri = u
         try:
             self.file = TickFile(path)
@@ -62,7 +70,7 @@ class TickFilesSource:
     live = False
 
     def __init__(self, paths):
-        self.files = [TickFileSource(f"tickfile:{p}", p, {}) for p in paths]
+        self.files = [TickFileSource(f"tickfile:{p}", declaration("tickfile").parse("", p, {})) for p in paths]
         self.uri = " ".join(f.uri for f in self.files)
         depths = {f.depth for f in self.files}
         if len(depths) > 1:
@@ -131,14 +139,34 @@ def _describe(s):
 def source_class(u):
     """The class that reads a URI's scheme (what it can do before it is opened, e.g. raw_suffix);
     FeedError (one line) for an unknown scheme."""
-    return _class(split(u)[0], u)
+    return _load(_known(split(u)[0], u)[1])
 
 
-def _class(scheme, u):
-    if scheme not in CLASSES:
+def declaration(scheme):
+    """A scheme's declaration (feeds/core/params.py Kind)."""
+    return _load(_known(scheme, scheme)[0])
+
+
+def parse(u):
+    """(the URI, its typed value, its declaration): a source checked by its declaration, nothing
+    opened; FeedError (one line) naming the URI and the parameter."""
+    u = as_uri(u)
+    scheme, target, params = split(u)
+    kind = _load(_known(scheme, u)[0])
+    if scheme in FILE_SCHEMES and not target:
+        raise FeedError(f"{u}: no file named (e.g. {scheme}:PATH)")
+    return u, kind.parse(u, target, params), kind
+
+
+def _known(scheme, u):
+    if scheme not in SOURCES:
         raise FeedError(f"unknown source scheme {scheme!r} in {u!r} (known: {', '.join(SCHEMES)})")
-    module, name = CLASSES[scheme]
-    return getattr(importlib.import_module(module, __package__), name)
+    return SOURCES[scheme]
+
+
+def _load(where):
+    module, _, name = where.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def as_uri(s):
@@ -156,12 +184,23 @@ def as_uri(s):
                     "itch:FILE, synthetic://?..., binance-live://..., dbn-live://...)")
 
 
+def unless_given(u, **defaults):
+    """The URI with each of `defaults` its kind declares and the URI does not give appended
+    (e.g. the book depth a strategy reads); the rest as it is."""
+    u = as_uri(u)
+    scheme, _, params = split(u)
+    known = {p.name for p in declaration(scheme).params}
+    more = [f"{k}={v}" for k, v in defaults.items() if k in known and k not in params]
+    return u + ("&" if "?" in u else "?") + "&".join(more) if more else u
+
+
+def kinds():
+    """Every source kind's declaration, in SCHEMES order."""
+    return [declaration(s) for s in SCHEMES]
+
+
 def open_source(u):
     """The source a URI (or a tick file's plain path) names; FeedError (one line) when it cannot
     be opened."""
-    u = as_uri(u)
-    scheme, target, params = split(u)
-    cls = _class(scheme, u)
-    if scheme in FILE_SCHEMES and not target:
-        raise FeedError(f"{u}: no file named (e.g. {scheme}:PATH)")
-    return cls(u, target, params)
+    u, value, _ = parse(u)
+    return source_class(u)(u, value)

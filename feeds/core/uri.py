@@ -76,7 +76,7 @@ def depth(s):
 # Casts for `take`: a value a parameter cannot sensibly take (nan, inf, a negative time or CPU) is
 # refused here, one rule for every source, the rule in the message.
 
-def _checked(cast, s, rule, ok):
+def checked(cast, s, rule, ok):
     """cast(s) when it is a finite number that ok() takes, else ValueError with the rule."""
     try:
         v = cast(s)
@@ -89,19 +89,29 @@ def _checked(cast, s, rule, ok):
 
 def finite_pos(s):
     """A finite number > 0 (a duration, a unit)."""
-    return _checked(float, s, "a finite number > 0", lambda v: v > 0)
+    return checked(float, s, "a finite number > 0", lambda v: v > 0)
 
 
 def finite_nonneg(s):
     """A finite number >= 0 (a duration where 0 means none)."""
-    return _checked(float, s, "a finite number >= 0", lambda v: v >= 0)
+    return checked(float, s, "a finite number >= 0", lambda v: v >= 0)
 
 
 def nonneg_int(s):
     """An integer >= 0 (a CPU number)."""
-    return _checked(int, s, "an integer >= 0", lambda v: v >= 0)
+    return checked(int, s, "an integer >= 0", lambda v: v >= 0)
 
 
 def pos_int(s):
     """An integer >= 1."""
-    return _checked(int, s, "an integer >= 1", lambda v: v >= 1)
+    return checked(int, s, "an integer >= 1", lambda v: v >= 1)
+
+
+def int_in(lo, hi):
+    """An integer lo..hi."""
+    return lambda s: checked(int, s, f"an integer {lo}..{hi}", lambda v: lo <= v <= hi)
+
+
+def float_in(lo, hi):
+    """A finite number lo..hi."""
+    return lambda s: checked(float, s, f"a number {lo:g}..{hi:g}", lambda v: lo <= v <= hi)

@@ -1,14 +1,6 @@
 """`itch:FILE` — a Nasdaq ITCH 5.0 day file (2-byte length before each message; gzip optional).
 
-  itch:FILE?symbols=AAPL,MSFT&date=2019-01-30&utc_offset=-5&on_error=stop
-  symbols     instruments to keep (Stock Directory symbols; default all)
-  date        the trading day, YYYY-MM-DD: ITCH timestamps count from its midnight (default:
-              none, so ts_event is nanoseconds since midnight)
-  utc_offset  hours the exchange's midnight is from UTC (Nasdaq: -5, or -4 in summer; default 0)
-  on_error    stop (default): a malformed message is an error naming its byte offset;
-              skip: count it and go on
-  depth       book levels per side published as level ticks, 0..32 (default 10; 0 = none):
-              each message that changes a book is one book event (engine/records.py)
+Its parameters are declared in feeds/nasdaq/params.py (ITCH; `engine sources itch`).
 ts_recv is the exchange time: an ITCH file carries no receive time.
 """
 import numpy as np
@@ -19,25 +11,19 @@ from feeds.nasdaq.itch import ST_ERROR, ST_INPUT, ST_OUT, ItchBooks
 BATCH = 4096
 
 
-def itch_params(u, params, extra=None):
-    known = {"symbols": (U.symbols, ()), "date": (U.date_ns, 0), "utc_offset": (float, 0.0),
-             "on_error": (U.on_error, "stop"), "depth": (U.depth, U.DEFAULT_DEPTH)}
-    known.update(extra or {})
-    p = U.take(u, params, known)
-    p["day_ns"] = p["date"] - int(p["utc_offset"] * 3600 * 10**9) if p["date"] else 0
-    return p
+def day_ns(v):
+    """The ns the day's ITCH times count from (0: none): date's midnight, moved by utc_offset."""
+    return v.date - int(v.utc_offset * 3600 * 10**9) if v.date else 0
 
 
 class ItchFile:
     live = False
 
-    def __init__(self, u, path, params):
-        self.uri, self.path = u, path
-        files.check_readable(path)
-        p = itch_params(u, params)
-        self.books = ItchBooks(p["symbols"], strict=p["on_error"] == "stop", day_ns=p["day_ns"],
-                               depth=p["depth"])
-        self.depth = p["depth"]
+    def __init__(self, u, v):
+        self.uri, self.path = u, v.target
+        files.check_readable(self.path)
+        self.books = ItchBooks(v.symbols, strict=v.on_error == "stop", day_ns=day_ns(v), depth=v.depth)
+        self.depth = v.depth
         self.bytes_read = 0
         self._specs = venues.Specs(venues.nasdaq)
 

@@ -1,22 +1,8 @@
 """`moldudp64://HOST:PORT` — live ITCH 5.0 over MoldUDP64 (UDP, unicast or multicast).
 
-  moldudp64://239.1.1.1:26400?rerequest=10.0.0.5:26401&symbols=AAPL&iface=0.0.0.0
-  rerequest   HOST:PORT of the session's re-request server: lost messages are asked for again
-              and the packets after a gap are held until they arrive (or `recover_ms` passes)
-  recover_ms  how long to wait for a re-request before declaring the messages lost (default 200;
-              each such give-up is counted in rerequest_timeouts, besides gaps and lost_messages)
-  iface       local interface address for a multicast group (default 0.0.0.0)
-  idle_s      stop after this many seconds without a packet (default 0 = never)
-  max_gap     a packet claiming more than this many messages lost is taken as corrupt and
-              dropped (counted in bad_packets), not as a gap that would skip the session ahead
-              (default 1000000)
-  start       sequence number of the first message expected (default: the first packet's, so a
-              late join is not a gap; start=1 recovers a session from its beginning)
-  session     the session to accept (up to 10 characters; default: the first packet's). Packets
-              of any other session are dropped and counted in wrong_session (and bad_packets): a
-              local sender's stray or forged datagrams never join the stream
-  symbols, date, utc_offset, depth as for itch:FILE. A gap tick voids every book downstream, so
-  after one each instrument's next event re-sends its depth window (after a clear tick).
+Its parameters are declared in feeds/nasdaq/params.py (MOLD; `engine sources moldudp64`). A gap
+tick voids every book downstream, so after one each instrument's next event re-sends its depth
+window (after a clear tick).
 
 Raw messages (`engine record --raw`, the contract in app/recorder.py): raw_suffix ".itch"; with
 `raw_sink` set, each packet's messages that are applied (duplicates and overlaps left out, in
@@ -45,9 +31,9 @@ import time
 import numpy as np
 
 from feeds.core import uri as U, venues
-from feeds.books.book import Orders, _rehash
+from feeds.books.book import Orders, rehash
 from feeds.nasdaq.itch import ST_OUT, ItchBooks
-from feeds.nasdaq.itch_file import itch_params
+from feeds.nasdaq.itch_file import day_ns
 from feeds.books.ticks import emit_gap
 
 HEADER = struct.Struct(">10sQH")
@@ -101,31 +87,28 @@ class MoldSource:
     live = True
     raw_suffix = ".itch"
 
-    def __init__(self, u, target, params):
+    def __init__(self, u, v):
         self.uri = u
-        extra = {"rerequest": (U.hostport, None), "recover_ms": (float, 200.0), "iface": (str, "0.0.0.0"),
-                 "idle_s": (float, 0.0), "start": (int, 0), "max_gap": (int, 1_000_000), "session": (str, "")}
-        p = itch_params(u, params, extra)
-        self.host, self.port = U.hostport(target)
-        self.rerequest = p["rerequest"]
-        self.recover_ns = int(p["recover_ms"] * 1e6)
-        self.idle_s = p["idle_s"]
-        self.max_gap = p["max_gap"]
+        self.host, self.port = U.hostport(v.target)
+        self.rerequest = v.rerequest
+        self.recover_ns = int(v.recover_ms * 1e6)
+        self.idle_s = v.idle_s
+        self.max_gap = v.max_gap
         # a live feed never stops on a malformed message: count it and go on
-        self.books = ItchBooks(p["symbols"], strict=False, day_ns=p["day_ns"], depth=p["depth"])
-        self.depth = p["depth"]
+        self.books = ItchBooks(v.symbols, strict=False, day_ns=day_ns(v), depth=v.depth)
+        self.depth = v.depth
         self.counts = dict.fromkeys(MOLD_STATS, 0)
-        if len(p["session"]) > 10 or not p["session"].isascii():
-            raise U.FeedError(f"{u}: session must be at most 10 ASCII characters, got {p['session']!r}")
-        self.session = p["session"].encode().ljust(10) if p["session"] else None  # (space-padded on the wire)
-        self.expected = p["start"] if p["start"] > 0 else None
+        if len(v.session) > 10 or not v.session.isascii():
+            raise U.FeedError(f"{u}: session must be at most 10 ASCII characters, got {v.session!r}")
+        self.session = v.session.encode().ljust(10) if v.session else None  # (space-padded on the wire)
+        self.expected = v.start_seq if v.start_seq > 0 else None
         self._asked = (-1, 0)  # (first seq, count) of the outstanding re-request
         self.stopped = False
         self.ended = False
         self.raw_sink = None   # fn(bytes): the applied messages as an ITCH file (engine record --raw)
         self._directory = {}   # stock locate -> its latest 'R' message, framed (raw_restart)
         self._compile()  # before we listen: packets that come while a parser compiles overflow the socket
-        self.sock = self._bind(p["iface"])
+        self.sock = self._bind(v.iface)
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
 
@@ -136,7 +119,7 @@ class MoldSource:
         self.books.apply(np.frombuffer(b"", np.uint8), 0, 0, out, 0, max_msgs=0, ts_recv=0)
         emit_gap(out, 0, 0, 0, 0)
         o = Orders(8)
-        _rehash(o.keys, o.vals, o.keys.copy(), o.vals.copy())
+        rehash(o.keys, o.vals, o.keys.copy(), o.vals.copy())
 
     def _bind(self, iface):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

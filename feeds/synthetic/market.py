@@ -12,14 +12,7 @@ moves, while the mid still walks randomly. Deterministic under a seed: the same 
 same ticks (ts_recv aside, which the publisher stamps); the market does not depend on `depth`,
 only what is published of it does.
 
-URI: synthetic://?instruments=4&rate=100000&seed=1&trade_prob=0.1&gap_us=10&depth=10
-  instruments  number of instruments (1..65535)            default 4
-  rate         ticks per second to publish, 0 = as fast as possible  default 100000
-  seed         generator seed                              default 1
-  trade_prob   fraction of events that are trades (0..1)   default 0.1
-  gap_us       mean exchange-time gap between events, us   default 10
-  count        stop after this many ticks (0 = never)      default 0
-  depth        book levels per side published as level ticks, 0..32 (0 = none)  default 10
+The URI's parameters are declared in feeds/synthetic/params.py (engine sources synthetic).
 rate and count count every tick, level and book ticks included. An event writes its level
 ticks, its trade, then a quote if the touch changed or a book tick if only deeper levels did
 (engine/records.py); an event deeper than the window writes nothing.
@@ -30,8 +23,6 @@ a source as fast as they can refuse a rate other than 0 (app/source_params.py).
 """
 import math
 import time
-from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 from engine.jit import njit
@@ -44,7 +35,8 @@ from feeds.core import venues
 from feeds.synthetic import rng
 from feeds.books.book import Ladders
 from feeds.books.ticks import emit, emit_quote, touch_changed
-from feeds.core.uri import DEFAULT_DEPTH, MAX_DEPTH
+from feeds.core.uri import MAX_DEPTH, FeedError
+from feeds.synthetic.params import SYNTHETIC
 
 TICK_SIZE = round(venues.SYNTHETIC_TICK * PRICE_SCALE)  # (its venue's fact, in 1e-9 fixed point)
 EPOCH_START_NS = 1_700_000_000_000_000_000  # simulated exchange clock starts here
@@ -60,49 +52,13 @@ CAP = 36      # ladder room a side: LEVELS plus the few an event inserts before 
 G_CLOCK, G_POS, G_N, G_EVENTS = 0, 1, 2, 3
 
 
-@dataclass
-class SyntheticParams:
-    instruments: int = 4
-    rate: float = 100_000.0
-    seed: int = 1
-    trade_prob: float = 0.1
-    gap_us: float = 10.0
-    count: int = 0
-    depth: int = DEFAULT_DEPTH
-
-    def uri(self):
-        return (f"synthetic://?instruments={self.instruments}&rate={self.rate:g}&seed={self.seed}"
-                f"&trade_prob={self.trade_prob:g}&gap_us={self.gap_us:g}&count={self.count}&depth={self.depth}")
-
-
 def parse_uri(uri):
-    """Parse a synthetic:// URI; raises ValueError naming the bad part."""
-    parts = urlsplit(uri)
-    if parts.scheme != "synthetic":
-        raise ValueError(f"not a synthetic source: {uri!r}")
-    p = SyntheticParams()
-    casts = {"instruments": int, "rate": float, "seed": int, "trade_prob": float, "gap_us": float, "count": int,
-             "depth": int}
-    for key, val in parse_qsl(parts.query, keep_blank_values=True):
-        if key not in casts:
-            raise ValueError(f"{uri}: unknown parameter {key!r} (known: {', '.join(casts)})")
-        try:
-            setattr(p, key, casts[key](val))
-        except ValueError:
-            raise ValueError(f"{uri}: {key}={val!r} is not a valid {casts[key].__name__}") from None
-    if not 1 <= p.instruments <= 65535:
-        raise ValueError(f"{uri}: instruments must be 1..65535, got {p.instruments}")
-    if p.rate < 0 or not math.isfinite(p.rate):
-        raise ValueError(f"{uri}: rate must be >= 0 (0 = as fast as possible), got {p.rate}")
-    if not 0.0 <= p.trade_prob <= 1.0:
-        raise ValueError(f"{uri}: trade_prob must be in [0, 1], got {p.trade_prob}")
-    if p.gap_us <= 0:
-        raise ValueError(f"{uri}: gap_us must be > 0, got {p.gap_us}")
-    if p.count < 0:
-        raise ValueError(f"{uri}: count must be >= 0, got {p.count}")
-    if not 0 <= p.depth <= MAX_DEPTH:
-        raise ValueError(f"{uri}: depth must be 0..{MAX_DEPTH}, got {p.depth}")
-    return p
+    """The typed value (feeds/synthetic/params.py) of a synthetic:// URI; FeedError naming the bad part."""
+    from feeds.core.sources import parse
+    u, v, kind = parse(uri)
+    if kind is not SYNTHETIC:
+        raise FeedError(f"not a synthetic source: {uri!r}")
+    return v
 
 
 def paced(batches, rate, step_s=0.05):
@@ -139,7 +95,7 @@ class Simulator:
     """Holds the market and generator state; `generate(out)` fills int64[n, 8] tick words (an
     event's ticks may straddle two calls: the rest waits in `stage`)."""
 
-    def __init__(self, params: SyntheticParams):
+    def __init__(self, params):
         self.params = params
         k = params.instruments
         self.ladders = Ladders(2 * k, pool=2 * k * CAP)

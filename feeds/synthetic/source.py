@@ -1,9 +1,11 @@
 """`synthetic://?...`: the market simulator (feeds/synthetic/market.py) as a source."""
+import dataclasses
+
 import numpy as np
 
 from feeds.core import venues
-from feeds.core.uri import FeedError
-from feeds.synthetic.market import Simulator, parse_uri
+from feeds.synthetic.market import Simulator
+from feeds.synthetic.params import SYNTHETIC
 
 
 class Synthetic:
@@ -11,16 +13,19 @@ class Synthetic:
     live = False
     generated = True  # (its ticks are made here: feeds/process.py)
 
-    def __init__(self, u, target=None, params=None):
-        try:
-            self.params = parse_uri(u)
-        except ValueError as e:
-            raise FeedError(str(e)) from None
-        self.uri = self.params.uri()
+    def __init__(self, u, v):
+        self.params = v
+        self.uri = SYNTHETIC.uri(v, full=True)
         self.sim = Simulator(self.params)
         self.instruments = [f"SYN{i:04d}" for i in range(self.params.instruments)]
         self.specs = [venues.synthetic(n) for n in self.instruments]
         self.produced = 0
+
+    def override(self, **given):
+        """Set the parameters given (not None) over the URI's (engine feed --rate, --count); its
+        uri says what it publishes, overrides included (the log names it)."""
+        self.params = dataclasses.replace(self.params, **{k: v for k, v in given.items() if v is not None})
+        self.uri = SYNTHETIC.uri(self.params, full=True)
 
     @property
     def depth(self):

@@ -19,6 +19,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from feeds.nasdaq import itch
+from feeds.core.sources import open_source
 from feeds.core.uri import FeedError
 
 PER_EXAMPLE = 25
@@ -54,8 +55,8 @@ def mutate(rng, data):
 
 def itch_seeds():
     from feeds.nasdaq.itch_writer import ItchWriter, message
-    from feeds.synthetic.source import Synthetic
-    src = Synthetic("synthetic://?instruments=3&count=400&seed=4")
+    from feeds.core.sources import open_source
+    src = open_source("synthetic://?instruments=3&count=400&seed=4")
     t = next(src.batches()).copy()
     w = ItchWriter(3, t[0, 1] - t[0, 1] % (86_400 * 10**9))
     day = w.start(int(t[0, 1])) + b"".join(w.write(t)) + w.finish(int(t[-1, 1]))
@@ -89,7 +90,7 @@ def run_itch(cases, seeds):
 
 
 def run_mold(cases, seeds):
-    from feeds.nasdaq.moldudp64 import MoldSource, packet
+    from feeds.nasdaq.moldudp64 import packet
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -110,8 +111,7 @@ def run_mold(cases, seeds):
     @given(st.integers(0, 2**63 - 1), st.booleans())
     def one(seed, rerequest):
         rng = np.random.default_rng(seed)
-        src = MoldSource(f"moldudp64://127.0.0.1:{port}" + ("?rerequest=127.0.0.1:9" if rerequest else ""),
-                         f"127.0.0.1:{port}", {"rerequest": "127.0.0.1:9", "depth": "3"} if rerequest else {"depth": "3"})
+        src = open_source(f"moldudp64://127.0.0.1:{port}?depth=3" + ("&rerequest=127.0.0.1:9" if rerequest else ""))
         pending, n = {}, 0
         try:
             for _ in range(PER_EXAMPLE):
@@ -162,7 +162,7 @@ def run_dbn(cases, _):
     @given(st.integers(0, 2**63 - 1), st.booleans())
     def one(seed, strict):
         rng = np.random.default_rng(seed)
-        f = D.DbnFile("dbn:/dev/null", "/dev/null", {"depth": "3"} if strict else {"on_error": "skip", "depth": "3"})
+        f = open_source("dbn:/dev/null?depth=3" + ("" if strict else "&on_error=skip"))
         for _ in range(PER_EXAMPLE):
             if rng.random() < 0.1:  # the metadata header
                 try:
@@ -219,8 +219,7 @@ def run_binance(cases, _):
         @given(st.integers(0, 2**63 - 1), st.booleans(), st.sampled_from([0, 3]))
         def one(seed_, strict, depth):
             rng = np.random.default_rng(seed_)
-            src = B.BinanceFile(f"binance:{f.name}", f.name, {"depth": str(depth)} if strict else
-                                {"on_error": "skip", "depth": str(depth)})
+            src = open_source(f"binance:{f.name}?depth={depth}" + ("" if strict else "&on_error=skip"))
             out = np.zeros((2 + B.depth.room(depth) + 4, 8), np.int64)  # small: the out-of-room path runs
             for _ in range(PER_EXAMPLE):
                 data = np.frombuffer(mutate(rng, seed), np.uint8)
