@@ -37,11 +37,12 @@ def _serve(repeat):
 
 def _ours(port, key, nrec):
     from feeds.databento.live import DbnLive
+    from feeds.databento.params import LIVE
     old = os.environ.get("DATABENTO_API_KEY")
     os.environ["DATABENTO_API_KEY"] = key
     try:
-        src = DbnLive("dbn-live://GLBX.MDP3", "GLBX.MDP3",
-                      {"symbols": "ESH4", "gateway": f"127.0.0.1:{port}", "idle_s": "0.5"})
+        u = "dbn-live://GLBX.MDP3"
+        src = DbnLive(u, LIVE.parse(u, "GLBX.MDP3", {"symbols": "ESH4", "gateway": f"127.0.0.1:{port}", "idle_s": "0.5"}))
     finally:
         if old is None:
             os.environ.pop("DATABENTO_API_KEY")

@@ -34,11 +34,11 @@ def uri(fb, market="spot", **extra):
 
 def _compiled():
     """The signatures of every numba function a live run calls from Python."""
-    from feeds.binance import read as binance_read, scan as binance_scan, pump as ws_pump
+    from feeds.binance import read as binance_read, scan as binance_scan, pump as ws_pump, symbols
     from feeds.core import feed_latency
     from feeds.transport import ws_client
     fns = (binance_scan.scan_packed, ws_client.deframe, feed_latency.record_feed, feed_latency.record_since,
-           binance_read.read, binance_scan.needs_snapshot, ws_pump.pump)
+           binance_read.read, symbols.needs_snapshot, ws_pump.pump)
     return {f.__name__: list(f.signatures) for f in fns}
 
 
@@ -504,11 +504,9 @@ def test_frames_cut_across_socket_reads_come_out_whole():
     the rest taken apart in place (WsProtocol._join), or joined whole when the read does not
     finish it."""
     import asyncio
-    import base64
-    import hashlib
     import socket
 
-    from feeds.transport import ws_client
+    from tests.helpers.ws_loopback import read_through_client
     rng = np.random.default_rng(11)
     payloads = [rng.integers(32, 127, n, dtype=np.uint8).tobytes() for n in
                 list(range(0, 301)) + [1000, 70000, 5, 70000, 126, 65535, 65536]]
@@ -522,15 +520,10 @@ def test_frames_cut_across_socket_reads_come_out_whole():
         if i % 37 == 0:
             stream += bytes([0x89, 3]) + b"p%02d" % (pings % 100)
             pings += 1
-    got, pongs = [], []
+    pongs = []
 
-    async def serve(reader, writer):
-        req = await reader.readuntil(b"\r\n\r\n")
-        key = [ln.split(b":", 1)[1].strip() for ln in req.split(b"\r\n") if ln.lower().startswith(b"sec-websocket-key")][0]
-        accept = base64.b64encode(hashlib.sha1(key + ws_client.GUID).digest())
+    async def send(reader, writer):
         writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
         pos = 0
         while pos < len(stream):
             k = int(rng.integers(1, 4000))
@@ -542,17 +535,6 @@ def test_frames_cut_across_socket_reads_come_out_whole():
             pongs.append(await reader.readexactly(9))
         writer.close()
 
-    async def main():
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        done = asyncio.get_running_loop().create_future()
-        conn = await ws_client.connect(f"ws://127.0.0.1:{port}/x", lambda lines, n: got.append(bytes(lines)),
-                                       lambda reason: done.done() or done.set_result(reason))
-        await asyncio.wait_for(done, 30)
-        conn.abort()
-        server.close()
-
-    asyncio.run(main())
-    lines = b"".join(got).split(b"\n")[:-1]
+    lines = read_through_client(send)[0]
     assert [ln.split(b" ", 1)[1] for ln in lines] == payloads
     assert len(pongs) == pings and all(p[0] == 0x8A for p in pongs)

@@ -276,7 +276,7 @@ def test_bad_uris_and_unreachable_gateway(key):
 
 
 def test_default_gateway_is_the_official_clients():
-    from feeds.databento.live import cram_response, default_gateway
+    from feeds.databento.gateway_protocol import cram_response, default_gateway
     assert default_gateway("GLBX.MDP3") == ("glbx-mdp3.lsg.databento.com", 13000)
     from databento.common.cram import get_challenge_response
     assert cram_response("abc123", "db-0123456789abcdefXYZ") == get_challenge_response("abc123", "db-0123456789abcdefXYZ")

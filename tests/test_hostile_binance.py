@@ -45,7 +45,7 @@ def depth_times(fb):
 
 def allowed(window, base, cap):
     """How many tries the backoff lets into `window` seconds: the first, then each retry j (1, 2,
-    ...) at least half of base * 2^(j-1), up to cap, after the one before (feeds/binance_live.backoff
+    ...) at least half of base * 2^(j-1), up to cap, after the one before (feeds/binance/live_waits.py backoff
     draws from [d/2, d])."""
     n, spent = 1, 0.0
     while spent + 0.5 * min(cap, base * 2 ** (n - 1)) <= window:
@@ -354,7 +354,7 @@ def test_a_rest_url_that_is_not_http_is_one_line(shm_name):
     ("idle_s=-1", "idle_s='-1': must be a finite number >= 0"), ("idle_s=inf", "idle_s='inf'"),
     ("reader_core=-5", "reader_core='-5': must be an integer >= 0"),
     ("size_unit=nan", "size_unit='nan': must be a finite number > 0"),
-    ("snapshot_limit=many", "snapshot_limit='many': must be an integer >= 1"),
+    ("snapshot_limit=many", "snapshot_limit='many': must be an integer 1..5000"),
     ("ws=http://127.0.0.1:9", "ws='http://127.0.0.1:9' is not a ws:// or wss://HOST URL"),
     ("rest=http://:80", "rest='http://:80' is not a http:// or https://HOST URL"),
     ("rest=http://h:port", "rest='http://h:port'"),
@@ -370,7 +370,7 @@ def test_binance_live_values_are_checked(q, says):
 @pytest.mark.parametrize("q, says", [
     ("heartbeat_s=0", "heartbeat_s='0': must be an integer >= 1"),
     ("timeout_s=nan", "timeout_s='nan': must be a finite number >= 0"),
-    ("backoff_max_s=inf", "backoff_max_s='inf': must be a finite number >= 0"),
+    ("backoff_max_s=inf", "backoff_max_s='inf': must be a finite number > 0"),
     ("idle_s=-1", "idle_s='-1'"), ("connect_timeout_s=nan", "connect_timeout_s='nan'"),
 ])
 def test_dbn_live_values_are_checked_by_the_same_rules(q, says):
@@ -482,21 +482,12 @@ def test_a_frame_header_cut_byte_by_byte_is_judged_once_whole():
     frame whose header, once whole, says 2 GiB ends the connection there (nothing of it kept); the
     frames before it, cut anywhere, come out whole."""
     import asyncio
-    import base64
-    import hashlib
 
-    from feeds.transport import ws_client
+    from tests.helpers.ws_loopback import read_through_client
     good = [bytes([0x81, 126]) + (300).to_bytes(2, "big") + b"a" * 300, bytes([0x81, 5]) + b"hello"]
     evil = bytes([0x81, 127]) + (2 << 30).to_bytes(8, "big") + b"x" * 64
-    got = []
 
-    async def serve(reader, writer):
-        req = await reader.readuntil(b"\r\n\r\n")
-        key = [ln.split(b":", 1)[1].strip() for ln in req.split(b"\r\n")
-               if ln.lower().startswith(b"sec-websocket-key")][0]
-        accept = base64.b64encode(hashlib.sha1(key + ws_client.GUID).digest())
-        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    async def send(reader, writer):
         try:
             for b in b"".join(good) + evil:
                 writer.write(bytes([b]))
@@ -505,18 +496,6 @@ def test_a_frame_header_cut_byte_by_byte_is_judged_once_whole():
         except ConnectionError:
             pass
 
-    async def main():
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        done = asyncio.get_running_loop().create_future()
-        conn = await ws_client.connect(f"ws://127.0.0.1:{port}/x", lambda lines, n: got.append(bytes(lines)),
-                                       lambda reason: done.done() or done.set_result(reason))
-        reason = await asyncio.wait_for(done, 30)
-        left = len(conn.inbuf)
-        conn.abort()
-        server.close()
-        return reason, left
-
-    reason, left = asyncio.run(main())
+    lines, reason, left = read_through_client(send)
     assert reason == "a frame of 2147483648 bytes (over 1048576)" and left == 0, (reason, left)
-    assert [ln.split(b" ", 1)[1] for ln in b"".join(got).split(b"\n")[:-1]] == [b"a" * 300, b"hello"]
+    assert [ln.split(b" ", 1)[1] for ln in lines] == [b"a" * 300, b"hello"]

@@ -76,7 +76,6 @@ from feeds.books.depth import Windows
 QTY_SCALE = 10**8
 HOLD_MAX = 100_000  # depth events held while waiting for a snapshot (per instrument)
 STATS = S.STATS
-BOOK_TICKER = ("quote", "check")  # book_ticker=: bookTickers over the touch, or only cross-checked
 
 
 def fixed(s, scale_digits):
@@ -237,35 +236,9 @@ def size_divisor(u, size_unit):
     return int(round(div))
 
 
-class BinanceFile:
-    live = False
-
-    def __init__(self, u, path, params):
-        self.uri, self.path = u, path
-        files.check_readable(path)
-        p = U.take(u, params, {"size_unit": (float, venues.BINANCE_SIZE_UNIT), "on_error": (U.on_error, "stop"),
-                               "depth": (U.depth, U.DEFAULT_DEPTH), "book_ticker": (str, "quote"),
-                               "market": (str, "auto")})
-        self.size_div = size_divisor(u, p["size_unit"])
-        if p["book_ticker"] not in BOOK_TICKER:
-            off = " (off is binance-live's: a capture holds the bookTicker lines it was recorded with)" \
-                if p["book_ticker"] == "off" else ""
-            raise U.FeedError(f"{u}: book_ticker must be {' or '.join(BOOK_TICKER)}, got {p['book_ticker']!r}{off}")
-        if p["market"] not in ("auto", *venues.BINANCE_MARKETS):
-            raise U.FeedError(f"{u}: market must be auto, {', '.join(venues.BINANCE_MARKETS)}; got {p['market']!r}")
-        self.size_unit = p["size_unit"]
-        futures = _futures_capture(path) if p["market"] == "auto" else p["market"] != "spot"
-        self._specs = venues.Specs(lambda s: venues.binance(
-            s, self.size_unit, p["market"] if p["market"] != "auto" else
-            ("coinm" if "_" in s else "usdm") if futures else "spot"))
-        self.strict = p["on_error"] == "stop"
-        self.depth = p["depth"]
-        self.scanner = Scanner(path, strict=self.strict, quote=p["book_ticker"] == "quote", size_div=self.size_div,
-                               depth=self.depth)
-
-    @property
-    def state(self):
-        return self.scanner.state
+class ScannedSource:
+    """What binance:FILE and binance-live (feeds/binance/live.py) say of their instruments: the
+    symbols their `scanner` has met, in id order, and their records (`_specs`: venues.Specs)."""
 
     @property
     def instruments(self):
@@ -275,6 +248,29 @@ class BinanceFile:
     def specs(self):
         """The instruments' records (engine/instruments.py), in the order of `instruments`."""
         return self._specs.of(self.instruments)
+
+
+class BinanceFile(ScannedSource):
+    live = False
+
+    def __init__(self, u, v):
+        self.uri, self.path = u, v.target
+        path = v.target
+        files.check_readable(path)
+        self.size_div = size_divisor(u, v.size_unit)
+        self.size_unit = v.size_unit
+        futures = _futures_capture(path) if v.market == "auto" else v.market != "spot"
+        self._specs = venues.Specs(lambda s: venues.binance(
+            s, self.size_unit, v.market if v.market != "auto" else
+            ("coinm" if "_" in s else "usdm") if futures else "spot"))
+        self.strict = v.on_error == "stop"
+        self.depth = v.depth
+        self.scanner = Scanner(path, strict=self.strict, quote=v.book_ticker == "quote", size_div=self.size_div,
+                               depth=self.depth)
+
+    @property
+    def state(self):
+        return self.scanner.state
 
     def resync(self):
         """A consumer asked for every window again (feeds/process.py)."""

@@ -13,7 +13,7 @@ venue replaying an old capture, a clock set wrong) is not a latency: it is count
 (`feed_latency_off_clock`), and when such ticks are most of them the percentiles are not reported
 at all; `feed_latency_clock_offset_us` says instead how far the event times are off the receive
 clock (the last such tick's ts_recv - ts_event). `comparable_stats` is that rule, for this
-module's histograms and for any source that keeps its own (feeds/databento/live.py).
+module's histograms and for any source that keeps its own (feeds/databento/live_stream.py).
 """
 import numpy as np
 from engine.jit import njit

@@ -113,7 +113,7 @@ def _inst(ids, idx, stats, iid, auto):
 
 
 @njit(nogil=True, cache=True)
-def _inst_at(ids, idx, iid, at):
+def inst_at(ids, idx, iid, at):
     """Track instrument id `iid` as dense index `at` (dbn-live: a symbol of its URI, whose index is
     fixed at start) unless it is tracked already. Returns its index."""
     j = _slot(ids, iid)
@@ -488,56 +488,40 @@ def symbol_table(meta):
     return out
 
 
-class DbnFile:
-    live = False
-    _inst_cache = (None,)  # (instrument count, names count) -> names: see `instruments`
+class DbnBooks:
+    """The DBN parser's state (instrument table, books, held trades, counters, depth windows) and
+    its driver `_apply`: what dbn:FILE and dbn-live (feeds/databento/live.py) both are. strict: a
+    malformed record stops the parse (else it is counted); auto: every instrument id is tracked
+    (else only the ids the source tracks itself)."""
 
-    def __init__(self, u, path, params):
-        self.uri, self.path = u, path
-        files.check_readable(path)
-        p = U.take(u, params, {"symbols": (U.symbols, ()), "on_error": (U.on_error, "stop"),
-                               "depth": (U.depth, U.DEFAULT_DEPTH)})
-        self.symbols = p["symbols"]
-        self.want_depth = p["depth"]
-        self.cfg = np.array([1 if p["on_error"] == "stop" else 0, 0 if self.symbols else 1], np.int64)
+    def __init__(self, strict, auto, depth):
+        self.cfg = np.array([1 if strict else 0, 1 if auto else 0], np.int64)
         self.ids = np.full(1 << 17, -1, np.int64)
         self.idx = np.zeros(1 << 17, np.int64)
-        self.ladders = Ladders(2 * MAX_INSTRUMENTS)
-        self.orders = Orders(1 << 16)
         self.top = np.zeros((MAX_INSTRUMENTS, 5), np.int64)
         self.pend = np.zeros((PENDING, 5), np.int64)
         self.npend = np.zeros(1, np.int64)
         self.stats_a = np.zeros(NSTATS, np.int64)
         self.err = np.zeros(4, np.int64)
         self.need = np.zeros(1, np.int64)
-        self.meta = None
-        self._names = {}
+        self.depth = depth
+        self.windows = Windows(2 * MAX_INSTRUMENTS, depth)
         self._specs = venues.Specs(venues.cme)
-        self.depth = self._schema_depth(_peek_metadata(path))
-        self.windows = Windows(2 * MAX_INSTRUMENTS, self.depth)
+        self.reset_books(forget=False)
 
-    def _schema_depth(self, meta):
-        """Levels a side to publish: what was asked, capped by what the file's schema carries
-        (as asked when the schema is unknown: no metadata yet, or several schemas)."""
-        if meta is None or meta.schema is None:
-            return self.want_depth
-        return min(self.want_depth, SCHEMA_DEPTH.get(str(meta.schema), 0))
+    def reset_books(self, forget=True):
+        """Every book empty (dbn-live after a gap: nothing built before it can be trusted; every
+        window is re-sent, after a clear tick)."""
+        self.ladders = Ladders(2 * MAX_INSTRUMENTS)
+        self.orders = Orders(1 << 16)
+        self.top[:] = 0
+        self.npend[0] = 0
+        if forget:
+            self.windows.forget()
 
     def resync(self):
         """A consumer asked for every window again (feeds/process.py)."""
         self.windows.forget()
-
-    @property
-    def instruments(self):
-        """Names by dense index (from the symbology; an instrument id until its name is known).
-        Asked per batch by the publisher: rebuilt only when an instrument or a name was added (a
-        Python walk of the 2^17-slot id table was 16 ms a call)."""
-        key = (int(self.stats_a[S_INSTRUMENTS]), len(self._names))
-        if self._inst_cache[0] != key:
-            sel = np.nonzero(self.ids != -1)[0]
-            iids = self.ids[sel][np.argsort(self.idx[sel], kind="stable")]
-            self._inst_cache = (key, [self._names.get(int(i), str(int(i))) for i in iids])
-        return list(self._inst_cache[1])
 
     @property
     def specs(self):
@@ -546,24 +530,6 @@ class DbnFile:
 
     def stats(self):
         return {name: int(v) for name, v in zip(STAT_NAMES, self.stats_a)}
-
-    def _start(self, head):
-        self.meta, off = read_metadata(self.path, head)
-        self._names = symbol_table(self.meta)
-        d = self._schema_depth(self.meta)
-        if d != self.depth:
-            self.depth, self.windows = d, Windows(2 * MAX_INSTRUMENTS, d)
-        if self.symbols:
-            wanted = {iid for iid, s in self._names.items() if s in self.symbols}
-            missing = set(self.symbols) - set(self._names.values())
-            if missing:
-                raise U.FeedError(f"{self.path}: no instrument {', '.join(sorted(missing))} in this file "
-                                  f"(it has {', '.join(sorted(set(self._names.values()))) or 'no symbology'})")
-            self.cfg[1] = 1
-            for iid in sorted(wanted):
-                _inst(self.ids, self.idx, self.stats_a, iid, True)
-            self.cfg[1] = 0
-        return off
 
     def _apply(self, data, pos, out, n):
         if len(out) < PENDING + 4 + 2 * depth.room(self.depth):
@@ -586,6 +552,58 @@ class DbnFile:
         if code == E_SHORT:
             return f"byte {base + off}: record length {ln} is shorter than a record header (16)"
         return f"byte {base + off}: record type 0x{rt:02x} has length {ln}, its layout needs {MIN_LEN.get(rt)}"
+
+
+class DbnFile(DbnBooks):
+    live = False
+    _inst_cache = (None,)  # (instrument count, names count) -> names: see `instruments`
+
+    def __init__(self, u, v):
+        self.uri, self.path = u, v.target
+        files.check_readable(self.path)
+        self.symbols = v.symbols
+        self.want_depth = v.depth
+        self.meta = None
+        self._names = {}
+        super().__init__(strict=v.on_error == "stop", auto=not self.symbols,
+                         depth=self._schema_depth(_peek_metadata(self.path)))
+
+    def _schema_depth(self, meta):
+        """Levels a side to publish: what was asked, capped by what the file's schema carries
+        (as asked when the schema is unknown: no metadata yet, or several schemas)."""
+        if meta is None or meta.schema is None:
+            return self.want_depth
+        return min(self.want_depth, SCHEMA_DEPTH.get(str(meta.schema), 0))
+
+    @property
+    def instruments(self):
+        """Names by dense index (from the symbology; an instrument id until its name is known).
+        Asked per batch by the publisher: rebuilt only when an instrument or a name was added (a
+        Python walk of the 2^17-slot id table was 16 ms a call)."""
+        key = (int(self.stats_a[S_INSTRUMENTS]), len(self._names))
+        if self._inst_cache[0] != key:
+            sel = np.nonzero(self.ids != -1)[0]
+            iids = self.ids[sel][np.argsort(self.idx[sel], kind="stable")]
+            self._inst_cache = (key, [self._names.get(int(i), str(int(i))) for i in iids])
+        return list(self._inst_cache[1])
+
+    def _start(self, head):
+        self.meta, off = read_metadata(self.path, head)
+        self._names = symbol_table(self.meta)
+        d = self._schema_depth(self.meta)
+        if d != self.depth:
+            self.depth, self.windows = d, Windows(2 * MAX_INSTRUMENTS, d)
+        if self.symbols:
+            wanted = {iid for iid, s in self._names.items() if s in self.symbols}
+            missing = set(self.symbols) - set(self._names.values())
+            if missing:
+                raise U.FeedError(f"{self.path}: no instrument {', '.join(sorted(missing))} in this file "
+                                  f"(it has {', '.join(sorted(set(self._names.values()))) or 'no symbology'})")
+            self.cfg[1] = 1
+            for iid in sorted(wanted):
+                _inst(self.ids, self.idx, self.stats_a, iid, True)
+            self.cfg[1] = 0
+        return off
 
     OUT_ROWS = 8192  # tick batch size (tests make it small to run the out-of-room path)
 
