@@ -117,7 +117,7 @@ class StrategyThread(threading.Thread):
                 time.sleep(0.01)  # (blocking, not spinning: this thread may be SCHED_FIFO)
         warmup.prefault(c.data)
         c.claim(start="oldest", backpressure=self.backpressure)
-        self.host.mod.host_reset(live.state.fstate, live.state.book, live.state.ist, live.state.shared)
+        self.host.mod.host_reset(*live.state.ss, live.state.uni.shared)
         ctl[C.L_GAPS] += 1
         self.consumer = c
         self.reattached += 1
@@ -164,10 +164,10 @@ class MultiStrategyThread(StrategyThread):
             ctl[C.L_GAPS] += 1
         self.consumer = self.rings.consumers[0]
         mod = self.host.mod
-        mod.host_reset(live.state.fstate, live.state.book, live.state.ist, live.state.shared)
+        mod.host_reset(*live.state.ss, live.state.uni.shared)
         if self.cfg.tapped:  # a gap tick into the recording too: its backtest voids the books here
             from engine.tickring import publish_gap
-            tap, cst = self.rings.tap, live.state.cst
+            tap, cst = self.rings.tap, live.state.stash.cst
             publish_gap(tap.hdr, tap.data, tap.mask, cst[mod.CS_READ])
             cst[mod.CS_READ] += 1
         if int(ctl[C.CTL_CMD]) == C.CMD_REATTACH:

@@ -246,7 +246,8 @@ def f32_bits(typingctx, x):
 # instruction and decrements it later. `borrow(a)` is `a` with no count (a null meminfo, as for an
 # array numba builds over a raw pointer): incref/decref of it do nothing. Only for arrays the
 # caller keeps alive for the whole call and that never escape it (not returned, not stored).
-# Users: the feed parsers (feeds/core/borrow.py), the host loop's book (engine/host_template.py).
+# Users: the feed parsers (feeds/core/borrow.py), the host loops (engine/host_template.py: the book, and
+# every argument group at the top of a loop).
 
 
 def borrowed_array(context, builder, a, value):
@@ -290,16 +291,27 @@ def borrow_ro(typingctx, a):
     return ro(a), codegen
 
 
+def _borrowed(context, builder, t, value):
+    """`value` (numba type t) with every array in it borrowed: an array, or a tuple (plain, named,
+    nested) of them and of other values (kept as they are)."""
+    if isinstance(t, types.Array):
+        return borrowed_array(context, builder, t, value)
+    if isinstance(t, types.BaseTuple):
+        vals = [_borrowed(context, builder, x, builder.extract_value(value, i)) for i, x in enumerate(t)]
+        return context.make_tuple(builder, t, vals)
+    return value
+
+
 @intrinsic
 def borrow_all(typingctx, t):
-    """borrow() of every array in a tuple of arrays. At the top of a function that is called (not
-    inlined) with such tuples: its arrays then have no count to keep, where otherwise every
-    inlined helper taking one costs two calls into the runtime (half of a handler's time, perf)."""
-    if not (isinstance(t, types.BaseTuple) and all(isinstance(x, types.Array) for x in t)):
+    """borrow() of every array in a tuple (named or nested; its other values as they are). At the
+    top of a function that is called (not inlined) with such tuples: its arrays then have no count
+    to keep, where otherwise every inlined helper taking one costs two calls into the runtime (half
+    of a handler's time, perf)."""
+    if not isinstance(t, types.BaseTuple):
         return None
 
     def codegen(context, builder, sig, args):
-        vals = [borrowed_array(context, builder, a, builder.extract_value(args[0], i)) for i, a in enumerate(t)]
-        return context.make_tuple(builder, t, vals)
+        return _borrowed(context, builder, t, args[0])
 
     return t(t), codegen

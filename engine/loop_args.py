@@ -1,13 +1,14 @@
-"""The host loops' argument lists, built from named parts: callers never count positions.
+"""The host loops' arguments, in named groups built here: callers never count positions.
 
-run_loop and backtest_loop (engine/host_template.py) take twenty-odd flat arguments on purpose:
-numba reference-counts every array held in a tuple (or record) argument on every call, ~40 ns a
-tick, while arrays passed as separate arguments are the loop's own. So the flat list stays, and
-this module is its one owner: callers hand over named parts (the NamedTuples below, whose field
-names are the loops' parameter names), and run_args/backtest_args put each value at the position
-of the parameter of its name, read from the loop's own def line. A part with no parameter, or a
+The loops (engine/host_template.py) take their arrays in a few groups, the NamedTuples below
+(GROUPS: the loop parameter each one is), and borrow every array in them at their top
+(engine/intrinsics.py borrow_all): a group costs nothing per tick, where numba would otherwise
+count the references of its arrays wherever a helper takes one (~40 ns a tick). This module is
+their one owner: callers hand over named parts (a ring view, LiveArgs, BacktestArgs), and
+run_args, run_multi_args and backtest_args build the groups and put each value at the loop
+parameter of its name, read from the loop's own def line. A part with no parameter, or a
 parameter with no part, is refused with both names. Built once per run (per call of the loop),
-never per tick: nothing changes inside the loops.
+never per tick.
 """
 import inspect
 from typing import NamedTuple
@@ -73,18 +74,30 @@ class SignalView(NamedTuple):
         return cls(ring.hdr, ring.data, ring.mask, ring.pstate)
 
 
-class HostArrays(NamedTuple):
-    """Both loops: the per-instrument state (engine.strategy_build.HostState.loop_arrays), and a
-    UNIVERSE's binding (uids, umem), views (ubook, uist), shared state and a targets decide's scratch
-    (targets, dsig); the risk gate's limits and state (engine/risk.py new_state: rlim, rb, rg); a
-    flush's rows and scores when it scores them in one call (frows, fout)."""
+class StrategyState(NamedTuple):
+    """What the host keeps per instrument (engine/host_template.py's header): the strategy's state
+    columns, the book window, the host's own columns."""
     fstate: np.ndarray
     book: np.ndarray
     ist: np.ndarray
+
+
+class Stash(NamedTuple):
+    """Conflation: each pending instrument's latest row and tick (prow, ptick), the pending
+    instruments (plist), the conflation scalars (cst), and a flush's rows and scores when it scores
+    them in one call (frows, fout)."""
     prow: np.ndarray
     ptick: np.ndarray
     plist: np.ndarray
     cst: np.ndarray
+    frows: np.ndarray
+    fout: np.ndarray
+
+
+class UniverseState(NamedTuple):
+    """A UNIVERSE's binding (uids: its members' instruments; umem: each instrument's member or -1),
+    read-only views of book and ist (ubook, uist: what on_tick's `u` reads), its shared state, and
+    a targets decide's scratch (targets; dsig: its signals before they are pushed)."""
     uids: np.ndarray
     umem: np.ndarray
     ubook: np.ndarray
@@ -92,11 +105,41 @@ class HostArrays(NamedTuple):
     shared: np.ndarray
     targets: np.ndarray
     dsig: np.ndarray
+
+
+class RiskState(NamedTuple):
+    """The risk gate's limits and state (engine/risk.py new_state)."""
     rlim: np.ndarray
     rb: np.ndarray
     rg: np.ndarray
-    frows: np.ndarray
-    fout: np.ndarray
+
+
+class Scratch(NamedTuple):
+    """A live loop's buffers: the model's input and output (row, out), one tick (new_tick) and one
+    signal record (sig)."""
+    row: np.ndarray
+    out: np.ndarray
+    tick: np.ndarray
+    sig: np.ndarray
+
+
+class HostArrays(NamedTuple):
+    """Both loops: the host's state (engine.strategy_build.HostState), in the loops' groups; each
+    field's name is the loop parameter that takes it."""
+    ss: StrategyState
+    stash: Stash
+    uni: UniverseState
+    risk: RiskState
+
+    @classmethod
+    def of(cls, hs):
+        """The groups of a HostState's arrays, each array by its name."""
+        return cls(*(g(**{f: getattr(hs, f) for f in g._fields}) for g in cls.__annotations__.values()))
+
+
+# the loops' parameters that take a group, and the group each takes
+GROUPS = {"ring": TickView, "rings": MultiTickView, "sring": SignalView, **HostArrays.__annotations__,
+          "scratch": Scratch}
 
 
 class LiveArgs(NamedTuple):
@@ -144,18 +187,23 @@ class BacktestArgs(NamedTuple):
 
 def run_args(mod, ring: TickView, live: LiveArgs) -> tuple:
     """run_loop's arguments, in its order (mod: the strategy's host module)."""
-    _check_tick(live)
-    return _flat(mod.run_loop, ring, live)
+    return _flat(mod.run_loop, {"ring": ring, **_live_parts(live)})
 
 
 def run_multi_args(mod, rings: MultiTickView, live: LiveArgs) -> tuple:
     """run_loop_multi's arguments, in its order."""
+    return _flat(mod.run_loop_multi, {"rings": rings, **_live_parts(live)})
+
+
+def _live_parts(live):
+    """A live loop's parameters but its ring(s), by name."""
     _check_tick(live)
-    return _flat(mod.run_loop_multi, rings, live)
+    return {"sring": live.signals, "ctl": live.ctl, "hist": live.hist, **live.state._asdict(),
+            "scratch": Scratch(live.row, live.out, live.tick, live.sig), "pvals": live.pvals, "cfg": live.cfg}
 
 
 def _check_tick(live):
-    tick, ptick = live.tick, getattr(live.state, "ptick", None)
+    tick, ptick = live.tick, getattr(getattr(live.state, "stash", None), "ptick", None)
     if not isinstance(tick, np.ndarray) or not isinstance(ptick, np.ndarray):
         return  # (engine/loop_args' own tests pass names, not arrays)
     if tick.shape != (LOOP_TICK_WORDS,) or ptick.shape[1] < LOOP_TICK_WORDS:
@@ -169,11 +217,12 @@ def backtest_args(mod, parts: BacktestArgs) -> tuple:
     (app/shadow.py) compiled the whole loop a second time, in the running engine."""
     if isinstance(parts.words, np.ndarray):
         parts = parts._replace(words=read_only(parts.words))
-    return _flat(mod.backtest_loop, parts)
+    given = {k: v for k, v in parts._asdict().items() if k != "state"}
+    return _flat(mod.backtest_loop, {**given, **parts.state._asdict()})
 
 
 def _named(*parts):
-    """{parameter name: value} of the parts, nested NamedTuples opened."""
+    """{name: value} of the parts, nested NamedTuples opened (every array of a LiveArgs)."""
     out = {}
     for part in parts:
         for k, v in part._asdict().items():
@@ -196,8 +245,8 @@ def params(loop):
     return names
 
 
-def _flat(loop, *parts):
-    given = _named(*parts)
+def _flat(loop, given):
+    """The values of `given` ({parameter name: value}) in the loop's parameter order."""
     names = params(loop)
     missing = [n for n in names if n not in given]
     extra = [n for n in given if n not in names]

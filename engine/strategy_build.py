@@ -240,10 +240,8 @@ class HostState:
                 self.dsig)
 
     def loop_arrays(self):
-        """What the live and backtest loops take (engine/loop_args.py passes them one by one)."""
-        return HostArrays(self.fstate, self.book, self.ist, self.prow, self.ptick, self.plist, self.cst, self.uids,
-                          self.umem, self.ubook, self.uist, self.shared, self.targets, self.dsig, self.rlim, self.rb,
-                          self.rg, self.frows, self.fout)
+        """What the live and backtest loops take (engine/loop_args.py: in its groups)."""
+        return HostArrays.of(self)
 
     @property
     def positions(self):

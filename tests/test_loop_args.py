@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 import engine.host_template as T
-from engine.loop_args import BacktestArgs, LiveArgs, TickView, backtest_args, run_args
+from engine.loop_args import (GROUPS, BacktestArgs, LiveArgs, MultiTickView, TickView, backtest_args, run_args,
+                              run_multi_args)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "engine" / "host_template.py"
-LOOPS = ("run_loop", "backtest_loop")
+LOOPS = ("run_loop", "run_loop_multi", "backtest_loop")
 
 
 def _def_params(name):
@@ -29,9 +30,20 @@ def _sentinels(cls):
     return cls(**{f: _sentinels(hints[f]) if hasattr(hints[f], "_fields") else f for f in cls._fields})
 
 
-def test_every_part_lands_on_the_parameter_of_its_name():
-    assert run_args(T, _sentinels(TickView), _sentinels(LiveArgs)) == _def_params("run_loop")
-    assert backtest_args(T, _sentinels(BacktestArgs)) == _def_params("backtest_loop")
+@pytest.mark.parametrize("loop,build", [
+    ("run_loop", lambda: run_args(T, _sentinels(TickView), _sentinels(LiveArgs))),
+    ("run_loop_multi", lambda: run_multi_args(T, _sentinels(MultiTickView), _sentinels(LiveArgs))),
+    ("backtest_loop", lambda: backtest_args(T, _sentinels(BacktestArgs))),
+])
+def test_every_part_lands_on_the_parameter_of_its_name(loop, build):
+    """A parameter that takes a group (GROUPS) gets that group, each field holding the part of its
+    name; any other gets the part of its own name."""
+    got = dict(zip(_def_params(loop), build(), strict=True))
+    for name, value in got.items():
+        if name in GROUPS:
+            assert type(value) is GROUPS[name] and value == GROUPS[name]._fields, name
+        else:
+            assert value == name
 
 
 def test_the_order_is_the_loops_own():
@@ -39,7 +51,9 @@ def test_the_order_is_the_loops_own():
     names = list(_def_params("backtest_loop"))[::-1]
     ns = {}
     exec(f"def backtest_loop({', '.join(names)}):\n    pass\n", ns)
-    assert backtest_args(types.SimpleNamespace(**ns), _sentinels(BacktestArgs)) == tuple(names)
+    by_group = {g: name for name, g in GROUPS.items()}
+    got = backtest_args(types.SimpleNamespace(**ns), _sentinels(BacktestArgs))
+    assert tuple(by_group.get(type(a), a) for a in got) == tuple(names)
 
 
 @pytest.mark.parametrize("change,needle", [
