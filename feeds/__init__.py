@@ -21,7 +21,8 @@ NUMBA_CACHE_KEY = True  # these sources key the numba cache (engine/__init__.py)
 # what the compile notices call this package's compiled functions (engine/compile_notice.py)
 name_components({
     "feeds": ("feed", "the order book and tick publisher"),
-    "feeds.binance.scan": ("feed", "the Binance parser"),
+    **{f"feeds.binance.{m}": ("feed", "the Binance parser") for m in (
+        "scan", "message", "depth_events", "book_ticker", "trades", "symbols", "held", "view", "crosscheck", "layout")},
     "feeds.core.jscan": ("feed", "the Binance parser"),
     "feeds.databento.dbn": ("feed", "the DBN parser"),
     "feeds.nasdaq.itch": ("feed", "the ITCH 5.0 parser"),

@@ -28,7 +28,8 @@ from engine.jit import njit
 
 from engine.intrinsics import cpu_pause, load_acquire, monotonic_ns, store_relaxed
 from engine.readonly import read_only
-from feeds.binance import read as binance_read, scan as S
+from feeds.binance import read as binance_read
+from feeds.binance.layout import R_DONE
 from feeds.transport.netcalls import EAGAIN, EINTR, MSG_DONTWAIT, poll_two, readonly, recv_into
 from feeds.transport.ws_client import D_MORE, LINE_EXTRA
 
@@ -63,13 +64,13 @@ def pump(fd, wake_fd, spin, ctl, buf, stamp, lines, offset, max_frame, H, top, o
     now = 0
     while True:
         if load_acquire(ctl, C_STOP) != 0:
-            return W_STOPPED, 0, have, 0, 0, D_MORE, 0, 0, S.R_DONE, False, now
+            return W_STOPPED, 0, have, 0, 0, D_MORE, 0, 0, R_DONE, False, now
         if not spin:
             ev = poll_two(fd, wake_fd, -1)
             if ev == -EINTR:
                 continue
             if ev < 0:
-                return W_ERROR, -ev, have, 0, 0, D_MORE, 0, 0, S.R_DONE, False, now
+                return W_ERROR, -ev, have, 0, 0, D_MORE, 0, 0, R_DONE, False, now
             if ev & 2:
                 continue  # (woken: the stop flag is set)
         k = recv_into(fd, buf, have, min(READ_MAX, buf.shape[0] - have), MSG_DONTWAIT)
@@ -78,7 +79,7 @@ def pump(fd, wake_fd, spin, ctl, buf, stamp, lines, offset, max_frame, H, top, o
                 cpu_pause()
             continue
         if k <= 0:
-            return (W_EOF if k == 0 else W_ERROR), -k, have, 0, 0, D_MORE, 0, 0, S.R_DONE, False, now
+            return (W_EOF if k == 0 else W_ERROR), -k, have, 0, 0, D_MORE, 0, 0, R_DONE, False, now
         now = monotonic_ns()
         ns = _stamp(stamp, now + offset)
         n = have + k
@@ -90,7 +91,7 @@ def pump(fd, wake_fd, spin, ctl, buf, stamp, lines, offset, max_frame, H, top, o
         store_relaxed(ctl, C_READS, ctl[C_READS] + 1)
         if frames > 0:  # (the last whole frame's time: silence is not broken by a frame's pieces)
             store_relaxed(ctl, C_LAST_NS, now)
-        if st != D_MORE or r != S.R_DONE or want or n - used >= buf.shape[0] - READ_MAX:
+        if st != D_MORE or r != R_DONE or want or n - used >= buf.shape[0] - READ_MAX:
             return W_PYTHON, 0, n, used, w, st, pos, nt, r, want, now
         have = n - used
         for i in range(have):  # (a frame cut by the read: to the front)
@@ -144,7 +145,7 @@ class Pump:
                                    self.max_frame, *args)
             except BaseException as e:  # noqa: BLE001 - handed to the source, which raises it again
                 self.error = e
-                self.result = (W_ERROR, 0, 0, 0, 0, D_MORE, 0, 0, S.R_DONE, False, 0)
+                self.result = (W_ERROR, 0, 0, 0, 0, D_MORE, 0, 0, R_DONE, False, 0)
             if self.ctl[C_STOP] == 0:  # (returned by itself: the source's loop must hear of it)
                 done()
         self.thread = threading.Thread(target=run, name="binance-pump", daemon=True)

@@ -1,5 +1,5 @@
 """A binance-live socket read in one numba call: websocket frames -> capture lines (ws_client.deframe)
--> scanner (binance_scan: JSON, continuity, book, ticks) -> ring (publisher.publish_live, with its
+-> scanner (feeds/binance/scan.py: JSON, continuity, book, ticks) -> ring (publisher.publish_live, with its
 feed latency and frame-to-tick time) -> crossed-book watch (crossed._scan).
 
 Why one call: at a live feed's pace (a frame every few ms) the core's caches are not ours between
@@ -16,8 +16,10 @@ from engine.jit import njit
 from engine.readonly import read_only
 
 from feeds.binance import scan as S
+from feeds.binance.layout import R_DONE
+from feeds.binance.symbols import needs_snapshot
 from feeds.core.borrow import arrays_at
-from feeds.books.crossed import _scan as crossed_scan
+from feeds.books.crossed import scan_crossed as crossed_scan
 from feeds.core.publisher import publish_live
 from feeds.transport.ws_client import deframe
 
@@ -32,9 +34,9 @@ def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, 
     """b[:n] (one socket read) deframed into lines (lines_ro: the same memory, read-only: the scanner's
     one compiled input type), scanned into out, and when the scan finished (R_DONE) its ticks
     published and watched. Returns deframe's 8 values, then (pos, ticks, status, published, want):
-    the scan's stop in lines, ticks in out, its status (binance_scan.R_*; not R_DONE: out[:ticks]
+    the scan's stop in lines, ticks in out, its status (layout.R_*; not R_DONE: out[:ticks]
     is not published and lines[pos:written] not scanned), the ticks published, and whether a symbol
-    needs a snapshot (binance_scan.needs_snapshot)."""
+    needs a snapshot (symbols.needs_snapshot)."""
     used, w, frames, st, op, fin, s, ln = deframe(b, n, stamp, lines, max_frame)
     # (np.int64 / np.bool_, not 0 / False: numba types a constant as a literal and compiled the
     # whole scanner a second time for Literal[int](0), Literal[bool](False), 72 s of a cold start
@@ -42,14 +44,14 @@ def read(b, n, stamp, lines, lines_ro, max_frame, H, top, out, P, mask, offset, 
     zero = np.int64(0)
     pos, nt, r = S.scan_packed(lines_ro, zero, w, np.bool_(False), H, top, out, zero)
     pub = 0
-    if r == S.R_DONE and nt > 0:
+    if r == R_DONE and nt > 0:
         hdr, data, fc, f2t, cstate, since, clist, cpos, c = arrays_at(P, 0, PUBLISH)
         ticks = out[:nt]
         pub = publish_live(hdr, data, mask, ticks, fc, f2t, offset)
         if limit_ns > 0:
             crossed_scan(ticks, nt, limit_ns, cstate, since, clist, cpos, c)
-    st_ = arrays_at(H, S._OS, S._PS)
-    return used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, S.needs_snapshot(st_[0], st_[1], nsym)
+    st_ = arrays_at(H, S.STATE_AT, S.STATE_TYPES)
+    return used, w, frames, st, op, fin, s, ln, pos, nt, r, pub, needs_snapshot(st_[0], st_[1], nsym)
 
 
 _SINK = []  # (the sink's arrays and their table: built once, kept for the process's life)

@@ -93,12 +93,14 @@ class Orders:
         keys, vals = self.keys, self.vals
         self.keys = np.full(2 * len(keys), EMPTY_KEY, np.int64)
         self.vals = np.zeros((2 * len(keys), 3), np.int64)
-        _rehash(keys, vals, self.keys, self.vals)
+        rehash(keys, vals, self.keys, self.vals)
         return True
 
 
 @njit(nogil=True, cache=True)
-def _rehash(okeys, ovals, keys, vals):
+def rehash(okeys, ovals, keys, vals):
+    """The orders of (okeys, ovals) inserted into the empty table (keys, vals): Orders' growth
+    (a live source compiles it before it opens)."""
     for i in range(okeys.shape[0]):
         if okeys[i] != EMPTY_KEY:
             j = _find(keys, okeys[i])
@@ -200,9 +202,21 @@ def order_remove(O, i):
 # --- ladders -----------------------------------------------------------------------------
 
 @njit(nogil=True, inline="always", cache=True)
-def _key(book, price):
+def sort_key(book, price):
     # sort key, ascending with the best level last: bids by price, asks by -price
     return price if (book & 1) == BID else -price
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _first_at_or_above(px, book, lo, hi, k):
+    """The first index of px[lo:hi] (ascending by sort_key) whose key is k or more: hi if none."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if sort_key(book, px[mid]) < k:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -210,24 +224,18 @@ def _locate_a(meta, px, book, price):
     """(index of the level at `price`, or of where it would be inserted; found?)."""
     off = meta[book, M_OFF]
     n = meta[book, M_LEN]
-    k = _key(book, price)
+    k = sort_key(book, price)
     # near the touch first: most updates are within a few levels of it
     j = off + n - 1
     stop = off + n - 8 if n > 8 else off
     while j >= stop:
-        kj = _key(book, px[j])
+        kj = sort_key(book, px[j])
         if kj == k:
             return j, True
         if kj < k:
             return j + 1, False
         j -= 1
-    lo, hi = off, stop  # binary search the rest: [lo, hi)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if _key(book, px[mid]) < k:
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = _first_at_or_above(px, book, off, stop, k)  # binary search the rest
     return lo, lo < off + n and px[lo] == price
 
 
@@ -300,7 +308,7 @@ def level_set(L, book, price, q):
 def _vkey(book, V, off, k, i):
     """Sort key of the i-th update in ascending order (`k` < 0: V holds them in descending order)."""
     j = off + i if k > 0 else off - k - 1 - i
-    return _key(book, V[2 * j]), j
+    return sort_key(book, V[2 * j]), j
 
 
 @njit(nogil=True, inline="always", cache=True)
@@ -310,7 +318,7 @@ def monotone(book, V, off, k):
     up = True
     down = True
     for i in range(off + 1, off + k):
-        d = _key(book, V[2 * i]) - _key(book, V[2 * i - 2])
+        d = sort_key(book, V[2 * i]) - sort_key(book, V[2 * i - 2])
         up = up and d > 0
         down = down and d < 0
     return up, down
@@ -336,19 +344,13 @@ def levels_set(L, book, V, off, k):
     base = meta[book, M_OFF]
     end = base + meta[book, M_LEN]
     k0, _ = _vkey(book, V, off, kk, 0)
-    lo, hi = base, end  # the first level at or above the smallest key
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if _key(book, px[mid]) < k0:
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = _first_at_or_above(px, book, base, end, k0)  # the first level at or above the smallest key
     # pass 1, towards the touch: set and remove matched levels, compacting in place (w <= r)
     w = lo
     u = 0
     ins = 0
     for r in range(lo, end):
-        kr = _key(book, px[r])
+        kr = sort_key(book, px[r])
         while u < k:
             ku, j = _vkey(book, V, off, kk, u)
             if ku >= kr:
@@ -382,7 +384,7 @@ def levels_set(L, book, V, off, k):
         ku, j = _vkey(book, V, off, kk, i)
         if V[2 * j + 1] <= 0:
             continue
-        while r >= lo and _key(book, px[r]) > ku:
+        while r >= lo and sort_key(book, px[r]) > ku:
             px[d] = px[r]
             qty[d] = qty[r]
             cnt[d] = cnt[r]

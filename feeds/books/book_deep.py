@@ -154,25 +154,25 @@ def set_levels(L, D, b, V, off, k):
     if D[3][b] == 0:  # nothing below the ladder: it takes all (and spills)
         book.levels_set(L, b, V, off, k)
     else:
-        worst = book._key(b, px[meta[b, M_OFF]])
+        worst = book.sort_key(b, px[meta[b, M_OFF]])
         up, down = book.monotone(b, V, off, k)  # (best first: spot, futures asks; worst first: futures bids)
         if down:  # a head for the ladder, a tail below it
             h = off
-            while h < off + k and book._key(b, V[2 * h]) >= worst:
+            while h < off + k and book.sort_key(b, V[2 * h]) >= worst:
                 h += 1
             book.levels_set(L, b, V, off, h - off)
             for i in range(h, off + k):
                 _set(D, b, V[2 * i], V[2 * i + 1])
         elif up:  # a head below the ladder, a tail for it
             t = off
-            while t < off + k and book._key(b, V[2 * t]) < worst:
+            while t < off + k and book.sort_key(b, V[2 * t]) < worst:
                 t += 1
             for i in range(off, t):
                 _set(D, b, V[2 * i], V[2 * i + 1])
             book.levels_set(L, b, V, t, off + k - t)
         else:
             for i in range(off, off + k):
-                if book._key(b, V[2 * i]) >= worst:
+                if book.sort_key(b, V[2 * i]) >= worst:
                     book.level_set(L, b, V[2 * i], V[2 * i + 1])
                 else:
                     _set(D, b, V[2 * i], V[2 * i + 1])
@@ -197,16 +197,16 @@ def _rebalance(L, D, b):
 
 @njit(nogil=True, inline="always", cache=True)
 def _sift_down(px, qty, off, m, j, b):
-    """The min-heap (by book._key) px[off:off + m] with its node j put back in order below j."""
+    """The min-heap (by book.sort_key) px[off:off + m] with its node j put back in order below j."""
     p, q = px[off + j], qty[off + j]
-    k = book._key(b, p)
+    k = book.sort_key(b, p)
     while True:
         c = 2 * j + 1
         if c >= m:
             break
-        if c + 1 < m and book._key(b, px[off + c + 1]) < book._key(b, px[off + c]):
+        if c + 1 < m and book.sort_key(b, px[off + c + 1]) < book.sort_key(b, px[off + c]):
             c += 1
-        if book._key(b, px[off + c]) >= k:
+        if book.sort_key(b, px[off + c]) >= k:
             break
         px[off + j], qty[off + j] = px[off + c], qty[off + c]
         j = c
@@ -215,7 +215,7 @@ def _sift_down(px, qty, off, m, j, b):
 
 @njit(nogil=True, cache=True)
 def select_best(D, b, r, bound, px, qty, off):
-    """Side b's r best table levels with a sort key below `bound` (book._key) into px[off:],
+    """Side b's r best table levels with a sort key below `bound` (book.sort_key) into px[off:],
     qty[off:], worst first (the ladder's order); returns how many there were (<= r). One pass
     over the table keeping the best in a min-heap (the worst kept at its root), then a heap sort:
     for refills and for a view deeper than the ladder."""
@@ -227,17 +227,17 @@ def select_best(D, b, r, bound, px, qty, off):
     for i in range(dpx.shape[0]):
         if dpx[i] == EMPTY or dbk[i] != b:
             continue
-        key = book._key(b, dpx[i])
+        key = book.sort_key(b, dpx[i])
         if key >= bound:
             continue
         if m < r:  # push: sift up
             j = m
             m += 1
-            while j > 0 and book._key(b, px[off + ((j - 1) >> 1)]) > key:
+            while j > 0 and book.sort_key(b, px[off + ((j - 1) >> 1)]) > key:
                 px[off + j], qty[off + j] = px[off + ((j - 1) >> 1)], qty[off + ((j - 1) >> 1)]
                 j = (j - 1) >> 1
             px[off + j], qty[off + j] = dpx[i], dqty[i]
-        elif key > book._key(b, px[off]):  # better than the worst kept: it takes the root's place
+        elif key > book.sort_key(b, px[off]):  # better than the worst kept: it takes the root's place
             px[off], qty[off] = dpx[i], dqty[i]
             _sift_down(px, qty, off, m, 0, b)
     for end in range(m - 1, 0, -1):  # heap sort: each minimum to the end (best first) ...

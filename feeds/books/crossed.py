@@ -17,7 +17,7 @@ OK, CROSSED, LONG = 0, 1, 2  # per instrument: not crossed, crossed, crossed for
 
 
 @njit(nogil=True, cache=True)
-def _scan(ticks, n, limit_ns, state, since, clist, cpos, c):
+def scan_crossed(ticks, n, limit_ns, state, since, clist, cpos, c):
     """c: [books crossed past the limit (episodes), instruments crossed past it now, how many
     in clist (crossed, not yet past it), newest ts_event]."""
     for i in range(n):
@@ -74,7 +74,7 @@ class CrossedWatch:
 
     def watch(self, ticks):
         if self.limit_ns > 0 and len(ticks):
-            _scan(ticks, len(ticks), self.limit_ns, self.state, self.since, self.clist, self.cpos, self.c)
+            scan_crossed(ticks, len(ticks), self.limit_ns, self.state, self.since, self.clist, self.cpos, self.c)
 
     def counts(self):
         return {"crossed_books": int(self.c[0]), "crossed_instruments": int(self.c[1])}

@@ -84,6 +84,8 @@ def publish_due(hdr, data, mask, buf, due, i, n, bp=False, stamp=True):
     receive-time order need not wait for this one to know what comes next)."""
     limit = np.int64(-1)
     while i < n:
+        # the back-pressure check as in publish_paced, written out too: through a shared inline
+        # helper both loops ran at 17M instead of 25M ticks/s (flat out into a private ring)
         if bp:
             ok, limit = tickring.room(hdr, mask, limit)
             if not ok:

@@ -101,9 +101,30 @@ def _execute(o, p, loc, ts, ref, qty, price, g):
 
 @njit(nogil=True, cache=True)
 def _delete(o, p, loc, ts, ref):
+    """D: order ref goes."""
     m = _head(o, p, 68, 19, loc, ts)
     _put64(o, m + 11, ref)
     return p + 21
+
+
+@njit(nogil=True, cache=True)
+def _cancel(o, p, loc, ts, ref, shares):
+    """X: order ref shrinks by `shares`, in place."""
+    m = _head(o, p, 88, 23, loc, ts)
+    _put64(o, m + 11, ref)
+    _put32(o, m + 19, shares)
+    return p + 25
+
+
+@njit(nogil=True, cache=True)
+def _replace(o, p, loc, ts, ref, new_ref, qty, px):
+    """U: order ref becomes new_ref, of qty shares at px."""
+    m = _head(o, p, 85, 35, loc, ts)
+    _put64(o, m + 11, ref)
+    _put64(o, m + 19, new_ref)
+    _put32(o, m + 27, qty)
+    _put32(o, m + 31, px // PRICE_TO_NANO)
+    return p + 37
 
 
 @njit(nogil=True, cache=True)
@@ -140,34 +161,22 @@ def write_ticks(ticks, i, n, st, syms, g, day_ns, o, p):
                 g[1] += 1
                 if ref == 0 or qty == 0:
                     if ref != 0:  # D: the side went away
-                        m = _head(o, p, 68, 19, loc, ts)
-                        _put64(o, m + 11, ref)
-                        p += 21
+                        p = _delete(o, p, loc, ts, ref)
                         st[inst, s + W_REF] = 0
                     if qty > 0:
                         g[0] += 1
                         p = _add(o, p, loc, ts, g[0], side == 0, qty, px, sym, g[1] % 7 == 0)
                         st[inst, s + W_REF] = g[0]
                 elif st[inst, s + W_PX] == px and qty < st[inst, s + W_QTY]:  # X: shrinks in place
-                    m = _head(o, p, 88, 23, loc, ts)
-                    _put64(o, m + 11, ref)
-                    _put32(o, m + 19, st[inst, s + W_QTY] - qty)
-                    p += 25
+                    p = _cancel(o, p, loc, ts, ref, st[inst, s + W_QTY] - qty)
                 elif g[1] % 11 == 0:  # D + A (a cancel-replace done by hand)
-                    m = _head(o, p, 68, 19, loc, ts)
-                    _put64(o, m + 11, ref)
-                    p += 21
+                    p = _delete(o, p, loc, ts, ref)
                     g[0] += 1
                     p = _add(o, p, loc, ts, g[0], side == 0, qty, px, sym, False)
                     st[inst, s + W_REF] = g[0]
                 else:  # U: replace with a new ref
                     g[0] += 1
-                    m = _head(o, p, 85, 35, loc, ts)
-                    _put64(o, m + 11, ref)
-                    _put64(o, m + 19, g[0])
-                    _put32(o, m + 27, qty)
-                    _put32(o, m + 31, px // PRICE_TO_NANO)
-                    p += 37
+                    p = _replace(o, p, loc, ts, ref, g[0], qty, px)
                     st[inst, s + W_REF] = g[0]
                 st[inst, s + W_PX] = px
                 st[inst, s + W_QTY] = qty
@@ -233,10 +242,7 @@ def _apply_level(lv, lvn, inst, side, price, size, sym, g, loc, ts, o, p):
         p = _delete(o, p, loc, ts, ref)
         _drop_slot(lv, lvn, bk, k)
     elif size < have:  # X: shrinks in place
-        m = _head(o, p, 88, 23, loc, ts)
-        _put64(o, m + 11, ref)
-        _put32(o, m + 19, have - size)
-        p += 25
+        p = _cancel(o, p, loc, ts, ref, have - size)
         lv[bk, k, L_QTY] = size
     elif g[1] % 11 == 0:  # D + A (a cancel-replace done by hand)
         p = _delete(o, p, loc, ts, ref)
@@ -246,12 +252,7 @@ def _apply_level(lv, lvn, inst, side, price, size, sym, g, loc, ts, o, p):
         lv[bk, k, L_QTY] = size
     else:  # U: replace with a new ref (it grew)
         g[0] += 1
-        m = _head(o, p, 85, 35, loc, ts)
-        _put64(o, m + 11, ref)
-        _put64(o, m + 19, g[0])
-        _put32(o, m + 27, size)
-        _put32(o, m + 31, price // PRICE_TO_NANO)
-        p += 37
+        p = _replace(o, p, loc, ts, ref, g[0], size, price)
         lv[bk, k, L_REF] = g[0]
         lv[bk, k, L_QTY] = size
     return p
