@@ -5,19 +5,16 @@ import contextlib
 import os
 import secrets
 
-from engine.outputs import NotPrivate, open_own, write_whole
+from engine.outputs import write_whole
+
+from .private_file import open_private
 
 
 def open_token(path):
     """An fd on the token file, or None if there is none. Refused: a link, another user's file, or
     one group or others can read or write (the token would be theirs too)."""
-    try:
-        return open_own(path)
-    except OSError as e:
-        raise RuntimeError(f"token file {path}: {e.strerror} (a link is never followed)") from None
-    except NotPrivate as why:
-        raise RuntimeError(f"token file {path} is refused: {why}; it must be this user's and private: "
-                           f"chmod 600 {path} (the engine writes a new token at each start)") from None
+    return open_private(path, "token file", f"; it must be this user's and private: chmod 600 {path} (the engine "
+                        "writes a new token at each start)")
 
 
 def read_metrics_token(path):

@@ -30,12 +30,12 @@ STAGE = "engine_stage_seconds"
 def _index_values():
     """(highest, median) equivalent value in ns of every counts index, in hdrh's layout."""
     i = np.arange(latency.COUNTS_LEN, dtype=np.int64)
-    bucket = (i >> latency._SUB_HALF_MAG) - 1
-    sub = (i & (latency._SUB_HALF - 1)) + latency._SUB_HALF
+    bucket = (i >> latency.SUB_HALF_MAG) - 1
+    sub = (i & (latency.SUB_HALF - 1)) + latency.SUB_HALF
     first = bucket < 0
-    sub = np.where(first, sub - latency._SUB_HALF, sub)
+    sub = np.where(first, sub - latency.SUB_HALF, sub)
     bucket = np.where(first, 0, bucket)
-    shift = bucket + latency._UNIT_MAG
+    shift = bucket + latency.UNIT_MAG
     lowest = sub << shift
     size = np.int64(1) << shift
     return lowest + size - 1, lowest + (size >> 1)

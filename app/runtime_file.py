@@ -18,7 +18,8 @@ import stat
 import time
 
 from engine import dirs
-from engine.outputs import NotPrivate, open_own
+
+from .private_file import open_private
 
 PREFIX = "engine-run."
 
@@ -96,12 +97,7 @@ def _private_dir(d):
 
 def _read_checked(path):
     """The runtime file's contents and whether its engine is alive; None if there is none."""
-    try:
-        fd = open_own(path)
-    except OSError as e:
-        raise RuntimeFileError(f"runtime file {path}: {e.strerror} (a link is never followed)") from None
-    except NotPrivate as why:
-        raise RuntimeFileError(f"runtime file {path} is refused: {why} (the engine writes it 0600)") from None
+    fd = open_private(path, "runtime file", " (the engine writes it 0600)", RuntimeFileError)
     if fd is None:
         return None
     try:

@@ -19,7 +19,9 @@ import os
 import stat
 import threading
 
-from engine.outputs import NotPrivate, open_own, write_whole
+from engine.outputs import write_whole
+
+from .private_file import open_private
 
 OWN_KEY = "zmq-client.key"     # this user's own subscribers' keypair, in its state directory (+ .pub: its public key)
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # (where libzmq asks, in the socket's own context)
@@ -41,12 +43,7 @@ def check_public_key(key, where):
 
 def _read_private(path, what, fix):
     """The bytes of a file of this user nobody else can read or write, or None if there is none."""
-    try:
-        fd = open_own(path)
-    except OSError as e:
-        raise RuntimeError(f"{what} {path}: {e.strerror} (a link is never followed)") from None
-    except NotPrivate as why:
-        raise RuntimeError(f"{what} {path} is refused: {why}; it must be this user's, mode 0600: {fix}") from None
+    fd = open_private(path, what, f"; it must be this user's, mode 0600: {fix}")
     if fd is None:
         return None
     try:

@@ -129,27 +129,7 @@ def soak(seconds=600.0, phase_s=10.0, quiet=True):
             # no part of what the venue does to it)
             f.wait(lambda: fb.connections >= 1 and counter.counts[0] > 0, timeout=900, every=0.2,
                    what="the feed's first connection and ticks (after its compile)")
-            rows, attacks = [], 0
-            t0 = time.monotonic()
-            for cycle in range(cycles):
-                for name, ws, rest in CYCLE:
-                    conns = fb.connections
-                    fb.ws_fault, fb.rest_fault = ws, ({"depth": rest} if rest else {})
-                    fb.kick()
-                    end = time.monotonic() + phase_s
-                    while time.monotonic() < end:
-                        s = f.sample()
-                        if s is None:
-                            raise SystemExit(f"the feed exited:\n{f.stderr[-3000:]}")
-                        rows.append({"t": round(time.monotonic() - t0, 1), "cycle": cycle, "phase": name,
-                                     "rss_mb": round(s[0], 1), "fds": s[1], "threads": s[2]})
-                        time.sleep(SAMPLE_S)
-                    if ws:
-                        attacks += fb.connections - conns
-                    elif rest:
-                        attacks += 1
-                    say(f"  cycle {cycle + 1}/{cycles} {name:>14}: rss {rows[-1]['rss_mb']:7.1f} MB, fds "
-                        f"{rows[-1]['fds']:3d}, threads {rows[-1]['threads']:3d}, connections {fb.connections}")
+            rows, attacks = _cycles(fb, f, cycles, phase_s, say)
             fb.ws_fault, fb.rest_fault = None, {}
             calm_at = int(counter.counts[0])
             f.wait(lambda: counter.settled(calm_at), timeout=120, what="the book synced again after the last fault",
@@ -163,6 +143,40 @@ def soak(seconds=600.0, phase_s=10.0, quiet=True):
         fb.stop()
         for p in Path("/dev/shm").glob(ring + "*"):  # (the feed's ring: nobody reads it after us)
             p.unlink(missing_ok=True)
+    return _result(rows, cycles, run_s=run_s, phase_s=phase_s, speed=speed, attacks=attacks, conns=conns, st=st,
+                   counter=counter, fb=fb, rc=rc, stop_s=stop_s, stderr=stderr)
+
+
+def _cycles(fb, f, cycles, phase_s, say):
+    """Every fault of CYCLE in turn, `cycles` times, phase_s each: the feed's process sampled every
+    SAMPLE_S (rows of rss, descriptors, threads) and the attacks made."""
+    rows, attacks = [], 0
+    t0 = time.monotonic()
+    for cycle in range(cycles):
+        for name, ws, rest in CYCLE:
+            conns = fb.connections
+            fb.ws_fault, fb.rest_fault = ws, ({"depth": rest} if rest else {})
+            fb.kick()
+            end = time.monotonic() + phase_s
+            while time.monotonic() < end:
+                s = f.sample()
+                if s is None:
+                    raise SystemExit(f"the feed exited:\n{f.stderr[-3000:]}")
+                rows.append({"t": round(time.monotonic() - t0, 1), "cycle": cycle, "phase": name,
+                             "rss_mb": round(s[0], 1), "fds": s[1], "threads": s[2]})
+                time.sleep(SAMPLE_S)
+            if ws:
+                attacks += fb.connections - conns
+            elif rest:
+                attacks += 1
+            say(f"  cycle {cycle + 1}/{cycles} {name:>14}: rss {rows[-1]['rss_mb']:7.1f} MB, fds "
+                f"{rows[-1]['fds']:3d}, threads {rows[-1]['threads']:3d}, connections {fb.connections}")
+    return rows, attacks
+
+
+def _result(rows, cycles, *, run_s, phase_s, speed, attacks, conns, st, counter, fb, rc, stop_s, stderr):
+    """The soak's figures: growth per resource (the last cycle's peak over the warm-up's), the
+    feed's counters and the ring's, and whether every gap was counted."""
     c = counter.counts
 
     def peaks(key):

@@ -27,9 +27,10 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   never sleeps: a whole core) and spin_own_core (reader=spin&reader_core=the last CPU, with the
   venue's process and this one's other threads moved off it: as near a core set aside for the
   reader as this VM allows; its host still takes that core, stall_floor below).
-- machine floor (`machine_floor`): the numba deframer on one frame, back to back and after 1 ms of
-  sleep. On this untuned VM the second is 10-40x the first (a frame at a live pace finds caches and
-  branch predictors cold): the paced figures above are mostly that, not our code. And one call of
+- machine floor (`machine_floor`; it and the two below are bench/_machine_floor.py's): the numba
+  deframer on one frame, back to back and after 1 ms of sleep. On this untuned VM the second is
+  10-40x the first (a frame at a live pace finds caches and branch predictors cold): the paced
+  figures above are mostly that, not our code. And one call of
   a numba function that does nothing (one array read), back to back and 10 ms after the last, asleep
   or busy in a Python loop: here ~0.8 us against ~30 us either way (stop 45), so it is not the wake
   from idle (a spinning feed pays it too: an event loop that never sleeps was tried, within the
@@ -78,22 +79,22 @@ import asyncio
 import contextlib
 import gc
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 import _common
 import numpy as np
+from _machine_floor import cache_floor, machine_floor, stall_floor
 
 from engine import shm
 from engine.records import KIND_GAP, tick_kinds
-from feeds.binance import scan as S
+from feeds.binance.layout import STATS
 
 ROOT = _common.ROOT
 USDM = ROOT.parent / "shared" / "data" / "binance" / "usdm_btcusdt_20240808.gz"
 STREAMS = ("btcusdt@depth@100ms", "btcusdt@bookTicker", "btcusdt@aggTrade")
-I_GAPS, I_SNAPS = S.STATS.index("stream_gaps"), S.STATS.index("snapshots")
+I_GAPS, I_SNAPS = STATS.index("stream_gaps"), STATS.index("snapshots")
 
 
 # -- the blast venue ------------------------------------------------------------------------------
@@ -541,278 +542,154 @@ def cryptofeed_paced(capture, seconds):
             "p999": int(np.percentile(ns, 99.9)), "count": len(ns)}
 
 
-def machine_floor(samples=400):
-    """What this machine does to a small piece of the frame path when it is not run back to back:
-    the numba deframer on one 250-byte frame (~2 us warm), timed back to back and after 1 ms of
-    sleep; and the least any frame's path can cost, one call of a numba function that only reads
-    one array element (~0.8 us back to back), back to back, after 10 ms asleep and after 10 ms
-    busy in Python (no sleep: a spinning feed). On an untuned VM the slow cases are many times the
-    first (caches and branch predictors are not ours between two frames at a live feed's pace; the
-    busy case shows it is not the wake from idle): the floor under any at-pace figure here.
-    {back_to_back, after_1ms, call_back_to_back, call_after_10ms_asleep, call_after_10ms_busy:
-    {p50, p99}} in ns."""
-    from numba import njit
-
-    from feeds.transport import ws_client
-    payload = b'{"stream":"btcusdt@bookTicker","data":{"e":"bookTicker","u":4009002171,"s":"BTCUSDT",' \
-              b'"b":"25351.90","B":"31.210","a":"25365.20","A":"40.660","T":1,"E":1}}'
-    data = np.frombuffer(bytes([0x81, 126]) + len(payload).to_bytes(2, "big") + payload, np.uint8)
-    stamp = np.frombuffer(b"1723075200123456789 ", np.uint8)
-    out = np.empty(len(data) + ws_client.LINE_EXTRA * (len(data) // 2 + 1), np.uint8)
-    first = njit(lambda a: a[0])
-
-    def busy(s):
-        t = time.perf_counter() + s
-        while time.perf_counter() < t:
-            pass
-
-    def deframe():
-        ws_client.deframe(data, len(data), stamp, out, 1 << 20)
-
-    def call():
-        first(data)
-    deframe(), call()
-    res = {}
-    for name, fn, gap, wait in (("back_to_back", deframe, 0.0, None), ("after_1ms", deframe, 0.001, time.sleep),
-                                ("call_back_to_back", call, 0.0, None),
-                                ("call_after_10ms_asleep", call, 0.01, time.sleep),
-                                ("call_after_10ms_busy", call, 0.01, busy)):
-        ts = []
-        for _ in range(samples if gap < 0.01 else samples // 4):
-            if gap:
-                wait(gap)
-            t = time.perf_counter_ns()
-            fn()
-            ts.append(time.perf_counter_ns() - t)
-        res[name] = {"p50": int(np.percentile(ts, 50)), "p99": int(np.percentile(ts, 99))}
-    return res
-
-
-CACHE_LINES_C = r"""
-#define _GNU_SOURCE
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-static uint64_t now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
-static int cmp(const void* a, const void* b) { uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b; return x < y ? -1 : x > y; }
-int main(int argc, char** argv) {  /* samples, gap us, cache lines, busy (0/1) */
-  int n = atoi(argv[1]), busy = atoi(argv[4]); long gap = atol(argv[2]); size_t lines = atol(argv[3]);
-  uint32_t* next = malloc(lines * 64), * perm = malloc(lines * 4); uint64_t* d = malloc(n * 8);
-  for (size_t i = 0; i < lines; ++i) perm[i] = i;
-  srand(1);
-  for (size_t i = lines - 1; i > 0; --i) { size_t j = rand() % (i + 1); uint32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
-  for (size_t i = 0; i < lines; ++i) next[perm[i] * 16] = perm[(i + 1) % lines];  /* one random cycle */
-  volatile uint32_t sink;
-  for (int i = 0; i < n; ++i) {
-    if (busy) { uint64_t e = now() + gap * 1000; while (now() < e) {} }
-    else { struct timespec ts = {0, gap * 1000}; nanosleep(&ts, 0); }
-    uint64_t t0 = now(); uint32_t q = 0;
-    for (size_t k = 0; k < lines; ++k) q = next[q * 16];
-    sink = q; d[i] = now() - t0;
-  }
-  qsort(d, n, 8, cmp);
-  printf("%lu %lu\n", (unsigned long)d[n / 2], (unsigned long)d[n * 99 / 100]);
-  return 0;
-}
-"""
-
-
-@contextlib.contextmanager
-def c_program(source):
-    """The path of `source` compiled (gcc -O2) in a directory that lives as long as the block, or
-    None when no C compiler is here."""
-    import tempfile
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        yield None
-        return
-    with tempfile.TemporaryDirectory() as d:
-        src, exe = os.path.join(d, "prog.c"), os.path.join(d, "prog")
-        with open(src, "w") as f:
-            f.write(source)
-        subprocess.run([cc, "-O2", src, "-o", exe], check=True)
-        yield exe
-
-
-def cache_floor(lines=300, samples=400):
-    """The floor under any design, Python or not: a C loop that reads `lines` random cache lines
-    (a dependent chain, so nothing overlaps: roughly what a frame's path touches), timed right after
-    5 ms of spinning, 1 ms asleep and 5 ms asleep. {busy_5ms, asleep_1ms, asleep_5ms: {p50, p99}}
-    in ns, or {} without gcc."""
-    with c_program(CACHE_LINES_C) as exe:
-        if exe is None:
-            return {}
-        out = {}
-        for name, gap_us, busy in (("busy_5ms", 5000, 1), ("asleep_1ms", 1000, 0), ("asleep_5ms", 5000, 0)):
-            r = subprocess.run([exe, str(samples), str(gap_us), str(lines), str(busy)], check=True,
-                               capture_output=True, text=True)
-            p50, p99 = (int(x) for x in r.stdout.split())
-            out[name] = {"p50": p50, "p99": p99}
-        return out
-
-
-STALLS_C = r"""
-#define _GNU_SOURCE
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-static uint64_t now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
-int main(int argc, char** argv) {  /* seconds: read the clock back to back; count the gaps */
-  uint64_t t0 = now(), end = t0 + (uint64_t)(atof(argv[1]) * 1e9), prev = t0, n10 = 0, n50 = 0, lost = 0;
-  for (;;) {
-    uint64_t t = now(), d = t - prev;
-    prev = t;
-    if (t > end) break;
-    if (d >= 10000) { ++n10; lost += d; if (d >= 50000) ++n50; }
-  }
-  printf("%lu %lu %lu\n", (unsigned long)n10, (unsigned long)n50, (unsigned long)lost);
-  return 0;
-}
-"""
-
-
-def stall_floor(seconds=5.0):
-    """What the host takes from a spinning core: a C loop reading the clock back to back for
-    `seconds`, counting the gaps of 10 us and more (the core given to something else) and 50 us and
-    more. Any frame path, native or not, that such a gap lands in pays it.
-    {stalls_10us_per_s, stalls_50us_per_s, lost_pct}, or {} without gcc."""
-    with c_program(STALLS_C) as exe:
-        if exe is None:
-            return {}
-        r = subprocess.run([exe, str(seconds)], check=True, capture_output=True, text=True)
-    n10, n50, lost = (int(x) for x in r.stdout.split())
-    return {"stalls_10us_per_s": round(n10 / seconds), "stalls_50us_per_s": round(n50 / seconds),
-            "lost_pct": round(100 * lost / (seconds * 1e9), 2)}
-
-
 # -- the run ----------------------------------------------------------------------------------------
 
 def main():
     a = _common.args(__doc__.split("\n")[0])
-    quick = a.quick
-    capture = USDM if USDM.exists() else None
     metrics, peers, ratios, notes = {}, {}, {}, {}
     rows = []
-    if capture is None:
+    if not USDM.exists():
         notes["binance"] = f"skipped: {USDM} is not here"
     else:
-        runs, cf_runs, p_bare = (3, 1, 2) if quick else (15, 3, 10)
-        blast = Blast(capture)
-        try:
-            best, our_runs = ours(blast, runs)
-            cfs = [_cryptofeed(blast) for _ in range(cf_runs)]
-            cf = sorted(cfs, key=lambda x: x["frames_per_s"])[len(cfs) // 2]
-            want = p_bare * blast.per_pass
-            url = f"{blast.ws(p_bare)}/stream?streams={'/'.join(STREAMS)}"
-            bare = {"picows": [bare_picows(url, want) for _ in range(3)], "ours": [bare_ours(url, want) for _ in range(3)],
-                    "websockets": [bare_websockets(url, want)], "aiohttp": [bare_aiohttp(url, want)]}
-        finally:
-            blast.close()
-        drops = reconnect(capture, 3 if quick else 6, 150)
-        pace = paced(capture, 10 if quick else 60)  # (the event loop's read callback: reader=python)
-        pace_native = {r: paced(capture, 10 if quick else 60, r) for r in ("native", "spin")}
-        own = max(os.sched_getaffinity(0))  # (spin on a CPU of its own: the venue and Python on the others)
-        pace_native["spin_own_core"] = paced(capture, 10 if quick else 60, "spin", core=own)
-        cf_pace = cryptofeed_paced(capture, 10 if quick else 60)
-        floor = machine_floor()
-        cfloor = cache_floor()
-        stalls = stall_floor(2.0 if quick else 10.0)
-        metrics.update({f"binance_live_{k}": v for k, v in best.items()})
-        metrics.update({f"binance_live_frame_to_tick_capture_pace_{k}_ns": pace[k] for k in ("p50", "p99", "p999")})
-        metrics["binance_live_frame_to_tick_capture_pace_count"] = pace["count"]
-        for r, v in pace_native.items():
-            metrics.update({f"binance_live_{r}_reader_frame_to_tick_capture_pace_{k}_ns": v[k] for k in ("p50", "p99", "p999")})
-        for k, v in floor.items():
-            what = "machine_numba_call" if k.startswith("call_") else "machine_deframe_one_frame"
-            metrics.update({f"{what}_{k.removeprefix('call_')}_{p}_ns": x for p, x in v.items()})
-        for k, v in cfloor.items():
-            metrics.update({f"machine_c_300_cache_lines_{k}_{p}_ns": x for p, x in v.items()})
-        metrics.update({f"machine_spinning_core_{k}": v for k, v in stalls.items()})
-        cf_version = cf.pop("version")
-        peers["cryptofeed"] = {f"binance_live_{k}": v for k, v in cf.items()}
-        peers["cryptofeed"].update({f"binance_ticker_receipt_to_callback_capture_pace_{k}"
-                                    + ("" if k == "count" else "_ns"): v for k, v in cf_pace.items()})
-        notes["runs_frames_per_s"] = {"ours": our_runs, "cryptofeed": [x["frames_per_s"] for x in cfs],
-                                      "picows_bare": bare["picows"]}
-        peers["cryptofeed"]["client"] = (f"cryptofeed {cf_version} BinanceFutures (subclassed: local endpoints, ws://), "
-                                         "L2_BOOK + TRADES + TICKER callbacks that count")
-        ratios["binance_live_vs_cryptofeed_frames_per_s"] = _common.ratio(best["frames_per_s"], cf["frames_per_s"], True)
-        metrics["ws_bare_frames_per_s"] = sorted(bare["picows"])[1]
-        metrics["ws_client_bare_frames_per_s"] = sorted(bare["ours"])[1]
-        ratios["ws_client_vs_picows_ws_bare_frames_per_s"] = _common.ratio(metrics["ws_client_bare_frames_per_s"],
-                                                                           metrics["ws_bare_frames_per_s"], True)
-        for name in ("websockets", "aiohttp"):
-            peers[name] = {"ws_bare_frames_per_s": bare[name][0]}
-            ratios[f"picows_vs_{name}_ws_bare_frames_per_s"] = _common.ratio(metrics["ws_bare_frames_per_s"],
-                                                                             bare[name][0], True)
-        metrics["reconnect_to_synced_p50_ms"] = round(float(np.median(drops)), 1)
-        metrics["reconnect_to_synced_max_ms"] = round(max(drops), 1)
-        metrics["reconnect_drops_count"] = len(drops)
-        rows += [("binance frames/s", best["frames_per_s"], cf["frames_per_s"], "cryptofeed",
-                  ratios["binance_live_vs_cryptofeed_frames_per_s"], ">= 500,000"),
-                 ("binance ticks/s", best["ticks_per_s"], None, "", None, ""),
-                 ("frame_to_tick p50 ns (flat out)", best["frame_to_tick_p50_ns"], None, "", None, ""),
-                 ("frame_to_tick p99 ns (flat out)", best["frame_to_tick_p99_ns"], None, "", None, ""),
-                 ("frame_to_tick p99.9 ns (flat out)", best["frame_to_tick_p999_ns"], None, "", None, ""),
-                 ("frame_to_tick p50 ns (paced)", pace["p50"], None, "", None, "reader=python"),
-                 ("frame_to_tick p99 ns (paced)", pace["p99"], None, "", None, "<= 20,000"),
-                 ("frame_to_tick p99.9 ns (paced)", pace["p999"], None, "", None, "")]
-        for r, v in pace_native.items():
-            rows += [(f"frame_to_tick p50 ns (paced, {r})", v["p50"], pace["p50"], "python", _common.ratio(v["p50"], pace["p50"], False),
-                      {"native": "reader=native (default on ws://)", "spin": "reader=spin (a core)",
-                       "spin_own_core": f"reader=spin&reader_core={own}, all else off it"}[r]),
-                     (f"frame_to_tick p99 ns (paced, {r})", v["p99"], pace["p99"], "python", _common.ratio(v["p99"], pace["p99"], False),
-                      "<= 20,000"),
-                     (f"frame_to_tick p99.9 ns (paced, {r})", v["p999"], pace["p999"], "python",
-                      _common.ratio(v["p999"], pace["p999"], False), "")]
-        rows += [
-                 ("paced p50 ns, cryptofeed ticker", pace["p50"], cf_pace.get("p50"), "cryptofeed", None,
-                  "(its receipt -> callback, bookTicker only)"),
-                 ("paced p99 ns, cryptofeed ticker", pace["p99"], cf_pace.get("p99"), "cryptofeed", None, ""),
-                 ("machine: deframe 1 frame p50 ns", floor["back_to_back"]["p50"], floor["after_1ms"]["p50"],
-                  "after 1 ms", None, "back to back"),
-                 ("machine: deframe 1 frame p99 ns", floor["back_to_back"]["p99"], floor["after_1ms"]["p99"],
-                  "after 1 ms", None, "back to back")]
+        m = measure_binance(USDM, a.quick)
+        binance_figures(m, metrics, peers, ratios, notes)
+        rows += binance_rows(m, metrics, ratios)
+        notes["binance"] = (f"usdm BTCUSDT capture, {m['per_pass']} frames a pass; ours {m['runs']} sessions of "
+                            f"one pass (median frames/s; frame_to_tick pooled), cryptofeed {m['cf_runs']} (median), "
+                            f"bare clients {m['p_bare']} passes (picows median of 3); reconnect: FakeBinance speed "
+                            "1.0, every connection dropped after 150 frames, backoff_s=0.05; paced frame_to_tick: "
+                            "FakeBinance speed 1.0, no faults, from the first snapshot on")
+    rows += dbn_figures(a.quick, metrics, peers, ratios, notes)
+    _print(rows)
+    _common.save("live", metrics, peers, ratios, notes)
+
+
+def measure_binance(capture, quick):
+    """Every binance measurement of the run, in its order: ours and the peers on the blast venue,
+    then reconnects, the paced histograms and the machine's floor."""
+    runs, cf_runs, p_bare = (3, 1, 2) if quick else (15, 3, 10)
+    blast = Blast(capture)
+    try:
+        best, our_runs = ours(blast, runs)
+        cfs = [_cryptofeed(blast) for _ in range(cf_runs)]
+        cf = sorted(cfs, key=lambda x: x["frames_per_s"])[len(cfs) // 2]
+        want = p_bare * blast.per_pass
+        url = f"{blast.ws(p_bare)}/stream?streams={'/'.join(STREAMS)}"
+        bare = {"picows": [bare_picows(url, want) for _ in range(3)], "ours": [bare_ours(url, want) for _ in range(3)],
+                "websockets": [bare_websockets(url, want)], "aiohttp": [bare_aiohttp(url, want)]}
+    finally:
+        blast.close()
+    drops = reconnect(capture, 3 if quick else 6, 150)
+    pace = paced(capture, 10 if quick else 60)  # (the event loop's read callback: reader=python)
+    pace_native = {r: paced(capture, 10 if quick else 60, r) for r in ("native", "spin")}
+    own = max(os.sched_getaffinity(0))  # (spin on a CPU of its own: the venue and Python on the others)
+    pace_native["spin_own_core"] = paced(capture, 10 if quick else 60, "spin", core=own)
+    cf_pace = cryptofeed_paced(capture, 10 if quick else 60)
+    return {"runs": runs, "cf_runs": cf_runs, "p_bare": p_bare, "per_pass": blast.per_pass, "best": best,
+            "our_runs": our_runs, "cfs": cfs, "cf": cf, "bare": bare, "drops": drops, "pace": pace,
+            "pace_native": pace_native, "own": own, "cf_pace": cf_pace, "floor": machine_floor(),
+            "cfloor": cache_floor(), "stalls": stall_floor(2.0 if quick else 10.0)}
+
+
+def binance_figures(m, metrics, peers, ratios, notes):
+    """The binance measurements (measure_binance) as the results file's figures."""
+    best, cf, bare, drops, pace = m["best"], m["cf"], m["bare"], m["drops"], m["pace"]
+    metrics.update({f"binance_live_{k}": v for k, v in best.items()})
+    metrics.update({f"binance_live_frame_to_tick_capture_pace_{k}_ns": pace[k] for k in ("p50", "p99", "p999")})
+    metrics["binance_live_frame_to_tick_capture_pace_count"] = pace["count"]
+    for r, v in m["pace_native"].items():
+        metrics.update({f"binance_live_{r}_reader_frame_to_tick_capture_pace_{k}_ns": v[k]
+                        for k in ("p50", "p99", "p999")})
+    for k, v in m["floor"].items():
+        what = "machine_numba_call" if k.startswith("call_") else "machine_deframe_one_frame"
+        metrics.update({f"{what}_{k.removeprefix('call_')}_{p}_ns": x for p, x in v.items()})
+    for k, v in m["cfloor"].items():
+        metrics.update({f"machine_c_300_cache_lines_{k}_{p}_ns": x for p, x in v.items()})
+    metrics.update({f"machine_spinning_core_{k}": v for k, v in m["stalls"].items()})
+    cf_version = cf.pop("version")
+    peers["cryptofeed"] = {f"binance_live_{k}": v for k, v in cf.items()}
+    peers["cryptofeed"].update({f"binance_ticker_receipt_to_callback_capture_pace_{k}"
+                                + ("" if k == "count" else "_ns"): v for k, v in m["cf_pace"].items()})
+    notes["runs_frames_per_s"] = {"ours": m["our_runs"], "cryptofeed": [x["frames_per_s"] for x in m["cfs"]],
+                                  "picows_bare": bare["picows"]}
+    peers["cryptofeed"]["client"] = (f"cryptofeed {cf_version} BinanceFutures (subclassed: local endpoints, ws://), "
+                                     "L2_BOOK + TRADES + TICKER callbacks that count")
+    ratios["binance_live_vs_cryptofeed_frames_per_s"] = _common.ratio(best["frames_per_s"], cf["frames_per_s"], True)
+    metrics["ws_bare_frames_per_s"] = sorted(bare["picows"])[1]
+    metrics["ws_client_bare_frames_per_s"] = sorted(bare["ours"])[1]
+    ratios["ws_client_vs_picows_ws_bare_frames_per_s"] = _common.ratio(metrics["ws_client_bare_frames_per_s"],
+                                                                       metrics["ws_bare_frames_per_s"], True)
+    for name in ("websockets", "aiohttp"):
+        peers[name] = {"ws_bare_frames_per_s": bare[name][0]}
+        ratios[f"picows_vs_{name}_ws_bare_frames_per_s"] = _common.ratio(metrics["ws_bare_frames_per_s"],
+                                                                         bare[name][0], True)
+    metrics["reconnect_to_synced_p50_ms"] = round(float(np.median(drops)), 1)
+    metrics["reconnect_to_synced_max_ms"] = round(max(drops), 1)
+    metrics["reconnect_drops_count"] = len(drops)
+
+
+def binance_rows(m, metrics, ratios):
+    """The printed table's binance rows: (figure, ours, peer, which peer, ratio, target)."""
+    best, cf, bare, pace, cf_pace = m["best"], m["cf"], m["bare"], m["pace"], m["cf_pace"]
+    floor, cfloor, stalls = m["floor"], m["cfloor"], m["stalls"]
+    rows = [("binance frames/s", best["frames_per_s"], cf["frames_per_s"], "cryptofeed",
+             ratios["binance_live_vs_cryptofeed_frames_per_s"], ">= 500,000"),
+            ("binance ticks/s", best["ticks_per_s"], None, "", None, ""),
+            ("frame_to_tick p50 ns (flat out)", best["frame_to_tick_p50_ns"], None, "", None, ""),
+            ("frame_to_tick p99 ns (flat out)", best["frame_to_tick_p99_ns"], None, "", None, ""),
+            ("frame_to_tick p99.9 ns (flat out)", best["frame_to_tick_p999_ns"], None, "", None, ""),
+            ("frame_to_tick p50 ns (paced)", pace["p50"], None, "", None, "reader=python"),
+            ("frame_to_tick p99 ns (paced)", pace["p99"], None, "", None, "<= 20,000"),
+            ("frame_to_tick p99.9 ns (paced)", pace["p999"], None, "", None, "")]
+    said = {"native": "reader=native (default on ws://)", "spin": "reader=spin (a core)",
+            "spin_own_core": f"reader=spin&reader_core={m['own']}, all else off it"}
+    for r, v in m["pace_native"].items():
+        for q, label, target in (("p50", "p50", said[r]), ("p99", "p99", "<= 20,000"), ("p999", "p99.9", "")):
+            rows.append((f"frame_to_tick {label} ns (paced, {r})", v[q], pace[q], "python",
+                         _common.ratio(v[q], pace[q], False), target))
+    rows += [("paced p50 ns, cryptofeed ticker", pace["p50"], cf_pace.get("p50"), "cryptofeed", None,
+              "(its receipt -> callback, bookTicker only)"),
+             ("paced p99 ns, cryptofeed ticker", pace["p99"], cf_pace.get("p99"), "cryptofeed", None, ""),
+             ("machine: deframe 1 frame p50 ns", floor["back_to_back"]["p50"], floor["after_1ms"]["p50"],
+              "after 1 ms", None, "back to back"),
+             ("machine: deframe 1 frame p99 ns", floor["back_to_back"]["p99"], floor["after_1ms"]["p99"],
+              "after 1 ms", None, "back to back")]
+    for p in ("p50", "p99"):
+        for k, label in (("asleep", "10 ms asleep"), ("busy", "10 ms busy")):
+            rows.append((f"machine: one numba call {p} ns", floor["call_back_to_back"][p],
+                         floor[f"call_after_10ms_{k}"][p], f"after {label}", None, "back to back"))
+    if cfloor:
         for p in ("p50", "p99"):
-            for k, label in (("asleep", "10 ms asleep"), ("busy", "10 ms busy")):
-                rows.append((f"machine: one numba call {p} ns", floor["call_back_to_back"][p],
-                             floor[f"call_after_10ms_{k}"][p], f"after {label}", None, "back to back"))
-        if cfloor:
-            for p in ("p50", "p99"):
-                for k in ("1ms", "5ms"):
-                    rows.append((f"machine: C, 300 lines {p} ns", cfloor["busy_5ms"][p], cfloor[f"asleep_{k}"][p],
-                                 f"after {k[0]} ms asleep", None, "after 5 ms spinning"))
-        if stalls:
-            rows += [("machine: core stalls >= 10 us /s", stalls["stalls_10us_per_s"], None, "", None,
-                      f"a spinning C loop; {stalls['lost_pct']}% of its time"),
-                     ("machine: core stalls >= 50 us /s", stalls["stalls_50us_per_s"], None, "", None, "")]
-        rows.append(("bare ws frames/s (ws_client, numba)", metrics["ws_client_bare_frames_per_s"],
-                     metrics["ws_bare_frames_per_s"], "picows", ratios["ws_client_vs_picows_ws_bare_frames_per_s"], ""))
-        for name in ("websockets", "aiohttp"):
-            rows.append(("bare ws frames/s (picows)", metrics["ws_bare_frames_per_s"], bare[name][0], name,
-                         ratios[f"picows_vs_{name}_ws_bare_frames_per_s"], ""))
-        rows += [("reconnect to synced p50 ms", metrics["reconnect_to_synced_p50_ms"], None, "", None, "< 1,050"),
-                 ("reconnect to synced max ms", metrics["reconnect_to_synced_max_ms"], None, "", None, "< 1,050")]
-        notes["binance"] = (f"usdm BTCUSDT capture, {blast.per_pass} frames a pass; ours {runs} sessions of one pass "
-                            f"(median frames/s; frame_to_tick pooled), cryptofeed {cf_runs} (median), bare clients "
-                            f"{p_bare} passes (picows median of 3); reconnect: FakeBinance speed 1.0, every connection "
-                            "dropped after 150 frames, backoff_s=0.05; paced frame_to_tick: FakeBinance speed 1.0, "
-                            "no faults, from the first snapshot on")
+            for k in ("1ms", "5ms"):
+                rows.append((f"machine: C, 300 lines {p} ns", cfloor["busy_5ms"][p], cfloor[f"asleep_{k}"][p],
+                             f"after {k[0]} ms asleep", None, "after 5 ms spinning"))
+    if stalls:
+        rows += [("machine: core stalls >= 10 us /s", stalls["stalls_10us_per_s"], None, "", None,
+                  f"a spinning C loop; {stalls['lost_pct']}% of its time"),
+                 ("machine: core stalls >= 50 us /s", stalls["stalls_50us_per_s"], None, "", None, "")]
+    rows.append(("bare ws frames/s (ws_client, numba)", metrics["ws_client_bare_frames_per_s"],
+                 metrics["ws_bare_frames_per_s"], "picows", ratios["ws_client_vs_picows_ws_bare_frames_per_s"], ""))
+    for name in ("websockets", "aiohttp"):
+        rows.append(("bare ws frames/s (picows)", metrics["ws_bare_frames_per_s"], bare[name][0], name,
+                     ratios[f"picows_vs_{name}_ws_bare_frames_per_s"], ""))
+    rows += [("reconnect to synced p50 ms", metrics["reconnect_to_synced_p50_ms"], None, "", None, "< 1,050"),
+             ("reconnect to synced max ms", metrics["reconnect_to_synced_max_ms"], None, "", None, "< 1,050")]
+    return rows
+
+
+def dbn_figures(quick, metrics, peers, ratios, notes):
+    """bench/_live_dbn.run's figures into the results; its rows of the printed table."""
     import _live_dbn
     d = _live_dbn.run(quick)
     if "skipped" in d:
         notes["dbn"] = d["skipped"]
-    else:
-        metrics.update(d["metrics"])
-        peers.update(d["peers"])
-        ours_r, peer_r = d["metrics"]["dbn_live_records_per_s"], d["peers"]["databento"]["dbn_live_records_per_s"]
-        ratios["dbn_live_vs_databento_records_per_s"] = _common.ratio(ours_r, peer_r, True)
-        rows += [("dbn records/s", ours_r, peer_r, "databento", ratios["dbn_live_vs_databento_records_per_s"], ""),
-                 ("dbn bytes_to_tick p99 us", d["metrics"]["dbn_live_bytes_to_tick_p99_us"], None, "", None, "")]
-    _print(rows)
-    _common.save("live", metrics, peers, ratios, notes)
+        return []
+    metrics.update(d["metrics"])
+    peers.update(d["peers"])
+    ours_r, peer_r = d["metrics"]["dbn_live_records_per_s"], d["peers"]["databento"]["dbn_live_records_per_s"]
+    ratios["dbn_live_vs_databento_records_per_s"] = _common.ratio(ours_r, peer_r, True)
+    return [("dbn records/s", ours_r, peer_r, "databento", ratios["dbn_live_vs_databento_records_per_s"], ""),
+            ("dbn bytes_to_tick p99 us", d["metrics"]["dbn_live_bytes_to_tick_p99_us"], None, "", None, "")]
 
 
 def _print(rows):

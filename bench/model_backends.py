@@ -255,7 +255,32 @@ def size_summary(trees, res, bat, peer_p50, best):
     return out
 
 
+class Figures:
+    """What the run gathers for the results file and the printed tables."""
+
+    def __init__(self):
+        self.metrics, self.peers, self.ratios = {"sizes": {}}, {}, {}
+        self.rows, self.batch_rows, self.skipped = [], [], []
+
+
 def main():
+    a, batches = parse_args()
+    sizes = parse_sizes(a.sizes)
+    X = test_rows()
+    f = Figures()
+    for trees, depth in sizes:
+        time_size(f, trees, depth, X, batches, a)
+    print_sizes(f, batches)
+    dur = 3 if a.quick else 8
+    time_tick_to_signal(f, dur)
+    _common.save("model_backends", f.metrics, f.peers, f.ratios,
+                 notes="flat ratios use the fastest flat build on this CPU; each timed call includes one "
+                       "CLOCK_MONOTONIC pair (~20 ns); xgboost, onnxruntime and pylignum are timed per call "
+                       "from Python" + "".join(f"; {s}" for s in f.skipped))
+
+
+def parse_args():
+    """The command line, and --batch's row counts (sorted), or a one-line exit."""
     def extra(p):
         p.add_argument("--batch", default="1,8,64",
                        help="rows per call for the batch table (engine_predict_rows), comma-separated")
@@ -271,76 +296,87 @@ def main():
         assert batches and all(1 <= k <= 4096 for k in batches)
     except (ValueError, AssertionError):
         raise SystemExit(f"--batch: give row counts 1..4096, comma-separated (got {a.batch!r})") from None
-    sizes = parse_sizes(a.sizes)
-    X = test_rows()
-    batch_rows = []
-    metrics, peers, ratios, rows, skipped = {"sizes": {}}, {}, {}, [], []
-    for trees, depth in sizes:
-        key = f"m{trees}x{depth}"
-        print(f"{key}: building or loading the model ...", file=sys.stderr, flush=True)
-        d = model_dir(trees, depth)
-        print(f"{key}: timing every back end ...", file=sys.stderr, flush=True)
-        res = per_row(d, X, a.quick)
-        peers[f"xgboost_{key}"] = res.pop("xgboost")
-        metrics[key] = res
-        best_flat = min((n for n in res if n.startswith("flat")), key=lambda n: res[n]["model_call_p50_ns"])
-        for q in ("p50", "p99", "p999"):
-            f = res[best_flat][f"model_call_{q}_ns"]
-            if "treelite" in res:
-                ratios[f"flat_vs_treelite_{key}_{q}"] = _common.ratio(f, res["treelite"][f"model_call_{q}_ns"], False)
-            ratios[f"flat_vs_xgboost_{key}_{q}"] = _common.ratio(f, peers[f"xgboost_{key}"][f"model_call_{q}_ns"], False)
-        rows += [(f"{key} {n}", v) for n, v in res.items()] + [(f"{key} xgboost", peers[f"xgboost_{key}"])]
-        print(f"{key}: timing rows per call {batches} ...", file=sys.stderr, flush=True)
-        bat = per_batch(d, X, batches, a.quick)
-        peers[f"xgboost_{key}_batch"] = {str(k): v for k, v in bat.pop("xgboost").items()}
-        metrics[f"{key}_batch"] = {n: {str(k): v for k, v in per.items()} for n, per in bat.items()}
-        for n, per in bat.items():
-            for k in batches:
-                vs = (_common.ratio(per[k]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False),
-                      _common.ratio(per[k]["per_row_p50_ns"], peers[f"xgboost_{key}_batch"][str(k)]["per_row_p50_ns"],
-                                    False))
-                batch_rows.append((f"{key} {n} k={k}", {**per[k], "vs_k1_p50": f"{vs[0]:.2f}x",
-                                                       "vs_xgboost_p50": f"{vs[1]:.1f}x"}))
-            ratios[f"{n}_{key}_k{batches[-1]}_vs_k{batches[0]}_per_row_p50"] = _common.ratio(
-                per[batches[-1]]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False)
-        # peers per row at batch 1: TL2cgen through the same function-pointer path as ours, the rest from Python
-        peer_p50 = {"xgboost": peers[f"xgboost_{key}"]["model_call_p50_ns"]}
+    return a, batches
+
+
+def time_size(f, trees, depth, X, batches, a):
+    """One model size: every back end per row and per batch, then the peers; its figures into f."""
+    key = f"m{trees}x{depth}"
+    print(f"{key}: building or loading the model ...", file=sys.stderr, flush=True)
+    d = model_dir(trees, depth)
+    print(f"{key}: timing every back end ...", file=sys.stderr, flush=True)
+    res = per_row(d, X, a.quick)
+    f.peers[f"xgboost_{key}"] = res.pop("xgboost")
+    f.metrics[key] = res
+    best_flat = min((n for n in res if n.startswith("flat")), key=lambda n: res[n]["model_call_p50_ns"])
+    for q in ("p50", "p99", "p999"):
+        x = res[best_flat][f"model_call_{q}_ns"]
         if "treelite" in res:
-            peer_p50["treelite"] = res["treelite"]["model_call_p50_ns"]
-        n = 500 if a.quick else 3000
-        for label, peer in (("onnxruntime", lambda: onnxruntime_peer(d, X, n)),
-                            ("pylignum", lambda: lignum_peer(d, X, n, batches, a.quick, a.peer_compile_timeout))):
-            print(f"{key}: timing {label} ...", file=sys.stderr, flush=True)
-            got, skip = peer()
-            if skip:
-                print(f"{label}: {skip}", flush=True)
-                if f"{label} {skip}" not in skipped:
-                    skipped.append(f"{label} {skip}")
-                continue
-            for name, v in got.items():
-                peers[f"{name}_{key}"] = v
-                peer_p50[name] = v["model_call_p50_ns"]
-                print(f"{key} {name}: max abs diff vs xgboost ({v['compared_as']}, {n} rows): "
-                      f"{v['max_abs_diff_vs_xgboost']:.3g}", flush=True)
-                for q in ("p50", "p99"):
-                    ratios[f"flat_vs_{name}_{key}_{q}"] = _common.ratio(
-                        res[best_flat][f"model_call_{q}_ns"], v[f"model_call_{q}_ns"], False)
-                rows.append((f"{key} {name}", v))
-                if "batch" in v:  # (a peer timed as ours are, k rows a call)
-                    per = v.pop("batch")
-                    bat[name] = per
-                    peers[f"{name}_{key}_batch"] = {str(k): x for k, x in per.items()}
-                    for k in batches:
-                        batch_rows.append((f"{key} {name} k={k}", {**per[k], "vs_k1_p50": "{:.2f}x".format(
-                            _common.ratio(per[k]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False))}))
-                        ratios[f"flat_vs_{name}_{key}_k{k}_per_row_p50"] = _common.ratio(  # (our best batch build)
-                            min(b[k]["per_row_p50_ns"] for n2, b in bat.items() if n2.startswith("flat")),
-                            per[k]["per_row_p50_ns"], False)
-        metrics["sizes"][f"{trees}x{depth}"] = size_summary(trees, res, bat, peer_p50, best_flat)
+            f.ratios[f"flat_vs_treelite_{key}_{q}"] = _common.ratio(x, res["treelite"][f"model_call_{q}_ns"], False)
+        f.ratios[f"flat_vs_xgboost_{key}_{q}"] = _common.ratio(x, f.peers[f"xgboost_{key}"][f"model_call_{q}_ns"],
+                                                               False)
+    f.rows += [(f"{key} {n}", v) for n, v in res.items()] + [(f"{key} xgboost", f.peers[f"xgboost_{key}"])]
+    print(f"{key}: timing rows per call {batches} ...", file=sys.stderr, flush=True)
+    bat = per_batch(d, X, batches, a.quick)
+    f.peers[f"xgboost_{key}_batch"] = {str(k): v for k, v in bat.pop("xgboost").items()}
+    f.metrics[f"{key}_batch"] = {n: {str(k): v for k, v in per.items()} for n, per in bat.items()}
+    for n, per in bat.items():
+        for k in batches:
+            vs = (_common.ratio(per[k]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False),
+                  _common.ratio(per[k]["per_row_p50_ns"], f.peers[f"xgboost_{key}_batch"][str(k)]["per_row_p50_ns"],
+                                False))
+            f.batch_rows.append((f"{key} {n} k={k}", {**per[k], "vs_k1_p50": f"{vs[0]:.2f}x",
+                                                     "vs_xgboost_p50": f"{vs[1]:.1f}x"}))
+        f.ratios[f"{n}_{key}_k{batches[-1]}_vs_k{batches[0]}_per_row_p50"] = _common.ratio(
+            per[batches[-1]]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False)
+    # peers per row at batch 1: TL2cgen through the same function-pointer path as ours, the rest from Python
+    peer_p50 = {"xgboost": f.peers[f"xgboost_{key}"]["model_call_p50_ns"]}
+    if "treelite" in res:
+        peer_p50["treelite"] = res["treelite"]["model_call_p50_ns"]
+    time_peers(f, key, d, X, batches, a, res, bat, peer_p50, best_flat)
+    f.metrics["sizes"][f"{trees}x{depth}"] = size_summary(trees, res, bat, peer_p50, best_flat)
+
+
+def time_peers(f, key, d, X, batches, a, res, bat, peer_p50, best_flat):
+    """ONNX Runtime and lignum on one model (each skipped, said once, when missing): their figures
+    into f, their p50 into peer_p50, lignum_cfunc's batches into bat."""
+    n = 500 if a.quick else 3000
+    for label, peer in (("onnxruntime", lambda: onnxruntime_peer(d, X, n)),
+                        ("pylignum", lambda: lignum_peer(d, X, n, batches, a.quick, a.peer_compile_timeout))):
+        print(f"{key}: timing {label} ...", file=sys.stderr, flush=True)
+        got, skip = peer()
+        if skip:
+            print(f"{label}: {skip}", flush=True)
+            if f"{label} {skip}" not in f.skipped:
+                f.skipped.append(f"{label} {skip}")
+            continue
+        for name, v in got.items():
+            f.peers[f"{name}_{key}"] = v
+            peer_p50[name] = v["model_call_p50_ns"]
+            print(f"{key} {name}: max abs diff vs xgboost ({v['compared_as']}, {n} rows): "
+                  f"{v['max_abs_diff_vs_xgboost']:.3g}", flush=True)
+            for q in ("p50", "p99"):
+                f.ratios[f"flat_vs_{name}_{key}_{q}"] = _common.ratio(
+                    res[best_flat][f"model_call_{q}_ns"], v[f"model_call_{q}_ns"], False)
+            f.rows.append((f"{key} {name}", v))
+            if "batch" in v:  # (a peer timed as ours are, k rows a call)
+                per = v.pop("batch")
+                bat[name] = per
+                f.peers[f"{name}_{key}_batch"] = {str(k): x for k, x in per.items()}
+                for k in batches:
+                    f.batch_rows.append((f"{key} {name} k={k}", {**per[k], "vs_k1_p50": "{:.2f}x".format(
+                        _common.ratio(per[k]["per_row_p50_ns"], per[batches[0]]["per_row_p50_ns"], False))}))
+                    f.ratios[f"flat_vs_{name}_{key}_k{k}_per_row_p50"] = _common.ratio(  # (our best batch build)
+                        min(b[k]["per_row_p50_ns"] for n2, b in bat.items() if n2.startswith("flat")),
+                        per[k]["per_row_p50_ns"], False)
+
+
+def print_sizes(f, batches):
+    """The tables per row, per batch and per size."""
     _common.table("model call at batch 1 (ns)", ["model_call_p50_ns", "model_call_p99_ns", "model_call_p999_ns",
-                                                  "model_call_max_ns"], rows)
+                                                  "model_call_max_ns"], f.rows)
     _common.table(f"rows per call (engine_predict_rows; ns per row; vs_k1: the gain over {batches[0]} row a call)",
-                  ["per_row_p50_ns", "per_row_p99_ns", "vs_k1_p50", "vs_xgboost_p50"], batch_rows)
+                  ["per_row_p50_ns", "per_row_p99_ns", "vs_k1_p50", "vs_xgboost_p50"], f.batch_rows)
     _common.table("per size at batch 1 (p50): our best flat build, ns per tree, the best peer (TL2cgen, XGBoost, "
                   "ONNX Runtime, lignum) and how far ahead",
                   ["best_flat", "per_row_p50_ns", "ns_per_tree_p50", "best_peer", "peer_p50_ns", "ahead_p50"],
@@ -348,23 +384,22 @@ def main():
                            "ns_per_tree_p50": v[v["best_flat"]]["ns_per_tree_p50"], "best_peer": v["best_peer"],
                            "peer_p50_ns": v[v["best_peer"]]["per_row_p50_ns"],
                            "ahead_p50": f"{v['best_flat_vs_best_peer_p50']:.2f}x"})
-                   for size, v in metrics["sizes"].items()])
-    dur = 3 if a.quick else 8
+                   for size, v in f.metrics["sizes"].items()])
+
+
+def time_tick_to_signal(f, dur):
+    """Tick to signal through the whole engine with the flat and the TL2cgen back ends; a table."""
     t2s = {}
     for backend in ("flat", "treelite"):
         print(f"tick to signal with {backend} ...", file=sys.stderr, flush=True)
         t2s[backend] = tick_to_signal(backend, dur)
-    metrics["tick_to_signal_20k_per_s"] = t2s
+    f.metrics["tick_to_signal_20k_per_s"] = t2s
     for q in ("p50", "p99"):
-        ratios[f"flat_vs_treelite_tick_to_signal_{q}"] = _common.ratio(
+        f.ratios[f"flat_vs_treelite_tick_to_signal_{q}"] = _common.ratio(
             t2s["flat"][f"tick_to_signal_{q}_ns"], t2s["treelite"][f"tick_to_signal_{q}_ns"], False)
     _common.table(f"tick to signal, default model, 20k ticks/s, pinned ({dur} s each, ns)",
                   ["model_p50_ns", "model_p99_ns", "tick_to_signal_p50_ns", "tick_to_signal_p99_ns",
                    "tick_to_signal_p999_ns"], [(f"engine --backend {b}", v) for b, v in t2s.items()])
-    _common.save("model_backends", metrics, peers, ratios,
-                 notes="flat ratios use the fastest flat build on this CPU; each timed call includes one "
-                       "CLOCK_MONOTONIC pair (~20 ns); xgboost, onnxruntime and pylignum are timed per call "
-                       "from Python" + "".join(f"; {s}" for s in skipped))
 
 
 if __name__ == "__main__":

@@ -194,71 +194,125 @@ def on_off(variants, rounds, duration, rate, title, said, cleanup=()):
     return runs, med
 
 
+class Loops:
+    """The built-in strategy's loops over one stream, v1's and the host's, on shared buffers."""
+
+    def __init__(self, host, words, k, levels, pred):
+        self.host, self.words, self.k, self.levels, self.pred = host, words, k, levels, pred
+        self.nf = nf = len(host.strategy.features)
+        self.X = np.empty((len(words), nf), np.float32)
+        self.ii, self.mid = np.empty(len(words), np.int64), np.empty(len(words))
+        self.idx = np.empty(len(words), np.int64)
+        self.v1cfg = V1.make_cfg(sigmoid=uses_sigmoid(pred))
+        self.cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
+        self.sigs = np.zeros((1 << 20, 8), np.int64)
+        self.sigs16 = np.zeros((1 << 20, SIGNAL_WORDS), np.int64)
+        self.margins = np.full(len(words), np.nan, np.float32)
+        self.row = host.new_row()
+
+    def v1_feat(self):
+        return V1.featurize(self.words, np.zeros((self.k, V1.STATE_WIDTH)), self.X, self.ii, self.mid, self.idx)
+
+    def host_feat(self):
+        hs = self.host.state(self.k, self.levels)
+        return self.host.mod.featurize_loop(self.words, *hs.arrays(), self.host.params(), self.X, self.ii, self.mid,
+                                            self.idx, self.row)
+
+    def v1_bt(self):
+        return V1.backtest_loop(self.words, 0, np.zeros((self.k, V1.STATE_WIDTH)), np.zeros(self.nf, np.float32),
+                                np.zeros(1, np.float32), self.pred.addr, np.zeros(self.k, np.int8), self.v1cfg,
+                                self.sigs, 0, 0, self.margins, latency.new_counts())
+
+    def host_bt(self, hs=None):
+        """The host's backtest loop, from a fresh state or from hs (the risk gate's limits set)."""
+        host = self.host
+        hs = hs or host.state(self.k, self.levels)
+        return host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
+            words=self.words, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32),
+            model=self.pred.addr, pvals=host.params(), cfg=self.cfg, sigs=self.sigs16, margins=self.margins,
+            hist=latency.new_counts())))
+
+    def gated_bt(self, mode, cut):
+        """host_bt with every rule of the risk gate armed (position 1 lot, every other limit out of
+        reach) in `mode`; what it cut added to `cut`."""
+        from engine import risk as R
+        hs = self.host.state(self.k, self.levels)
+        for i in range(self.k):
+            R.set_limits(hs.rlim, i, max_position=1, max_notional=1e12, multiplier=1.0, max_rate=1e6, min_flip_ms=0)
+        R.set_limits(hs.rlim, self.k, max_notional=1e15, max_rate=1e9)
+        hs.rg[R.RG_MODE] = mode
+        r = self.host_bt(hs)
+        cut.update({r_: n_ for r_, n_ in R.blocked(hs.rg).items() if n_})
+        return r
+
+
 def compare(reps, n):
     """Time v1 against the host (and the 10-level book); prints a table, returns the figures."""
     host = load_host("microstructure")
     words, k, levels, _ = source_ticks("synthetic://?instruments=4&seed=11", n, host.strategy)
     pred = artifact.load(str(default_model_dir(host.strategy)), strategy=host.strategy)
     print(f"{len(words):,} ticks, model {pred.model_id} ({pred.backend}); {reps} reps", file=sys.stderr)
+    loops = Loops(host, words, k, levels, pred)
+    per, b2 = v1_vs_host(loops, reps)
+    gate = risk_gate(loops, b2, reps)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-host-"))
+    book = book_cost(tmp, n, reps)
+    metrics = {"ticks": len(words), "model": pred.model_id, "backend": pred.backend,
+               "host_featurize_ns_per_tick": round(per["host_feat"], 1),
+               "host_backtest_ns_per_tick": round(per["host_bt"], 1), **book["metrics"],
+               "risk_gate_off_ns_per_tick": round(gate["tick"]["off"], 1),
+               "risk_gate_armed_ns_per_tick": round(gate["tick"]["armed"], 1), "risk_gate_decisions": gate["decisions"],
+               "risk_gate_ns_per_decision": round(gate["ns_per_decision"], 1)}
+    peers = {"v1_loop": {"featurize_ns_per_tick": round(per["v1_feat"], 1),
+                         "backtest_ns_per_tick": round(per["v1_bt"], 1)}}
+    ratios = {"host_vs_v1_featurize_ns_per_tick": _common.ratio(per["host_feat"], per["v1_feat"], False),
+              "host_vs_v1_backtest_ns_per_tick": _common.ratio(per["host_bt"], per["v1_bt"], False)}
+    _common.table("the loop alone, ns per tick (best of reps)", ["v1", "host", "ratio"],
+                  [("data set (features only)", {"v1": per["v1_feat"], "host": per["host_feat"]}),
+                   ("backtest (features+model+decide)", {"v1": per["v1_bt"], "host": per["host_bt"]})])
+    print(f"  ratios v1/host (> 1: the host is faster): features {ratios['host_vs_v1_featurize_ns_per_tick']}, "
+          f"backtest {ratios['host_vs_v1_backtest_ns_per_tick']}")
+    cross_instruments(tmp, n, reps, metrics, ratios)
+    print(f"\nrisk gate in the backtest loop ({gate['decisions']:,} decisions over {len(words):,} ticks, every rule "
+          f"armed; cut: {', '.join(f'{r_} {n_:,}' for r_, n_ in gate['cut'].items()) or 'none'}, the no_price ones "
+          f"where the book had no mid): off {gate['tick']['off']:.1f} ns/tick, armed {gate['tick']['armed']:.1f} "
+          f"ns/tick: {gate['ns_per_decision']:.1f} ns per decision (target <= 20; within the loop's noise: "
+          "bench/risk_gate.py times the gate alone)")
+    print(f"\n10-level book in the loop, over {metrics['book_stream_ticks']:,} ticks of which "
+          f"{metrics['book_level_ticks']:,} level ticks:")
+    print(f"  {book['ns_per_level']:.2f} ns per level tick applied, {book['ns_per_tick']:.2f} ns per tick of the "
+          f"stream (DEPTH=10 vs DEPTH=0, both trivial); depth_imbalance data-set loop "
+          f"{metrics['depth_imbalance_featurize_ns_per_tick']} ns per tick")
+    return {"metrics": metrics, "peers": peers, "ratios": ratios}
 
-    # 1 + 2: the built-in strategy, v1 vs host
-    nf = len(host.strategy.features)
-    X = np.empty((len(words), nf), np.float32)
-    ii, mid, idx = np.empty(len(words), np.int64), np.empty(len(words)), np.empty(len(words), np.int64)
-    v1cfg = V1.make_cfg(sigmoid=uses_sigmoid(pred))
-    cfg = host.loop_cfg(sigmoid=uses_sigmoid(pred))
-    sigs = np.zeros((1 << 20, 8), np.int64)
-    sigs16 = np.zeros((1 << 20, SIGNAL_WORDS), np.int64)
-    margins = np.full(len(words), np.nan, np.float32)
 
-    def v1_feat():
-        return V1.featurize(words, np.zeros((k, V1.STATE_WIDTH)), X, ii, mid, idx)
-
-    row = host.new_row()
-
-    def host_feat():
-        hs = host.state(k, levels)
-        return host.mod.featurize_loop(words, *hs.arrays(), host.params(), X, ii, mid, idx, row)
-
-    def v1_bt():
-        return V1.backtest_loop(words, 0, np.zeros((k, V1.STATE_WIDTH)), np.zeros(nf, np.float32),
-                                np.zeros(1, np.float32), pred.addr, np.zeros(k, np.int8), v1cfg, sigs, 0, 0, margins,
-                                latency.new_counts())
-
-    def host_bt():
-        hs = host.state(k, levels)
-        return host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
-            words=words, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), model=pred.addr,
-            pvals=host.params(), cfg=cfg, sigs=sigs16, margins=margins, hist=latency.new_counts())))
-    a1, a2 = v1_feat(), host_feat()
-    b1, b2 = v1_bt(), host_bt()
+def v1_vs_host(loops, reps):
+    """1 + 2: the built-in strategy, v1 vs host, checked to compute the same rows and signals:
+    (ns per tick of each loop, the host's backtest result)."""
+    a1, a2 = loops.v1_feat(), loops.host_feat()
+    b1, b2 = loops.v1_bt(), loops.host_bt()
     assert a1 == a2 and b1[1:] == b2[1:], ("v1 and host disagree", a1, a2, b1, b2)  # same rows, same signals
-    t = best({"v1_feat": v1_feat, "host_feat": host_feat, "v1_bt": v1_bt, "host_bt": host_bt}, reps)
-    per = {key: t[key] / len(words) * 1e9 for key in t}
+    t = best({"v1_feat": loops.v1_feat, "host_feat": loops.host_feat, "v1_bt": loops.v1_bt,
+              "host_bt": loops.host_bt}, reps)
+    return {key: t[key] / len(loops.words) * 1e9 for key in t}, b2
 
-    # 5: the risk gate, armed vs off, in the same backtest loop
+
+def risk_gate(loops, b2, reps):
+    """5: the risk gate, armed vs off, in the same backtest loop: ns per tick of each, the
+    difference per decision that reached the gate, what it cut."""
     from engine import risk as R
     nd = int(b2[1])  # (decisions that reached the gate: every changed target is one)
     cut = {}
+    assert loops.gated_bt(R.MODE_OFF, cut)[1:] == b2[1:], "the gate off changes nothing"
+    tg = best({"off": lambda: loops.gated_bt(R.MODE_OFF, cut), "armed": lambda: loops.gated_bt(R.MODE_CLIP, cut)},
+              reps)
+    return {"tick": {key: tg[key] / len(loops.words) * 1e9 for key in tg}, "decisions": nd, "cut": cut,
+            "ns_per_decision": (tg["armed"] - tg["off"]) / max(nd, 1) * 1e9}
 
-    def gated_bt(mode):
-        hs = host.state(k, levels)
-        for i in range(k):
-            R.set_limits(hs.rlim, i, max_position=1, max_notional=1e12, multiplier=1.0, max_rate=1e6, min_flip_ms=0)
-        R.set_limits(hs.rlim, k, max_notional=1e15, max_rate=1e9)
-        hs.rg[R.RG_MODE] = mode
-        r = host.mod.backtest_loop(*backtest_args(host.mod, BacktestArgs(
-            words=words, state=hs.loop_arrays(), row=host.new_row(), out=np.zeros(1, np.float32), model=pred.addr,
-            pvals=host.params(), cfg=cfg, sigs=sigs16, margins=margins, hist=latency.new_counts())))
-        cut.update({r_: n_ for r_, n_ in R.blocked(hs.rg).items() if n_})
-        return r
-    assert gated_bt(R.MODE_OFF)[1:] == b2[1:], "the gate off changes nothing"
-    tg = best({"off": lambda: gated_bt(R.MODE_OFF), "armed": lambda: gated_bt(R.MODE_CLIP)}, reps)
-    gate_tick = {key: tg[key] / len(words) * 1e9 for key in tg}
-    gate_ns_decision = (tg["armed"] - tg["off"]) / max(nd, 1) * 1e9
 
-    # 3: the 10-level book
-    tmp = Path(tempfile.mkdtemp(prefix="bench-host-"))
+def book_cost(tmp, n, reps):
+    """3: the 10-level book: a trivial strategy at DEPTH=10 against the same at DEPTH=0 over one
+    10-level stream, and depth_imbalance's data-set loop for scale."""
     hosts = {}
     for d in (0, 10):
         f = tmp / f"book{d}.py"
@@ -270,29 +324,18 @@ def compare(reps, n):
     tb = best({"book0": lambda: hosts[0].featurize(dwords, dk, dlevels),
                "book10": lambda: hosts[10].featurize(dwords, dk, dlevels),
                "depth_imbalance": lambda: deep.featurize(dwords, dk, dlevels)}, reps)
-    book_ns_level = (tb["book10"] - tb["book0"]) / max(level_ticks, 1) * 1e9
-    book_ns_tick = (tb["book10"] - tb["book0"]) / len(dwords) * 1e9
+    ns_level = (tb["book10"] - tb["book0"]) / max(level_ticks, 1) * 1e9
+    ns_tick = (tb["book10"] - tb["book0"]) / len(dwords) * 1e9
+    return {"ns_per_level": ns_level, "ns_per_tick": ns_tick, "metrics": {
+        "book_stream_ticks": len(dwords), "book_level_ticks": level_ticks,
+        "book10_ns_per_level_tick": round(ns_level, 2), "book10_ns_per_tick": round(ns_tick, 2),
+        "depth_imbalance_featurize_ns_per_tick": round(tb["depth_imbalance"] / len(dwords) * 1e9, 1),
+        "trivial_depth0_ns_per_tick": round(tb["book0"] / len(dwords) * 1e9, 1)}}
 
-    metrics = {"ticks": len(words), "model": pred.model_id, "backend": pred.backend,
-               "host_featurize_ns_per_tick": round(per["host_feat"], 1),
-               "host_backtest_ns_per_tick": round(per["host_bt"], 1),
-               "book_stream_ticks": len(dwords), "book_level_ticks": level_ticks,
-               "book10_ns_per_level_tick": round(book_ns_level, 2), "book10_ns_per_tick": round(book_ns_tick, 2),
-               "depth_imbalance_featurize_ns_per_tick": round(tb["depth_imbalance"] / len(dwords) * 1e9, 1),
-               "trivial_depth0_ns_per_tick": round(tb["book0"] / len(dwords) * 1e9, 1),
-               "risk_gate_off_ns_per_tick": round(gate_tick["off"], 1),
-               "risk_gate_armed_ns_per_tick": round(gate_tick["armed"], 1), "risk_gate_decisions": nd,
-               "risk_gate_ns_per_decision": round(gate_ns_decision, 1)}
-    peers = {"v1_loop": {"featurize_ns_per_tick": round(per["v1_feat"], 1),
-                         "backtest_ns_per_tick": round(per["v1_bt"], 1)}}
-    ratios = {"host_vs_v1_featurize_ns_per_tick": _common.ratio(per["host_feat"], per["v1_feat"], False),
-              "host_vs_v1_backtest_ns_per_tick": _common.ratio(per["host_bt"], per["v1_bt"], False)}
-    _common.table("the loop alone, ns per tick (best of reps)", ["v1", "host", "ratio"],
-                  [("data set (features only)", {"v1": per["v1_feat"], "host": per["host_feat"]}),
-                   ("backtest (features+model+decide)", {"v1": per["v1_bt"], "host": per["host_bt"]})])
-    print(f"  ratios v1/host (> 1: the host is faster): features {ratios['host_vs_v1_featurize_ns_per_tick']}, "
-          f"backtest {ratios['host_vs_v1_backtest_ns_per_tick']}")
-    # 4: across instruments
+
+def cross_instruments(tmp, n, reps, metrics, ratios):
+    """4: across instruments: UNIVERSE strategies of 2 and 8 members against the tick's own book
+    alone; their figures into metrics and ratios, and a table."""
     ((_, cwords, ck, clevels, cnames, cspecs),) = input_streams(["synthetic://?instruments=8&seed=12&depth=10"], n)
     cross = {}
     for m in (0, 2, 8):
@@ -310,16 +353,6 @@ def compare(reps, n):
                   [("own book only (no UNIVERSE)", {"ns/tick": tc[0] / len(cwords) * 1e9}),
                    ("UNIVERSE of 2", {"ns/tick": tc[2] / len(cwords) * 1e9}),
                    ("UNIVERSE of 8", {"ns/tick": tc[8] / len(cwords) * 1e9})])
-    print(f"\nrisk gate in the backtest loop ({nd:,} decisions over {len(words):,} ticks, every rule armed; cut: "
-          f"{', '.join(f'{r_} {n_:,}' for r_, n_ in cut.items()) or 'none'}, the no_price ones where the book had no "
-          f"mid): off {gate_tick['off']:.1f} ns/tick, armed {gate_tick['armed']:.1f} ns/tick: "
-          f"{gate_ns_decision:.1f} ns per decision (target <= 20; within the loop's noise: bench/risk_gate.py "
-          "times the gate alone)")
-    print(f"\n10-level book in the loop, over {len(dwords):,} ticks of which {level_ticks:,} level ticks:")
-    print(f"  {book_ns_level:.2f} ns per level tick applied, {book_ns_tick:.2f} ns per tick of the stream "
-          f"(DEPTH=10 vs DEPTH=0, both trivial); depth_imbalance data-set loop "
-          f"{metrics['depth_imbalance_featurize_ns_per_tick']} ns per tick")
-    return {"metrics": metrics, "peers": peers, "ratios": ratios}
 
 
 if __name__ == "__main__":

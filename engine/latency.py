@@ -20,10 +20,10 @@ PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9), ("p
 _ref = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIG_FIGS)
 COUNTS_LEN = _ref.counts_len
 # Module globals are frozen into the compiled code as constants.
-_UNIT_MAG = _ref.unit_magnitude
-_SUB_HALF_MAG = _ref.sub_bucket_half_count_magnitude
+UNIT_MAG = _ref.unit_magnitude
+SUB_HALF_MAG = _ref.sub_bucket_half_count_magnitude
 _SUB_MASK = _ref.sub_bucket_mask
-_SUB_HALF = _ref.sub_bucket_half_count
+SUB_HALF = _ref.sub_bucket_half_count
 _MAX_VALUE = _ref.highest_trackable_value
 
 
@@ -34,8 +34,8 @@ def counts_index(v):
         v = 0
     elif v > _MAX_VALUE:
         v = _MAX_VALUE
-    bucket = 64 - clz64(v | _SUB_MASK) - _UNIT_MAG - (_SUB_HALF_MAG + 1)
-    return ((bucket + 1) << _SUB_HALF_MAG) + ((v >> (bucket + _UNIT_MAG)) - _SUB_HALF)
+    bucket = 64 - clz64(v | _SUB_MASK) - UNIT_MAG - (SUB_HALF_MAG + 1)
+    return ((bucket + 1) << SUB_HALF_MAG) + ((v >> (bucket + UNIT_MAG)) - SUB_HALF)
 
 
 @njit(nogil=True, inline="always", cache=True)

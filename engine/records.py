@@ -211,72 +211,34 @@ def w_hi32(x):
     return (x >> 32) & _LO32
 
 
-@njit(nogil=True, inline="always", cache=True)
-def tick_seq(tick):
-    return tick[0]
+def _tick_reader(name, doc=None):
+    """The numba accessor tick_NAME: field `name` read from a tick's int64 words where TICK_DTYPE
+    puts it (a whole word, or its bits of a packed one)."""
+    word, shift, mask = _place(TICK_DTYPE, name)
+    if mask == (1 << 64) - 1:
+        def read(tick):
+            return tick[word]
+    else:
+        def read(tick):
+            return (tick[word] >> shift) & mask
+    read.__name__ = read.__qualname__ = "tick_" + name  # (also numba's cache file's name)
+    read.__doc__ = doc
+    return njit(nogil=True, inline="always", cache=True)(read)
 
 
-@njit(nogil=True, inline="always", cache=True)
-def tick_ts_event(tick):
-    """Exchange time, ns since the Unix epoch."""
-    return tick[1]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_ts_recv(tick):
-    """Receive time, ns (CLOCK_MONOTONIC when live; the capture's time in files)."""
-    return tick[2]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_price(tick):
-    """Trade price (trade), level price (level), 1e-9 fixed point."""
-    return tick[3]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_bid_px(tick):
-    """Best bid after the event (quote, trade, book ticks), 1e-9; 0 when the side is empty."""
-    return tick[4]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_ask_px(tick):
-    return tick[5]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_size(tick):
-    """Trade size (trade), the level's new size (level), in the instrument's size units."""
-    return tick[6] & _LO32
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_bid_sz(tick):
-    return (tick[6] >> _BIDSZ_SHIFT) & _LO32
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_ask_sz(tick):
-    return tick[7] & _LO32
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_instrument(tick):
-    return (tick[7] >> _INST_SHIFT) & _INST_MASK
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_kind(tick):
-    """KIND_QUOTE, KIND_TRADE, KIND_BOOK, KIND_STATUS (the kinds on_tick sees)."""
-    return (tick[7] >> _KIND_SHIFT) & _KIND_MASK
-
-
-@njit(nogil=True, inline="always", cache=True)
-def tick_side(tick):
-    """Trade aggressor: SIDE_BUY, SIDE_SELL or SIDE_NONE (a level tick: its book side)."""
-    return (tick[7] >> _SIDE_SHIFT) & _SIDE_MASK
-
+tick_seq = _tick_reader("seq")
+tick_ts_event = _tick_reader("ts_event", "Exchange time, ns since the Unix epoch.")
+tick_ts_recv = _tick_reader("ts_recv", "Receive time, ns (CLOCK_MONOTONIC when live; the capture's time in files).")
+tick_price = _tick_reader("price", "Trade price (trade), level price (level), 1e-9 fixed point.")
+tick_bid_px = _tick_reader("bid_px", "Best bid after the event (quote, trade, book ticks), 1e-9; 0 when the side is "
+                                     "empty.")
+tick_ask_px = _tick_reader("ask_px")
+tick_size = _tick_reader("size", "Trade size (trade), the level's new size (level), in the instrument's size units.")
+tick_bid_sz = _tick_reader("bid_sz")
+tick_ask_sz = _tick_reader("ask_sz")
+tick_instrument = _tick_reader("instrument")
+tick_kind = _tick_reader("kind", "KIND_QUOTE, KIND_TRADE, KIND_BOOK, KIND_STATUS (the kinds on_tick sees).")
+tick_side = _tick_reader("side", "Trade aggressor: SIDE_BUY, SIDE_SELL or SIDE_NONE (a level tick: its book side).")
 
 # --- numba packers ---
 

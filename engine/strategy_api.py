@@ -180,35 +180,22 @@ def member_book(u, m):
                 u.books[i, 1, 1, :u.depth])
 
 
-@njit(nogil=True, inline="always", cache=True)
-def member_bid(u, m):
-    """Member m's best bid price (1e-9 units) as of its last quote, trade or book tick; 0 if none."""
-    return u.ist[u.ids[m], IST_BID]
+def _member_reader(name, column, doc=None):
+    """The numba function NAME(u, m): member m's value in the host's per-instrument column `column`."""
+    def read(u, m):
+        return u.ist[u.ids[m], column]
+    read.__name__ = read.__qualname__ = name  # (also numba's cache file's name)
+    read.__doc__ = doc
+    return njit(nogil=True, inline="always", cache=True)(read)
 
 
-@njit(nogil=True, inline="always", cache=True)
-def member_ask(u, m):
-    return u.ist[u.ids[m], IST_ASK]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def member_trade_px(u, m):
-    """Member m's last trade price (1e-9 units); 0 before its first trade or after a gap."""
-    return u.ist[u.ids[m], IST_TRADE_PX]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def member_trade_sz(u, m):
-    return u.ist[u.ids[m], IST_TRADE_SZ]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def member_ts_recv(u, m):
-    """Receive time (ns) of member m's last tick; 0 before its first or after a gap."""
-    return u.ist[u.ids[m], IST_TS_RECV]
-
-
-@njit(nogil=True, inline="always", cache=True)
-def member_ts_event(u, m):
-    """Exchange time (ns) of member m's last tick; 0 before its first or after a gap."""
-    return u.ist[u.ids[m], IST_TS_EVENT]
+member_bid = _member_reader("member_bid", IST_BID, "Member m's best bid price (1e-9 units) as of its last quote, "
+                                                  "trade or book tick; 0 if none.")
+member_ask = _member_reader("member_ask", IST_ASK)
+member_trade_px = _member_reader("member_trade_px", IST_TRADE_PX,
+                                 "Member m's last trade price (1e-9 units); 0 before its first trade or after a gap.")
+member_trade_sz = _member_reader("member_trade_sz", IST_TRADE_SZ)
+member_ts_recv = _member_reader("member_ts_recv", IST_TS_RECV,
+                                "Receive time (ns) of member m's last tick; 0 before its first or after a gap.")
+member_ts_event = _member_reader("member_ts_event", IST_TS_EVENT,
+                                 "Exchange time (ns) of member m's last tick; 0 before its first or after a gap.")

@@ -92,7 +92,7 @@ def write_manifest(art_dir, fields):
     return manifest
 
 
-def _manifest_bytes(art_dir):
+def manifest_bytes(art_dir):
     path = Path(art_dir) / MANIFEST
     try:
         return read_regular(path, MAX_MANIFEST_BYTES)
@@ -102,7 +102,7 @@ def _manifest_bytes(art_dir):
 
 def signature_status(art_dir):
     """unsigned | signed (not verified: no key configured) | verified (KEY) | refused: WHY."""
-    return signing.status(art_dir, MANIFEST, _manifest_bytes(art_dir))
+    return signing.status(art_dir, MANIFEST, manifest_bytes(art_dir))
 
 
 def read_manifest(art_dir, check_signature=True):
@@ -111,7 +111,7 @@ def read_manifest(art_dir, check_signature=True):
     inspect` without --verify, signing, and the default model's cache check, none of which
     open native code)."""
     path = Path(art_dir) / MANIFEST
-    raw = _manifest_bytes(art_dir)
+    raw = manifest_bytes(art_dir)
     if check_signature:
         signing.check(art_dir, MANIFEST, raw)  # the bytes parsed below are the bytes verified
     try:

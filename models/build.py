@@ -93,6 +93,63 @@ def validation_rows(booster, X_holdout, rng, n=2000):
     return np.concatenate([base, nan_rows, threshold_rows(booster, base, max(1, n // 4), rng)]).astype(np.float32)
 
 
+def _compile_backends(tmp, booster, n_features, wanted):
+    """The back ends asked for (treelite and/or flat) compiled from tmp/model.json into tmp, and
+    XGBoost's own behind the same C ABI: (manifest's `backends`, TL2cgen's or the objective's
+    info, the flat build's info or {})."""
+    if not wanted or not wanted <= {"treelite", "flat"}:
+        raise ValueError(f"back ends to build: treelite and/or flat, got {sorted(wanted)}")
+    backends = {}
+    p, objective = tlcompile.base_score(tmp / "model.json")
+    tlcompile.base_margin_c(p, objective)  # refuses unsupported objectives before any work
+    cinfo, finfo = {"objective": objective, "base_score": p}, {}
+    if "flat" in wanted:
+        t0 = time.time()
+        flat_libs, finfo = flat.compile_flat(tmp / "model.json", tmp, n_features)
+        log(f"  flat branch-free kernel ({', '.join(flat_libs)}) compiled in {time.time() - t0:.1f} s")
+        for name in flat.BUILDS:  # fastest first
+            backends[f"flat-{name}"] = {"lib": flat_libs[name], "requires": finfo["requires"][name]}
+    if "treelite" in wanted:
+        log(f"compiling {booster.num_boosted_rounds()} trees with TL2cgen + gcc (seconds for the default "
+            "model, minutes for hundreds of deep trees)")
+        t0 = time.time()
+        lib, cinfo = tlcompile.compile_treelite(tmp / "model.json", tmp, n_features, _quarters(t0))
+        log(f"  compiled in {time.time() - t0:.1f} s")
+        backends["treelite"] = {"lib": lib.name, "requires": []}
+    # the reference, behind the same C ABI (validation only: never chosen by `auto`)
+    backends["xgboost"] = {"lib": xgb_backend.compile_shim(tmp), "requires": [], "model": "model.json"}
+    return backends, cinfo, finfo
+
+
+def _manifest_fields(name, booster, X, *, backends, cinfo, finfo, treelite, generic, feature_names, strategy, info):
+    """The manifest's fields but the drift sketch and the back ends checked."""
+    return {
+        "name": name, "created_unix": int(time.time()), "generic": generic,
+        "feature_names": list(feature_names), "strategy": None if generic else strategy,
+        "num_trees": booster.num_boosted_rounds(), "objective": cinfo["objective"],
+        "base_score": cinfo["base_score"], "versions": artifact.versions(),
+        "compiler": {"cc": tlcompile.CC, "cc_version": tlcompile.gcc_version(),
+                     "treelite_flags": tlcompile.CFLAGS if treelite else None},
+        "flat": {k: finfo[k] for k in ("depth", "quantisation", "simd_kernel", "kernels", "max_thresholds_per_feature",
+                                       "flags")} if finfo else None,
+        "backends": backends,
+        "validation": {"rows_file": "validation.npz", "rows": int(len(X)),
+                       "nan_rows": int(np.isnan(X).any(axis=1).sum())},
+        "training": info or {},
+    }
+
+
+def _check_bit_exact(tmp, runnable, X, want):
+    """The same checks a user's load runs, for every back end this CPU runs: each one's margins
+    on the validation rows, bit for bit XGBoost's."""
+    for name in runnable:
+        pred = artifact.load(tmp, backend=name)
+        same = np.array_equal(pred.predict_margin(X).view(np.int32), want.view(np.int32))
+        pred.release()
+        if not same:
+            raise tlcompile.CompileError(f"the {name} back end is not bit-exact with XGBoost")
+
+
 def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False, info=None, seed=0,
                    backends=("treelite", "flat"), strategy=None, reference=None):
     """Compile, check bit-exactness against XGBoost, write the artifact atomically. `strategy`:
@@ -113,47 +170,16 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
     tmp.mkdir(parents=True)
     try:
         booster.save_model(str(tmp / "model.json"))
-        wanted, backends = set(backends), {}
-        if not wanted or not wanted <= {"treelite", "flat"}:
-            raise ValueError(f"back ends to build: treelite and/or flat, got {sorted(wanted)}")
-        p, objective = tlcompile.base_score(tmp / "model.json")
-        tlcompile.base_margin_c(p, objective)  # refuses unsupported objectives before any work
-        cinfo, finfo = {"objective": objective, "base_score": p}, {}
-        if "flat" in wanted:
-            t0 = time.time()
-            flat_libs, finfo = flat.compile_flat(tmp / "model.json", tmp, len(feature_names))
-            log(f"  flat branch-free kernel ({', '.join(flat_libs)}) compiled in {time.time() - t0:.1f} s")
-            for name in flat.BUILDS:  # fastest first
-                backends[f"flat-{name}"] = {"lib": flat_libs[name], "requires": finfo["requires"][name]}
-        if "treelite" in wanted:
-            log(f"compiling {booster.num_boosted_rounds()} trees with TL2cgen + gcc (seconds for the default "
-                "model, minutes for hundreds of deep trees)")
-            t0 = time.time()
-            lib, cinfo = tlcompile.compile_treelite(tmp / "model.json", tmp, len(feature_names),
-                                                    _quarters(t0))
-            log(f"  compiled in {time.time() - t0:.1f} s")
-            backends["treelite"] = {"lib": lib.name, "requires": []}
-        # the reference, behind the same C ABI (validation only: never chosen by `auto`)
-        backends["xgboost"] = {"lib": xgb_backend.compile_shim(tmp), "requires": [], "model": "model.json"}
+        wanted = set(backends)
+        backends, cinfo, finfo = _compile_backends(tmp, booster, len(feature_names), wanted)
         rng = np.random.default_rng(seed)
         X = validation_rows(booster, X_holdout, rng)
         want = booster.predict(xgb.DMatrix(X, feature_names=booster.feature_names),
                                output_margin=True).astype(np.float32)
         np.savez(tmp / "validation.npz", X=X, margin=want)
-        fields = {
-            "name": out_dir.name, "created_unix": int(time.time()), "generic": generic,
-            "feature_names": list(feature_names), "strategy": None if generic else strategy,
-            "num_trees": booster.num_boosted_rounds(), "objective": cinfo["objective"],
-            "base_score": cinfo["base_score"], "versions": artifact.versions(),
-            "compiler": {"cc": tlcompile.CC, "cc_version": tlcompile.gcc_version(),
-                         "treelite_flags": tlcompile.CFLAGS if "treelite" in wanted else None},
-            "flat": {k: finfo[k] for k in ("depth", "quantisation", "simd_kernel", "kernels", "max_thresholds_per_feature",
-                                           "flags")} if finfo else None,
-            "backends": backends,
-            "validation": {"rows_file": "validation.npz", "rows": int(len(X)),
-                           "nan_rows": int(np.isnan(X).any(axis=1).sum())},
-            "training": info or {},
-        }
+        fields = _manifest_fields(out_dir.name, booster, X, backends=backends, cinfo=cinfo, finfo=finfo,
+                                  treelite="treelite" in wanted, generic=generic, feature_names=feature_names,
+                                  strategy=strategy, info=info)
         if reference is not None and len(reference):
             from .drift import sketch
             ref = np.ascontiguousarray(reference, np.float32)
@@ -163,12 +189,7 @@ def build_artifact(out_dir, booster, X_holdout, *, feature_names, generic=False,
         runnable = [n for n, b in backends.items() if set(b["requires"]) <= cpu]
         fields["validation"]["checked_backends"] = runnable
         manifest = artifact.write_manifest(tmp, fields)
-        for name in runnable:  # the same checks a user's load runs, for every back end this CPU runs
-            pred = artifact.load(tmp, backend=name)
-            same = np.array_equal(pred.predict_margin(X).view(np.int32), want.view(np.int32))
-            pred.release()
-            if not same:
-                raise tlcompile.CompileError(f"the {name} back end is not bit-exact with XGBoost")
+        _check_bit_exact(tmp, runnable, X, want)
         log(f"  {', '.join(runnable)}: bit-exact with XGBoost on {len(X)} validation rows "
             f"({fields['validation']['nan_rows']} with missing values, split-threshold rows included)")
         if out_dir.exists():

@@ -196,7 +196,7 @@ class Registry:
         from . import artifact
         check_name(name)
         art = Path(art_dir)
-        raw = artifact._manifest_bytes(art)
+        raw = artifact.manifest_bytes(art)
         m = artifact.read_manifest(art)  # (a configured verify key: its signature first)
         blobs = artifact.verify_files(art, m)  # every file, hashed, before anything is copied
         if verify:

@@ -434,6 +434,80 @@ def _rt_columns(fills, mult, names, currencies):
             "currency": np.asarray(currencies, object)[ti[:, 0]] if len(ti) else np.zeros(0, object)}
 
 
+def _signal_quality(words, res, sig, fwd, horizons_ms, entering, ic_horizon_ms, ic_max_pairs, mi):
+    """Hits, decided and flat entries per horizon, and the IC's pairs (every scored tick's margin
+    and forward return, subsampled evenly when there are very many)."""
+    hits, decided, flat = {}, {}, {}
+    for h in horizons_ms:
+        r = fwd[h][entering]
+        s = sig["side"][entering]
+        ok = np.isfinite(r)
+        moved = ok & (r != 0)
+        hits[h] = int(np.sum(np.sign(r[moved]) == s[moved]))
+        decided[h] = int(moved.sum())
+        flat[h] = int((ok & (r == 0)).sum())
+    h_ic = ic_horizon_ms or horizons_ms[len(horizons_ms) // 2]
+    scored = np.nonzero(np.isfinite(res.margins))[0]
+    if len(scored) > ic_max_pairs:
+        scored = scored[np.linspace(0, len(scored) - 1, ic_max_pairs).astype(np.int64)]
+    inst = tick_instruments(words[scored]).astype(np.int64)
+    ic_y = forward_returns(words, inst, words[scored, 1], (h_ic,), mi)[h_ic]
+    return {"hits": hits, "decided": decided, "flat": flat, "ic_x": res.margins[scored].astype(np.float64),
+            "ic_y": ic_y}
+
+
+def _instrument_columns(specs, n_inst):
+    """Per instrument id below n_inst, from the resolved records: currency (unknown past them),
+    calendar, each one's source group (None: one source), and whether described (without
+    records: all of them, in their one unknown currency)."""
+    specs = list(specs or [])[:n_inst]
+    cur = np.array([s["currency"] for s in specs] + [UNKNOWN_CURRENCY] * (n_inst - len(specs)), object)
+    cal = [s["calendar"] for s in specs]
+    src = [s.get("source", "") for s in specs]
+    groups = np.unique(src + [""] * (n_inst - len(src)), return_inverse=True)[1] if len(set(src)) > 1 else None
+    known = np.array([bool(s["known"]) for s in specs] + [False] * (n_inst - len(specs)), bool) if specs else \
+        np.ones(n_inst, bool)
+    return cur, cal, groups, known
+
+
+def _fill_columns(sig, fills):
+    """Per signal: lots filled, their average price, the first fill's exchange time."""
+    filled = np.zeros(len(sig), np.int64)
+    value = np.zeros(len(sig), np.float64)
+    fill_ts = np.zeros(len(sig), np.int64)
+    if len(fills):
+        np.add.at(filled, fills["signal"], fills["qty"])
+        np.add.at(value, fills["signal"], fills["qty"] * fills["price"].astype(np.float64))
+        first = np.unique(fills["signal"], return_index=True)
+        fill_ts[first[0]] = fills["ts_event"][first[1]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        px = np.where(filled != 0, value / np.where(filled != 0, filled, 1), 0).astype(np.int64)
+    return {"fill_px": px, "fill_qty": filled, "fill_ts_event": fill_ts}
+
+
+def _execution_part(part, words, res, sig, acts, fills, info, mi, mult, cur, cal, known):
+    """The execution's figures of a file into part: money per currency, per instrument, fills,
+    unfilled lots, open positions, round trips and decisions."""
+    names = list(res.instruments or [])
+    part["money"] = _money_of(words, fills, mi, mult, cur, cal, known)
+    part["by_instrument"] = _instruments_of(words, fills, mi, mult, cur, names)
+    part["fills"] = len(fills)
+    part["maker_fills"] = int(fills["maker"].sum()) if len(fills) else 0
+    for k in UNFILLED:
+        part[k] = info[k]
+    part["open"] = open_positions(fills, mi, mult, names, words, cur)
+    part["turnover_units"] = int(np.abs(fills["qty"]).sum()) if len(fills) else 0
+    if len(part["money"]) == 1:  # (a file's totals where they are one currency's; summarize reads `money`)
+        (m,) = part["money"].values()
+        part["grid"], part["equity"], part["fees"], part["turnover_notional"] = m["grid"], m["equity"], m["fees"], \
+            m["turnover_notional"]
+    part["clocks_comparable"] = info["clocks_comparable"]
+    part["rt"] = _rt_columns(fills, mult, names, cur)
+    _, part["dec_legs"], part["dec_pnl"], part["dec_cur"] = decision_pnl(
+        sig[acts], fills, mi, mult, int(words[:, 1].max()) if len(words) else 0, cur)
+    part["fills_table"] = fills
+
+
 def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee_bps=0.0, ic_horizon_ms=None,
                   ic_max_pairs=200_000, depth=0, xp=None, spec=None, l3_records=None, mi=None, specs=None):
     """Per-file figures and series for `summarize`, plus per-signal columns for signals.parquet.
@@ -449,24 +523,8 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
     acts = sig["position"] != sig["prev_position"]  # (else a decision the risk gate refused: no order)
     entering = (sig["side"] != 0) & acts
     counts = signal_counts.of_records(sig["flags"])  # (published, clipped, refused, killed: one definition)
-    part = {"ticks": res.ticks, "scored": res.scored, "signals": counts["published"], "signal_counts": counts,
-            "hits": {}, "decided": {}, "flat": {}}
-    for h in horizons_ms:
-        r = fwd[h][entering]
-        s = sig["side"][entering]
-        ok = np.isfinite(r)
-        moved = ok & (r != 0)
-        part["hits"][h] = int(np.sum(np.sign(r[moved]) == s[moved]))
-        part["decided"][h] = int(moved.sum())
-        part["flat"][h] = int((ok & (r == 0)).sum())
-    # IC on every scored tick (subsampled evenly when there are very many)
-    h_ic = ic_horizon_ms or horizons_ms[len(horizons_ms) // 2]
-    scored = np.nonzero(np.isfinite(res.margins))[0]
-    if len(scored) > ic_max_pairs:
-        scored = scored[np.linspace(0, len(scored) - 1, ic_max_pairs).astype(np.int64)]
-    inst = tick_instruments(words[scored]).astype(np.int64)
-    ic_y = forward_returns(words, inst, words[scored, 1], (h_ic,), mi)[h_ic]
-    part["ic_x"], part["ic_y"] = res.margins[scored].astype(np.float64), ic_y
+    part = {"ticks": res.ticks, "scored": res.scored, "signals": counts["published"], "signal_counts": counts}
+    part.update(_signal_quality(words, res, sig, fwd, horizons_ms, entering, ic_horizon_ms, ic_max_pairs, mi))
     from . import execsim
     n_inst = max(int(res.instruments and len(res.instruments) or 0), int(sig_inst.max()) + 1 if len(sig) else 1, 1)
     if spec is None and specs is not None:
@@ -480,48 +538,13 @@ def evaluate_file(words, res, horizons_ms=DEFAULT_HORIZONS_MS, latency_ns=0, fee
         xp = execsim.ExecParams(entry_ns=latency_ns)
     import time
     t0 = time.perf_counter()
-    specs = list(specs or [])
-    cur = np.array([s["currency"] for s in specs[:n_inst]] + [UNKNOWN_CURRENCY] * (n_inst - len(specs[:n_inst])),
-                   object)
-    cal = [s["calendar"] for s in specs[:n_inst]]
-    src = [s.get("source", "") for s in specs[:n_inst]]
-    groups = np.unique(src + [""] * (n_inst - len(src)), return_inverse=True)[1] if len(set(src)) > 1 else None
+    cur, cal, groups, known = _instrument_columns(specs, n_inst)
     fills, info = execution(words, sig, n_inst, depth, xp, spec, l3_records, groups)
     part["exec_seconds"] = time.perf_counter() - t0
     part["maker_orders"] = bool(np.any(xp.maker))
-    mult = spec[:, execsim.SP_MULT]
-    known = np.array([bool(s["known"]) for s in specs[:n_inst]] + [False] * (n_inst - len(specs[:n_inst])), bool)
-    part["money"] = _money_of(words, fills, mi, mult, cur, cal, known if specs else np.ones(n_inst, bool))
-    part["by_instrument"] = _instruments_of(words, fills, mi, mult, cur, list(res.instruments or []))
-    part["fills"] = len(fills)
-    part["maker_fills"] = int(fills["maker"].sum()) if len(fills) else 0
-    for k in UNFILLED:
-        part[k] = info[k]
-    part["open"] = open_positions(fills, mi, mult, list(res.instruments or []), words, cur)
-    part["turnover_units"] = int(np.abs(fills["qty"]).sum()) if len(fills) else 0
-    if len(part["money"]) == 1:  # (a file's totals where they are one currency's; summarize reads `money`)
-        (m,) = part["money"].values()
-        part["grid"], part["equity"], part["fees"], part["turnover_notional"] = m["grid"], m["equity"], m["fees"], \
-            m["turnover_notional"]
-    part["clocks_comparable"] = info["clocks_comparable"]
-    part["rt"] = _rt_columns(fills, mult, list(res.instruments or []), cur)
-    _, part["dec_legs"], part["dec_pnl"], part["dec_cur"] = decision_pnl(
-        sig[acts], fills, mi, mult, int(words[:, 1].max()) if len(words) else 0, cur)
-    part["fills_table"] = fills
+    _execution_part(part, words, res, sig, acts, fills, info, mi, spec[:, execsim.SP_MULT], cur, cal, known)
     cols = {f"fwd_bps_{h}ms": fwd[h].astype(np.float32) for h in horizons_ms}
-    # per signal: lots filled, their average price, the first fill's exchange time
-    filled = np.zeros(len(sig), np.int64)
-    value = np.zeros(len(sig), np.float64)
-    fill_ts = np.zeros(len(sig), np.int64)
-    if len(fills):
-        np.add.at(filled, fills["signal"], fills["qty"])
-        np.add.at(value, fills["signal"], fills["qty"] * fills["price"].astype(np.float64))
-        first = np.unique(fills["signal"], return_index=True)
-        fill_ts[first[0]] = fills["ts_event"][first[1]]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cols["fill_px"] = np.where(filled != 0, value / np.where(filled != 0, filled, 1), 0).astype(np.int64)
-    cols["fill_qty"] = filled
-    cols["fill_ts_event"] = fill_ts
+    cols.update(_fill_columns(sig, fills))
     return part, cols
 
 

@@ -273,6 +273,109 @@ def enqueue(head, tail, nxt, inst, start):
         tail[i] = k
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _arrivals(k, nxt, j, ts, sig, arrival, resp, O, F, pos, book, bn, spec, fills, fees, nf, unfilled):
+    """Orders from k on (its instrument's list) that reach the exchange by tick j's time, decided
+    before tick j, arrive. Returns (the first still to arrive, or -1; fills written)."""
+    while k >= 0 and arrival[k] <= ts and sig[k, 3] < j:  # (decided after its tick)
+        nf = _arrive(k, j, ts, sig, O, F, pos, book, bn, spec, resp[k], fills, fees, nf, unfilled)
+        k = nxt[k]
+    return k, nf
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _on_level(w, j, ts, inst, tside, act, r, depth, O, F, pos, book, bn, lv, spec, fills, fees, nf):
+    """A level tick: the book's level set (or the book cleared); at our price and side, the
+    level's size followed (its decreases netted against trades at the event's end); a level on
+    the other side at or through our price fills what we have left."""
+    if lv[inst] == 0 and depth > 0:  # its first level tick: the levels' book, not a touch from quotes
+        lv[inst] = 1
+        levelbook.clear(book, bn, inst)
+    bs = 0 if tside == SIDE_BUY else 1
+    if tside != SIDE_BUY and tside != SIDE_SELL:  # a clear tick
+        levelbook.clear(book, bn, inst)
+        return nf
+    px, sz = w[3], tick_size(w)
+    # strictly inside the window (or a window not full): a size-0 tick there means the level emptied;
+    # at the worst of a full window it may only have been pushed out by a better one
+    inside = bn[inst, bs] < depth or _better(bs, px, book[inst, bs, PX, bn[inst, bs] - 1])
+    levelbook.set_level(book, bn, inst, bs, px, sz)
+    if act:
+        own = 0 if O[inst, O_SIDE] > 0 else 1
+        if bs == own and px == O[inst, O_PX]:
+            lvl = F[inst, F_LVL]
+            if sz > 0 or inside:  # size 0 at a price inside the window: emptied
+                if sz < lvl:
+                    F[inst, F_DEC] += lvl - sz
+                F[inst, F_LVL] = sz
+        elif bs != own and sz > 0 and _crossed(O, inst, px):
+            nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
+    return nf
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _on_trade(w, j, ts, inst, tside, r, O, F, pos, spec, fills, fees, nf):
+    """A trade hitting our working order's side: at our price it fills what exceeds `ahead` (and
+    shrinks it); through our price it fills all we have left."""
+    hits_us = (tside == SIDE_SELL) if O[inst, O_SIDE] > 0 else (tside == SIDE_BUY)
+    px, sz = w[3], tick_size(w)
+    if hits_us and px == O[inst, O_PX]:
+        ahead = F[inst, F_AHEAD]
+        fill = sz - ahead
+        F[inst, F_AHEAD] = ahead - sz if ahead > sz else 0.0
+        F[inst, F_TRADED] += sz
+        if fill >= 1:
+            q = min(np.int64(fill), O[inst, O_REM])
+            nf = maker_fill(O, inst, q, j, ts, r, spec, fills, fees, nf, pos)
+    elif hits_us and ((O[inst, O_SIDE] > 0 and px < O[inst, O_PX]) or
+                      (O[inst, O_SIDE] < 0 and px > O[inst, O_PX])):
+        nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
+    return nf
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _on_touch(w, j, ts, inst, kind, r, depth, power, O, F, pos, book, bn, lv, spec, fills, fees, nf):
+    """A tick carrying the touch (quote, trade, book): the book's touch where the instrument has
+    no levels; the other side at or through our price fills all we have left; else our level's
+    size followed on the touch, and an event's end (a quote or book tick) nets its decreases
+    against its trades."""
+    bid, ask = w[4], w[5]
+    bsz_, asz_ = tick_bid_sz(w), tick_ask_sz(w)
+    touch = depth == 0 or lv[inst] == 0  # (no levels of this instrument: its book is the touch)
+    if touch:
+        _set_touch(book, bn, inst, 0, bid, bsz_)
+        _set_touch(book, bn, inst, 1, ask, asz_)
+    if O[inst, O_ACTIVE] != 0:
+        buy = O[inst, O_SIDE] > 0
+        own_px, own_sz = (bid, bsz_) if buy else (ask, asz_)
+        other = ask if buy else bid
+        if _crossed(O, inst, other):
+            nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
+        elif touch:
+            if own_px == O[inst, O_PX]:
+                if own_sz < F[inst, F_LVL]:
+                    F[inst, F_DEC] += F[inst, F_LVL] - own_sz
+                F[inst, F_LVL] = own_sz
+            elif own_px > 0 and _better(0 if buy else 1, O[inst, O_PX], own_px):
+                F[inst, F_AHEAD] = 0.0  # our price emptied: the touch is worse now
+                F[inst, F_LVL] = 0.0
+        if O[inst, O_ACTIVE] != 0 and kind != KIND_TRADE:  # an event ends: net its trades
+            _flush(O, F, inst, power)
+    return nf
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _never_arrived(head, nxt, sig, pos, unfilled):
+    """Orders still to arrive after their instrument's last tick: counted unfilled, lists emptied."""
+    for i in range(head.shape[0]):
+        k = head[i]
+        while k >= 0:
+            unfilled[U_TAKER if sig[k, 2] == 0 else U_UNPLACED] += abs(sig[k, 1] - pos[sig[k, 0]])
+            unfilled[U_ORDERED] += abs(sig[k, 1] - pos[sig[k, 0]])
+            k = nxt[k]
+        head[i] = -1
+
+
 @njit(nogil=True, cache=True)
 def simulate(words, j, head, nxt, sig, arrival, resp, spec, power, depth, O, F, pos, book, bn, lv, fills, fees,
              unfilled, final=True):
@@ -283,11 +386,14 @@ def simulate(words, j, head, nxt, sig, arrival, resp, spec, power, depth, O, F, 
     are counted unfilled; not final (paper trading, app/paper.py): more ticks and signals come,
     the call resumes where this one stopped.
     sig: int64[m, 4] (instrument, target position, maker 0/1, tick index); arrival: exchange ns per signal.
-    book, bn: the book from the level ticks (engine/levelbook.py), borrowed (the caller holds them):
-    levelbook's inlined steps would otherwise count their references on every level tick.
     lv: int64 per instrument, 1 once a level tick of it came: its book is its levels' from then on,
-    its quotes' touch before (a source without levels, merged with a deeper one, keeps its touch)."""
-    book, bn = borrow(book), borrow(bn)
+    its quotes' touch before (a source without levels, merged with a deeper one, keeps its touch).
+    Every array is borrowed (the caller holds them): the inlined steps (this file's per-tick
+    helpers, levelbook's) would otherwise count their references on every tick."""
+    words, head, nxt, sig, arrival, resp = borrow(words), borrow(head), borrow(nxt), borrow(sig), borrow(arrival), \
+        borrow(resp)
+    spec, O, F, pos, book, bn, lv = borrow(spec), borrow(O), borrow(F), borrow(pos), borrow(book), borrow(bn), borrow(lv)
+    fills, fees, unfilled = borrow(fills), borrow(fees), borrow(unfilled)
     n = words.shape[0]
     nf = 0
     cap = fills.shape[0] - 2 * MAXLV - 4
@@ -302,82 +408,19 @@ def simulate(words, j, head, nxt, sig, arrival, resp, spec, power, depth, O, F, 
         if inst >= O.shape[0] or inst >= head.shape[0]:
             j += 1
             continue
-        k = head[inst]
-        while k >= 0 and arrival[k] <= ts and sig[k, 3] < j:  # (decided after its tick)
-            nf = _arrive(k, j, ts, sig, O, F, pos, book, bn, spec, resp[k], fills, fees, nf, unfilled)
-            k = nxt[k]
-        head[inst] = k
+        head[inst], nf = _arrivals(head[inst], nxt, j, ts, sig, arrival, resp, O, F, pos, book, bn, spec, fills, fees,
+                                   nf, unfilled)
         act = O[inst, O_ACTIVE] != 0
         r = resp[O[inst, O_SIG]] if act else 0
         if kind == KIND_LEVEL:
-            if lv[inst] == 0 and depth > 0:  # its first level tick: the levels' book, not a touch from quotes
-                lv[inst] = 1
-                levelbook.clear(book, bn, inst)
-            bs = 0 if tside == SIDE_BUY else 1
-            if tside != SIDE_BUY and tside != SIDE_SELL:  # a clear tick
-                levelbook.clear(book, bn, inst)
-            else:
-                px, sz = w[3], tick_size(w)
-                # strictly inside the window (or a window not full): a size-0 tick there means the level emptied;
-                # at the worst of a full window it may only have been pushed out by a better one
-                inside = bn[inst, bs] < depth or _better(bs, px, book[inst, bs, PX, bn[inst, bs] - 1])
-                levelbook.set_level(book, bn, inst, bs, px, sz)
-                if act:
-                    own = 0 if O[inst, O_SIDE] > 0 else 1
-                    if bs == own and px == O[inst, O_PX]:
-                        lvl = F[inst, F_LVL]
-                        if sz > 0 or inside:  # size 0 at a price inside the window: emptied
-                            if sz < lvl:
-                                F[inst, F_DEC] += lvl - sz
-                            F[inst, F_LVL] = sz
-                    elif bs != own and sz > 0 and _crossed(O, inst, px):
-                        nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
-        elif kind == KIND_TRADE:
-            if act:
-                hits_us = (tside == SIDE_SELL) if O[inst, O_SIDE] > 0 else (tside == SIDE_BUY)
-                px, sz = w[3], tick_size(w)
-                if hits_us and px == O[inst, O_PX]:
-                    ahead = F[inst, F_AHEAD]
-                    fill = sz - ahead
-                    F[inst, F_AHEAD] = ahead - sz if ahead > sz else 0.0
-                    F[inst, F_TRADED] += sz
-                    if fill >= 1:
-                        q = min(np.int64(fill), O[inst, O_REM])
-                        nf = maker_fill(O, inst, q, j, ts, r, spec, fills, fees, nf, pos)
-                elif hits_us and ((O[inst, O_SIDE] > 0 and px < O[inst, O_PX]) or
-                                  (O[inst, O_SIDE] < 0 and px > O[inst, O_PX])):
-                    nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
+            nf = _on_level(w, j, ts, inst, tside, act, r, depth, O, F, pos, book, bn, lv, spec, fills, fees, nf)
+        elif kind == KIND_TRADE and act:
+            nf = _on_trade(w, j, ts, inst, tside, r, O, F, pos, spec, fills, fees, nf)
         if kind == KIND_QUOTE or kind == KIND_TRADE or kind == KIND_BOOK:  # they carry the touch
-            bid, ask = w[4], w[5]
-            bsz_, asz_ = tick_bid_sz(w), tick_ask_sz(w)
-            touch = depth == 0 or lv[inst] == 0  # (no levels of this instrument: its book is the touch)
-            if touch:
-                _set_touch(book, bn, inst, 0, bid, bsz_)
-                _set_touch(book, bn, inst, 1, ask, asz_)
-            if O[inst, O_ACTIVE] != 0:
-                buy = O[inst, O_SIDE] > 0
-                own_px, own_sz = (bid, bsz_) if buy else (ask, asz_)
-                other = ask if buy else bid
-                if _crossed(O, inst, other):
-                    nf = maker_fill(O, inst, O[inst, O_REM], j, ts, r, spec, fills, fees, nf, pos)
-                elif touch:
-                    if own_px == O[inst, O_PX]:
-                        if own_sz < F[inst, F_LVL]:
-                            F[inst, F_DEC] += F[inst, F_LVL] - own_sz
-                        F[inst, F_LVL] = own_sz
-                    elif own_px > 0 and _better(0 if buy else 1, O[inst, O_PX], own_px):
-                        F[inst, F_AHEAD] = 0.0  # our price emptied: the touch is worse now
-                        F[inst, F_LVL] = 0.0
-                if O[inst, O_ACTIVE] != 0 and kind != KIND_TRADE:  # an event ends: net its trades
-                    _flush(O, F, inst, power)
+            nf = _on_touch(w, j, ts, inst, kind, r, depth, power, O, F, pos, book, bn, lv, spec, fills, fees, nf)
         j += 1
-    for i in range(head.shape[0] if final else 0):  # orders arriving after their instrument's last tick
-        k = head[i]
-        while k >= 0:
-            unfilled[U_TAKER if sig[k, 2] == 0 else U_UNPLACED] += abs(sig[k, 1] - pos[sig[k, 0]])
-            unfilled[U_ORDERED] += abs(sig[k, 1] - pos[sig[k, 0]])
-            k = nxt[k]
-        head[i] = -1
+    if final:
+        _never_arrived(head, nxt, sig, pos, unfilled)
     return j, nf
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from engine.jit import njit
 
 from engine import levelbook
-from engine.intrinsics import borrow
+from engine.intrinsics import borrow, borrow_all
 from engine.levelbook import SZ
 from feeds.books import book as B
 from feeds.core import files
@@ -116,13 +116,108 @@ def _arrive(k, j, ts, sig, W, pos, book, ln, spec, resp, fills, fees, nf, unfill
     return nf
 
 
+@njit(nogil=True, inline="always", cache=True)
+def _arrivals(k, m, j, ts, recv, sig, arrival, sig_recv, resp, W, pos, book, ln, spec, fills, fees, nf, unfilled, prio):
+    """Signals from k on that reach the exchange by record j's time, their ticks received before
+    it, arrive (each takes the next priority). Returns (the next signal, fills written, priority)."""
+    while k < m and arrival[k] <= ts and sig_recv[k] < recv:
+        nf = _arrive(k, j, ts, sig, W, pos, book, ln, spec, resp[k], fills, fees, nf, unfilled, prio)
+        prio += 1
+        k += 1
+    return k, nf, prio
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _on_add(O, P, book, ln, inst, oid, side, px, sz, prio):
+    """A new resting order: in the tables with the next priority, its size on its level."""
+    B.order_insert(O, oid, side, px, sz)
+    B.order_insert(P, oid, prio, 0, 0)
+    _level_add(book, ln, inst, side, px, sz)
+    return prio + 1
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _on_fill(O, P, W, pos, inst, oid, sz, w_on, w_side, j, ts, rr, spec, fills, fees, nf):
+    """'F', a resting order filled (its book change follows as C or M): at our price, one ahead
+    of us shrinks `ahead`, one behind us means the aggressor reached past us (we fill first); at
+    a price through ours on our side, all we have left fills."""
+    s = B.order_find(O, oid)
+    if s < 0 or not w_on:
+        return nf
+    q = B.order_find(P, oid)
+    o_side, o_px = O[1][s, B.O_BOOK], O[1][s, B.O_PRICE]
+    if o_side == w_side and o_px == W[inst, W_PX]:
+        if P[1][q, 0] < W[inst, W_PRIO]:
+            W[inst, W_AHEAD] -= sz
+            P[1][q, 1] += sz
+        else:  # behind us: the aggressor reached past us
+            nf = maker_fill(W, inst, min(sz, W[inst, W_REM]), j, ts, rr, spec, fills, fees, nf, pos)
+            P[1][q, 1] += sz
+    elif W[inst, W_ACTIVE] != 0 and o_side == w_side and \
+            (o_px < W[inst, W_PX] if w_side == 0 else o_px > W[inst, W_PX]):
+        nf = maker_fill(W, inst, W[inst, W_REM], j, ts, rr, spec, fills, fees, nf, pos)  # through us
+    return nf
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _on_cancel_modify(O, P, W, book, ln, inst, act, oid, side, px, sz, w_on, w_side, prio):
+    """'C' cancel (size = what left) or 'M' modify (size = new size): what leaves the queue
+    ahead of us, less what its fills took already, shrinks `ahead`; the order's level and
+    priority follow (a new price or a larger size: behind everyone, us included)."""
+    s = B.order_find(O, oid)
+    if s < 0:
+        if act == 77 and side >= 0 and px != UNDEF_PRICE:  # a modify of an order we never saw: an add
+            prio = _on_add(O, P, book, ln, inst, oid, side, px, sz, prio)
+        return prio
+    q = B.order_find(P, oid)
+    o_side, o_px, o_sz = O[1][s, B.O_BOOK], O[1][s, B.O_PRICE], O[1][s, B.O_QTY]
+    new_px = o_px if act == 67 else px
+    new_sz = o_sz - sz if act == 67 else sz
+    if new_sz < 0:
+        new_sz = 0
+    left_q = o_sz - new_sz if (new_px == o_px and new_sz <= o_sz) else o_sz  # what leaves the queue
+    ahead_of_us = w_on and o_side == w_side and o_px == W[inst, W_PX] and P[1][q, 0] < W[inst, W_PRIO]
+    if ahead_of_us:
+        filled = P[1][q, 1]
+        take = left_q - filled if left_q > filled else 0
+        P[1][q, 1] = filled - left_q if filled > left_q else 0
+        W[inst, W_AHEAD] -= take
+    else:
+        P[1][q, 1] = 0
+    _level_add(book, ln, inst, o_side, o_px, -o_sz)
+    if new_sz > 0 and px != UNDEF_PRICE:
+        O[1][s, B.O_PRICE], O[1][s, B.O_QTY] = new_px, new_sz
+        _level_add(book, ln, inst, o_side, new_px, new_sz)
+        if new_px != o_px or new_sz > o_sz:  # priority lost: behind everyone, us included
+            P[1][q, 0] = prio
+            prio += 1
+    else:
+        B.order_remove(O, s)
+        B.order_remove(P, q)
+    return prio
+
+
+@njit(nogil=True, inline="always", cache=True)
+def _on_trade(W, pos, inst, side, px, w_side, j, ts, rr, spec, fills, fees, nf):
+    """'T' (side is the aggressor's): a trade against our side at a price through ours fills all
+    we have left."""
+    hits_us = side != w_side
+    through = (px < W[inst, W_PX]) if w_side == 0 else (px > W[inst, W_PX])
+    if hits_us and through:
+        nf = maker_fill(W, inst, W[inst, W_REM], j, ts, rr, spec, fills, fees, nf, pos)
+    return nf
+
+
 @njit(nogil=True, cache=True)
 def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, book, ln, fills, fees, unfilled, prio):
     """From record j and signal k on: (j, k, fills written, next priority). Returns early when
     fills is nearly full or the order tables need room (the caller grows them and calls again).
     sig: execsim.order_inputs' (instrument, target, maker, tick); sig_recv: each signal's tick ts_recv.
-    book, ln: the aggregate book (engine/levelbook.py), borrowed as in execsim.simulate."""
-    book, ln = borrow(book), borrow(ln)
+    book, ln: the aggregate book (engine/levelbook.py). Every array is borrowed, as in execsim.simulate."""
+    rec, sig, arrival, sig_recv, resp, spec = borrow(rec), borrow(sig), borrow(arrival), borrow(sig_recv), \
+        borrow(resp), borrow(spec)
+    O, P, W, pos, book, ln = borrow_all(O), borrow_all(P), borrow(W), borrow(pos), borrow(book), borrow(ln)
+    fills, fees, unfilled = borrow(fills), borrow(fees), borrow(unfilled)
     n = rec.shape[0]
     m = sig.shape[0]
     nf = 0
@@ -132,10 +227,8 @@ def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, book, 
             return j, k, nf, prio
         r = rec[j]
         ts = r[R_TS]
-        while k < m and arrival[k] <= ts and sig_recv[k] < r[R_RECV]:
-            nf = _arrive(k, j, ts, sig, W, pos, book, ln, spec, resp[k], fills, fees, nf, unfilled, prio)
-            prio += 1
-            k += 1
+        k, nf, prio = _arrivals(k, m, j, ts, r[R_RECV], sig, arrival, sig_recv, resp, W, pos, book, ln, spec, fills,
+                                fees, nf, unfilled, prio)
         inst = r[R_INST]
         if inst < 0 or inst >= W.shape[0]:
             j += 1
@@ -150,63 +243,13 @@ def simulate(rec, j, k, sig, arrival, sig_recv, resp, spec, O, P, W, pos, book, 
             levelbook.clear(book, ln, inst)
         elif act == 65 and side >= 0 and px != UNDEF_PRICE:  # 'A'
             if B.order_find(O, oid) < 0:
-                B.order_insert(O, oid, side, px, sz)
-                B.order_insert(P, oid, prio, 0, 0)
-                prio += 1
-                _level_add(book, ln, inst, side, px, sz)
-        elif act == 70:  # 'F': a resting order filled (its book change follows as C or M)
-            s = B.order_find(O, oid)
-            if s >= 0 and w_on:
-                q = B.order_find(P, oid)
-                o_side, o_px = O[1][s, B.O_BOOK], O[1][s, B.O_PRICE]
-                if o_side == w_side and o_px == W[inst, W_PX]:
-                    if P[1][q, 0] < W[inst, W_PRIO]:
-                        W[inst, W_AHEAD] -= sz
-                        P[1][q, 1] += sz
-                    else:  # behind us: the aggressor reached past us
-                        nf = maker_fill(W, inst, min(sz, W[inst, W_REM]), j, ts, rr, spec, fills, fees, nf, pos)
-                        P[1][q, 1] += sz
-                elif W[inst, W_ACTIVE] != 0 and o_side == w_side and \
-                        (o_px < W[inst, W_PX] if w_side == 0 else o_px > W[inst, W_PX]):
-                    nf = maker_fill(W, inst, W[inst, W_REM], j, ts, rr, spec, fills, fees, nf, pos)  # through us
-        elif act == 67 or act == 77:  # 'C' cancel (size = what left), 'M' modify (size = new size)
-            s = B.order_find(O, oid)
-            if s >= 0:
-                q = B.order_find(P, oid)
-                o_side, o_px, o_sz = O[1][s, B.O_BOOK], O[1][s, B.O_PRICE], O[1][s, B.O_QTY]
-                new_px = o_px if act == 67 else px
-                new_sz = o_sz - sz if act == 67 else sz
-                if new_sz < 0:
-                    new_sz = 0
-                left_q = o_sz - new_sz if (new_px == o_px and new_sz <= o_sz) else o_sz  # what leaves the queue
-                ahead_of_us = w_on and o_side == w_side and o_px == W[inst, W_PX] and P[1][q, 0] < W[inst, W_PRIO]
-                if ahead_of_us:
-                    filled = P[1][q, 1]
-                    take = left_q - filled if left_q > filled else 0
-                    P[1][q, 1] = filled - left_q if filled > left_q else 0
-                    W[inst, W_AHEAD] -= take
-                else:
-                    P[1][q, 1] = 0
-                _level_add(book, ln, inst, o_side, o_px, -o_sz)
-                if new_sz > 0 and px != UNDEF_PRICE:
-                    O[1][s, B.O_PRICE], O[1][s, B.O_QTY] = new_px, new_sz
-                    _level_add(book, ln, inst, o_side, new_px, new_sz)
-                    if new_px != o_px or new_sz > o_sz:  # priority lost: behind everyone, us included
-                        P[1][q, 0] = prio
-                        prio += 1
-                else:
-                    B.order_remove(O, s)
-                    B.order_remove(P, q)
-            elif act == 77 and side >= 0 and px != UNDEF_PRICE:  # a modify of an order we never saw: an add
-                B.order_insert(O, oid, side, px, sz)
-                B.order_insert(P, oid, prio, 0, 0)
-                prio += 1
-                _level_add(book, ln, inst, side, px, sz)
-        elif act == 84 and w_on and side >= 0:  # 'T': side is the aggressor's
-            hits_us = side != w_side
-            through = (px < W[inst, W_PX]) if w_side == 0 else (px > W[inst, W_PX])
-            if hits_us and through:
-                nf = maker_fill(W, inst, W[inst, W_REM], j, ts, rr, spec, fills, fees, nf, pos)
+                prio = _on_add(O, P, book, ln, inst, oid, side, px, sz, prio)
+        elif act == 70:  # 'F'
+            nf = _on_fill(O, P, W, pos, inst, oid, sz, w_on, w_side, j, ts, rr, spec, fills, fees, nf)
+        elif act == 67 or act == 77:  # 'C', 'M'
+            prio = _on_cancel_modify(O, P, W, book, ln, inst, act, oid, side, px, sz, w_on, w_side, prio)
+        elif act == 84 and w_on and side >= 0:  # 'T'
+            nf = _on_trade(W, pos, inst, side, px, w_side, j, ts, rr, spec, fills, fees, nf)
         if W[inst, W_AHEAD] < 0:
             W[inst, W_AHEAD] = 0
         j += 1

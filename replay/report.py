@@ -290,7 +290,14 @@ def write(out_dir, summary, series, plotter=None, drawn=()):
     for name in PLOTS:
         if name not in drawn:
             PLOTS[name](out_dir, series, summary)
-    cur = ", ".join(_currencies(summary))
+    md = _markdown(summary)
+    _atomic(os.path.join(out_dir, "report.md"), lambda p: open(p, "w").write(md))
+    if plotter is not None:
+        plotter.finish()
+
+
+def _figure_rows(summary):
+    """report.md's figures table's rows (money figures there only when there is one currency)."""
     keys = ["files", "ticks", "scored", "signals"] + [k for k in summary if k.startswith(("hit_rate", "flat_share"))] + \
         ["ic", "ic_pairs", "pnl", "pnl_gross", "fees", "pnl_closed", "pnl_open", "break_even_fee_bps", "fills",
          "maker_fills", "unfilled_lots", "maker_cancelled_lots", "maker_unplaced_lots", "working_lots",
@@ -303,7 +310,13 @@ def write(out_dir, summary, series, plotter=None, drawn=()):
     shown = {"signals": signal_counts.detail(sc) if sc else summary.get("signals"), "risk cuts": cut}
     if cut:
         keys.insert(keys.index("signals") + 1, "risk cuts")
-    rows = "\n".join(f"| {k} | {shown[k] if k in shown else _fmt(summary.get(k))} |" for k in keys)
+    return "\n".join(f"| {k} | {shown[k] if k in shown else _fmt(summary.get(k))} |" for k in keys)
+
+
+def _markdown(summary):
+    """report.md's text."""
+    cur = ", ".join(_currencies(summary))
+    rows = _figure_rows(summary)
     ex = summary.get("execution", {})
     warn = summary.get("warnings", [])
     warn_md = ("\n## Warnings\n\n" + "\n".join(f"- **{w}**" for w in warn) + "\n") if warn else ""
@@ -359,6 +372,4 @@ whole command.
 
 ![compute time percentiles](compute_time.png)
 """
-    _atomic(os.path.join(out_dir, "report.md"), lambda p: open(p, "w").write(md))
-    if plotter is not None:
-        plotter.finish()
+    return md

@@ -7,7 +7,10 @@ imported, and every import counts, module-level or inside a function.
   fpga/ models/ and below; replay/ everything but app/; app/ (the command line, the run, the
   daemon) sits on top and nothing imports it.
 - no import cycle among the project's modules.
-- no function over MAX_LINES lines in engine/, feeds/, models/, replay/, fpga/, strategies/.
+- sizes a newcomer can hold: no function over MAX_LINES lines, no class over MAX_CLASS, no file
+  over MAX_FILE (TEMPLATES aside: a template is copied whole into each strategy's module), in
+  every package and in bench/.
+- no private name (`_x`) of one module used by another: a name another module needs is public.
   The feed parsers' numba loops (feeds/nasdaq/itch.py, feeds/databento/dbn.py `parse`) count too: their message
   families are helpers inlined into the loop (inline="always", on borrowed arrays, feeds/core/borrow.py),
   so the split costs no call and no reference counting (measured with bench/feed_parsers.py).
@@ -31,18 +34,21 @@ LAYERS = {
     "replay": {"engine", "feeds", "models", "fpga", "strategies"},
     "app": {"engine", "feeds", "models", "fpga", "replay", "strategies"},
 }
-SIZED = ("engine", "feeds", "models", "replay", "fpga", "strategies")
+SIZED = ("engine", "feeds", "models", "replay", "fpga", "strategies", "app", "bench")
 # inside feeds/ (feeds/__init__.py): what each room may import of feeds/; a venue never another
 SHARED_ROOMS = {"core": set(), "books": {"core"}, "transport": {"core"}}
 VENUES = ("binance", "databento", "nasdaq", "synthetic")
 FEED_ROOMS = {**SHARED_ROOMS, **{v: {"core", "books", "transport"} for v in VENUES}}
-MAX_LINES = 120
+MAX_LINES = 80
+MAX_CLASS = 300
+MAX_FILE = 800
+TEMPLATES = {"engine.host_template"}
 
 
-def module_files(root=ROOT):
+def module_files(root=ROOT, packages=PACKAGES):
     """{module name: path} for every .py file of the project's packages."""
     out = {}
-    for pkg in PACKAGES:
+    for pkg in packages:
         for path in sorted((root / pkg).rglob("*.py")):
             if "__pycache__" in path.parts:
                 continue
@@ -144,16 +150,67 @@ def find_cycle(graph):
 
 def long_functions(files, limit=MAX_LINES):
     """[(lines, module, function)] over the limit, in the packages that are sized."""
+    return oversized(files, (ast.FunctionDef, ast.AsyncFunctionDef), limit)
+
+
+def oversized(files, kinds, limit):
+    """[(lines, module, name)] of the functions or classes (kinds) over limit lines."""
     out = []
     for mod, path in files.items():
         if not _within(mod, SIZED):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(node, kinds):
                 n = node.end_lineno - node.lineno + 1
                 if n > limit:
                     out.append((n, mod, node.name))
     return sorted(out, reverse=True)
+
+
+def long_files(files, limit=MAX_FILE):
+    """[(lines, module)] of the files over the limit, templates aside."""
+    out = []
+    for mod, path in files.items():
+        n = path.read_text().count("\n")
+        if _within(mod, SIZED) and mod not in TEMPLATES and n > limit:
+            out.append((n, mod))
+    return sorted(out, reverse=True)
+
+
+def private_uses(files):
+    """[(module, line, what)]: a private name of one project module (`_x`, not `__x__`) imported or
+    read by another: `from m import _x` or `m._x` where m names a project module."""
+    out = []
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text())
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        aliases = {}  # local name -> project module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+                if base.split(".")[0] not in PACKAGES or base == mod:
+                    continue
+                for a in node.names:
+                    if _private(a.name):
+                        out.append((mod, node.lineno, f"from {base} import {a.name}"))
+                    elif f"{base}.{a.name}" in files:
+                        aliases[a.asname or a.name] = f"{base}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] in PACKAGES and a.asname:
+                        aliases[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and aliases[node.value.id] != mod):
+                out.append((mod, node.lineno, f"{aliases[node.value.id]}.{node.attr}"))
+    return out
+
+
+def _private(name):
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
 # -- the rules on this tree --
@@ -195,8 +252,23 @@ def test_no_import_cycle():
 
 
 def test_no_function_over_the_limit():
-    long = long_functions(module_files())
+    long = long_functions(module_files(packages=SIZED))
     assert not long, f"functions over {MAX_LINES} lines:\n" + "\n".join(f"  {m}.{f}: {n}" for n, m, f in long)
+
+
+def test_no_class_over_the_limit():
+    big = oversized(module_files(packages=SIZED), ast.ClassDef, MAX_CLASS)
+    assert not big, f"classes over {MAX_CLASS} lines:\n" + "\n".join(f"  {m}.{c}: {n}" for n, m, c in big)
+
+
+def test_no_file_over_the_limit():
+    big = long_files(module_files(packages=SIZED))
+    assert not big, f"files over {MAX_FILE} lines:\n" + "\n".join(f"  {m}: {n}" for n, m in big)
+
+
+def test_no_private_name_is_used_outside_its_module():
+    bad = private_uses(module_files())
+    assert not bad, "private names used by another module:\n" + "\n".join(f"  {m}:{n}: {w}" for m, n, w in bad)
 
 
 def test_the_graph_sees_the_known_edges():
@@ -251,6 +323,24 @@ def test_a_long_function_is_caught(tree):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
     _append(tree, "replay/evaluate.py", f"def too_long():\n{body}")
     assert any(f == "too_long" for _, _, f in long_functions(module_files(tree)))
+
+
+def test_a_big_class_and_a_long_file_are_caught(tree):
+    body = "\n".join(f"    x{i} = {i}" for i in range(max(MAX_CLASS, MAX_FILE)))
+    _append(tree, "app/cli/sources_cmd.py", f"class TooBig:\n{body}")
+    files = module_files(tree, packages=SIZED)
+    assert any(c == "TooBig" for _, _, c in oversized(files, ast.ClassDef, MAX_CLASS))
+    assert any(m == "app.cli.sources_cmd" for _, m in long_files(files))
+
+
+@pytest.mark.parametrize("line, what", [
+    ("from feeds.books.book import _hidden", "from feeds.books.book import _hidden"),
+    ("from feeds.books import book as bk\ndef f():\n    return bk._hidden(1)", "feeds.books.book._hidden"),
+    ("from .common import _private_helper", "from app.cli.common import _private_helper"),
+])
+def test_a_private_name_used_elsewhere_is_caught(tree, line, what):
+    _append(tree, "app/cli/sources_cmd.py", line)
+    assert what in [w for m, _, w in private_uses(module_files(tree)) if m == "app.cli.sources_cmd"]
 
 
 # -- the core names nothing above it --

@@ -246,6 +246,17 @@ def _add_replay(sub):
     rp.set_defaults(fn=cmd_replay)
 
 
+def _model_and_dask_args(p, out_help, unit):
+    """backtest's and sweep's model (what _backtest_params reads), output directory and Dask cluster."""
+    p.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (engine model "
+                   "list; default: the strategy's default model)")
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end (all are bit-exact)")
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help=f"{unit} in parallel on a Dask LocalCluster of N processes")
+    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
+
+
 def _add_backtest(sub):
     """`engine backtest FILE.ticks... --out DIR`."""
     bt = sub.add_parser("backtest", help="run the strategy over tick files and report what its signals were worth",
@@ -256,13 +267,7 @@ def _add_backtest(sub):
                                     "and OUT/report.{md,json} with its plots. Several files run in parallel on Dask "
                                     "with --workers.")
     bt.add_argument("files", nargs="+", metavar="FILE.ticks", type=existing_file)
-    bt.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (engine model list; default: the strategy's "
-                         "default model)")
-    bt.add_argument("--out", required=True, help="output directory")
-    bt.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end (all are bit-exact)")
-    bt.add_argument("--workers", type=positive_int, default=1,
-                    help="files in parallel on a Dask LocalCluster of N processes")
-    bt.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
+    _model_and_dask_args(bt, "output directory", "files")
     exec_args(bt)
     bt.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000",
                     help="hit-rate horizons, ms (default 100,1000,10000)")
@@ -293,12 +298,7 @@ def _add_sweep(sub):
     sw.add_argument("files", nargs="+", metavar="FILE.ticks", type=existing_file)
     sw.add_argument("--grid", required=True, metavar="NAME=LO:HI:STEP|V1|V2,...",
                     help="e.g. 'enter_long=0.6:0.8:0.05,latency_us=0|100|500' (the cross product)")
-    sw.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (engine model list; default: the strategy's "
-                         "default model)")
-    sw.add_argument("--out", required=True, help="output directory (its cells/ cache makes reruns resume)")
-    sw.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end")
-    sw.add_argument("--workers", type=positive_int, default=1, help="cells in parallel on a Dask LocalCluster")
-    sw.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
+    _model_and_dask_args(sw, "output directory (its cells/ cache makes reruns resume)", "cells")
     sw.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000", help="hit-rate horizons, ms")
     exec_args(sw)
     strategy_args(sw)
