@@ -3,7 +3,7 @@
 import re
 import sys
 
-from .common import command
+from .common import Flag, command
 
 HEADER = ("# Sources\n\nEvery source the engine reads is a URI: `scheme:TARGET?name=value&...` (a file) or "
           "`scheme://TARGET?...` (a place). A plain path of an engine tick file is `tickfile:PATH`. An unknown "
@@ -49,4 +49,4 @@ def add_parsers(sub):
     p = command(sub, "sources", cmd_sources, help="what each source URI takes: every parameter, its values, default "
                 "and meaning", description="Prints the source reference from the source declarations.")
     p.add_argument("scheme", nargs="*", help="the schemes to show (default: all)")
-    p.add_argument("--markdown", action="store_true", help="as markdown (docs/reference/sources.md is this)")
+    p.add_argument("--markdown", action=Flag, help="as markdown (docs/reference/sources.md is this)")
