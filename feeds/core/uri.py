@@ -20,23 +20,6 @@ def split(uri):
     return scheme, target, dict(parse_qsl(query, keep_blank_values=True))
 
 
-def take(uri, params, known):
-    """Typed parameters: `known` maps name -> (cast, default). Unknown names are an error."""
-    for key in params:
-        if key not in known:
-            raise FeedError(f"{uri}: unknown parameter {key!r} (known: {', '.join(known) or 'none'})")
-    out = {}
-    for key, (cast, default) in known.items():
-        if key not in params:
-            out[key] = default
-            continue
-        try:
-            out[key] = cast(params[key])
-        except (ValueError, TypeError) as e:
-            raise FeedError(f"{uri}: {key}={params[key]!r}: {e}") from None
-    return out
-
-
 def symbols(s):
     """A comma-separated symbol list (empty = all)."""
     return tuple(x.strip() for x in s.split(",") if x.strip())
@@ -46,12 +29,6 @@ def date_ns(s):
     """YYYY-MM-DD -> ns since the epoch at midnight UTC."""
     d = dt.date.fromisoformat(s)
     return int(dt.datetime(d.year, d.month, d.day, tzinfo=dt.timezone.utc).timestamp()) * 10**9
-
-
-def on_error(s):
-    if s not in ("stop", "skip"):
-        raise ValueError("must be stop or skip")
-    return s
 
 
 def hostport(s, what="HOST:PORT"):

@@ -44,6 +44,7 @@ from engine.records import KIND_TRADE, SIDE_BUY, SIDE_SELL
 from feeds.books import book, depth
 
 from feeds.core import files, uri as U
+from feeds.core.params import DEPTH, ON_ERROR, SIZE_UNIT, Kind
 from feeds.books.book import Ladders
 from feeds.books.depth import Windows
 from feeds.books.ticks import emit, emit_gap, emit_quote, touch_changed
@@ -217,6 +218,10 @@ class _Instrument:
         self.ticker_tops = {}     # ticker update ids not yet matched
 
 
+# what this reader takes: the shared parameters of binance:FILE (feeds/core/params.py), no more
+KIND = Kind("binance", "FILE", "", "", (SIZE_UNIT, ON_ERROR, DEPTH), "")
+
+
 class BinanceFile:
     live = False
 
@@ -224,16 +229,15 @@ class BinanceFile:
         import orjson  # noqa: F401 (fail early, with the import error, if missing)
         self.uri, self.path = u, path
         files.check_readable(path)
-        p = U.take(u, params, {"size_unit": (float, 1e-5), "on_error": (U.on_error, "stop"),
-                               "depth": (U.depth, U.DEFAULT_DEPTH)})
-        div = p["size_unit"] * QTY_SCALE
-        if p["size_unit"] <= 0 or abs(div - round(div)) > 1e-9 or round(div) < 1:
-            raise U.FeedError(f"{u}: size_unit must be a power of ten between 1e-8 and 1, got {p['size_unit']}")
+        p = KIND.parse(u, path, params)
+        div = p.size_unit * QTY_SCALE
+        if abs(div - round(div)) > 1e-9 or round(div) < 1:
+            raise U.FeedError(f"{u}: size_unit must be a power of ten between 1e-8 and 1, got {p.size_unit}")
         self.size_div = int(round(div))
-        self.strict = p["on_error"] == "stop"
+        self.strict = p.on_error == "stop"
         self.insts = {}
         self.ladders = Ladders(512)
-        self.depth = p["depth"]
+        self.depth = p.depth
         self.windows = Windows(512, self.depth)
         self.top = np.zeros((256, 4), np.int64)
         self.st = np.zeros(NST, np.int64)
