@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from engine import defaults
 from engine.risk_limits import LIMITS, PER_INSTRUMENT
 
+# the headings of `engine run --help`, in its order (Opt.group: the common options under each)
+HEADINGS = ("what to run", "where it runs", "what it writes and serves", "safety")
 # The default endpoints of a run's control plane (engine stats/ctl/signals look there too)
 HTTP_DEFAULT = "127.0.0.1:9464"
 PUB_DEFAULT = "tcp://127.0.0.1:5556"
@@ -38,6 +40,9 @@ class Opt:
     #                                 flag's own validator, parse, checks it there too: app/config.py apply)
     many: bool = False              # the flag may be given several times (argparse "append"); the field holds
     #                                 the one value given once, or the list (the file: [[section]] tables)
+    group: str | None = None        # the heading `engine run --help` lists it under: a common option (none:
+    #                                 --help-all only; app/cli/parser.py); given to `cli` too
+    brief: str | None = None        # its one line there (default: help)
 
 
 def option(default=None, flag=None, *, factory=None, **kw):
@@ -98,13 +103,15 @@ def _finite_pos(v):
 @with_risk_limits
 class RunConfig:
     """One `engine run`: every option (option(): its default, flag, TOML key, help, check)."""
-    core: int | None = option(None, "--core", key="core", parse=int, kind=int,
+    core: int | None = option(None, "--core", key="core", parse=int, kind=int, group="where it runs",
+                              brief="CPU core of the strategy loop (default: unpinned)",
                               help="CPU core for the strategy thread (default: unpinned)")
     priority: int = option(80, "--priority", key="priority", parse=int, kind=int,
                            help="SCHED_FIFO priority 1-99 (default %(default)s)",
                            check=(lambda v: isinstance(v, int), "--priority must be an integer"))
     isolate: bool = option(  # other tasks and IRQs off the core while running (engine/isolation.py)
-        False, "--isolate", key="isolate", kind=bool,
+        False, "--isolate", key="isolate", kind=bool, group="where it runs",
+        brief="move other tasks and IRQs off --core while it runs",
         help="while the engine runs, move every other task, IRQ and unbound kernel work that may run "
              "on --core off it (what isolcpus does at boot; per-CPU kernel threads stay), sweeping "
              "again every 2 s; every change is undone at exit, and what a killed engine moved is put "
@@ -125,13 +132,16 @@ class RunConfig:
         help="when the loop falls behind, fold every waiting tick and score each instrument once, on its "
              "latest state (counted: conflated). auto (default): on for live sources, off for file "
              "replays (the file waits for the loop instead: nothing lost, every tick scored)")
-    strict: bool = option(False, "--strict", key="strict", kind=bool,
+    strict: bool = option(False, "--strict", key="strict", kind=bool, group="safety",
+                          brief="fail when lacking rights; exit 1 on lost ticks",
                           help="fail instead of running unpinned/non-RT/unlocked when the process lacks the "
                                "rights, and exit 1 after the summary when ticks were lost or signals dropped")
     duration: float | None = option(None, "--duration", key="duration", parse="positive_float", kind=float,
+                                    group="what to run", metavar="SECONDS",
                                     help="seconds to run (default: until stopped)",
                                     check=(_finite_pos, "duration must be a finite number of seconds > 0"))
-    model: str | None = option(None, "--model", key="model.dir",
+    model: str | None = option(None, "--model", key="model.dir", group="what to run", metavar="MODEL",
+                               brief="a model directory or registry:NAME",
                                help="model artifact directory, trained for --strategy, or registry:NAME (the "
                                     "registry's live version of NAME: a promotion or rollback reloads it while the "
                                     "engine runs; registry:NAME@VERSION pins one) (default: the strategy's default "
@@ -154,7 +164,8 @@ class RunConfig:
     seed: int = option(1, "--sim-seed", key="feed.sim_seed", parse=int, kind=int, metavar="N", dest="sim_seed",
                        help="the built-in synthetic feed's seed (default %(default)s)")
     feed: str | list | None = option(
-        None, "--feed", key="feed.uri", many=True, arg=lambda a: one_or_list(a.feed),
+        None, "--feed", key="feed.uri", many=True, arg=lambda a: one_or_list(a.feed), group="what to run",
+        metavar="URI", brief="a source URI (repeatable; default: synthetic)",
         help="source URI instead of the built-in synthetic feed, e.g. synthetic://?instruments=8&rate=20000; "
              "give it again for several sources in one run (each its own feed process and ring, one loop "
              "reading them all by receive time; instruments named VENUE:SYMBOL; in the file: one [[feed]] "
@@ -169,7 +180,8 @@ class RunConfig:
         help="also trust rings owned by this user (name or uid): a feed handler running as another "
              "user (default: only the engine's own; a ring anyone else owns, a link, or one others "
              "can write is refused)")
-    name: str = option("engine", "--name", key="name",
+    name: str = option("engine", "--name", key="name", group="where it runs",
+                       brief="instance name: its rings are /dev/shm/NAME.*",
                        help="instance name: rings are /dev/shm/NAME.{ticks,signals,ctl}")
     speed: float = option(  # file feeds: recorded pace times this; 0 (--max) = as fast as possible
         1.0, "--speed", key="feed.speed", parse="positive_float", kind=float, cli="max_arg",
@@ -179,15 +191,18 @@ class RunConfig:
         check=(lambda v: v > 0, "speed must be > 0"))
     record: str | None = option(
         None, "--record", metavar="FILE.ticks",  # (a run's own file: a flag, not a key of the service's config)
+        group="what it writes and serves", brief="record the ticks read: engine backtest replays them",
         help="record the ticks in the order the strategy loop read them (every source merged, the run's "
              "instrument ids and names) into a tick file: `engine backtest FILE.ticks` gives this run's "
              "signals bit for bit. The loop publishes what it reads into a tap ring a recorder thread "
              "drains off its core (one 64-byte store a tick)")
     signals_out: str | None = option(
-        None, "--signals-out", key="logs.signals_out",
+        None, "--signals-out", key="logs.signals_out", group="what it writes and serves", metavar="FILE",
+        brief="signal file (default: in $XDG_STATE_HOME/engine)",
         help="signal file (default $XDG_STATE_HOME/engine/signals/NAME-TIME.sig); a .parquet name also gets "
              "a table, one row per signal, written at the end")
-    strategy: str | None = option(None, key="strategy.name", cli="strategy_args")  # a shipped name or a .py file
+    # a shipped name or a .py file (--strategy, --param and --universe: strategy_args)
+    strategy: str | None = option(None, key="strategy.name", cli="strategy_args", group="what to run")
     params: dict = option(factory=dict, arg="overrides")  # --param, over [strategy.params] (app/config.py)
     universe: dict = option(factory=dict, arg="universe")  # --universe ROLE=INSTRUMENT (strategy_args)
     warm_every: int = option(defaults.WARM_EVERY, "--warm-every", key="strategy.warm_every", parse="nonneg_int", kind=int,
@@ -203,11 +218,13 @@ class RunConfig:
                          help="no progress lines on stderr (the run's and its feeds'); warnings, errors and the "
                               "summary still print")
     http: str | tuple | None = option(  # HOST:PORT (or "none"); resolved() makes it (host, port) or None
-        HTTP_DEFAULT, "--http", key="control.http",
+        HTTP_DEFAULT, "--http", key="control.http", group="what it writes and serves", metavar="HOST:PORT",
+        brief="/metrics /health /status (none: off)",
         help="control plane HTTP: /metrics /health /ready, and /status /control/* with the token "
              "(default %(default)s; none = off)")
     pub: str | None = option(  # the zmq PUB endpoint for signals (or "none")
-        PUB_DEFAULT, "--pub", key="control.pub", parse="pub_endpoint",
+        PUB_DEFAULT, "--pub", key="control.pub", parse="pub_endpoint", group="what it writes and serves",
+        metavar="ENDPOINT", brief="where signals are published (zmq; none: off)",
         help="zmq endpoint signals are published on (XPUB: SUB sockets connect): topic = instrument, "
              "then the 128-byte signal record, then the topic's publication number (uint64 LE: a jump "
              "is a gap) (default %(default)s; none = off)")
@@ -265,7 +282,8 @@ class RunConfig:
                                  "refuse it whole, or off (limits not applied; a kill still stops new exposure). "
                                  "Either way it is counted per rule and recorded in the signal file (flags)")
     # (then a field risk_NAME for each of engine/risk_limits.py's limits: with_risk_limits)
-    kill_file: str | None = option(None, "--kill-file", key="risk.kill_file", metavar="PATH",
+    kill_file: str | None = option(None, "--kill-file", key="risk.kill_file", metavar="PATH", group="safety",
+                                   brief="go flat and stay flat when this file appears",
                                    help="kill the run when this file appears (checked every 50 ms): every "
                                         "instrument's target goes flat, no new exposure until `engine ctl resume "
                                         "--after-kill` (default: none)")
@@ -274,14 +292,16 @@ class RunConfig:
                                    help="kill the run when a feed has been down (stalled, exited, not attached) "
                                         "this long (default %(default)g: never)")
     kill_loss: float | None = option(None, "--kill-loss", key="risk.kill_loss", parse="nonneg_float", kind=float,
-                                     metavar="MONEY", check=_limit("risk.kill_loss"),
+                                     metavar="MONEY", check=_limit("risk.kill_loss"), group="safety",
+                                     brief="with --paper: kill at a paper loss of MONEY",
                                      help="with --paper: kill the run when its paper PnL (net, marked to the mid) "
                                           "falls below -MONEY (default: none)")
     kill_drawdown: float | None = option(None, "--kill-drawdown", key="risk.kill_drawdown", parse="nonneg_float",
                                          kind=float, metavar="MONEY", check=_limit("risk.kill_drawdown"),
                                          help="with --paper: kill the run when its paper PnL falls MONEY below its "
                                               "peak (default: none)")
-    paper: bool = option(False, "--paper", key="paper.on", kind=bool,
+    paper: bool = option(False, "--paper", key="paper.on", kind=bool, group="safety",
+                         brief="paper trading: positions, fills and PnL live",
                          help="paper trading: the backtest's execution simulator runs online on the ticks the loop "
                               "reads and the signals it emits (off the strategy core): positions, fills, PnL and "
                               "drawdown live (engine_paper_*, engine stats), and at the end the report a backtest of "

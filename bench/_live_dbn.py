@@ -1,4 +1,4 @@
-"""dbn-live:// against the fake Databento gateway (tests/helpers/fake_databento.py, a subprocess on
+"""dbn-live:// against the Databento venue (feeds/databento/venue/, a process of its own on
 loopback, flat out), and Databento's official client on the same server in the same run.
 
 - Ours: the native source (feeds/databento/live.py: socket -> numba scan + dbn.parse -> L3 book ->
@@ -14,7 +14,6 @@ session from the start.
 Run alone: `.venv/bin/python bench/_live_dbn.py [--quick]`; bench/live.py imports run().
 """
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,13 +25,31 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+DATA = ROOT.parent / "shared" / "data" / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+
+
+def _gateway(repeat, pipe):
+    """The gateway, every session from the start of the file played `repeat` times; serves until
+    the pipe closes."""
+    from feeds.databento.venue import DatabentoVenue
+    with DatabentoVenue(DATA, repeat=repeat, resume=False) as gw:
+        pipe.send((gw.port, len(gw.recs)))
+        try:
+            pipe.recv()
+        except EOFError:
+            pass
+
+
 def _serve(repeat):
-    """The fake gateway in its own process (its Python send loop must not share our GIL)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.fake_databento", "--repeat", str(repeat)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    port, nrec = (int(x) for x in proc.stdout.readline().split())
-    return proc, port, nrec
+    """(process, pipe, port, records) of `_gateway` in a process of its own (its Python send loop
+    must not share our GIL)."""
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_gateway, args=(repeat, theirs), daemon=True)
+    proc.start()
+    port, nrec = mine.recv()
+    return proc, mine, port, nrec
 
 
 def _ours(port, key, nrec):
@@ -98,16 +115,18 @@ def _official(port, key, nrec):
 
 
 def run(quick: bool) -> dict:
-    from tests.helpers.fake_databento import DATA, KEY
+    from feeds.databento.venue import DEMO_KEY
     if not DATA.exists():
         return {"metrics": {}, "peers": {}, "skipped": f"{DATA} is not here"}
-    proc, port, nrec = _serve(3 if quick else 15)
+    proc, pipe, port, nrec = _serve(3 if quick else 15)
     try:
-        ours = _ours(port, KEY, nrec)
-        peer = _official(port, KEY, nrec)
+        ours = _ours(port, DEMO_KEY, nrec)
+        peer = _official(port, DEMO_KEY, nrec)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        pipe.send("stop")
+        proc.join(30)
+        if proc.is_alive():
+            proc.terminate()
     version = peer.pop("version_databento")
     metrics = {f"dbn_live_{k}": v for k, v in ours.items()}
     metrics["dbn_live_records_replayed_count"] = nrec

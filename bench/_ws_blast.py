@@ -1,5 +1,5 @@
 """A minimal, fast local Binance venue for throughput benchmarks (bench/live.py): it replays a capture
-flat out to every websocket client, far faster than tests/helpers/fake_binance.py (~25-85k frames/s:
+flat out to every websocket client, far faster than feeds/binance/venue/ (~25-85k frames/s:
 aiohttp and a Python loop per frame), so a client's own receive + parse cost is what gets measured.
 
     python bench/_ws_blast.py CAPTURE [--passes N] [--prebuild a/b/c]

@@ -1,8 +1,8 @@
 """The figures the docs quote, checked against (or updated from) the results files that measured them.
 
-Two ways a doc quotes them. A table of every results file, between `<!-- bench-table -->` and
+Two ways a doc quotes them. The results of every results file, between `<!-- bench-table -->` and
 `<!-- /bench-table -->` (made here, `table()`: each benchmark, what it measures, its ratios against
-its peers, the machine and date). And a figure in the text, written with the results key that
+its peers, the machine and date; docs/benchmarks.md holds it). And a figure in the text, written with the results key that
 holds it right after it:
 
     the first run took 59<!--fig first_run.metrics.run_10s_cold_s--> s
@@ -72,20 +72,25 @@ def _cell(x):
 
 
 def table():
-    """The markdown table of every results file: what was measured, each ratio against its peer
-    measured in the same run (> 1: ours ahead), where and when."""
-    rows = ["| benchmark | what it measures | ratios against the peers of the same run (> 1: ours ahead) | "
-            "machine, date |", "|---|---|---|---|"]
+    """The results of every results file, in markdown: a section per benchmark (what it measures, its
+    script and file, the machine and date) with its ratios against the peers it measured in the same
+    run (> 1: ours ahead)."""
+    out = []
     for f in sorted(RESULTS.glob("*.json")):
         r = json.loads(f.read_text())
         m = r.get("machine", {})
-        ratios = "; ".join(f"{k} {v}" for k, v in (r.get("ratios") or {}).items() if v is not None) or \
-            "(no peer: figures in the file)"
         script = r.get("script") or f"bench/{f.stem}.py"
-        rows.append(f"| [`{f.stem}`]({script}) ([results](bench/results/{f.name})) | {_cell(_what(script))} | "
-                    f"{_cell(ratios)} | {_cell(m.get('cpu_model', '?'))}, {m.get('cores', '?')} cores, "
-                    f"{str(m.get('date', '?'))[:10]} |")
-    return "\n".join(rows) + "\n"
+        out += [f"### {f.stem}", "", f"{_what(script)}.", "",
+                f"`python {script}` writes `bench/results/{f.name}`; measured on {_cell(m.get('cpu_model', '?'))}, "
+                f"{m.get('cores', '?')} cores, {str(m.get('date', '?'))[:10]}.", ""]
+        ratios = [(k, v) for k, v in (r.get("ratios") or {}).items() if v is not None]
+        if ratios:
+            out += ["| ours against the peer of the same run | ratio (> 1: ours ahead) |", "|---|---|"]
+            out += [f"| `{k}` | {v} |" for k, v in ratios]
+        else:
+            out.append("No peer: the figures are in the file.")
+        out.append("")
+    return "\n".join(out)
 
 
 def figures(text):

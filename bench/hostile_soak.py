@@ -1,5 +1,5 @@
 """Hostile soak: `engine feed binance-live://usdm?...` against a local venue (the real usdm capture,
-tests/helpers/fake_binance.py) that alternates every hostile fault for N minutes (default 10),
+feeds/binance/venue/) that alternates every hostile fault for N minutes (default 10),
 while a consumer drains the ring. Shows that a hostile or broken venue cannot exhaust the feed:
 its memory, descriptors and threads stay flat after the first cycle of faults, and every gap is
 counted, in the feed's counters and as gap ticks in the ring.
@@ -110,14 +110,14 @@ def _capture_span_s():
 
 def soak(seconds=600.0, phase_s=10.0, quiet=True):
     """Run the soak for about `seconds` (whole cycles, at least two); its result dict."""
-    from tests.helpers.fake_binance import FakeBinance
+    from feeds.binance.venue import BinanceVenue
     from tests.helpers.feed_proc import FeedProc
     cycles = max(2, round(seconds / (phase_s * len(CYCLE))))
     run_s = cycles * phase_s * len(CYCLE)
     speed = min(2.0, 0.85 * _capture_span_s() / (run_s + 60))  # (the capture lasts the soak)
     say = (lambda m: None) if quiet else (lambda m: print(m, flush=True))
     ring = f"hostilesoak-{id(say) & 0xffffff:x}"
-    fb = FakeBinance(USDM, market="usdm", speed=speed, ws_fault_after=50, trickle_s=0.1, hostile_budget=64 << 20)
+    fb = BinanceVenue(USDM, market="usdm", speed=speed, ws_fault_after=50, trickle_s=0.1, hostile_budget=64 << 20)
     fb.start()
     try:
         u = (f"binance-live://usdm?symbols=BTCUSDT&update=0ms&ws={fb.ws_url}&rest={fb.rest_url}"

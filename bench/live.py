@@ -17,7 +17,7 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   tick, a frame's receive time (read in the websocket callback) to its ticks being in the ring
   (the source's own histogram, src.lat "frame_to_tick", pooled over the sessions); flat out, that
   is mostly the wait behind the megabytes already received, so it is a queueing figure.
-  frame_to_tick_capture_pace_*_ns: the same histogram at the capture's own pace (FakeBinance speed
+  frame_to_tick_capture_pace_*_ns: the same histogram at the capture's own pace (BinanceVenue speed
   1.0, no faults, `paced`), emptied once the first snapshot is placed and its batch recorded (diffs
   held for it would count the REST round trip; emptied at the batch that placed it, the held diffs'
   ticks were recorded just after and were the p99): the per-frame cost a live feed
@@ -51,7 +51,7 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   second, ~0.8-1.5% of the time, on a core nothing else of ours ran on. A frame that such a stall
   lands in pays it whatever reads it, and the core's caches come back cold: why even the native
   reader spinning on a core of its own stays over 20 us at p99 here.
-- cryptofeed paced (`cryptofeed_paced`): the peer on the same FakeBinance at the same pace, its
+- cryptofeed paced (`cryptofeed_paced`): the peer on the same BinanceVenue at the same pace, its
   bookTicker frames (70% of the capture's, the cheapest), from its receipt stamp (after its websocket
   library read and took apart the frame: less of the path than ours) to its callback.
 - cryptofeed: BinanceFutures subclassed with its websocket and REST endpoints on the blast server
@@ -64,7 +64,7 @@ measurement is a fresh connection and a fresh book, repeated, and the median is 
   (content does not matter here). The ceiling a client library puts on a feed: with a Python call
   per frame even the fastest (picows) left the source near 170k frames/s, which is why the source
   takes frames apart in numba a socket read at a time instead.
-- reconnect: tests/helpers/fake_binance.FakeBinance in a process of its own (speed 1.0: the
+- reconnect: feeds.binance.venue.BinanceVenue in a process of its own (speed 1.0: the
   capture's pace) drops every connection (TCP abort) after 150 frames; ours (backoff_s=0.05)
   reconnects at once (a connection that had frames is retried without backoff). Timed in the
   consuming loop: from the gap tick's receive time (the source writes the gap line the moment it
@@ -408,13 +408,13 @@ def bare_aiohttp(url, want):
 # -- reconnect --------------------------------------------------------------------------------------
 
 def _venue(capture, faults, pipe, cpus=None):
-    """FakeBinance (usdm, the capture's pace, `faults` its fault arguments) in a process of its own
+    """BinanceVenue (usdm, the capture's pace, `faults` its fault arguments) in a process of its own
     (its aiohttp thread must not share the source's GIL), on `cpus` when given; serves until the
     pipe closes."""
-    from tests.helpers.fake_binance import FakeBinance
+    from feeds.binance.venue import BinanceVenue
     if cpus:
         os.sched_setaffinity(0, cpus)
-    with FakeBinance(capture, market="usdm", speed=1.0, **faults) as fb:
+    with BinanceVenue(capture, market="usdm", speed=1.0, **faults) as fb:
         pipe.send((fb.ws_url, fb.rest_url))
         try:
             pipe.recv()
@@ -442,7 +442,7 @@ def venue(capture, cpus=None, **faults):
 
 
 def reconnect(capture, drops, every):
-    """Drop every connection after `every` frames (FakeBinance, capture pace); per drop, the gap
+    """Drop every connection after `every` frames (BinanceVenue, capture pace); per drop, the gap
     tick's receive time to the loop seeing the next snapshot placed (ms)."""
     from feeds.core.sources import open_source
     out = []
@@ -473,7 +473,7 @@ def reconnect(capture, drops, every):
 
 
 def paced(capture, seconds, reader="python", core=-1):
-    """Steady state at the capture's pace (FakeBinance, no faults): the source's frame_to_tick
+    """Steady state at the capture's pace (BinanceVenue, no faults): the source's frame_to_tick
     histogram, emptied when the book is first synced (the snapshot placed), so the diffs held for
     it do not count; then `seconds` of live frames. {p50, p99, p999, count} in ns. core >= 0: the
     native reader on that CPU (reader_core=), the venue and this thread on the others (a core
@@ -515,7 +515,7 @@ def _on(cpus):
 
 
 def cryptofeed_paced(capture, seconds):
-    """The peer at the same pace: cryptofeed's BinanceFutures on the same FakeBinance (speed 1.0, no
+    """The peer at the same pace: cryptofeed's BinanceFutures on the same BinanceVenue (speed 1.0, no
     faults), its TICKER channel (bookTicker: 70% of the capture's frames and the cheapest; the
     venue's depth@100ms and aggTrade streams, which cryptofeed subscribes to, are not in the
     capture), the time from its receipt stamp (taken when its websocket hands it the message,
@@ -556,9 +556,9 @@ def main():
         rows += binance_rows(m, metrics, ratios)
         notes["binance"] = (f"usdm BTCUSDT capture, {m['per_pass']} frames a pass; ours {m['runs']} sessions of "
                             f"one pass (median frames/s; frame_to_tick pooled), cryptofeed {m['cf_runs']} (median), "
-                            f"bare clients {m['p_bare']} passes (picows median of 3); reconnect: FakeBinance speed "
+                            f"bare clients {m['p_bare']} passes (picows median of 3); reconnect: BinanceVenue speed "
                             "1.0, every connection dropped after 150 frames, backoff_s=0.05; paced frame_to_tick: "
-                            "FakeBinance speed 1.0, no faults, from the first snapshot on")
+                            "BinanceVenue speed 1.0, no faults, from the first snapshot on")
     rows += dbn_figures(a.quick, metrics, peers, ratios, notes)
     _print(rows)
     _common.save("live", metrics, peers, ratios, notes)

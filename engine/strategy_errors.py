@@ -193,7 +193,7 @@ def _hint(msg, fname, s):
         if m:
             return hint if isinstance(hint, str) else hint(m, fname, s)
     return ("on_tick, decide and what they call are compiled by numba (nopython mode): numbers, numpy arrays and "
-            "@njit functions only; see README, 'Strategies'")
+            "@njit functions only; see docs/guides/strategies.md")
 
 
 def _block(path, line, headline, more, hint):

@@ -23,7 +23,7 @@ from .strategy_api import (DEFAULT_SCORE, DEFAULT_THRESHOLDS, MAX_DEPTH, MAX_STA
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "strategies"
 DEFAULT_STRATEGY = "microstructure"
 CONTRACT = ("a strategy defines FEATURES, DEPTH, STATE, PARAMS and @njit on_tick(state, book, tick, row, params), "
-            "optionally @njit decide(state, score, position, params) and SCORE; see README, 'Strategies'")
+            "optionally @njit decide(state, score, position, params) and SCORE; see docs/guides/strategies.md")
 SCORE_WORDS = {"probability": "a probability", "margin": "a raw margin"}
 
 

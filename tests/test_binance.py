@@ -9,12 +9,10 @@ from engine.records import KIND_GAP, KIND_QUOTE, KIND_TRADE, SIDE_BUY, SIDE_SELL
 from feeds.binance.capture import fixed, price9, qty8
 from feeds.core.uri import FeedError
 
-from tests.conftest import SHARED_DATA
+from tests.helpers.data import SPOT, USDM, cut_and_whole
 from tests.helpers.feedutil import cli, one_line_error, read_all, without_depth
 
-DATA = SHARED_DATA / "binance"
-REAL = [DATA / "spot_btcusdt_20240808.gz", DATA / "usdm_btcusdt_20240808.gz"]
-needs_data = pytest.mark.skipif(not DATA.exists(), reason="../shared/data is not here (a user's clone); CI has it")
+REAL = [SPOT, USDM]
 
 
 def line(ns, msg):
@@ -41,12 +39,11 @@ def test_decimal_strings_become_exact_fixed_point():
         fixed("1e5", 8)
 
 
-@needs_data
 @pytest.mark.parametrize("path", REAL, ids=["spot", "usdm"])
 def test_book_agrees_with_the_book_ticker_on_every_shared_update_id(path):
     a, src = read_all(f"binance:{path}?size_unit=1e-3")
     st = src.stats()
-    assert st["ticker_checked"] > 500 and st["ticker_disagree"] == 0 and st["ticker_agree"] == st["ticker_checked"]
+    assert st["ticker_checked"] > 50 and st["ticker_disagree"] == 0 and st["ticker_agree"] == st["ticker_checked"]
     assert st["snapshots"] == 1 and st["gaps"] == 0 and st["bad_lines"] == 0
     assert st["depth_applied"] + st["depth_dropped_old"] == st["depth_events"]
     q = a[a["kind"] == KIND_QUOTE]
@@ -141,16 +138,14 @@ def _both(uri_tail, path, **params):
     return out
 
 
-@needs_data
 @pytest.mark.parametrize("depth_", ["0", "10"])
-@pytest.mark.parametrize("path", REAL, ids=["spot", "usdm"])
+@pytest.mark.parametrize("path", cut_and_whole(SPOT, USDM))
 def test_scanner_ticks_are_the_orjson_readers_byte_for_byte(path, depth_):
     (a, sa), (b, sb) = _both("", path, depth=depth_, size_unit="1e-3")
     assert a.shape == b.shape and a.tobytes() == b.tobytes()
     assert {k: sa[k] for k in sb} == sb
 
 
-@needs_data
 def test_plain_shape_read_straight_fills_what_the_general_parser_fills():
     """parse_line's fast path (feeds/binance/message.py _plain_wrapper) against the general _wrapper on every
     2nd line of both real captures (tickers, trades, diffs, the snapshot) and on shapes it must
@@ -176,7 +171,7 @@ def test_plain_shape_read_straight_fills_what_the_general_parser_fills():
                 plain, general = tables(ln.split(b" ", 1)[1])
                 assert plain == general and plain[0] == len(ln.split(b" ", 1)[1]), ln[:100]
                 taken += 1
-    assert taken > 60_000
+    assert taken > 7_000  # (every 2nd line of both captures)
     for body in (b'{"stream":"x", "data":{"u":1}}', b'{"data":{"s":"A\\u0042"}}', b'{"x":{"y":1},"u":2}',
                  b'{"data":{"a":{"b":1}}}', b'{"data":{"u":1}', b'{"u":1,}', b'{"u":1}'[:-1]):
         plain, general = tables(body)
@@ -299,7 +294,6 @@ def test_book_tickers_become_quotes_ordered_by_update_id(tmp_path):
     assert [int(r["kind"]) for r in c] == [Q, T, Q, Q] and src.stats()["ticker_quotes"] == 0
 
 
-@needs_data
 @pytest.mark.parametrize("path,unit", [(REAL[0], "1e-5"), (REAL[1], "1e-3")], ids=["spot", "usdm"])
 def test_quote_ticks_cover_every_book_ticker_change_of_the_touch(path, unit):
     """From the raw lines (json, not the scanner): every bookTicker newer than the book's last
@@ -340,7 +334,8 @@ def test_quote_ticks_cover_every_book_ticker_change_of_the_touch(path, unit):
         assert (int(r["bid_px"]), int(r["bid_sz"]), int(r["ask_px"]), int(r["ask_sz"])) == tuple(touch), recv
     assert len(expect) > 0.9 * (st["book_tickers"] - dropped)
     assert st["ticker_dropped_old"] + st["ticker_no_book"] == dropped
-    assert st["quotes"] > 9 * 2_853  # the spot capture gave 2,853 quotes from depth@100ms alone
+    depth_alone = read_all(f"binance:{path}?size_unit={unit}&depth=10&book_ticker=check")[1].stats()["quotes"]
+    assert st["quotes"] > 9 * depth_alone  # the tickers change the touch many times between diffs
 
 
 def test_newline_search_finds_every_position():
@@ -436,7 +431,6 @@ def _spoil_capture(lines, every=40):
     return bad, ref, want
 
 
-@needs_data
 def test_bad_values_in_a_real_capture_are_rejected_and_counted(tmp_path):
     """A cut of the spot capture with bad values planted (_spoil_capture): negative trade prices,
     trades of price and size 0, negative and zero trade sizes (the negative one was counted as

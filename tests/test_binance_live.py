@@ -1,4 +1,4 @@
-"""binance-live:// against a fake Binance venue on loopback (tests/helpers/fake_binance.py: websocket +
+"""binance-live:// against a fake Binance venue on loopback (feeds/binance/venue/: websocket +
 REST replaying the real captures, with the venue's faults): a live run's ticks equal `binance:FILE`
 of its own recording exactly and the capture's once synced; every fault (drop, close frame,
 silence, half-open, missing and duplicated diffs, a stale snapshot, malformed and oversized frames,
@@ -13,12 +13,10 @@ import pytest
 from engine.records import KIND_GAP, TICK_DTYPE
 from feeds.core.uri import FeedError
 
-from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.conftest import ROOT, engine_cmd, engine_env
+from tests.helpers.data import SPOT, USDM
 from tests.helpers.feedutil import cli, consume_ring, one_line_error, read_all
 
-SPOT = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
-USDM = SHARED_DATA / "binance" / "usdm_btcusdt_20240808.gz"
-pytestmark = pytest.mark.skipif(not SPOT.exists(), reason="../shared/data is not here (a user's clone); CI has it")
 FIELDS = ("ts_event", "instrument", "kind", "side", "price", "size", "bid_px", "bid_sz", "ask_px", "ask_sz")
 LINES = 6000  # capture lines a fault test replays (22 s of the usdm market)
 SPEED = 10.0  # its pace: recorded x10 (flat out, the fake's REST waits behind its stream)
@@ -160,7 +158,7 @@ def capture_prefix(tmp_path_factory):
     d = tmp_path_factory.mktemp("binlive")
     for market, path in (("spot", SPOT), ("usdm", USDM)):
         with gzip.open(path, "rb") as f:
-            lines = [next(f) for _ in range(LINES)]
+            lines = f.readlines()[:LINES]  # (all of a shorter capture, as the venue plays it)
         p = d / f"{market}.binance"
         p.write_bytes(b"".join(lines))
         out[market] = read_all(f"binance:{p}?market={market}")[0]
@@ -174,8 +172,8 @@ def test_live_run_is_its_recording_and_the_capture_once_synced(direct, tmp_path)
     when its market reaches it, 27 ms after the first frame at this pace): after the first book,
     the live ticks are the capture's; the same whether they are published from the socket's read
     callback (a feed process) or every batch is yielded (engine record)."""
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
         got, raw, src = run_live(fb, uri(fb), direct=direct)
     same_as_its_recording(got, raw, src, tmp_path)
     assert (src.direct_ticks > len(got) // 2) if direct else src.direct_ticks == 0, (src.direct_ticks, len(got))
@@ -194,8 +192,8 @@ def test_live_run_is_its_recording_and_the_capture_once_synced(direct, tmp_path)
 def test_book_ticker_takes_the_files_values_and_off(mode, tmp_path):
     """book_ticker=check: the bookTicker stream only cross-checked, as binance:FILE?book_ticker=check
     reads the recording; off: not subscribed (no ticker line recorded), the diff book's ticks."""
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
         got, raw, src = run_live(fb, uri(fb, book_ticker=mode))
     st = src.stats()
     assert st["ticker_quotes"] == 0 and st["gaps"] == 0
@@ -214,12 +212,12 @@ def test_coinm_follows_the_same_procedure_on_its_own_endpoints(tmp_path):
     of their recording, and the capture's once synced; the instrument is BINANCE-D's, inverse
     (contracts priced in USD, settled in BTC)."""
     import gzip
-    from tests.helpers.fake_binance import FakeBinance
+    from feeds.binance.venue import BinanceVenue
     with gzip.open(USDM, "rb") as f:
         lines = b"".join(next(f) for _ in range(LINES))
     cap = tmp_path / "coinm.binance"
     cap.write_bytes(lines.replace(b"BTCUSDT", b"BTCUSD_PERP").replace(b"btcusdt", b"btcusd_perp"))
-    with FakeBinance(cap, market="coinm", speed=SPEED) as fb:
+    with BinanceVenue(cap, market="coinm", speed=SPEED) as fb:
         got, raw, src = run_live(fb, uri(fb, "coinm", symbols="BTCUSD_PERP", update="0ms"))  # (the capture's stream)
     same_as_its_recording(got, raw, src, tmp_path, "coinm")
     st = src.stats()
@@ -236,8 +234,8 @@ def test_through_a_feed_process_and_ring(reader, tmp_path, shm_name, capture_pre
     """`engine feed binance-live://...` into a real ring (usdm at x10: flat out, the fake's REST
     snapshot comes late and cut to 1000 levels, and a deep level may differ): the ring's ticks end as
     the capture's, read by the event loop's callback or by the native reader's thread."""
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(USDM, market="usdm", speed=SPEED, max_lines=LINES) as fb:
         # (idle_s 3: on a loaded machine the fake's stream once stalled past 0.5 s and ended the feed early)
         proc = subprocess.Popen(engine_cmd("feed", uri(fb, "usdm", idle_s=3, reader=reader), "--ring", shm_name,
                                            "--wait-consumers", "1"),
@@ -269,11 +267,11 @@ def test_lost_connection_is_one_gap_then_a_new_book(fault, counter, tmp_path, ca
     """A drop, a close frame, silence (the venue stops without closing) and a half-open socket all
     end the same way: a gap line (so the recording replays the gap), one gap tick, a new connection
     and snapshot, and the book back: the end of the run is the capture's."""
-    from tests.helpers.fake_binance import FakeBinance
+    from feeds.binance.venue import BinanceVenue
     silent = counter == "silences"
     # (a silence is seen after silence_s, then a new connection and snapshot: at half the pace, so the
     # market is still on when they come on a loaded machine: at x10 one suite run's came after its end)
-    with FakeBinance(USDM, market="usdm", speed=SPEED / 2 if silent else SPEED, max_lines=LINES, **fault) as fb:
+    with BinanceVenue(USDM, market="usdm", speed=SPEED / 2 if silent else SPEED, max_lines=LINES, **fault) as fb:
         got, raw, src = run_live(fb, uri(fb, "usdm", silence_s=1.0 if silent else 5.0, backoff_s=0.05))
         conns = fb.connections
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
@@ -287,8 +285,8 @@ def test_lost_connection_is_one_gap_then_a_new_book(fault, counter, tmp_path, ca
 
 
 def test_missing_diff_is_a_gap_and_a_new_snapshot(tmp_path, capture_prefix):
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES, skip_diffs={200}) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(USDM, market="usdm", speed=SPEED, max_lines=LINES, skip_diffs={200}) as fb:
         got, raw, src = run_live(fb, uri(fb, "usdm"))
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
     st = src.stats()
@@ -298,8 +296,8 @@ def test_missing_diff_is_a_gap_and_a_new_snapshot(tmp_path, capture_prefix):
 
 
 def test_duplicated_diff_and_malformed_frame_are_dropped_and_counted(tmp_path, capture_prefix):
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=LINES, dup_diffs={100, 300},
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(USDM, market="usdm", speed=SPEED, max_lines=LINES, dup_diffs={100, 300},
                      malformed_at={2000}) as fb:
         got, raw, src = run_live(fb, uri(fb, "usdm"))
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
@@ -311,8 +309,8 @@ def test_duplicated_diff_and_malformed_frame_are_dropped_and_counted(tmp_path, c
 def test_stale_snapshot_is_asked_again(tmp_path, capture_prefix):
     """A snapshot older than the stream it should bridge (spot: its update ids move ~10 an event, so
     1000 behind is 100 events) is a gap and a new snapshot."""
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(SPOT, market="spot", speed=SPEED, max_lines=LINES, stale_snapshot=True) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(SPOT, market="spot", speed=SPEED, max_lines=LINES, stale_snapshot=True) as fb:
         got, raw, src = run_live(fb, uri(fb, "spot"))
         depth_calls = [c for c in fb.rest_calls if c[0].endswith("/depth")]
     same_as_its_recording(got, raw, src, tmp_path, "spot")
@@ -325,8 +323,8 @@ def test_stale_snapshot_is_asked_again(tmp_path, capture_prefix):
 def test_rest_limits_back_off_as_the_venue_says(status, tmp_path):
     """A 429 (too many requests) or 418 (banned) stops every REST call for the Retry-After the venue
     gives; then the snapshot comes and the book syncs."""
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", speed=SPEED, max_lines=3000, rest_status=[status], retry_after=1) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(USDM, market="usdm", speed=SPEED, max_lines=3000, rest_status=[status], retry_after=1) as fb:
         got, raw, src = run_live(fb, uri(fb, "usdm"))
         calls = list(fb.rest_calls)
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
@@ -339,8 +337,8 @@ def test_rest_limits_back_off_as_the_venue_says(status, tmp_path):
 def test_rotation_before_the_venue_limit_makes_no_gap(tmp_path, capture_prefix):
     """The 24-hour limit, accelerated: the venue closes a connection after 1.5 s; we replace it after
     0.7 s (a second connection beside the first, then the switch): no gap, no resync, every tick once."""
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", speed=SPEED / 2, max_lines=LINES, max_conn_s=1.5) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(USDM, market="usdm", speed=SPEED / 2, max_lines=LINES, max_conn_s=1.5) as fb:
         got, raw, src = run_live(fb, uri(fb, "usdm", rotate_s=0.7, overlap_s=0.2))
         conns = fb.connections
     same_as_its_recording(got, raw, src, tmp_path, "usdm")
@@ -352,8 +350,8 @@ def test_rotation_before_the_venue_limit_makes_no_gap(tmp_path, capture_prefix):
 
 
 def test_pings_are_answered(tmp_path):
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", speed=2.0, max_lines=800, ping_s=0.2, pong_timeout_s=1.0) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(USDM, market="usdm", speed=2.0, max_lines=800, ping_s=0.2, pong_timeout_s=1.0) as fb:
         got, raw, src = run_live(fb, uri(fb, "usdm"))
         pongs, reasons = fb.pongs, fb.closed_reasons
     assert pongs >= 3 and not [r for r in reasons if r[1] == "pong_timeout"]
@@ -378,8 +376,8 @@ def test_native_reader_publishes_the_capture(tmp_path):
     into a real ring as a feed process publishes, every frame counted, the capture's ticks once
     synced, one producer (the ring's sequence unbroken and equal to the publisher's count), most of
     them published by that thread with no Python per read."""
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(SPOT, market="spot", speed=10.0, max_lines=4000) as fb:
         got, _, src = run_live(fb, uri(fb, reader="native"), direct="ring", raw=False)
     st = src.stats()
     assert st["connects"] == 1 and st["reconnects"] == 0 and st["gaps"] == 0 and st["snapshots"] == 1
@@ -398,10 +396,10 @@ def test_native_reader_hands_every_fault_back_and_resyncs(fault, capture_prefix)
     rotation), the source does what it does with the Python reader, and the thread takes the
     connection again once the book is synced: the run ends as the capture, the ring's sequence
     unbroken, and the thread published ticks after the fault too."""
-    from tests.helpers.fake_binance import FakeBinance
+    from feeds.binance.venue import BinanceVenue
     venue, extra, want = NATIVE_FAULTS[fault]
     slow = fault in ("rotation", "silence", "half-open")  # (as in test_lost_connection_is_one_gap_then_a_new_book)
-    with FakeBinance(USDM, market="usdm", speed=SPEED / 2 if slow else SPEED, max_lines=LINES, **venue) as fb:
+    with BinanceVenue(USDM, market="usdm", speed=SPEED / 2 if slow else SPEED, max_lines=LINES, **venue) as fb:
         got, _, src = run_live(fb, uri(fb, "usdm", reader="native", backoff_s=0.05, **extra), direct="ring", raw=False)
         pongs, sent = fb.pongs, fb.frames_sent
     st = src.stats()
@@ -429,8 +427,8 @@ def test_a_stopped_feed_process_stops_its_native_reader_first(shm_name):
     import signal
     import threading
 
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", speed=2.0, max_lines=LINES) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(USDM, market="usdm", speed=2.0, max_lines=LINES) as fb:
         proc = subprocess.Popen(engine_cmd("feed", uri(fb, "usdm", idle_s=0, reader="native"), "--ring", shm_name,
                                            "--wait-consumers", "1"), cwd=ROOT, env=engine_env(), stderr=subprocess.PIPE,
                                 text=True)
@@ -453,8 +451,8 @@ def test_a_stopped_feed_process_stops_its_native_reader_first(shm_name):
 
 
 def test_unknown_symbol_and_bad_uris_are_one_line(shm_name):
-    from tests.helpers.fake_binance import FakeBinance
-    with FakeBinance(USDM, market="usdm", max_lines=100) as fb:
+    from feeds.binance.venue import BinanceVenue
+    with BinanceVenue(USDM, market="usdm", max_lines=100) as fb:
         res = cli("feed", uri(fb, "usdm", symbols="BTCUSDT,NOPE"), "--ring", shm_name, timeout=120)
     line = one_line_error(res)
     assert "NOPE" in line and "unknown symbol" in line and "Invalid symbol" in line

@@ -23,10 +23,8 @@ from feeds.binance.params import LIVE
 from feeds.core.uri import FeedError
 from feeds.core.venue_text import Limit
 
-from tests.conftest import SHARED_DATA
+from tests.helpers.data import USDM
 
-USDM = SHARED_DATA / "binance" / "usdm_btcusdt_20240808.gz"
-needs_data = pytest.mark.skipif(not USDM.exists(), reason="../shared/data is not here (a user's clone); CI has it")
 DEPTH = "btcusdt@depth@0ms"
 
 
@@ -45,8 +43,8 @@ def _payloads(buf):
 
 
 def _venue(**kw):
-    from tests.helpers.fake_binance import FakeBinance
-    return FakeBinance(USDM, market="usdm", **kw)
+    from feeds.binance.venue import BinanceVenue
+    return BinanceVenue(USDM, market="usdm", **kw)
 
 
 # -- the transport ----------------------------------------------------------------------------
@@ -68,7 +66,6 @@ def test_a_connection_queues_its_lines_unless_fast_takes_them_and_keeps_the_firs
     assert c.closed and c.reason == "first" and len(woken) == 4 and not c.whole()
 
 
-@needs_data
 def test_a_connection_makes_each_frame_a_line_until_the_venue_closes():
     """Against the fake venue's websocket alone: every depth frame the venue sends is one line, its
     receive time then the payload as sent; the close frame ends the connection, its reason kept."""
@@ -136,7 +133,6 @@ def test_rest_requests_and_their_replies():
     assert P.gap_line(5_000_000_123, 'a "b"') == b'5000000123 {"e":"gap","E":5000,"reason":"a \\"b\\""}\n'
 
 
-@needs_data
 def test_which_books_need_a_snapshot_on_a_real_scanner():
     """Binance's sync procedure as the protocol reads the scanner: a declared symbol needs a
     snapshot; its diffs held meanwhile do not change that; the venue's reply as the line
@@ -217,7 +213,6 @@ def _on_rest_thread(rest, coro_of):
         loop.close()
 
 
-@needs_data
 def test_the_rest_client_waits_out_a_ban_and_asks_again():
     with _venue(rest_status=[429], retry_after=1) as fb:
         rest, said = _rest(fb)
@@ -228,7 +223,6 @@ def test_the_rest_client_waits_out_a_ban_and_asks_again():
     assert said == ["REST 429 (too many requests); no requests for 1 s"]
 
 
-@needs_data
 def test_the_rest_client_refuses_a_reply_over_its_cap_and_names_unknown_symbols():
     with _venue() as fb:
         rest, _ = _rest(fb)
@@ -302,7 +296,6 @@ def _run_session(fb, until, **q):
     return s, got, said, gaps
 
 
-@needs_data
 def test_a_lost_connection_is_a_gap_line_then_a_new_connection():
     want = _frames(_capture(6000), DEPTH)
     with _venue(drop_after=30, speed=2.0, max_lines=6000) as fb:  # (paced: the market goes on meanwhile)
@@ -317,7 +310,6 @@ def test_a_lost_connection_is_a_gap_line_then_a_new_connection():
     assert len(said) == 1 and said[0].startswith("connection lost (") and "reconnecting" in said[0]
 
 
-@needs_data
 def test_a_rotation_opens_the_next_connection_before_the_old_one_closes():
     """Make-before-break: the standby runs beside the old connection for overlap_s, then takes over;
     no gap, and every frame once the overlap's duplicates are dropped."""

@@ -49,7 +49,7 @@ def test_every_boolean_option_has_both_forms():
 
 
 def test_run_help_shows_both_forms():
-    r = subprocess.run(engine_cmd("run", "--help"), cwd=ROOT, env=engine_env(), capture_output=True, text=True,
+    r = subprocess.run(engine_cmd("run", "--help-all"), cwd=ROOT, env=engine_env(), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
     for both in ("--isolate, --no-isolate", "--rt, --no-rt", "--doctor, --no-doctor", "--strict, --no-strict",
@@ -121,7 +121,7 @@ def test_make_run_passes_name_http_and_pub():
         r = subprocess.run(["make", "-n", "run", *assign], cwd=ROOT, capture_output=True, text=True, timeout=60,
                            env={**engine_env(), **(env or {})})
         assert r.returncode == 0, r.stderr
-        line = [ln for ln in r.stdout.splitlines() if "/engine run " in ln][-1]
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith(".venv/bin/engine run ")][-1]
         return build_parser().parse_args(shlex.split(line.split("/engine ", 1)[1]))
 
     a = planned("CORE=1", "DURATION=", "NAME=mk2", "HTTP=127.0.0.1:9470", "PUB=none")

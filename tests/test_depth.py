@@ -13,19 +13,15 @@ from engine.records import (KIND_BOOK, KIND_GAP, KIND_LEVEL, KIND_QUOTE, KIND_TR
                             SIDE_SELL, TICK_DTYPE)
 from feeds.core.uri import FeedError
 
-from tests.conftest import SHARED_DATA, engine_cmd, spawn
+from tests.conftest import engine_cmd, spawn
+from tests.helpers.data import ESH4, SPOT, USDM, cut_and_whole, whole_capture
 from tests.helpers.depthbook import (DepthBooks, History, check_window, quotes_and_trades, same_history,
                                      sat_size, side_pair, window_of, windows)
 from tests.helpers.feedutil import cli, read_all
 
-DBN_REAL = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
-BINANCE = {"spot": (SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz", "size_unit=1e-5"),
-           "usdm": (SHARED_DATA / "binance" / "usdm_btcusdt_20240808.gz", "size_unit=1e-3")}
+BINANCE = {"spot": (SPOT, "size_unit=1e-5"), "usdm": (USDM, "size_unit=1e-3")}
+BINANCE.update({f"{k}-whole": (whole_capture(p), u) for k, (p, u) in list(BINANCE.items()) if whole_capture(p)})
 PX = 10**9
-
-
-def needs(p):
-    return pytest.mark.skipif(not p.exists(), reason=f"{p} is not here (../shared/data: CI has it)")
 
 
 def same_quotes_and_trades(a, b, prefix=False, skip=()):
@@ -359,8 +355,8 @@ def dbn_reference(path, depth):
     return h
 
 
-@needs(DBN_REAL)
-def test_dbn_real_file_windows_equal_databento_dbns_decoder_book():
+@pytest.mark.parametrize("DBN_REAL", cut_and_whole(ESH4))
+def test_dbn_real_file_windows_equal_databento_dbns_decoder_book(DBN_REAL):
     a, src = read_all(f"dbn:{DBN_REAL}?depth=10")
     assert src.depth == 10
     same_history(windows(a, 10), dbn_reference(DBN_REAL, 10))
@@ -369,12 +365,11 @@ def test_dbn_real_file_windows_equal_databento_dbns_decoder_book():
     same_quotes_and_trades(a, z)
 
 
-@needs(DBN_REAL)
 def test_dbn_out_of_room_resumes_without_losing_or_repeating_a_level(monkeypatch):
     from feeds.databento import dbn
-    a, _ = read_all(f"dbn:{DBN_REAL}?depth=4")
+    a, _ = read_all(f"dbn:{ESH4}?depth=4")
     monkeypatch.setattr(dbn.DbnFile, "OUT_ROWS", dbn.PENDING + 4 + 2 * (4 * 4 + 1))
-    b, _ = read_all(f"dbn:{DBN_REAL}?depth=4")
+    b, _ = read_all(f"dbn:{ESH4}?depth=4")
     assert np.array_equal(a, b)
 
 
@@ -517,8 +512,6 @@ def binance_reference(path, depth, div):
 @pytest.mark.parametrize("which", sorted(BINANCE))
 def test_binance_real_captures_windows_equal_a_python_book_of_the_lines(which):
     path, unit = BINANCE[which]
-    if not path.exists():
-        pytest.skip(f"{path} is not here (../shared/data: CI has it)")
     # book_ticker=check: the diff book alone, as the reference builds it (the bookTicker touch
     # over it: tests/test_binance.py)
     a, src = read_all(f"binance:{path}?{unit}&depth=10&book_ticker=check")

@@ -1,7 +1,9 @@
 """What the docs say is what the engine does: every flag an `engine ...` command line in README.md,
-ops/*.md, a docstring or a help text names exists on that command (checked against the real
-argparse parser, built once); the help lists what is shipped from the owner of each list; README's
-pandas examples run as printed on outputs the engine writes here."""
+the site's pages (docs/), ops/*.md, a docstring or a help text names exists on that command
+(checked against the real argparse parser, built once); the help lists what is shipped from the
+owner of each list; the pandas examples of the backtests guide run as printed on outputs the engine
+writes here; the generated reference pages are their declarations'; README stays short and the
+docs hold no development history."""
 import argparse
 import ast
 import re
@@ -15,7 +17,11 @@ from app.cli import build_parser
 
 from tests.conftest import ROOT, engine_cmd, engine_env
 
-MARKDOWN = ("README.md", "ops/README.md", "ops/tuning.md", "docs/ARCHITECTURE.md")
+# the site's pages (every docs/**/*.md: guides, the generated reference, ARCHITECTURE) and the rest
+MARKDOWN = ("README.md", "ops/README.md", "ops/tuning.md",
+            *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")))
+# the page whose ```python blocks read the engine's Parquet outputs
+TABLES_GUIDE = "docs/guides/backtests.md"
 PACKAGES = ("engine", "feeds", "models", "replay", "fpga", "strategies", "bench")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
@@ -131,7 +137,7 @@ def _problems():
 
 def test_every_flag_the_docs_name_exists():
     problems, seen = _problems()
-    assert seen > 100, seen  # the scan finds the command lines (README alone has dozens)
+    assert seen > 100, seen  # the scan finds the command lines (the guides alone have dozens)
     assert not problems, "\n".join(problems)
 
 
@@ -171,18 +177,18 @@ def test_help_lists_what_is_shipped_from_its_owner():
 @pytest.fixture(scope="module")
 def pandas():
     return pytest.importorskip("pandas", reason="pandas is not installed: pip install -e '.[research]' (make test "
-                                                "installs it) to run README's Parquet examples")
+                                                "installs it) to run the backtests guide's Parquet examples")
 
 
 def _python_blocks(text):
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
-def test_readme_parquet_examples_run_as_printed(pandas, tmp_path, default_model):
-    """Each ```python block of README.md that reads Parquet runs, as printed, in a directory where
-    the commands its comments name (`# engine ...`) wrote their outputs."""
-    blocks = [b for b in _python_blocks((ROOT / "README.md").read_text()) if "read_parquet" in b]
-    assert blocks, "README.md has no pandas example"
+def test_parquet_examples_run_as_printed(pandas, tmp_path, default_model):
+    """Each ```python block of the backtests guide that reads Parquet runs, as printed, in a
+    directory where the commands its comments name (`# engine ...`) wrote their outputs."""
+    blocks = [b for b in _python_blocks((ROOT / TABLES_GUIDE).read_text()) if "read_parquet" in b]
+    assert blocks, f"{TABLES_GUIDE} has no pandas example"
     source = "synthetic://?instruments=2&count=30000&seed=5"
 
     def engine(*args):
@@ -197,10 +203,10 @@ def test_readme_parquet_examples_run_as_printed(pandas, tmp_path, default_model)
         for c in cmds:  # as printed, with a source for SOURCE
             engine(*[source if t == "SOURCE" else t for t in shlex.split(c)[1:]])
         for path in re.findall(r"read_parquet\(\"([^\"]+)\"\)", block):
-            assert (tmp_path / path).is_file(), f"README reads {path}, which no command in its comments writes"
+            assert (tmp_path / path).is_file(), f"{TABLES_GUIDE} reads {path}, which no command in its comments writes"
         r = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=engine_env(), capture_output=True,
                            text=True, timeout=300)
-        assert r.returncode == 0, f"README's example fails:\n{block}\n{r.stderr}"
+        assert r.returncode == 0, f"{TABLES_GUIDE}'s example fails:\n{block}\n{r.stderr}"
         assert "SYN0000" in r.stdout and "SYN0001" in r.stdout, r.stdout  # the tables' symbols, per instrument
 
 
@@ -225,3 +231,59 @@ def test_a_figure_that_is_not_its_results_fails(tmp_path):
     assert docs_figures.check([doc]) and "but" in docs_figures.check([doc])[0]
     doc.write_text("<!-- bench-table -->\n| stale |\n<!-- /bench-table -->\n")
     assert "results table" in docs_figures.check([doc])[0]
+
+
+README_LIMIT = 12 * 1024  # what a newcomer reads first: everything else is on the site (docs/)
+# development history has no place in user docs: "stop 12", "this session", "before this change"
+HISTORY = re.compile(r"\bstops? \d+\b|\b(?:this|previous|last|earlier) sessions?\b|"
+                     r"\b(?:before|after|since) (?:this|that) (?:change|commit|session)\b|\bthis (?:commit|stop)\b", re.I)
+
+
+def _user_docs():
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def test_readme_is_short():
+    size = len((ROOT / "README.md").read_bytes())
+    assert size < README_LIMIT, f"README.md is {size} bytes: keep it under {README_LIMIT} (move the detail to docs/)"
+
+
+def test_docs_hold_no_development_history():
+    found = [f"{p.relative_to(ROOT)}:{p.read_text().count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+             for p in _user_docs() for m in HISTORY.finditer(p.read_text())]
+    assert not found, "development history in user docs:\n" + "\n".join(found)
+    # the pattern itself finds what it is for, and leaves a venue's session alone
+    assert HISTORY.search("as of stop 12 the loop") and HISTORY.search("(before this change: 3 us)")
+    assert HISTORY.search("measured in this session") and HISTORY.search("the previous sessions' EPYC")
+    assert not HISTORY.search("the end of its session; CME Globex sessions; a MoldUDP64 session")
+
+
+def _reference():
+    sys.path.insert(0, str(ROOT / "docs" / "gen"))
+    import reference
+    return reference
+
+
+def test_the_generated_reference_pages_are_their_declarations():
+    """docs/reference/{config,metrics,records}.md are what docs/gen/reference.py makes from
+    app/run_options.py, app/metrics.py and engine/records.py (regenerate: python docs/gen/reference.py)."""
+    ref = _reference()
+    assert ref.stale() == [], f"stale: {ref.stale()}: python docs/gen/reference.py"
+    from app.metrics import DECLARED
+    from app.run_options import keys
+    from engine.records import SIGNAL_DTYPE, TICK_DTYPE
+    config, metrics, records = ((ROOT / "docs/reference" / n).read_text() for n in ("config.md", "metrics.md", "records.md"))
+    assert all(f"| `{k.rpartition('.')[2]}` |" in config for k in keys())
+    assert all(f"| `{m.exported}` |" in metrics for m in DECLARED)
+    assert all(f"| `{n}` |" in records for n in (*TICK_DTYPE.names, *SIGNAL_DTYPE.names))
+
+
+def test_a_stale_reference_page_is_found(tmp_path, monkeypatch):
+    ref = _reference()
+    for name, make in ref.PAGES.items():
+        (tmp_path / name).write_text(make())
+    monkeypatch.setattr(ref, "REF", tmp_path)
+    assert ref.stale() == []
+    page = tmp_path / "metrics.md"
+    page.write_text(page.read_text().replace("engine_ticks_total", "engine_tick_total"))
+    assert ref.stale() == ["metrics.md"]

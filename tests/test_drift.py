@@ -12,7 +12,8 @@ import pytest
 
 from models import artifact, dataset, drift
 from models.build import build_artifact, train
-from tests.conftest import SHARED_DATA, builtin_features, strategy_core, strategy_rows
+from tests.conftest import builtin_features, strategy_core, strategy_rows
+from tests.helpers.data import SPOT, USDM
 from tests.helpers.daemon import Daemon, scrape, wait_until
 from tests.helpers.feedutil import cli
 from tests.test_hot_swap import second_model  # noqa: F401  (a model built without a training sketch)
@@ -140,23 +141,18 @@ def test_engine_model_drift_of_a_run_needs_its_record(sketched, second_model, tm
     assert r.returncode == 2 and "not a drift record" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-BINANCE = SHARED_DATA / "binance"
-needs_data = pytest.mark.skipif(not BINANCE.exists(), reason="../shared/data is not here (a user's clone); CI has it")
-
-
 @pytest.fixture(scope="module")
 def trained_on_file(tmp_path_factory):
     """A model `engine train` built from a real capture's tick file (Binance spot BTCUSDT), and that file."""
     d = tmp_path_factory.mktemp("drift-file")
     ticks = d / "spot.ticks"
-    r = cli("convert", f"binance:{BINANCE / 'spot_btcusdt_20240808.gz'}", "--out", str(ticks))
+    r = cli("convert", f"binance:{SPOT}", "--out", str(ticks))
     assert r.returncode == 0, r.stderr
     r = cli("train", f"tickfile:{ticks}", "--out", str(d / "m"), "--trees", "20", "--backends", "flat", timeout=900)
     assert r.returncode == 0, r.stderr
     return ticks, d / "m"
 
 
-@needs_data
 def test_a_models_training_file_gives_no_drift_by_the_command_a_user_types(trained_on_file, tmp_path):
     ticks, m = trained_on_file
     sk = artifact.read_manifest(m)["drift"]
@@ -171,7 +167,7 @@ def test_a_models_training_file_gives_no_drift_by_the_command_a_user_types(train
     assert sk["rows"] > 2 * sum(rows.values()), (sk["rows"], rows)
     # another market of the same day (the USD-M perpetual): shifted
     usdm = tmp_path / "usdm.ticks"
-    assert cli("convert", f"binance:{BINANCE / 'usdm_btcusdt_20240808.gz'}", "--out", str(usdm)).returncode == 0
+    assert cli("convert", f"binance:{USDM}", "--out", str(usdm)).returncode == 0
     r = cli("model", "drift", str(usdm), "--model", str(m), "--json")
     assert r.returncode == 0, r.stderr
     assert max(json.loads(r.stdout)["features"].values()) > 0.25, r.stdout
@@ -192,7 +188,6 @@ def _run_drift(tmp_path, name, feed, model):
     return json.loads(r.stdout), json.loads(rec.stdout)
 
 
-@needs_data
 def test_a_live_run_bins_every_row_its_loop_scores(trained_on_file, sketched, tmp_path):
     ticks, m = trained_on_file
     # its training file replayed: every tick scored (a file feed waits for the loop), every one binned,

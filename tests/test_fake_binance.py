@@ -1,4 +1,4 @@
-"""The fake Binance venue (tests/helpers/fake_binance.py) against a plain aiohttp client, on the real
+"""The Binance venue (feeds/binance/venue/) against a plain aiohttp client, on the real
 captures: replay order and completeness, subscriptions, REST depth against a book rebuilt here
 independently (Decimal keys), exchangeInfo, pings, and every fault."""
 import asyncio
@@ -6,7 +6,6 @@ import gzip
 import json
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 from decimal import Decimal
@@ -14,18 +13,15 @@ from decimal import Decimal
 import aiohttp
 import pytest
 
-from tests.conftest import ROOT, SHARED_DATA, engine_env
-from tests.helpers.fake_binance import FakeBinance
+from feeds.binance.venue import BinanceVenue
 
-DATA = SHARED_DATA / "binance"
-SPOT = DATA / "spot_btcusdt_20240808.gz"
-USDM = DATA / "usdm_btcusdt_20240808.gz"
+from tests.conftest import ROOT, engine_cmd, engine_env
+from tests.helpers.data import SPOT, USDM
+
 CAPTURES = {"spot": SPOT, "usdm": USDM}
 STREAMS = {"spot": "btcusdt@depth@100ms/btcusdt@bookTicker/btcusdt@trade",
            "usdm": "btcusdt@depth@0ms/btcusdt@bookTicker/btcusdt@trade"}
 REST = {"spot": "/api/v3", "usdm": "/fapi/v1"}
-pytestmark = pytest.mark.skipif(not (SPOT.exists() and USDM.exists()),
-                                reason=f"the Binance captures are not in {DATA} (a user's clone); CI has them")
 HANG = 20.0  # guard against a hung test, not a timing assertion
 
 
@@ -107,7 +103,7 @@ def test_flat_out_every_line_in_order(market):
             after = await texts(ws, 1)
         return got, after
 
-    with FakeBinance(CAPTURES[market], market=market, max_lines=3000) as fb:
+    with BinanceVenue(CAPTURES[market], market=market, max_lines=3000) as fb:
         got, after = run(go)
         assert fb.done.wait(HANG)
         assert got == want  # byte for byte, in capture order
@@ -123,7 +119,7 @@ def test_paced_replay_keeps_order():
         async with s.ws_connect(f"{fb.ws_url}/stream?streams={STREAMS['spot']}") as ws:
             return await texts(ws, len(want))
 
-    with FakeBinance(SPOT, market="spot", speed=10.0, max_lines=300) as fb:
+    with BinanceVenue(SPOT, market="spot", speed=10.0, max_lines=300) as fb:
         assert run(go) == want
         assert fb.done.wait(HANG)
 
@@ -142,7 +138,7 @@ def test_only_subscribed_streams_and_live_subscribe():
             got = await texts(ws, len(want) + 1)
         return err, got
 
-    with FakeBinance(USDM, market="usdm", max_lines=2000) as fb:
+    with BinanceVenue(USDM, market="usdm", max_lines=2000) as fb:
         err, got = run(go)
     assert err["id"] == 1 and err["error"]["code"] == 2 and err["error"]["msg"].startswith("Invalid request")
     replies = [g for g in got if g.startswith('{"result"')]
@@ -170,7 +166,7 @@ def test_depth_first_is_recorded_snapshot_later_is_the_book(market):
                     later.append(await r2.json())
         return first_body, seen, later
 
-    with FakeBinance(CAPTURES[market], market=market, max_lines=3000) as fb:
+    with BinanceVenue(CAPTURES[market], market=market, max_lines=3000) as fb:
         first, seen, (later, small) = run(go)
     assert first == recorded
     assert seen == frames[:1500]
@@ -202,8 +198,8 @@ def test_exchange_info_and_unknown_symbol():
                 out[market + "_bad_depth"] = (r.status, await r.json())
         return out
 
-    with FakeBinance(SPOT, market="spot", max_lines=100) as spot, \
-            FakeBinance(USDM, market="usdm", max_lines=100) as usdm:
+    with BinanceVenue(SPOT, market="spot", max_lines=100) as spot, \
+            BinanceVenue(USDM, market="usdm", max_lines=100) as usdm:
         out = run(go)
     for market, (tick, step, weight) in {"spot": ("0.01000000", "0.00001000", "20"),
                                          "usdm": ("0.10", "0.001", "1")}.items():
@@ -232,7 +228,7 @@ def test_depth_weights_add_up():
                     used.append((int(r.headers["X-MBX-USED-WEIGHT-1M"]), len(body["bids"])))
             return used
 
-    with FakeBinance(SPOT, market="spot", max_lines=100) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=100) as fb:
         used = run(go)
     prev = 0
     for (u, _), w in zip(used, (5, 25, 50, 250, 250)):
@@ -254,7 +250,7 @@ def test_pings_and_pongs():
             m = await ws.receive()
             assert (m.type, m.data) == (aiohttp.WSMsgType.PONG, b"hi")
 
-    with FakeBinance(SPOT, market="spot", max_lines=100, ping_s=0.05) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=100, ping_s=0.05) as fb:
         run(go)
         assert fb.pings_sent >= 2
 
@@ -269,7 +265,7 @@ def test_pong_timeout_closes():
                     return pings, m
                 pings += 1  # and never answered
 
-    with FakeBinance(SPOT, market="spot", max_lines=100, ping_s=0.05, pong_timeout_s=0.3) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=100, ping_s=0.05, pong_timeout_s=0.3) as fb:
         pings, m = run(go)
         assert pings >= 1 and m.type == aiohttp.WSMsgType.CLOSE and m.data == 1008
         assert (1, "pong_timeout") in fb.closed_reasons and fb.pongs == 0
@@ -281,7 +277,7 @@ def test_pong_timeout_closes():
 # fault fires and a second connection has something to join)
 
 def test_drop_after_aborts_without_close_frame_first_connection_only():
-    want = stream_lines(capture("spot", 5000))
+    want = stream_lines(capture("spot", 4000))
 
     async def go(s):
         async with s.ws_connect(f"{fb.ws_url}/stream?streams={STREAMS['spot']}") as ws:
@@ -291,7 +287,7 @@ def test_drop_after_aborts_without_close_frame_first_connection_only():
             more = await texts(ws2, 20)
         return got, end, more
 
-    with FakeBinance(SPOT, market="spot", max_lines=5000, drop_after=5) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=4000, drop_after=5) as fb:
         got, end, more = run(go)
         assert got == want[:5]
         assert end.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)  # no CLOSE frame came
@@ -301,7 +297,7 @@ def test_drop_after_aborts_without_close_frame_first_connection_only():
 
 
 def test_close_after_every_connection():
-    want = stream_lines(capture("spot", 5000))
+    want = stream_lines(capture("spot", 4000))
 
     async def go(s):
         out = []
@@ -310,7 +306,7 @@ def test_close_after_every_connection():
                 out.append((await texts(ws, 5), await ws.receive()))
         return out
 
-    with FakeBinance(SPOT, market="spot", max_lines=5000, close_after=5, fault_every_connection=True) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=4000, close_after=5, fault_every_connection=True) as fb:
         out = run(go)
         assert [r for r in fb.closed_reasons if r[1] == "close_after"] == [(1, "close_after"), (2, "close_after")]
     (a, end_a), (b, end_b) = out
@@ -331,14 +327,14 @@ def test_silence_keeps_answering_pings_then_resumes():
             got += await texts(ws, len(want) - 3)
         return m, got
 
-    with FakeBinance(SPOT, market="spot", max_lines=600, silence_after=3, silence_s=1.0) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=600, silence_after=3, silence_s=1.0) as fb:
         m, got = run(go)
     assert (m.type, m.data) == (aiohttp.WSMsgType.PONG, b"alive?")
     assert got == want  # flat out the market waited for the silent connection: nothing lost
 
 
 def test_half_open_answers_nothing_and_keeps_the_socket():
-    want = stream_lines(capture("spot", 5000))
+    want = stream_lines(capture("spot", 4000))
 
     async def go(s):
         ws = await s.ws_connect(f"{fb.ws_url}/stream?streams={STREAMS['spot']}", autoping=False,
@@ -353,7 +349,7 @@ def test_half_open_answers_nothing_and_keeps_the_socket():
             more = await texts(ws2, 20)
         return got, live, more
 
-    with FakeBinance(SPOT, market="spot", max_lines=5000, half_open_after=3) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=4000, half_open_after=3) as fb:
         got, live, more = run(go)
         assert (1, "half_open_after") in fb.closed_reasons and fb.pongs == 0
     assert got == want[:3] and live == 1
@@ -379,7 +375,7 @@ def test_skip_and_dup_diffs():
         async with s.ws_connect(f"{fb.ws_url}/stream?streams={STREAMS['spot']}") as ws:
             return await texts(ws, len(want))
 
-    with FakeBinance(SPOT, market="spot", max_lines=600, skip_diffs={2}, dup_diffs={3}) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=600, skip_diffs={2}, dup_diffs={3}) as fb:
         assert run(go) == want
         assert fb.done.wait(HANG) and fb.frames_sent == len(want)
 
@@ -391,7 +387,7 @@ def test_malformed_and_oversized_frames():
         async with s.ws_connect(f"{fb.ws_url}/stream?streams={STREAMS['usdm']}", max_msg_size=8 << 20) as ws:
             return await texts(ws, 10)
 
-    with FakeBinance(USDM, market="usdm", max_lines=200, malformed_at={2}, oversized_at={4}) as fb:
+    with BinanceVenue(USDM, market="usdm", max_lines=200, malformed_at={2}, oversized_at={4}) as fb:
         got = run(go)
     assert got[0] == want[0] and got[2:4] == want[1:3] and got[5:] == want[3:8]
     with pytest.raises(ValueError):
@@ -413,7 +409,7 @@ def test_stale_snapshot_first_reply_only():
                 b = await r.json()
         return a, b
 
-    with FakeBinance(USDM, market="usdm", max_lines=1000, stale_snapshot=True) as fb:
+    with BinanceVenue(USDM, market="usdm", max_lines=1000, stale_snapshot=True) as fb:
         a, b = run(go)
     assert a == {**snap, "lastUpdateId": snap["lastUpdateId"] - 1000}
     assert b["lastUpdateId"] > snap["lastUpdateId"]
@@ -431,7 +427,7 @@ def test_rest_status_retry_after_and_delay():
                             await r.json(), time.monotonic() - t))
         return out
 
-    with FakeBinance(SPOT, market="spot", max_lines=100, rest_status=[429, 418], retry_after=2,
+    with BinanceVenue(SPOT, market="spot", max_lines=100, rest_status=[429, 418], retry_after=2,
                      rest_delay_s=0.2) as fb:
         out = run(go)
         assert fb.rest_calls == [(path, "symbol=BTCUSDT", 429), (path, "symbol=BTCUSDT", 418),
@@ -456,21 +452,21 @@ def test_max_conn_s_closes_every_connection():
                         break
         return ends
 
-    with FakeBinance(SPOT, market="spot", max_lines=200, max_conn_s=0.3) as fb:
+    with BinanceVenue(SPOT, market="spot", max_lines=200, max_conn_s=0.3) as fb:
         ends = run(go)
         assert [r for r in fb.closed_reasons if r[1] == "max_conn_s"] == [(1, "max_conn_s"), (2, "max_conn_s")]
     assert ends == [(aiohttp.WSMsgType.CLOSE, 1001)] * 2
 
 
-# ---- the CLI the benchmarks use
+# ---- the command (`engine venue binance`; tests/test_venue_cmd.py runs clients against it)
 
 def test_cli_serves_until_sigterm():
-    p = subprocess.Popen([sys.executable, "-m", "tests.helpers.fake_binance", str(SPOT), "--market", "spot",
-                          "--speed", "0", "--port", "0", "--max-lines", "100"],
+    p = subprocess.Popen(engine_cmd("venue", "binance", str(SPOT), "--market", "spot", "--speed", "0", "--port", "0"),
                          cwd=ROOT, env=engine_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        first = p.stdout.readline().split()
-        urls = dict(kv.split("=", 1) for kv in first)
+        uri = p.stdout.readline().strip()
+        assert uri.startswith("binance-live://spot?symbols=BTCUSDT&"), uri
+        urls = dict(urllib.parse.parse_qsl(uri.split("?", 1)[1]))
         assert urls["ws"].startswith("ws://127.0.0.1:") and urls["rest"].startswith("http://127.0.0.1:")
 
         async def go(s):
@@ -486,7 +482,7 @@ def test_cli_serves_until_sigterm():
 
 
 def test_cli_bad_capture_is_one_line(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "tests.helpers.fake_binance", str(tmp_path / "none.gz")],
+    res = subprocess.run(engine_cmd("venue", "binance", str(tmp_path / "none.gz")),
                          cwd=ROOT, env=engine_env(), capture_output=True, text=True, timeout=HANG)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()

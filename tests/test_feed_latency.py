@@ -7,12 +7,10 @@ import pytest
 
 from feeds.core.feed_latency import MAX_LATENCY_NS, MAX_SKEW_NS, Latencies, on_one_clock, record_feed
 
-from tests.conftest import SHARED_DATA
+from tests.helpers.data import SPOT
 from tests.helpers.feedutil import read_all
 
-SPOT = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
 YEAR_NS = 365 * 86400 * 10**9
-pytestmark = pytest.mark.skipif(not SPOT.exists(), reason="../shared/data is not here (a user's clone); CI has it")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +49,8 @@ def test_on_comparable_clocks_the_percentiles_are_the_datas(capture):
     st, d = stats(capture, 1_300_000_000)
     assert (d > 0).all() and "feed_latency_off_clock" not in st and "feed_latency_clock_offset_us" not in st
     for name, q in (("feed_latency_p50_us", 50), ("feed_latency_p99_us", 99), ("feed_latency_p999_us", 99.9)):
-        exact = np.percentile(d, q) / 1000
+        # the sample at that rank, as the histogram answers (not a mean of two: far apart in the tail)
+        exact = np.percentile(d, q, method="inverted_cdf") / 1000
         assert abs(st[name] - exact) <= 0.002 * exact + 1, (name, st[name], exact)
 
 

@@ -6,7 +6,8 @@ import time
 import numpy as np
 
 
-from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.conftest import ROOT, engine_cmd, engine_env
+from tests.helpers.data import SPOT
 from tests.helpers.feedutil import cli, consume_ring, read_all
 
 FIELDS = ("ts_event", "instrument", "kind", "side", "price", "size", "bid_px", "bid_sz", "ask_px", "ask_sz")
@@ -40,12 +41,8 @@ def test_itch_file_through_the_feed_process(tmp_path, shm_name):
 def test_file_pace_follows_recorded_receive_times(tmp_path, shm_name):
     """--speed replays at the recorded pace (here 1000x): gaps between ticks shrink by the factor,
     never below it (a replay that runs early would be wrong; later is only scheduling noise)."""
-    import pytest
-    path = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
-    if not path.exists():
-        pytest.skip("../shared/data is not here (a user's clone); CI has it")
     # (level ticks, or bookTicker quotes, would crowd the first 400 into a few ms)
-    uri = f"binance:{path}?depth=0&book_ticker=check"
+    uri = f"binance:{SPOT}?depth=0&book_ticker=check"
     want, _ = read_all(uri)
     n = 400
     proc = _feed(uri, shm_name, "--speed", "1000", "--count", str(n))

@@ -218,13 +218,9 @@ def test_dbn_live_and_dbn_files_share_one_parser_compile():
     """dbn-live parses a writable receive buffer, a file's chunks are read-only bytes: the parser
     gets a read-only view of either, so numba compiles it once for both."""
     from feeds.databento import dbn
-    from tests.conftest import SHARED_DATA
-    paths = sorted((SHARED_DATA / "dbn").glob("*.dbn.zst")) if (SHARED_DATA / "dbn").is_dir() else []
-    if not paths:
-        import pytest
-        pytest.skip("../shared/data is not here (a user's clone); CI has it")
+    from tests.helpers.data import ESH4
     from feeds.core.sources import open_source
-    src = open_source(f"dbn:{paths[0]}")
+    src = open_source(f"dbn:{ESH4}")
     next(iter(src.batches()))
     src._apply(np.zeros(64, np.uint8)[:0], 0, np.zeros((src.OUT_ROWS, 8), np.int64), 0)
     assert [s[0].mutable for s in dbn.parse.signatures] == [False], dbn.parse.signatures

@@ -9,7 +9,7 @@ import pytest
 from fpga import export, rtl, sim
 from fpga.fixed import FixedPointError, check_against_xgboost, load_xgboost_json, make_fixed
 
-from tests.conftest import SHARED_DATA
+from tests.helpers.data import USDM
 from tests.helpers.feedutil import cli
 
 HAVE_IVERILOG = shutil.which("iverilog") is not None
@@ -55,7 +55,6 @@ def test_leaf_agreement_is_exact_even_on_split_values_and_missing(small_model):
     assert fm.acc_bits == fm.leaf_width + int(np.ceil(np.log2(fm.n_trees + 1))) + 1
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "binance").exists(), reason="../shared/data is not here; CI has it")
 def test_leaf_agreement_on_real_data_features(default_model):
     """The default model on features computed from the real Binance capture; the tree IR both
     back ends build from (models/trees.py) on the same rows: XGBoost's leaves, and through the
@@ -63,7 +62,7 @@ def test_leaf_agreement_on_real_data_features(default_model):
     from models import flat
     from tests.conftest import strategy_rows
     from tests.helpers.tree_walk import flat_margin, ir_leaves, ir_margin, same_bits, xgboost_says
-    X, *_ = strategy_rows(f"binance:{SHARED_DATA / 'binance' / 'usdm_btcusdt_20240808.gz'}?size_unit=1e-3")
+    X, *_ = strategy_rows(f"binance:{USDM}?size_unit=1e-3")
     mj = default_model / "model.json"
     fm = make_fixed(load_xgboost_json(mj))
     res = check_against_xgboost(fm, mj, X)

@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.conftest import ROOT, engine_cmd, engine_env
+from tests.helpers.data import ESH4 as DBN
 from tests.helpers.small_fs import small_fs as tmpfs
 
-DBN = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 
 
 @pytest.fixture
@@ -30,7 +30,6 @@ def _error_line(r, path):
     assert str(path) in lines[0] and "No space left on device" in lines[0], lines[0]
 
 
-@pytest.mark.skipif(not DBN.exists(), reason=f"the real DBN capture is not in {SHARED_DATA}")
 @pytest.mark.parametrize("ext", [".parquet", ".csv", ".ticks", ".itch.gz"])
 def test_convert_onto_a_full_disk_fails_naming_the_file_and_leaves_nothing(small_fs, ext):
     d, fill = small_fs

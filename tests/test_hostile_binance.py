@@ -1,4 +1,4 @@
-"""binance-live against a hostile or broken venue (issue 60): tests/helpers/fake_binance.py
+"""binance-live against a hostile or broken venue (issue 60): feeds/binance/venue/
 replaying the real usdm capture on loopback, with its hostile faults (ws_fault, rest_fault). The
 client is the real one in a real `engine feed` process, watched from outside
 (tests/helpers/feed_proc.py): every buffer capped (the connection or the reply dropped with its
@@ -17,12 +17,11 @@ import pytest
 
 from feeds.core.uri import FeedError
 
-from tests.conftest import ROOT, SHARED_DATA
+from tests.conftest import ROOT
+from tests.helpers.data import USDM
 from tests.helpers.feed_proc import FeedProc
 from tests.helpers.feedutil import cli, one_line_error
 
-USDM = SHARED_DATA / "binance" / "usdm_btcusdt_20240808.gz"
-pytestmark = pytest.mark.skipif(not USDM.exists(), reason="../shared/data is not here (a user's clone); CI has it")
 BUDGET = 512 << 20  # what one hostile connection or reply may send: an uncapped client holds all of it
 GROWTH_MB = 120  # what a capped client may grow by meanwhile (buffers it keeps, allocator slack)
 STOP_S = 10.0  # a stopped feed is gone within this; each wait it ends is 30 s or more (they held 15-45 s)
@@ -35,8 +34,8 @@ def uri(fb, **extra):
 
 
 def venue(**kw):
-    from tests.helpers.fake_binance import FakeBinance
-    return FakeBinance(USDM, market="usdm", speed=kw.pop("speed", 2.0), hostile_budget=BUDGET, **kw)
+    from feeds.binance.venue import BinanceVenue
+    return BinanceVenue(USDM, market="usdm", speed=kw.pop("speed", 2.0), hostile_budget=BUDGET, **kw)
 
 
 def depth_times(fb):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SHARED_DATA, converted, engine_cmd, engine_env
+from tests.conftest import ROOT, converted, engine_cmd, engine_env
+from tests.helpers.data import ESH4 as DBN, SPOT
 from tests.helpers.as_user import as_user, can_make_users, throwaway_users
 
 NO_USERS = can_make_users()
@@ -104,10 +105,6 @@ def test_a_failing_init_leaves_no_temporary_file(shm_name):
 
 # -- cut-off captures: an error naming the file, never half the ticks passed off as all --
 
-DBN = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
-SPOT = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
-NO_DATA = not (DBN.exists() and SPOT.exists())
-
 
 def _cut(src, dst, keep):
     data = src.read_bytes()
@@ -115,7 +112,6 @@ def _cut(src, dst, keep):
     return dst
 
 
-@pytest.mark.skipif(NO_DATA, reason=f"the real captures are not in {SHARED_DATA}")
 def test_every_cut_of_a_real_zstd_capture_is_an_error_naming_it(tmp_path):
     from feeds.core import files
     from feeds.core.uri import FeedError
@@ -138,7 +134,6 @@ def test_every_cut_of_a_real_zstd_capture_is_an_error_naming_it(tmp_path):
     assert b"".join(files.chunks(str(p))) == b"\0" * 10**6
 
 
-@pytest.mark.skipif(NO_DATA, reason=f"the real captures are not in {SHARED_DATA}")
 @pytest.mark.parametrize("src,uri,out", [(DBN, "dbn", "x.ticks"), (DBN, "dbn", "x.parquet"), (SPOT, "binance", "x.parquet")])
 def test_converting_a_cut_off_capture_fails_naming_it_and_writes_nothing(tmp_path, src, uri, out):
     cut = _cut(src, tmp_path / ("cut" + "".join(src.suffixes[-3:] if uri == "dbn" else src.suffixes[-1:])), 0.5)
@@ -151,7 +146,6 @@ def test_converting_a_cut_off_capture_fails_naming_it_and_writes_nothing(tmp_pat
     assert os.listdir(outdir) == []
 
 
-@pytest.mark.skipif(NO_DATA, reason=f"the real captures are not in {SHARED_DATA}")
 def test_a_backtest_with_a_cut_off_l3_file_fails_naming_it(tmp_path):
     ticks = converted(f"dbn:{DBN}")  # (only read)
     cut = _cut(DBN, tmp_path / "cut.mbo.dbn.zst", 0.5)

@@ -7,10 +7,7 @@ from engine.records import KIND_QUOTE, SIGNAL_DTYPE
 from engine.tickfile import TickFile
 from feeds.convert import convert
 from replay import execsim, l3
-from tests.conftest import SHARED_DATA
-
-REAL = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
-pytestmark = pytest.mark.skipif(not REAL.exists(), reason="../shared/data is not here (a user's clone); CI has it")
+from tests.helpers.data import ESH4 as REAL
 
 
 def reference(rec, words, sigs, latency_ns):

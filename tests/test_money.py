@@ -11,17 +11,10 @@ import pytest
 
 from engine.tickfile import TickFile
 
-from tests.conftest import ROOT, SHARED_DATA, converted, engine_cmd, engine_env
+from tests.conftest import ROOT, converted, engine_cmd, engine_env
+from tests.helpers.data import ESH4, SPOT, USDM
 from tests.helpers.feedutil import cli
 
-SPOT = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
-USDM = SHARED_DATA / "binance" / "usdm_btcusdt_20240808.gz"
-ESH4 = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
-
-
-def need(path):
-    if not path.exists():
-        pytest.skip("../shared/data is not here (a user's clone); CI has it")
 
 
 def convert(tmp_path, uri, name):
@@ -33,7 +26,6 @@ def convert(tmp_path, uri, name):
 
 @pytest.fixture(scope="module")
 def esh4_ticks(tmp_path_factory):
-    need(ESH4)
     return convert(tmp_path_factory.mktemp("esh4"), f"dbn:{ESH4}", "conv.ticks")
 
 
@@ -46,7 +38,6 @@ def backtest(tmp_path, ticks, name, *extra):
 def test_a_binance_backtest_prices_a_lot_as_the_feed_defines_it(tmp_path, default_model):
     """README's own command (no size_unit) and the same with size_unit written out give the same
     money: a lot is 1e-5 BTC either way (it was priced as 1 BTC: PnL 100,000 times too large)."""
-    need(SPOT)
     plain = convert(tmp_path, f"binance:{SPOT}", "plain.ticks")
     spelled = convert(tmp_path, f"binance:{SPOT}?size_unit=1e-5", "spelled.ticks")
     assert TickFile(plain).specs == TickFile(spelled).specs
@@ -80,7 +71,6 @@ def test_a_recorded_dbn_ring_backtests_as_the_converted_file(tmp_path, shm_name,
 
 
 def test_fees_default_to_the_venue_and_the_headline_shows_net_beside_gross(tmp_path, default_model):
-    need(USDM)
     ticks = convert(tmp_path, f"binance:{USDM}?size_unit=1e-3", "usdm.ticks")
     s = backtest(tmp_path, ticks, "bt", "--latency-us", "100")
     bt = s["instruments"]["BTCUSDT"]
@@ -165,7 +155,6 @@ def test_a_binance_capture_says_which_market_it_is(tmp_path):
     from feeds.binance.capture import _futures_capture
     from feeds.core.sources import open_source
     from feeds.core.uri import FeedError
-    need(SPOT)
     assert not _futures_capture(str(SPOT)) and _futures_capture(str(USDM))
     src = open_source(f"binance:{USDM}")
     assert src._specs.make("BTCUSDT")["venue"] == "BINANCE-F"

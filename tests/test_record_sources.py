@@ -16,10 +16,10 @@ from app.daily_files import label, pieces
 from engine.tickfile import TickFile
 from feeds.core.sources import open_source
 
-from tests.conftest import ROOT, SHARED_DATA, engine_cmd, engine_env
+from tests.conftest import ROOT, engine_cmd, engine_env
+from tests.helpers.data import SPOT as BINANCE
 from tests.helpers.feedutil import cli, one_line_error, without_depth
 
-BINANCE = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
 TS_RECV = 2  # the tick word a live source stamps on arrival (engine/records.py)
 
 

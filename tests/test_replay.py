@@ -11,11 +11,12 @@ import pytest
 
 from engine.tickfile import TickFile
 
-from tests.conftest import ROOT, SHARED_DATA, converted, engine_cmd, engine_env
+from tests.conftest import ROOT, converted, engine_cmd, engine_env
+from tests.helpers.data import ESH4, SPOT, whole_capture
 from tests.helpers.feedutil import cli
 
-REAL = {"binance": SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz",
-        "dbn": SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"}
+REAL = {"binance": SPOT, "dbn": ESH4}
+REAL.update({f"{k}-whole": whole_capture(p) for k, p in list(REAL.items()) if whole_capture(p)})
 
 
 def same_table(a, b):
@@ -113,12 +114,10 @@ def test_live_run_and_backtest_give_the_same_signals_synthetic(tmp_path, default
     _parity(tmp_path, src, strategy_core())
 
 
-@pytest.mark.parametrize("feed", ["binance", "dbn"])
-def test_live_run_and_backtest_give_the_same_signals_on_real_data(tmp_path, default_model, feed):
-    if not REAL[feed].exists():
-        pytest.skip("../shared/data is not here (a user's clone); CI has it")
+@pytest.mark.parametrize("which", sorted(REAL))
+def test_live_run_and_backtest_give_the_same_signals_on_real_data(tmp_path, default_model, which):
     from tests.conftest import strategy_core
-    src = ticks_file(tmp_path, f"{feed}:{REAL[feed]}")
+    src = ticks_file(tmp_path, f"{which.split('-')[0]}:{REAL[which]}")
     _parity(tmp_path, src, strategy_core())
 
 

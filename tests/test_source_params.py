@@ -10,10 +10,9 @@ import pytest
 
 from engine.tickfile import TickFile
 
-from tests.conftest import SHARED_DATA
+from tests.helpers.data import SPOT as BINANCE
 from tests.helpers.feedutil import cli, one_line_error
 
-BINANCE = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
 TS_RECV = 2
 
 

@@ -22,8 +22,8 @@ SYN = "synthetic://?instruments=4&seed=3&rate=20000"
 
 
 def readme_consumer():
-    """The consumer example README.md shows, as printed."""
-    text = (ROOT / "README.md").read_text()
+    """The consumer example the daemon guide shows, as printed."""
+    text = (ROOT / "docs/guides/operations/daemon.md").read_text()
     block = text.split("A consumer in Python, with the same checks:\n\n", 1)[1].split("\n\n", 1)[0]
     return textwrap.dedent(block)
 

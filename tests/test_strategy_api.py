@@ -12,11 +12,10 @@ from engine.strategy_build import build
 from engine.strategy_load import StrategyError, load
 from feeds.core.sources import open_source
 
-from tests.conftest import SHARED_DATA
+from tests.helpers.data import SPOT as BINANCE
 from tests.helpers import strategies as S
 from tests.helpers.feedutil import cli, one_line_error
 
-BINANCE = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
 
 
 def stream(uri):
@@ -78,8 +77,6 @@ def test_five_level_strategy_sees_the_python_book_synthetic(tmp_path):
 
 
 def test_five_level_strategy_sees_the_python_book_binance(tmp_path):
-    if not BINANCE.exists():
-        pytest.skip("../shared/data is not here (a user's clone); CI has it")
     host = build(load(str(S.write(tmp_path, "levels5", S.LEVELS5))))
     words, n, levels = stream(f"binance:{BINANCE}?depth=10")
     _check_levels(host, words[:400_000], n, levels)

@@ -5,14 +5,11 @@ import json
 
 import pytest
 
-from tests.conftest import SHARED_DATA, strategy_core
+from tests.conftest import strategy_core
+from tests.helpers.data import ESH4 as CME, SPOT, USDM
 from tests.helpers import strategies as S
 from tests.helpers.feedutil import cli, one_line_error
 from tests.test_replay import _parity, ticks_file
-
-USDM = SHARED_DATA / "binance" / "usdm_btcusdt_20240808.gz"
-SPOT = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
-CME = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 
 # a depth strategy a user might write from the README: 5-level imbalance, no decide
 IMB5 = '''
@@ -44,11 +41,6 @@ def on_tick(state, book, tick, row, params):
 '''
 
 
-def _need(*paths):
-    if not all(p.exists() for p in paths):
-        pytest.skip("../shared/data is not here (a user's clone); CI has it")
-
-
 def _train(tmp_path, strategy, source, name="m"):
     out = tmp_path / name
     r = cli("train", source, "--strategy", str(strategy), "--out", str(out), "--trees", "30", "--depth", "4",
@@ -61,7 +53,6 @@ def _train(tmp_path, strategy, source, name="m"):
 # capture with its default model in test_replay.py)
 @pytest.mark.parametrize("strategy", ["depth_imbalance", "imb5"])
 def test_train_on_one_capture_then_backtest_and_live_agree_on_another(tmp_path, strategy):
-    _need(USDM, SPOT)
     if strategy == "imb5":
         strategy = str(S.write(tmp_path, "imb5", IMB5))
     train_file = ticks_file(tmp_path, f"binance:{USDM}", "usdm.ticks")
@@ -76,7 +67,6 @@ def test_train_on_one_capture_then_backtest_and_live_agree_on_another(tmp_path, 
 
 @pytest.mark.parametrize("strategy", ["microstructure", "depth_imbalance"])
 def test_cme_capture_trains_backtests_and_runs_live_identically(tmp_path, strategy):
-    _need(CME)
     f = ticks_file(tmp_path, f"dbn:{CME}", "esh4.ticks")
     model = _train(tmp_path, strategy, f"tickfile:{f}")
     _parity(tmp_path, f, strategy_core(), "--strategy", strategy, "--model", str(model), min_signals=10)

@@ -9,16 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_DATA, converted
+from tests.conftest import converted
+from tests.helpers.data import ESH4, SPOT
 from tests.helpers.feedutil import cli
 
-SPOT = SHARED_DATA / "binance" / "spot_btcusdt_20240808.gz"
-ESH4 = SHARED_DATA / "dbn" / "esh4-glbx-mdp3-20231225.mbo.dbn.zst"
-
-
-def need(*paths):
-    if not all(p.exists() for p in paths):
-        pytest.skip("../shared/data is not here (a user's clone); CI has it")
 
 
 def backtest(tmp_path, name, *args):
@@ -43,14 +37,14 @@ def test_a_merged_backtest_is_each_files_backtest_instrument_by_instrument(tmp_p
     merged into one stream: each instrument's decisions, fills, fees, trades and PnL in the merge
     are its own file's; ESH4 keeps its CME fees under its run name CME:ESH4; each currency's money
     is its instruments' and nothing adds USD to USDT."""
-    need(SPOT, ESH4)
     a, spot = converted(f"dbn:{ESH4}" if first == "dbn" else SYN), converted(f"binance:{SPOT}")
     flags = ("--latency-us", "150", "--orders", orders)
     alone = [("a", backtest(tmp_path, "a", str(a), *flags)), ("b", backtest(tmp_path, "b", str(spot), *flags))]
     m = backtest(tmp_path, "m", "--merge", str(a), str(spot), *flags)
     from engine.universe import run_name
+    assert sum(s["fills"] for _, s in alone) > 20  # (a maker's on the 45 s of spot: a few)
     for out, s in alone:
-        assert s["fills"] > 20 and len(s["currencies"]) == 1, s
+        assert s["fills"] > 0 and len(s["currencies"]) == 1, s
         for own, mine in s["by_instrument"].items():
             name = run_name(own, s["instruments"][own]["venue"])
             # the strategy decided on the same ticks the same way (it reads its instrument's ticks alone)
@@ -144,7 +138,6 @@ def test_a_total_in_one_currency_only_at_the_rates_given(tmp_path, default_model
     """The merged ESH4 + BTCUSDT backtest with rates (replay.jobs.Params.fx: --fx USDT/USD=RATE):
     a converted total, said to be converted and at what rate, beside each currency's own figures,
     which stay as they are; a rate missing for one currency converts nothing and says which."""
-    need(SPOT, ESH4)
     from replay.currency import parse_fx
     from replay.jobs import Params, backtest as run
     from replay.merged import write_merged

@@ -9,12 +9,12 @@ import os
 import signal
 import sys
 
-from . import data_cmds, fpga_cmds, model_cmds, ops_cmds, replay_cmds, run_cmds, sources_cmd
+from . import commands_cmd, data_cmds, fpga_cmds, model_cmds, ops_cmds, replay_cmds, run_cmds, sources_cmd, venue_cmd
 from .common import Parser, model_keys
 from app.source_params import check_command
 
 # the groups, in the order `engine --help` lists their commands
-GROUPS = (run_cmds, data_cmds, replay_cmds, model_cmds, ops_cmds, fpga_cmds, sources_cmd)
+GROUPS = (run_cmds, data_cmds, replay_cmds, model_cmds, ops_cmds, fpga_cmds, sources_cmd, venue_cmd, commands_cmd)
 # commands that end with os._exit once everything is flushed (see main)
 FAST_EXIT = ("run", "feed", "replay", "backtest", "sweep")
 
@@ -25,6 +25,7 @@ def build_parser():
     for group in GROUPS:
         group.add_parsers(sub)
     p._run_parser = sub.choices["run"]  # main applies --config to `engine run` with it
+    sub.choices["commands"].set_defaults(root=p)  # (engine commands prints every parser)
     return p
 
 

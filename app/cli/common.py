@@ -11,22 +11,7 @@ from app.arg_types import (existing_file, int_range, nonneg_float, nonneg_int,  
                            positive_float, positive_int, pow2)  # validators: app/exec_options.py takes them too)
 from app.run_options import RunConfig, http_addr  # noqa: F401  (http_addr: for the clients as for engine run)
 
-
-def sources_help():
-    """The sources part of a command's help, made from the source declarations (feeds/core/params.py):
-    each kind's URI and the names of its parameters; `engine sources` says what each one means."""
-    import textwrap
-    from feeds.core.sources import kinds
-    out = ["", "sources (engine sources SCHEME: what each parameter means):"]
-    for k in kinds():
-        out.append(f"  {k.usage():<30} {k.title}")
-        if k.params:
-            out.append(textwrap.fill(" ".join(p.name for p in k.params), 96, initial_indent=" " * 6,
-                                     subsequent_indent=" " * 6))
-    out += ["  depth=0..32: book levels a side sent as level ticks; commands that run a strategy ask for what it",
-            "  reads (0 for a touch-only strategy) unless the URI says",
-            "  rate= is a pace: feed, run and record keep it; the commands that read as fast as they can refuse it", ""]
-    return "\n".join(out)
+from .parser import Parser, sources_help  # noqa: F401  (the commands' parser, and its sources part)
 
 
 def npy_file(s):
@@ -96,12 +81,6 @@ def help_from(action, **parts):
     return action
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """One line, not the usage block: which argument and why, and where to look."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def refused(parse, *args):
     """parse(*args) for an argparse type=: its ValueError becomes argparse's one line naming the option."""
     try:
@@ -112,11 +91,9 @@ def refused(parse, *args):
 
 def command(sub, name, fn, help, description=None, sources=False, **kw):
     """The parser of command `name` (or of a subcommand: `sub` from subcommands()), which runs
-    fn(args) (None: one of its subcommands does). sources: the description is printed as written,
-    followed by the source URIs the command reads (sources_help)."""
-    if sources:
-        description, kw["formatter_class"] = description + sources_help(), argparse.RawDescriptionHelpFormatter
-    p = sub.add_parser(name, help=help, description=description, **kw)
+    fn(args) (None: one of its subcommands does). sources: the command reads source URIs; its
+    help says which (app/cli/parser.py)."""
+    p = sub.add_parser(name, help=help, description=description, sources=sources, **kw)
     if fn is not None:
         p.set_defaults(fn=fn)
     return p
@@ -127,6 +104,7 @@ def subcommands(p, dest, required=True):
     return p.add_subparsers(dest=dest, required=required, metavar="SUBCOMMAND")
 
 
+STRATEGY_BRIEF = "one of %(shipped)s: strategies/; or a FILE.py (default %(default_strategy)s)"
 STRATEGY_HELP = ("strategy: a shipped one by name (%(shipped)s: strategies/) or a .py file written to the "
                  "contract in README 'Strategies' (default %(default_strategy)s)")
 
@@ -141,11 +119,13 @@ def _default_strategy():
     return DEFAULT_STRATEGY
 
 
-def strategy_args(q):
-    """--strategy and --param: every command that runs a strategy's code takes them."""
-    help_from(q.add_argument("--strategy", default=None, metavar="NAME|FILE.py", help=STRATEGY_HELP),
-              shipped=_shipped, default_strategy=_default_strategy)
-    q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+def strategy_args(q, group=None):
+    """--strategy and --param (common options under `group`, given one: app/cli/parser.py), --universe:
+    every command that runs a strategy's code takes them."""
+    help_from(q.add_argument("--strategy", default=None, metavar="NAME|FILE.py", help=STRATEGY_HELP, group=group,
+                             brief=STRATEGY_BRIEF), shipped=_shipped, default_strategy=_default_strategy)
+    q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", group=group,
+                   brief="set one of the strategy's PARAMS (repeatable)",
                    help="set one of the strategy's PARAMS for this run (repeatable); unknown names are an error")
     q.add_argument("--universe", action="append", default=[], metavar="ROLE=INSTRUMENT", dest="universe_bind",
                    help="bind a role of the strategy's UNIVERSE to an instrument (VENUE:SYMBOL, a SYMBOL or an fnmatch "

@@ -430,19 +430,21 @@ def _add_train(sub):
                             "features` writes), label it from future mid moves, split by time (train/validation/"
                             "test with an embargo), train XGBoost with early stopping, print test metrics, and "
                             "write a verified artifact that records the strategy it was trained for. ", sources=True)
+    t.headings("what to train on", "the model", "what it writes", "where it runs")
     t.add_argument("sources", nargs="*", metavar="SOURCE", help="e.g. synthetic://?instruments=4&seed=7 (or "
                                                                 "--recordings)")
-    strategy_args(t)
+    strategy_args(t, group="what to train on")
     merge_arg(t)
-    t.add_argument("--out", required=True, help="artifact directory to write")
-    t.add_argument("--trees", type=positive_int, default=200, help="maximum trees (default 200)")
+    t.add_argument("--out", required=True, metavar="DIR", help="artifact directory to write", group="what it writes")
+    t.add_argument("--trees", type=positive_int, default=200, help="maximum trees (default 200)", group="the model")
     t.add_argument("--quiet", action=Flag, help="no progress lines (warnings, errors and the result still print)")
     t.add_argument("--depth", type=int_range(1, 16), default=6, help="tree depth (default 6)")
     t.add_argument("--eta", type=positive_float, default=0.1, help="learning rate (default 0.1)")
-    t.add_argument("--horizon", type=positive_float, default=20, help="label horizon (default 20)")
-    t.add_argument("--horizon-unit", choices=("ticks", "ms"), default="ticks",
+    t.add_argument("--horizon", type=positive_float, default=20, help="label horizon (default 20)", group="the model")
+    t.add_argument("--horizon-unit", choices=("ticks", "ms"), default="ticks", group="the model",
+                   brief="the horizon's unit: scored ticks or exchange ms",
                    help="horizon in the instrument's scored ticks or in exchange-time milliseconds")
-    t.add_argument("--labels", choices=("binary", "ternary"), default="binary",
+    t.add_argument("--labels", choices=("binary", "ternary"), default="binary", group="the model",
                    help="binary: up/down (flat dropped); ternary: +1/0/-1 with --dead-band")
     t.add_argument("--dead-band", type=nonneg_float, default=0.5,
                    help="ternary: |move| in bps counted as flat (default 0.5)")
@@ -455,7 +457,8 @@ def _add_train(sub):
     t.add_argument("--backends", type=_backends, default=("treelite", "flat"), help="back ends to build (default treelite,flat)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--sign-key", default=None, metavar="PRIVATE_KEY", help=SIGN_KEY_HELP)
-    t.add_argument("--workers", type=positive_int, default=1,
+    t.add_argument("--workers", type=positive_int, default=1, metavar="N", group="where it runs",
+                   brief="build and train on a Dask LocalCluster of N",
                    help="build the data set (a source per task) and train on a Dask LocalCluster of N processes "
                         "(XGBoost's Dask interface; default 1: this process)")
     t.add_argument("--scheduler", default=None, metavar="ADDR",
@@ -484,6 +487,8 @@ def _add_train(sub):
     r.add_argument("--gate-exec", default="", metavar="'FLAGS'",
                    help="the gate's backtest execution, in engine backtest's flags (e.g. '--latency-us 200 --fee-bps "
                         "4'; default its defaults)")
+    t.show("what to train on", {"--recordings": "engine record's daily files under DIR, not SOURCEs"})
+    t.show("what it writes", {"--register": "register it as NAME's next version if it beats NAME's"})
 
 
 def _add_compile(sub):

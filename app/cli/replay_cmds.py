@@ -226,12 +226,13 @@ def _add_shadow(sub):
                                   "--ticks (the run's recording) each model's PnL through "
                                   "engine backtest's execution simulator with the execution flags below.")
     r.add_argument("signals", metavar="RUN.sig", type=existing_file, help="the live run's signal file")
-    r.add_argument("--ticks", type=existing_file, default=None, metavar="REC.ticks",
+    r.add_argument("--ticks", type=existing_file, default=None, metavar="REC.ticks", group="what to compare",
                    help="the run's recording (what engine run recorded): each model's PnL on it")
     r.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000", help="hit-rate horizons, ms")
     exec_args(r)
-    strategy_args(r)
-    r.add_argument("--json", action=Flag, help="print the report as one JSON object")
+    r.show("how orders fill", COMMON_EXEC)
+    strategy_args(r, group="what to compare")
+    r.add_argument("--json", action=Flag, help="print the report as one JSON object", group="what it writes")
     r.set_defaults(fn=cmd_shadow_report)
 
 
@@ -246,13 +247,20 @@ def _add_replay(sub):
     rp.set_defaults(fn=cmd_replay)
 
 
+# the execution flags (app/exec_options.py) --help lists, and their one lines there
+COMMON_EXEC = {"--orders": "taker, maker, or the strategy's `maker` param",
+               "--latency-us": "order-entry latency, us, or a distribution",
+               "--fee-bps": "taker fee, bp of notional (default: the venue's)"}
+
+
 def _model_and_dask_args(p, out_help, unit):
     """backtest's and sweep's model (what _backtest_params reads), output directory and Dask cluster."""
     p.add_argument("--model", default=None, help="model artifact directory, or registry:NAME[@VERSION] (engine model "
-                   "list; default: the strategy's default model)")
-    p.add_argument("--out", required=True, help=out_help)
+                   "list; default: the strategy's default model)", group="what to run",
+                   brief="a model directory or registry:NAME[@VERSION]")
+    p.add_argument("--out", required=True, metavar="DIR", help=out_help, group="what it writes")
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, help="model back end (all are bit-exact)")
-    p.add_argument("--workers", type=positive_int, default=1,
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N", group="where it runs",
                    help=f"{unit} in parallel on a Dask LocalCluster of N processes")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://HOST:PORT)")
 
@@ -266,12 +274,15 @@ def _add_backtest(sub):
                                     "(latency, queue position, fees); write OUT/signals.parquet (one row per signal) "
                                     "and OUT/report.{md,json} with its plots. Several files run in parallel on Dask "
                                     "with --workers.")
-    bt.add_argument("files", nargs="+", metavar="FILE.ticks", type=existing_file)
+    bt.headings("what to run", "how orders fill", "what it writes", "where it runs")
+    bt.add_argument("files", nargs="+", metavar="FILE.ticks", type=existing_file,
+                    help="tick files (engine convert, engine record, engine run --record)")
+    strategy_args(bt, group="what to run")
     _model_and_dask_args(bt, "output directory", "files")
     exec_args(bt)
+    bt.show("how orders fill", COMMON_EXEC)
     bt.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000",
                     help="hit-rate horizons, ms (default 100,1000,10000)")
-    strategy_args(bt)
     merge_arg(bt)
     bt.add_argument("--conflate-as-recorded", default=None, metavar="SIGNALS.sig",
                     help="replay a live run over this file (`engine run --feed tickfile:F --signals-out S.sig`, "
@@ -280,7 +291,7 @@ def _add_backtest(sub):
                          "(killed and resumed before the same ticks) and its pauses (`engine ctl pause/resume`: "
                          "nothing decided between the same ticks), so the signals are identical")
     bt.add_argument("--quiet", action=Flag, help="no progress lines")
-    bt.add_argument("--json", action=Flag, help="print the summary as one JSON object")
+    bt.add_argument("--json", action=Flag, help="print the summary as one JSON object", group="what it writes")
     verify_key_arg(bt)
     from .run_cmds import add_arguments, check_arg
     add_arguments(bt, only=RISK_FIELDS)  # (the risk gate's flags, as `engine run` has them)
@@ -295,14 +306,16 @@ def _add_sweep(sub):
                                     "knobs latency_us, response_us, queue_power, fee_bps, maker_bps, per_lot, maker) "
                                     "over the files, on Dask; writes OUT/sweep.parquet (one row per parameter set) "
                                     "and OUT/heatmap.png; finished cells are cached in OUT/cells, so a rerun resumes.")
-    sw.add_argument("files", nargs="+", metavar="FILE.ticks", type=existing_file)
-    sw.add_argument("--grid", required=True, metavar="NAME=LO:HI:STEP|V1|V2,...",
+    sw.headings("what to run", "how orders fill", "what it writes", "where it runs")
+    sw.add_argument("files", nargs="+", metavar="FILE.ticks", type=existing_file, help="tick files")
+    sw.add_argument("--grid", required=True, metavar="NAME=LO:HI:STEP|V1|V2,...", group="what to run",
                     help="e.g. 'enter_long=0.6:0.8:0.05,latency_us=0|100|500' (the cross product)")
+    strategy_args(sw, group="what to run")
     _model_and_dask_args(sw, "output directory (its cells/ cache makes reruns resume)", "cells")
     sw.add_argument("--horizons-ms", type=_horizons_ms, default="100,1000,10000", help="hit-rate horizons, ms")
     exec_args(sw)
-    strategy_args(sw)
+    sw.show("how orders fill", COMMON_EXEC)
     sw.add_argument("--quiet", action=Flag, help="no progress bar")
-    sw.add_argument("--json", action=Flag, help="print every row as one JSON object")
+    sw.add_argument("--json", action=Flag, help="print every row as one JSON object", group="what it writes")
     verify_key_arg(sw)
     sw.set_defaults(fn=cmd_sweep)

@@ -86,8 +86,11 @@ def _add_run(sub):
                 description="Run the engine end to end. With no --model the default model is used "
                             "(trained on the synthetic market and cached on first run). On exit "
                             "(--duration over, SIGINT, SIGTERM) prints a summary; progress goes to stderr.")
+    for title in run_options.HEADINGS:
+        r.heading(title)
     r.add_argument("--config", default=None, help="TOML file with any of these options (ops/engine.toml is a "
-                   "commented sample); flags given here win")
+                   "commented sample); flags given here win", group="what to run", metavar="FILE",
+                   brief="a TOML file of these options (ops/engine.toml)")
     add_arguments(r)
 
 
@@ -103,13 +106,14 @@ def _named(name):
 
 
 def add_arguments(p, only=None):
-    """The options of `engine run`, each from its RunConfig field (app/run_options.py), in order;
-    only: just those fields (another command sharing them: `engine backtest` the risk_* ones)."""
+    """The options of `engine run`, each from its RunConfig field (app/run_options.py), in order,
+    its common ones under their headings (Opt.group); only: just those fields (another command
+    sharing them: `engine backtest` the risk_* ones)."""
     for name, o in run_options.opts():
         if only is not None and name not in only:
             continue
         if o.flag:
-            kw = {"default": getattr(run_options.RunConfig, name), "help": o.help}
+            kw = {"default": getattr(run_options.RunConfig, name), "help": o.help, "group": o.group, "brief": o.brief}
             if o.kind is bool:
                 kw.update(action=Flag, dest=o.dest or name)
             else:
@@ -124,7 +128,7 @@ def add_arguments(p, only=None):
             a = p.add_argument(o.flag, **kw)
             a.help = a.help.replace("%(wait_help)s", _wait_help())  # (--wait's choices, said by engine/waits.py)
         if o.cli is not None:
-            _named(o.cli)(p)
+            _named(o.cli)(p, **({"group": o.group} if o.group else {}))
 
 
 def check_args(a):
