@@ -99,8 +99,8 @@ class RingCounter(threading.Thread):
         return self.counts[6] > max(self.counts[5], since_seq)
 
 
-def _capture_span_s():
-    with gzip.open(USDM, "rb") as f:
+def _capture_span_s(capture):
+    with gzip.open(capture, "rb") as f:
         first = int(f.readline().split(b" ", 1)[0])
         last = first
         for ln in f:
@@ -108,16 +108,16 @@ def _capture_span_s():
     return (last - first) / 1e9
 
 
-def soak(seconds=600.0, phase_s=10.0, quiet=True):
+def soak(seconds=600.0, phase_s=10.0, quiet=True, capture=USDM):
     """Run the soak for about `seconds` (whole cycles, at least two); its result dict."""
     from feeds.binance.venue import BinanceVenue
     from tests.helpers.feed_proc import FeedProc
     cycles = max(2, round(seconds / (phase_s * len(CYCLE))))
     run_s = cycles * phase_s * len(CYCLE)
-    speed = min(2.0, 0.85 * _capture_span_s() / (run_s + 60))  # (the capture lasts the soak)
+    speed = min(2.0, 0.85 * _capture_span_s(capture) / (run_s + 60))  # (the capture lasts the soak)
     say = (lambda m: None) if quiet else (lambda m: print(m, flush=True))
     ring = f"hostilesoak-{id(say) & 0xffffff:x}"
-    fb = BinanceVenue(USDM, market="usdm", speed=speed, ws_fault_after=50, trickle_s=0.1, hostile_budget=64 << 20)
+    fb = BinanceVenue(capture, market="usdm", speed=speed, ws_fault_after=50, trickle_s=0.1, hostile_budget=64 << 20)
     fb.start()
     try:
         u = (f"binance-live://usdm?symbols=BTCUSDT&update=0ms&ws={fb.ws_url}&rest={fb.rest_url}"

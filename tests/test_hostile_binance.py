@@ -18,7 +18,7 @@ import pytest
 from feeds.core.uri import FeedError
 
 from tests.conftest import ROOT
-from tests.helpers.data import USDM
+from tests.helpers.data import USDM, cut_and_whole
 from tests.helpers.feed_proc import FeedProc
 from tests.helpers.feedutil import cli, one_line_error
 
@@ -460,7 +460,8 @@ def test_a_refused_upgrade_s_status_line_is_escaped(shm_name):
 SOAK_S = 36.0  # two cycles of 1.5 s phases: short enough for every run of the suite (10 minutes: the bench)
 
 
-def test_a_soak_of_alternating_faults_keeps_memory_flat_and_counts_every_gap(monkeypatch):
+@pytest.mark.parametrize("capture", cut_and_whole(USDM, ids=["usdm"]))
+def test_a_soak_of_alternating_faults_keeps_memory_flat_and_counts_every_gap(monkeypatch, capture):
     """bench/hostile_soak.py for SOAK_S (two cycles of its phases): the venue alternates every fault
     above; after the first cycle the feed's memory, descriptors and threads do not grow, no attack
     runs to its end, and every lost connection is one gap line, every gap one gap tick in the ring."""
@@ -469,7 +470,7 @@ def test_a_soak_of_alternating_faults_keeps_memory_flat_and_counts_every_gap(mon
     spec = importlib.util.spec_from_file_location("hostile_soak", ROOT / "bench" / "hostile_soak.py")
     soak = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(soak)
-    r = soak.soak(SOAK_S, phase_s=SOAK_S / 2 / len(soak.CYCLE))
+    r = soak.soak(SOAK_S, phase_s=SOAK_S / 2 / len(soak.CYCLE), capture=capture)
     r.pop("samples")
     assert r["rss_growth_mb"] < 60 and r["fd_growth"] <= 4 and r["thread_growth"] <= 1, r
     assert r["attacks"] >= 8 and r["reconnects"] >= 4 and r["attacks_run_to_the_end"] == 0, r

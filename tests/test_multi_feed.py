@@ -298,11 +298,10 @@ def test_one_feed_killed_the_other_keeps_flowing_and_ready_says_which(tmp_path, 
 def test_feed_tables_and_flags(tmp_path):
     """[[feed]] tables give several sources; --feed on the command line wins over them; a table
     without uri, and a run-wide key given twice differently, are one-line errors naming the file."""
-    import argparse
-
     from app import config
     from app.cli import run_cmds
-    p = argparse.ArgumentParser()
+    from app.cli.parser import Parser
+    p = Parser()
     run_cmds.add_arguments(p)
     p.add_argument("--config")
     f = tmp_path / "e.toml"
