@@ -83,8 +83,7 @@ def test_databento_venue_serves_a_dbn_file_that_engine_record_reads(tmp_path):
     env = engine_env()
     env.pop("DATABENTO_API_KEY", None)
     with Venue("databento", str(ESH4), "--port", "0", "--speed", "0", env=env) as v:
-        assert v.uri.startswith("dbn-live://GLBX.MDP3?symbols=ESH4&gateway=127.0.0.1:"), v.uri
-        assert v.uri.endswith("&snapshot=1")
+        assert v.uri.startswith("dbn-live://GLBX.MDP3?symbols=ESH4&snapshot=1&gateway=127.0.0.1:"), v.uri
         key = v.proc.stderr.readline() + v.proc.stderr.readline()
         assert f"DATABENTO_API_KEY={DEMO_KEY}" in key, key
         got = record(v.uri + "&idle_s=2", tmp_path / "rec", env=engine_env(DATABENTO_API_KEY=DEMO_KEY))

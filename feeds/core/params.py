@@ -113,6 +113,13 @@ class Kind:
         sep = "://" if self.slashes else ":"
         return f"{self.scheme}{sep}{value.target}" + (f"?{'&'.join(q)}" if q else "")
 
+    def write(self, target, **params):
+        """The URI of `target` with these parameters (each as a URI writes it), checked by the
+        declaration as a parsed URI is: what a program that hands out a URI (engine venue) writes."""
+        sep = "://" if self.slashes else ":"
+        u = f"{self.scheme}{sep}{target}"
+        return self.uri(self.parse(u, target, {k: str(v) for k, v in params.items()}))
+
     def usage(self):
         """The URI's shape: scheme:TARGET?PARAMS."""
         sep = "://" if self.slashes else ":"

@@ -1,4 +1,5 @@
 """The binance-live:// URI that reads a venue: the capture's symbols and the streams it holds."""
+from feeds.binance.params import LIVE
 
 
 def live_uri(market, cap, ws_url, rest_url):
@@ -15,5 +16,4 @@ def live_uri(market, cap, ws_url, rest_url):
         q["trades"] = "aggTrade" if "aggTrade" in streams else "none"
     if "bookTicker" not in streams:
         q["book_ticker"] = "off"
-    q.update(ws=ws_url, rest=rest_url)
-    return f"binance-live://{market}?" + "&".join(f"{k}={v}" for k, v in q.items())
+    return LIVE.write(market, **q, ws=ws_url, rest=rest_url)

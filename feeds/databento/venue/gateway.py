@@ -4,6 +4,8 @@ import select
 import socket
 import threading
 
+from feeds.databento.params import LIVE
+
 from .session import serve
 from .records import load
 
@@ -41,8 +43,8 @@ class DatabentoVenue:
     def uri(self):
         """The dbn-live:// URI that reads this gateway (with the snapshot, as a client that joins
         a running market asks)."""
-        return (f"dbn-live://{self.dataset}?symbols={','.join(sorted(self.symbols))}"
-                f"&gateway={self.host}:{self.port}&snapshot=1")
+        return LIVE.write(self.dataset, symbols=",".join(sorted(self.symbols)), snapshot=1,
+                          gateway=f"{self.host}:{self.port}")
 
     def __enter__(self):
         return self
